@@ -1,0 +1,5 @@
+import sys
+
+from hgraph.cli import main
+
+sys.exit(main())

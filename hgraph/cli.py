@@ -1,0 +1,168 @@
+"""The ``hgraph`` command line.
+
+``hgraph submit JOB ...`` runs a named job from :mod:`jobs`; ``hgraph jobs`` lists them;
+``hgraph graph TOOL ...`` runs graph tools (converters and generators); the cluster commands
+(``status``, ``logs``, ``cluster up|down``) live in :mod:`cluster`.
+
+Every job and tool is a module with the same small surface, so the CLI knows nothing of what a
+job does (the engine stays generic):
+
+    NAME = "sssp"                      # the word after `hgraph submit`
+    HELP = "one line for `hgraph jobs`"
+    def add_arguments(parser): ...     # argparse, job-specific flags
+    def main(args) -> int: ...         # run; return the exit code
+
+Errors a user can cause are :class:`hgraph.errors.HGraphError`; they print as one line and exit
+non-zero, never with a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+from hgraph.errors import HGraphError
+
+#: The job table: name -> module. The only place the engine's CLI names what jobs exist.
+JOBS = {
+    "sssp": "jobs.sssp",
+    "pagerank": "jobs.pagerank",
+    "cc": "jobs.cc",
+    "plan": "jobs.plan",
+    "execute": "jobs.execute",
+}
+
+#: ``hgraph graph TOOL``: name -> module with the same surface as a job.
+GRAPH_TOOLS = {
+    "synth": "planner.synth",
+    "zoo": "planner.execute.zoo_cli",
+}
+
+#: Other top-level commands: name -> module with the same surface as a job.
+COMMANDS = {
+    "status": "cluster.commands_status",
+    "logs": "cluster.commands_logs",
+    "cluster": "cluster.commands_cluster",
+}
+
+
+def add_common_arguments(parser: argparse.ArgumentParser) -> None:
+    """Flags every engine job takes (the job adds its own)."""
+    parser.add_argument("--graph", required=True, help="input graph file")
+    parser.add_argument("--tasks", type=_positive_int, default=1, help="workers (default 1)")
+    parser.add_argument("--blocks", type=_positive_int, default=1, help="VBlocks per worker (default 1)")
+    parser.add_argument("--mode", choices=["push", "pull", "hybrid"], default="hybrid",
+                        help="message mode (default hybrid)")
+    parser.add_argument("--runtime", choices=["local", "ray"], default=None,
+                        help="in-process or Ray actors (default: local, or ray when --address is given)")
+    parser.add_argument("--address", default=None,
+                        help="Ray cluster to use: HOST:PORT joins it, http://HOST:8265 submits a Ray Job "
+                             "(default: RAY_ADDRESS, else an embedded local Ray when --runtime ray)")
+    parser.add_argument("--max-supersteps", type=_positive_int, default=None)
+    parser.add_argument("--checkpoint-every", type=_positive_int, default=None, metavar="K",
+                        help="checkpoint worker state every K supersteps")
+    parser.add_argument("--inject-failure", type=_positive_int, default=None, metavar="SUPERSTEP",
+                        help="kill one worker at this superstep (testing fault recovery)")
+    parser.add_argument("--stats", default=None, help="write per-superstep stats (JSON list) here")
+    parser.add_argument("--progress", choices=["auto", "bar", "plain", "off"], default="auto")
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return value
+
+
+def _load(module_name: str):
+    return importlib.import_module(module_name)
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse whose errors are one line and exit code 2."""
+
+    def error(self, message):  # noqa: D401 - argparse API
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="hgraph", description="Plan GPU memory for computational graphs on a "
+                                                "Pregel engine over Ray.")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+
+    submit = sub.add_parser("submit", help="run a named job")
+    jobs_sub = submit.add_subparsers(dest="job", required=True, metavar="JOB", parser_class=_Parser)
+    for name, module_name in JOBS.items():
+        module = _try_load(module_name)
+        if module is None:
+            continue
+        p = jobs_sub.add_parser(name, help=module.HELP, description=module.HELP)
+        module.add_arguments(p)
+        p.set_defaults(_module=module)
+
+    sub.add_parser("jobs", help="list the jobs `hgraph submit` runs")
+
+    graph = sub.add_parser("graph", help="graph tools: generators and converters")
+    tools_sub = graph.add_subparsers(dest="tool", required=True, metavar="TOOL", parser_class=_Parser)
+    for name, module_name in GRAPH_TOOLS.items():
+        module = _try_load(module_name)
+        if module is None:
+            continue
+        p = tools_sub.add_parser(name, help=module.HELP, description=module.HELP)
+        module.add_arguments(p)
+        p.set_defaults(_module=module)
+
+    for name, module_name in COMMANDS.items():
+        module = _try_load(module_name)
+        if module is None:
+            continue
+        p = sub.add_parser(name, help=module.HELP, description=module.HELP)
+        module.add_arguments(p)
+        p.set_defaults(_module=module)
+    return parser
+
+
+def _try_load(module_name: str):
+    """Import a job module; a module not written yet is left out of the CLI, not an error."""
+    try:
+        return _load(module_name)
+    except ModuleNotFoundError as err:
+        if err.name and module_name.startswith(err.name):
+            return None
+        raise
+
+
+def list_jobs() -> list[tuple[str, str]]:
+    rows = []
+    for name, module_name in JOBS.items():
+        module = _try_load(module_name)
+        if module is not None:
+            rows.append((name, module.HELP))
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command == "jobs":
+        rows = list_jobs()
+        width = max(len(n) for n, _ in rows) if rows else 0
+        for name, help_text in rows:
+            print(f"{name.ljust(width)}  {help_text}")
+        return 0
+    try:
+        return int(args._module.main(args) or 0)
+    except HGraphError as err:
+        print(f"hgraph: error: {err}", file=sys.stderr)
+        return err.exit_code
+    except KeyboardInterrupt:
+        print("hgraph: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())
