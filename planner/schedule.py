@@ -1,0 +1,126 @@
+"""Recomputation schedules in the reference's text format (FORMAT.md §2.2).
+
+One operation per line, in execution order::
+
+    compute f            forward function f (f < M/2); a repeated f is a recomputation
+    compute f j1 j2 ...  backward block f (f >= M/2), gradients of outputs j1, j2, ... (0-based)
+    forget v forward     free the forward value of var v
+    forget v backward    free the gradient of var v
+    IMPOSSIBLE           the whole output when no strategy fits the budget
+
+Example::
+
+    >>> s = Schedule.loads("compute 0\\ncompute 1 0\\nforget 3 forward\\n")
+    >>> s.ops[1]
+    Op(kind='compute', index=1, grads=(0,), which='forward')
+    >>> s.dumps() == "compute 0\\ncompute 1 0\\nforget 3 forward\\n"
+    True
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from hgraph.errors import InputError
+from hgraph.fileio import write_text
+
+__all__ = ["Op", "Schedule", "compute", "forget"]
+
+
+@dataclass(frozen=True)
+class Op:
+    """One schedule line.
+
+    ``kind`` is ``"compute"`` or ``"forget"``. For a compute, ``index`` is the function block and
+    ``grads`` the output indices of a backward block (empty for a forward compute). For a forget,
+    ``index`` is the var id and ``which`` says whether its ``"forward"`` value or ``"backward"``
+    gradient is freed (``which`` is ``"forward"`` and unused for computes).
+    """
+
+    kind: str
+    index: int
+    grads: tuple = ()
+    which: str = "forward"
+
+    def line(self) -> str:
+        if self.kind == "compute":
+            return " ".join(["compute", str(self.index), *map(str, self.grads)])
+        return f"forget {self.index} {self.which}"
+
+
+def compute(index: int, grads=()) -> Op:
+    """A ``compute`` op (``grads`` only for backward blocks)."""
+    return Op("compute", int(index), tuple(int(j) for j in grads))
+
+
+def forget(var: int, which: str = "forward") -> Op:
+    """A ``forget v forward|backward`` op."""
+    return Op("forget", int(var), (), which)
+
+
+@dataclass
+class Schedule:
+    """A list of :class:`Op` or the reference's ``IMPOSSIBLE`` verdict."""
+
+    ops: list = field(default_factory=list)
+    impossible: bool = False
+
+    def __len__(self) -> int:
+        return len(self.ops)
+
+    def __iter__(self):
+        return iter(self.ops)
+
+    @classmethod
+    def loads(cls, text: str, path="<string>") -> "Schedule":
+        if isinstance(text, (bytes, bytearray)):
+            try:
+                text = bytes(text).decode("utf-8")
+            except UnicodeDecodeError as err:
+                line = bytes(text)[: err.start].count(b"\n") + 1
+                raise InputError(path, line, "expected schedule text, found binary data") from None
+        lines = text.split("\n")
+        if lines and lines[-1] == "":
+            lines.pop()
+        if lines == ["IMPOSSIBLE"]:
+            return cls([], impossible=True)
+        ops = []
+        for no, line in enumerate(lines, 1):
+            parts = line.split(" ")
+            try:
+                if parts[0] == "compute" and len(parts) >= 2:
+                    ops.append(Op("compute", _nat(parts[1]), tuple(_nat(p) for p in parts[2:])))
+                    continue
+                if parts[0] == "forget" and len(parts) == 3 and parts[2] in ("forward", "backward"):
+                    ops.append(Op("forget", _nat(parts[1]), (), parts[2]))
+                    continue
+            except ValueError:
+                pass
+            if line == "IMPOSSIBLE":
+                raise InputError(path, no, "IMPOSSIBLE must be the only line of a schedule")
+            raise InputError(path, no, "expected 'compute f [j ...]', 'forget v forward|backward' "
+                                       f"or 'IMPOSSIBLE', got {line[:60]!r}")
+        return cls(ops)
+
+    @classmethod
+    def read(cls, path) -> "Schedule":
+        try:
+            with open(path, "rb") as fh:
+                data = fh.read()
+        except OSError as err:
+            raise InputError(path, None, f"cannot read: {err.strerror}") from None
+        return cls.loads(data, path=str(path))
+
+    def dumps(self) -> str:
+        if self.impossible:
+            return "IMPOSSIBLE\n"
+        return "".join(op.line() + "\n" for op in self.ops)
+
+    def write(self, path) -> None:
+        write_text(path, self.dumps())
+
+
+def _nat(token: str) -> int:
+    if not token.isdigit() or not token.isascii():
+        raise ValueError(token)
+    return int(token)
