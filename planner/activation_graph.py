@@ -1,0 +1,254 @@
+"""The DP graph of FORMAT.md §4.1: activations only, with per-node memory m and cost t.
+
+The reference builds a DAG over all variables (edge ``a -> out(f)`` for every input ``a`` of every
+forward block ``f``) and deletes every node without a predecessor -- parameters, model inputs and
+labels. What is left is one node per forward function. Nodes are numbered in **ascending original
+variable id**; that order drives the exact DP's lower-set enumeration and tie-breaking, so it is kept
+here exactly.
+
+Sets of nodes are passed either as a bool mask of length ``n`` or as a bitset (a Python ``int``,
+bit ``i`` = node ``i``); every helper accepts both and returns the same kind it was given
+(bool masks for masks, ints for ints). Lower-set definitions (§4.2):
+
+* ``boundary(L)`` -- ∂L = nodes of L with a successor outside L;
+* ``above(L)``    -- A(L) = successors of L outside L;
+* ``below(L)``    -- B(L) = predecessors of A(L) outside L (A ∩ B may be non-empty);
+* ``mem(X)``, ``cost(X)`` -- sums of m and t.
+
+Example::
+
+    >>> from planner import cg                                            # doctest: +SKIP
+    >>> ag = ActivationGraph.from_cg(cg.read("../shared/graphs/cg_vgg19.txt"))  # doctest: +SKIP
+    >>> ag.n, ag.num_edges, int(ag.t.sum())                               # doctest: +SKIP
+    (46, 45, 190)
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from planner.units import forward_costs
+
+__all__ = ["ActivationGraph"]
+
+
+def _csr(keys: np.ndarray, vals: np.ndarray, n: int):
+    order = np.lexsort((vals, keys))
+    indptr = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(np.bincount(keys, minlength=n), out=indptr[1:])
+    return indptr, vals[order].astype(np.int64)
+
+
+class ActivationGraph:
+    """Activations of a computational graph as a DAG, in ascending var-id order.
+
+    Attributes (NumPy, length ``n`` unless noted):
+
+    * ``var`` -- original variable id of each node (ascending);
+    * ``node_of_var`` -- int64 [N]: node index of a variable, -1 for parameters/inputs;
+    * ``func`` -- forward function index producing each node;
+    * ``bytes`` -- exact bytes; ``m`` -- memory in the chosen units (``bytes // ratio``);
+    * ``t`` -- cost (Conv = 10, else 1);
+    * ``src``, ``dst`` -- the edges (deduplicated, sorted by (src, dst));
+    * ``succ_indptr``/``succ_indices`` and ``pred_indptr``/``pred_indices`` -- CSR adjacency;
+    * ``pred_bits``, ``succ_bits`` -- list[int]: the same adjacency as bitsets (for enumeration).
+    """
+
+    def __init__(self, var, func, nbytes, t, src, dst, ratio: int = 1, names=None):
+        self.var = np.asarray(var, dtype=np.int64)
+        self.func = np.asarray(func, dtype=np.int64)
+        self.bytes = np.asarray(nbytes, dtype=np.int64)
+        self.t = np.asarray(t, dtype=np.int64)
+        self.ratio = int(ratio)
+        self.m = self.bytes // self.ratio
+        self.n = len(self.var)
+        n = self.n
+        src = np.asarray(src, dtype=np.int64)
+        dst = np.asarray(dst, dtype=np.int64)
+        if src.size:
+            pairs = np.unique(src * n + dst)
+            src, dst = pairs // n, pairs % n
+        self.src, self.dst = src, dst
+        self.succ_indptr, self.succ_indices = _csr(src, dst, n)
+        self.pred_indptr, self.pred_indices = _csr(dst, src, n)
+        self.names = names
+        self._pred_bits = self._succ_bits = None
+
+    @classmethod
+    def from_cg(cls, g, ratio: int = 1) -> "ActivationGraph":
+        """Build from a :class:`planner.cg.ComputationalGraph`; ``ratio`` scales m (units.py)."""
+        var = g.activations
+        node_of_var = np.full(g.num_vars, -1, dtype=np.int64)
+        node_of_var[var] = np.arange(len(var))
+        func = g.producer[var]
+        t = forward_costs(g)[func]
+        src, dst = [], []
+        for f in g.forward:
+            y = node_of_var[f.outputs[0]]
+            for a, _ in f.inputs:
+                if node_of_var[a] >= 0:
+                    src.append(node_of_var[a])
+                    dst.append(y)
+        ag = cls(var, func, g.var_bytes[var], t, np.asarray(src, dtype=np.int64),
+                 np.asarray(dst, dtype=np.int64), ratio=ratio)
+        ag.node_of_var = node_of_var
+        return ag
+
+    def with_ratio(self, ratio: int) -> "ActivationGraph":
+        """The same graph with memory scaled by another ratio (shares the arrays)."""
+        other = object.__new__(ActivationGraph)
+        other.__dict__.update(self.__dict__)
+        other.ratio = int(ratio)
+        other.m = self.bytes // other.ratio
+        return other
+
+    # ---- adjacency ---------------------------------------------------------------------------
+    @property
+    def num_edges(self) -> int:
+        return int(self.src.size)
+
+    def successors(self, v: int) -> np.ndarray:
+        return self.succ_indices[self.succ_indptr[v]:self.succ_indptr[v + 1]]
+
+    def predecessors(self, v: int) -> np.ndarray:
+        return self.pred_indices[self.pred_indptr[v]:self.pred_indptr[v + 1]]
+
+    @property
+    def pred_bits(self) -> list:
+        if self._pred_bits is None:
+            self._pred_bits = self._bits_of(self.pred_indptr, self.pred_indices)
+        return self._pred_bits
+
+    @property
+    def succ_bits(self) -> list:
+        if self._succ_bits is None:
+            self._succ_bits = self._bits_of(self.succ_indptr, self.succ_indices)
+        return self._succ_bits
+
+    def _bits_of(self, indptr, indices) -> list:
+        out = [0] * self.n
+        ptr = indptr.tolist()
+        idx = indices.tolist()
+        for v in range(self.n):
+            b = 0
+            for u in idx[ptr[v]:ptr[v + 1]]:
+                b |= 1 << u
+            out[v] = b
+        return out
+
+    @property
+    def sinks(self) -> np.ndarray:
+        return np.flatnonzero(np.diff(self.succ_indptr) == 0)
+
+    @property
+    def all_bits(self) -> int:
+        return (1 << self.n) - 1
+
+    # ---- set conversions ---------------------------------------------------------------------
+    def to_mask(self, x) -> np.ndarray:
+        """bool [n] mask from a bitset int, a mask, or an iterable of node indices."""
+        if isinstance(x, (int, np.integer)) and not isinstance(x, bool):
+            x = int(x)
+            raw = x.to_bytes((self.n + 7) // 8 or 1, "little")
+            bits = np.unpackbits(np.frombuffer(raw, dtype=np.uint8), bitorder="little")
+            return bits[: self.n].astype(bool)
+        arr = np.asarray(x)
+        if arr.dtype == bool:
+            return arr
+        mask = np.zeros(self.n, dtype=bool)
+        mask[arr.astype(np.int64)] = True
+        return mask
+
+    def to_bits(self, x) -> int:
+        """Bitset int from a mask, an int, or an iterable of node indices."""
+        if isinstance(x, (int, np.integer)) and not isinstance(x, bool):
+            return int(x)
+        mask = self.to_mask(x)
+        return int.from_bytes(np.packbits(mask, bitorder="little").tobytes(), "little")
+
+    def _as_kind(self, mask: np.ndarray, like):
+        return self.to_bits(mask) if isinstance(like, (int, np.integer)) else mask
+
+    # ---- lower-set quantities ----------------------------------------------------------------
+    def is_lower_set(self, L) -> bool:
+        mask = self.to_mask(L)
+        return not np.any(mask[self.dst] & ~mask[self.src])
+
+    def boundary(self, L):
+        """∂L: nodes of L with some successor outside L."""
+        mask = self.to_mask(L)
+        out = np.zeros(self.n, dtype=bool)
+        cut = mask[self.src] & ~mask[self.dst]
+        out[self.src[cut]] = True
+        return self._as_kind(out, L)
+
+    def above(self, L):
+        """A(L) = δ⁺(L) \\ L: successors of L outside L."""
+        mask = self.to_mask(L)
+        out = np.zeros(self.n, dtype=bool)
+        cut = mask[self.src] & ~mask[self.dst]
+        out[self.dst[cut]] = True
+        return self._as_kind(out, L)
+
+    def below(self, L):
+        """B(L) = δ⁻(A(L)) \\ L: predecessors of A(L) outside L."""
+        mask = self.to_mask(L)
+        a = self.to_mask(self.above(mask))
+        out = np.zeros(self.n, dtype=bool)
+        e = a[self.dst] & ~mask[self.src]
+        out[self.src[e]] = True
+        return self._as_kind(out, L)
+
+    def mem(self, X) -> int:
+        """m(X) in the graph's units."""
+        return int(self.m[self.to_mask(X)].sum())
+
+    def cost(self, X) -> int:
+        """t(X)."""
+        return int(self.t[self.to_mask(X)].sum())
+
+    def boundary_matrix(self, masks: np.ndarray) -> np.ndarray:
+        """∂L for many sets at once: bool [K, n] from bool [K, n] (vectorised over edges)."""
+        masks = np.asarray(masks, dtype=bool)
+        out = np.zeros_like(masks)
+        if self.src.size == 0:
+            return out
+        cut = masks[:, self.src] & ~masks[:, self.dst]           # [K, E], edges sorted by src
+        starts = self.succ_indptr[:-1]
+        has = np.diff(self.succ_indptr) > 0
+        red = np.logical_or.reduceat(cut, starts[has], axis=1)
+        out[:, has] = red
+        return out
+
+    def ancestors_bits(self) -> list:
+        """Per node, the bitset of its proper ancestors (for the DP2 family L_v = anc(v) ∪ {v}).
+
+        Memory is O(n²/8) bytes: fine for thousands of nodes, not for 10⁵.
+        """
+        order = self.topological_order().tolist()
+        pred = self.pred_bits
+        anc = [0] * self.n
+        pi, pp = self.pred_indices.tolist(), self.pred_indptr.tolist()
+        for v in order:
+            a = pred[v]
+            for u in pi[pp[v]:pp[v + 1]]:
+                a |= anc[u]
+            anc[v] = a
+        return anc
+
+    def topological_order(self) -> np.ndarray:
+        """Nodes in a topological order (Kahn by levels, vectorised per level)."""
+        indeg = np.diff(self.pred_indptr).copy()
+        frontier = np.flatnonzero(indeg == 0)
+        out = []
+        while frontier.size:
+            out.append(frontier)
+            starts = self.succ_indptr[frontier]
+            stops = self.succ_indptr[frontier + 1]
+            if not np.any(stops > starts):
+                break
+            idx = np.concatenate([self.succ_indices[s:e] for s, e in zip(starts, stops)])
+            np.subtract.at(indeg, idx, 1)
+            cand = np.unique(idx)
+            frontier = cand[indeg[cand] == 0]
+        return np.concatenate(out) if out else np.zeros(0, dtype=np.int64)
