@@ -1,0 +1,331 @@
+"""The recomputation DP of Kusumoto et al. (NeurIPS'19) over a family of lower sets.
+
+A plan is a chain ``∅ = L0 ⊊ L1 ⊊ … ⊊ Lk = V`` of lower sets of the activation graph; block
+``Vi = Li \\ L(i-1)`` keeps its new boundary nodes ``∂Li ∩ Vi`` (checkpoints) in the forward pass
+and recomputes the rest before its backward pass. The DP (FORMAT.md §4.3) keeps, for every lower
+set, the Pareto front of ``(saved, ckpt)`` — compute saved (to maximise) against checkpoint
+memory (to minimise) — and relaxes every transition ``Li ⊊ Lj`` whose peak
+``ckpt + 2·(m(Lj) − m(Li)) + m(A(Lj)) + m(B(Lj))`` fits the budget. Time-centric plans take the
+front entry of V with the largest ``saved`` (least recomputation), memory-centric ones the smallest.
+
+Why it matches the reference number for number although it runs in a different order: in the
+reference a front entry ``(s, c)`` of state ``j``, once dominated, never comes back, so the
+entry that survives at ``(s, c)`` is the *first* arrival with exactly that value, and arrivals
+come in (source id, source saved) order — the peak sort only serves its ``break``. This module
+computes each front in one vectorized step ("pull": all feasible sources of ``j`` at once) and
+breaks ties the same way, by the smallest (source id, source saved).
+
+Speed: sources are filtered first by a per-source key (``min ckpt − 2·m(L)``, the same test as
+the reference's ``break`` on the cheapest entry), then by the bitset subset test
+``(Li & ~Lj) == 0`` on ``uint64`` words, and only the feasible prefix of each source front is
+expanded (``c + peak ≤ B``); everything is NumPy over arrays, one Python step per state.
+
+Example::
+
+    >>> from planner import cg
+    >>> from planner.dp import solve
+    >>> g = cg.read("../shared/graphs/cg_vgg19.txt")                     # doctest: +SKIP
+    >>> r = solve(g, 0.6 * 4_004_508_676, family="approx", units="reference")  # doctest: +SKIP
+    >>> r.status, r.model_recompute_cost, r.blocks                           # doctest: +SKIP
+    ('OK', 18, 38)
+
+Signature::
+
+    solve(graph, budget, family="approx"|"exact", strategy="time"|"memory",
+          units="bytes"|"reference", max_lower_sets=200_000, fallback=False) -> DPResult
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from hgraph.errors import HGraphError
+from planner.dp_families import (DEFAULT_MAX_LOWER_SETS, DPGraph, Family, approx_family,
+                                 exact_family)
+
+FAMILIES = ("approx", "exact")
+STRATEGIES = ("time", "memory")
+UNITS = ("bytes", "reference")
+
+
+@dataclass
+class DPResult:
+    """A solved (or impossible) DP. Memory fields are bytes (reference units × ``comp_ratio``)."""
+
+    status: str                       # "OK" | "IMPOSSIBLE"
+    family: str
+    strategy: str
+    units: str
+    budget_bytes: int
+    budget_units: int                 # the budget the DP compared against (scaled in reference units)
+    comp_ratio: int                   # 1 in bytes units
+    n_lower_sets: int
+    forward_cost: int                 # T(V)
+    chain: list = field(default_factory=list)   # [L0=∅, L1, …, Lk=V], each a sorted int array of nodes
+    chain_ids: list = field(default_factory=list)
+    blocks: int = 0
+    saved: int = 0
+    model_recompute_cost: int = 0
+    model_peak_bytes: int = 0
+    ckpt_bytes: int = 0
+    fell_back: bool = False
+    seconds: float = 0.0
+
+    @property
+    def impossible(self) -> bool:
+        return self.status == "IMPOSSIBLE"
+
+    def checkpoints(self) -> np.ndarray:
+        """Nodes kept in the forward pass: ``∪ ∂Li ∩ Vi`` over the chain (sorted node indices)."""
+        return self._checkpoints if hasattr(self, "_checkpoints") else np.zeros(0, np.int64)
+
+
+def reference_ratio(budget: int, act_sum: int) -> tuple[int, int]:
+    """The reference's 32-bit scaling (FORMAT.md §2.1): ``(comp_ratio, scaled budget)``."""
+    b, ratio = int(budget), 1
+    while b > 1e8:
+        b //= 10
+        ratio *= 10
+    mem = int(act_sum) // ratio
+    while mem > 1e8:
+        mem //= 10
+        b //= 10
+        ratio *= 10
+    return ratio, b
+
+
+# ----------------------------------------------------------------------------- graph adapter
+def _activation_arrays(graph):
+    """(bytes, t, src, dst) of the activation graph (FORMAT.md §4.1) from what the caller has.
+
+    Accepts a :class:`DPGraph`-like object with ``m``/``t``/``src``/``dst`` (bytes in ``m``), an
+    object with ``m``, ``t`` and CSR ``pred_indptr``/``pred_indices`` (the activation graph), or
+    a parsed ``cg`` graph (:func:`planner.cg.read`).
+    """
+    if hasattr(graph, "functions") and hasattr(graph, "var_bytes"):
+        return _arrays_from_cg(graph)
+    m = np.asarray(graph.m, dtype=np.int64)
+    t = np.asarray(graph.t, dtype=np.int64)
+    if hasattr(graph, "src") and hasattr(graph, "dst"):
+        return m, t, np.asarray(graph.src, np.int64), np.asarray(graph.dst, np.int64)
+    for ip, ix in (("pred_indptr", "pred_indices"), ("preds_indptr", "preds_indices")):
+        if hasattr(graph, ip):
+            indptr = np.asarray(getattr(graph, ip), np.int64)
+            dst = np.repeat(np.arange(m.size), np.diff(indptr))
+            return m, t, np.asarray(getattr(graph, ix), np.int64), dst
+    raise TypeError(f"cannot read an activation graph from {type(graph).__name__}")
+
+
+def _arrays_from_cg(g):
+    forward = [f for f in g.functions if f.direction == "forward"]
+    out_var = np.array([f.outputs[0] for f in forward], dtype=np.int64)
+    acts = np.sort(out_var)
+    node_of = np.full(len(g.var_bytes), -1, dtype=np.int64)
+    node_of[acts] = np.arange(acts.size)
+    bytes_ = np.asarray(g.var_bytes, dtype=np.int64)[acts]
+    t = np.ones(acts.size, dtype=np.int64)
+    src, dst = [], []
+    for f in forward:
+        v = node_of[f.outputs[0]]
+        if f.type.startswith("Conv"):
+            t[v] = 10
+        ins = np.array([a for a, _tag in f.inputs], dtype=np.int64)
+        ins = node_of[ins] if ins.size else ins
+        ins = ins[ins >= 0]
+        src.append(ins)
+        dst.append(np.full(ins.size, v))
+    return bytes_, t, np.concatenate(src), np.concatenate(dst)
+
+
+# ----------------------------------------------------------------------------- the DP
+@dataclass
+class _Fronts:
+    """All Pareto fronts, appended state by state; entry order = (state id, saved) order."""
+
+    s: np.ndarray
+    c: np.ndarray
+    pred: np.ndarray
+    state: np.ndarray
+    ptr: np.ndarray
+    glob: np.ndarray          # state · span + c: globally sorted, for a ragged searchsorted
+    span: int = 1
+    size: int = 0
+
+    @classmethod
+    def empty(cls, n_states: int, capacity: int = 1 << 16):
+        z = lambda: np.zeros(capacity, np.int64)  # noqa: E731
+        return cls(z(), z(), z(), z(), np.zeros(n_states + 1, np.int64), z())
+
+    def append(self, j: int, s, c, pred):
+        k = s.size
+        if self.size + k > self.s.size:
+            cap = max(2 * self.s.size, self.size + k)
+            for name in ("s", "c", "pred", "state", "glob"):
+                arr = getattr(self, name)
+                new = np.zeros(cap, np.int64)
+                new[:self.size] = arr[:self.size]
+                setattr(self, name, new)
+        sl = slice(self.size, self.size + k)
+        self.s[sl], self.c[sl], self.pred[sl], self.state[sl] = s, c, pred, j
+        self.glob[sl] = j * self.span + c
+        self.size += k
+        self.ptr[j + 1] = self.size
+
+
+def _bit_nodes(row: np.ndarray) -> np.ndarray:
+    bits = np.unpackbits(row.astype("<u8").view(np.uint8), bitorder="little")
+    return np.flatnonzero(bits)
+
+
+def run_dp(fam: Family, t: np.ndarray, m: np.ndarray, budget: int) -> _Fronts:
+    """Pareto fronts of every state of ``fam`` under ``budget`` (all quantities in DP units)."""
+    L = fam.num_sets
+    fronts = _Fronts.empty(L)
+    span = int(m.sum()) + 1
+    use_offset = span * L < (1 << 62)
+    fronts.span = span if use_offset else 0
+    fronts.append(0, np.zeros(1, np.int64), np.zeros(1, np.int64), np.full(1, -1, np.int64))
+    INF = np.iinfo(np.int64).max // 4
+    key = np.full(L, INF, dtype=np.int64)          # min ckpt − 2·m(L), for the break test
+    key[0] = 0 - 2 * int(fam.mL[0])
+    sets = fam.sets
+    if fam.kind == "exact":
+        end_of = np.searchsorted(fam.size, fam.size, side="left")   # sources: strictly smaller
+    else:
+        end_of = np.arange(L)
+    two_mL = 2 * fam.mL
+    for j in range(1, L):
+        thr = budget - int(two_mL[j]) - int(fam.mAB[j])
+        end = int(end_of[j])
+        src = np.flatnonzero(key[:end] <= thr)
+        if src.size == 0:
+            fronts.ptr[j + 1] = fronts.size
+            continue
+        sub = np.all((sets[src] & ~sets[j]) == 0, axis=1)
+        src = src[sub]
+        if src.size == 0:
+            fronts.ptr[j + 1] = fronts.size
+            continue
+        # dt, dm: ∂Lj minus the part already inside Li (∂Lj ∩ Li = ∂Lj ∩ ∂Li)
+        bn = _bit_nodes(fam.bnd[j])
+        if bn.size:
+            member = (sets[src][:, bn // 64] >> (bn % 64).astype(np.uint64)) & np.uint64(1)
+            member = member.astype(np.int64)
+            dt = fam.t_bnd[j] - member @ t[bn]
+            dm = fam.m_bnd[j] - member @ m[bn]
+        else:
+            dt = np.zeros(src.size, np.int64)
+            dm = np.zeros(src.size, np.int64)
+        room = thr + two_mL[src]                      # c must satisfy c ≤ B − peak
+        starts = fronts.ptr[src]
+        stops = fronts.ptr[src + 1]
+        if use_offset:
+            stops = np.minimum(stops, np.searchsorted(fronts.glob[:fronts.size], src * span + room,
+                                                      side="right"))
+        cnt = stops - starts
+        keep = cnt > 0
+        if not keep.all():
+            src, starts, cnt, dt, dm = src[keep], starts[keep], cnt[keep], dt[keep], dm[keep]
+        total = int(cnt.sum())
+        if total == 0:
+            fronts.ptr[j + 1] = fronts.size
+            continue
+        e = np.repeat(starts - np.cumsum(cnt) + cnt, cnt) + np.arange(total)
+        ns = fronts.s[e] + np.repeat(dt, cnt)
+        nc = fronts.c[e] + np.repeat(dm, cnt)
+        if not use_offset:
+            ok = nc - np.repeat(dm, cnt) <= np.repeat(room, cnt)
+            e, ns, nc = e[ok], ns[ok], nc[ok]
+            if e.size == 0:
+                fronts.ptr[j + 1] = fronts.size
+                continue
+        order = np.lexsort((e, nc, ns))
+        ns, nc, e = ns[order], nc[order], e[order]
+        first = np.r_[True, ns[1:] != ns[:-1]]
+        ns, nc, e = ns[first], nc[first], e[first]
+        # Pareto: keep an entry only if every larger-saved entry costs strictly more
+        later_min = np.r_[np.minimum.accumulate(nc[::-1])[::-1][1:], INF]
+        pareto = nc < later_min
+        fronts.append(j, ns[pareto], nc[pareto], e[pareto])
+        key[j] = int(nc[pareto].min()) - int(two_mL[j])
+    return fronts
+
+
+def solve(graph, budget, family: str = "approx", strategy: str = "time", units: str = "bytes",
+          max_lower_sets: int = DEFAULT_MAX_LOWER_SETS, fallback: bool = False) -> DPResult:
+    """Plan recomputation for ``graph`` under ``budget`` bytes; see the module docstring."""
+    if family not in FAMILIES:
+        raise HGraphError(f"unknown DP family {family!r}; expected one of {', '.join(FAMILIES)}")
+    if strategy not in STRATEGIES:
+        raise HGraphError(f"unknown strategy {strategy!r}; expected one of {', '.join(STRATEGIES)}")
+    if units not in UNITS:
+        raise HGraphError(f"unknown units {units!r}; expected one of {', '.join(UNITS)}")
+    budget = int(budget)
+    if budget < 0:
+        raise HGraphError(f"budget must be non-negative, got {budget}")
+    t0 = time.perf_counter()
+    bytes_, t, src, dst = _activation_arrays(graph)
+    if units == "reference":
+        ratio, b_units = reference_ratio(budget, int(bytes_.sum()))
+        m = bytes_ // ratio
+    else:
+        ratio, b_units, m = 1, budget, bytes_
+        if int(bytes_.sum()) * 4 >= (1 << 62):
+            raise HGraphError("graph too large for 64-bit byte accounting")
+    g = DPGraph(m=m, t=t, src=src, dst=dst)
+    if family == "exact":
+        fam = exact_family(g, max_lower_sets=max_lower_sets, fallback=fallback)
+    else:
+        fam = approx_family(g)
+    return _solve_family(fam, g, budget, b_units, ratio, strategy, units, t0)
+
+
+def solve_family(fam: Family, g: DPGraph, budget_units: int, strategy: str = "time",
+                 comp_ratio: int = 1, units: str = "bytes") -> DPResult:
+    """Run the DP on a prebuilt family (reuse one family across budgets)."""
+    return _solve_family(fam, g, int(budget_units) * comp_ratio, int(budget_units), comp_ratio,
+                         strategy, units, time.perf_counter())
+
+
+def _solve_family(fam, g, budget, b_units, ratio, strategy, units, t0) -> DPResult:
+    fronts = run_dp(fam, g.t, g.m, b_units)
+    res = DPResult(status="IMPOSSIBLE", family=fam.kind if not fam.fell_back else "approx",
+                   strategy=strategy, units=units, budget_bytes=int(budget), budget_units=b_units,
+                   comp_ratio=ratio, n_lower_sets=fam.num_sets, forward_cost=int(g.t.sum()),
+                   fell_back=fam.fell_back)
+    end = fam.num_sets - 1
+    lo, hi = fronts.ptr[end], fronts.ptr[end + 1]
+    if hi > lo:
+        entry = int(hi - 1) if strategy == "time" else int(lo)
+        _fill_chain(res, fam, fronts, entry, g)
+    res.seconds = time.perf_counter() - t0
+    return res
+
+
+def _fill_chain(res: DPResult, fam: Family, fronts: _Fronts, entry: int, g: DPGraph) -> None:
+    entries = []
+    while entry >= 0:
+        entries.append(entry)
+        entry = int(fronts.pred[entry])
+    entries.reverse()
+    states = [int(fronts.state[e]) for e in entries]
+    peak = 0
+    for a, b in zip(entries[:-1], entries[1:]):
+        i, j = int(fronts.state[a]), int(fronts.state[b])
+        step = int(fronts.c[a]) + 2 * int(fam.mL[j] - fam.mL[i]) + int(fam.mAB[j])
+        peak = max(peak, step)
+    saved, ckpt = int(fronts.s[entries[-1]]), int(fronts.c[entries[-1]])
+    res.status = "OK"
+    res.chain_ids = states
+    res.chain = [_bit_nodes(fam.sets[s]) for s in states]
+    res.blocks = len(states) - 1
+    res.saved = saved
+    res.model_recompute_cost = res.forward_cost - saved
+    res.model_peak_bytes = peak * res.comp_ratio
+    res.ckpt_bytes = ckpt * res.comp_ratio
+    ck = [np.intersect1d(_bit_nodes(fam.bnd[j]), np.setdiff1d(res.chain[k + 1], res.chain[k]))
+          for k, j in enumerate(states[1:])]
+    res._checkpoints = np.concatenate(ck) if ck else np.zeros(0, np.int64)

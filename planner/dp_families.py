@@ -1,0 +1,276 @@
+"""Lower-set families for the Kusumoto et al. recomputation DP, with the per-set quantities it needs.
+
+The DP of :mod:`planner.dp` walks a chain ``∅ = L0 ⊊ L1 ⊊ … ⊊ Lk = V`` of lower sets of the
+activation graph. Which lower sets it may use is the *family*:
+
+* ``approx`` (the reference's ``DP2.cpp``, "DP2fix" ordering): ∅ plus ``L_v = {v} ∪ ancestors(v)``
+  for every node, numbered by ``m(L)`` ascending with ties broken by ``|L|`` (then by ``v``);
+  N + 1 sets.
+* ``exact`` (``DP.cpp`` with lower sets sorted by size, "DPfix"): every lower set, numbered by
+  size. Their number can explode (GoogLeNet: 27,358 for 134 nodes), so enumeration stops with a
+  clear :class:`~hgraph.errors.HGraphError` past ``max_lower_sets`` — unless the caller asked to
+  fall back to the approximate family.
+
+Sets are rows of a ``uint64`` bitset matrix (``words`` per set); alongside each set the family
+holds what the transition formula of FORMAT.md §4.2 reads: ``|L|``, ``m(L)``, the boundary
+``∂L = {v ∈ L : some successor ∉ L}`` (its ``t`` and ``m`` sums) and ``m(A(L)) + m(B(L))`` with
+``A(L)`` the successors outside ``L`` and ``B(L)`` the predecessors of ``A(L)`` outside ``L``
+(``A ∩ B`` counted twice, as the reference does).
+
+Example::
+
+    >>> import numpy as np
+    >>> from planner.dp_families import DPGraph, approx_family, exact_family
+    >>> g = DPGraph(m=np.array([4, 2, 2, 1]), t=np.array([10, 1, 1, 1]),
+    ...             src=np.array([0, 0, 1, 2]), dst=np.array([1, 2, 3, 3]))   # a diamond
+    >>> approx_family(g).num_sets, exact_family(g).num_sets
+    (5, 6)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from hgraph.errors import HGraphError
+
+#: Default cap on the exact family's size; the user can raise it (``max_lower_sets``).
+DEFAULT_MAX_LOWER_SETS = 200_000
+
+_ONE = np.uint64(1)
+
+
+@dataclass
+class DPGraph:
+    """The DP's view of the activation graph: node weights and deduplicated edges.
+
+    ``m`` is memory in the chosen units (bytes, or the reference's scaled ints), ``t`` the
+    compute cost; node ``k`` is the k-th activation in ascending variable id (FORMAT.md §4.1).
+    """
+
+    m: np.ndarray
+    t: np.ndarray
+    src: np.ndarray
+    dst: np.ndarray
+    n: int = field(init=False)
+
+    def __post_init__(self):
+        self.m = np.asarray(self.m, dtype=np.int64)
+        self.t = np.asarray(self.t, dtype=np.int64)
+        self.n = int(self.m.shape[0])
+        src = np.asarray(self.src, dtype=np.int64)
+        dst = np.asarray(self.dst, dtype=np.int64)
+        if src.size:
+            key = np.unique(src * self.n + dst)
+            src, dst = key // self.n, key % self.n
+        self.src, self.dst = src, dst
+
+    @property
+    def words(self) -> int:
+        return max(1, (self.n + 63) // 64)
+
+    def preds_csr(self):
+        order = np.argsort(self.dst, kind="stable")
+        indptr = np.zeros(self.n + 1, dtype=np.int64)
+        np.add.at(indptr, self.dst + 1, 1)
+        return np.cumsum(indptr), self.src[order]
+
+    def topological_levels(self) -> np.ndarray:
+        """Longest-path level of each node (0 for nodes without predecessors), vectorized by wave."""
+        level = np.zeros(self.n, dtype=np.int64)
+        indeg = np.bincount(self.dst, minlength=self.n)
+        order = np.argsort(self.src, kind="stable")
+        s_sorted, d_sorted = self.src[order], self.dst[order]
+        out_ptr = np.searchsorted(s_sorted, np.arange(self.n + 1))
+        frontier = np.flatnonzero(indeg == 0)
+        seen = frontier.size
+        while frontier.size:
+            starts, stops = out_ptr[frontier], out_ptr[frontier + 1]
+            cnt = stops - starts
+            idx = np.repeat(starts - np.cumsum(cnt) + cnt, cnt) + np.arange(cnt.sum())
+            targets = d_sorted[idx]
+            np.maximum.at(level, targets, np.repeat(level[frontier] + 1, cnt))
+            np.subtract.at(indeg, targets, 1)
+            frontier = np.unique(targets[indeg[targets] == 0])
+            seen += frontier.size
+        if seen != self.n:
+            raise HGraphError("activation graph has a cycle; the DP needs a DAG")
+        return level
+
+
+@dataclass
+class Family:
+    """Lower sets in DP order (id 0 is ∅, the last is V) with the quantities transitions read."""
+
+    kind: str
+    sets: np.ndarray        # uint64 [L, words]
+    size: np.ndarray        # int64 [L]: |L|
+    mL: np.ndarray          # int64 [L]: m(L)
+    bnd: np.ndarray         # uint64 [L, words]: ∂L
+    t_bnd: np.ndarray       # int64 [L]: t(∂L)
+    m_bnd: np.ndarray       # int64 [L]: m(∂L)
+    mAB: np.ndarray         # int64 [L]: m(A(L)) + m(B(L))
+    fell_back: bool = False
+
+    @property
+    def num_sets(self) -> int:
+        return int(self.sets.shape[0])
+
+
+def _bits_to_bool(sets: np.ndarray, n: int) -> np.ndarray:
+    """uint64 bitsets [L, W] -> bool [L, n] (bit k of word w is node 64w + k)."""
+    as_bytes = sets.astype("<u8").view(np.uint8).reshape(sets.shape[0], -1)
+    return np.unpackbits(as_bytes, axis=1, bitorder="little")[:, :n].astype(bool)
+
+
+def _bool_to_bits(x: np.ndarray) -> np.ndarray:
+    """bool [L, n] -> uint64 bitsets [L, W]."""
+    L, n = x.shape
+    words = max(1, (n + 63) // 64)
+    padded = np.zeros((L, words * 64), dtype=bool)
+    padded[:, :n] = x
+    packed = np.packbits(padded, axis=1, bitorder="little")
+    return packed.view("<u8").astype(np.uint64).reshape(L, words)
+
+
+def _weighted(x: np.ndarray, w: np.ndarray) -> np.ndarray:
+    """Exact int64 row sums of ``w`` over the True entries of bool matrix ``x``."""
+    return (x.astype(np.int64) * w[None, :]).sum(axis=1) if x.size else np.zeros(x.shape[0], np.int64)
+
+
+def _set_stats(g: DPGraph, sets: np.ndarray, chunk: int = 4096):
+    """|L|, m(L), ∂L, t(∂L), m(∂L), m(A)+m(B) for every row of ``sets`` (vectorized in chunks)."""
+    L = sets.shape[0]
+    size = np.empty(L, np.int64)
+    mL = np.empty(L, np.int64)
+    bnd = np.zeros_like(sets)
+    t_bnd = np.empty(L, np.int64)
+    m_bnd = np.empty(L, np.int64)
+    mAB = np.empty(L, np.int64)
+    n = g.n
+    by_src = np.argsort(g.src, kind="stable")
+    by_dst = np.argsort(g.dst, kind="stable")
+    src_s, dst_d = g.src[by_src], g.dst[by_dst]
+    src_groups = np.flatnonzero(np.r_[True, src_s[1:] != src_s[:-1]]) if src_s.size else np.zeros(0, int)
+    dst_groups = np.flatnonzero(np.r_[True, dst_d[1:] != dst_d[:-1]]) if dst_d.size else np.zeros(0, int)
+    for lo in range(0, L, chunk):
+        hi = min(L, lo + chunk)
+        x = _bits_to_bool(sets[lo:hi], n)
+        size[lo:hi] = x.sum(axis=1)
+        mL[lo:hi] = _weighted(x, g.m)
+        b = np.zeros_like(x)
+        a = np.zeros_like(x)
+        bb = np.zeros_like(x)
+        if g.src.size:
+            leaving = x[:, g.src] & ~x[:, g.dst]            # edge leaves L
+            b[:, src_s[src_groups]] = np.logical_or.reduceat(leaving[:, by_src], src_groups, axis=1)
+            a[:, dst_d[dst_groups]] = np.logical_or.reduceat(leaving[:, by_dst], dst_groups, axis=1)
+            feeds_a = a[:, g.dst] & ~x[:, g.src]             # pred outside L of a node of A
+            bb[:, src_s[src_groups]] = np.logical_or.reduceat(feeds_a[:, by_src], src_groups, axis=1)
+        bnd[lo:hi] = _bool_to_bits(b)
+        t_bnd[lo:hi] = _weighted(b, g.t)
+        m_bnd[lo:hi] = _weighted(b, g.m)
+        mAB[lo:hi] = _weighted(a, g.m) + _weighted(bb, g.m)
+    return size, mL, bnd, t_bnd, m_bnd, mAB
+
+
+def _family(kind: str, g: DPGraph, sets: np.ndarray, order_key) -> Family:
+    size, mL, bnd, t_bnd, m_bnd, mAB = _set_stats(g, sets)
+    order = order_key(size, mL)
+    return Family(kind, sets[order], size[order], mL[order], bnd[order], t_bnd[order],
+                  m_bnd[order], mAB[order])
+
+
+def ancestor_sets(g: DPGraph) -> np.ndarray:
+    """uint64 [n, W]: row v is ``L_v = {v} ∪ ancestors(v)``, built level by level."""
+    W = g.words
+    anc = np.zeros((g.n, W), dtype=np.uint64)
+    ids = np.arange(g.n)
+    anc[ids, ids // 64] = _ONE << (ids % 64).astype(np.uint64)
+    level = g.topological_levels()
+    if g.src.size == 0:
+        return anc
+    edge_level = level[g.dst]
+    order = np.argsort(edge_level, kind="stable")
+    el = edge_level[order]
+    bounds = np.flatnonzero(np.r_[True, el[1:] != el[:-1], True])
+    for a, b in zip(bounds[:-1], bounds[1:]):
+        e = order[a:b]
+        np.bitwise_or.at(anc, g.dst[e], anc[g.src[e]])
+    return anc
+
+
+def approx_family(g: DPGraph) -> Family:
+    """∅ plus every ``L_v``, numbered by (m(L), |L|, v) — the reference DP2 with a strict order."""
+    sets = np.vstack([np.zeros((1, g.words), np.uint64), ancestor_sets(g)])
+
+    def order(size, mL):
+        return np.lexsort((np.arange(size.size), size, mL))
+    return _family("approx", g, sets, order)
+
+
+def count_lower_sets(g: DPGraph, limit: int) -> int:
+    """Number of lower sets, or ``limit + 1`` as soon as it is known to exceed ``limit``."""
+    total = 0
+    for level in _lower_set_levels(g, limit):
+        total += level.shape[0]
+        if total > limit:
+            return limit + 1
+    return total
+
+
+def _lower_set_levels(g: DPGraph, limit: int):
+    """Yield the lower sets of each size 0, 1, …, n as uint64 bitset matrices (rows sorted)."""
+    W = g.words
+    n = g.n
+    pred_mask = np.zeros((n, W), np.uint64)
+    if g.src.size:
+        np.bitwise_or.at(pred_mask, (g.dst, g.src // 64), _ONE << (g.src % 64).astype(np.uint64))
+    node_word = np.arange(n) // 64
+    node_bit = _ONE << (np.arange(n) % 64).astype(np.uint64)
+    level = np.zeros((1, W), np.uint64)
+    total = 0
+    while level.shape[0]:
+        yield level
+        total += level.shape[0]
+        if total > limit:
+            return
+        children = []
+        for lo in range(0, level.shape[0], 512):
+            cur = level[lo:lo + 512]
+            # node v addable to L: v ∉ L and preds(v) ⊆ L
+            inside = (cur[:, node_word] & node_bit[None, :]) != 0
+            ready = np.all((pred_mask[None, :, :] & ~cur[:, None, :]) == 0, axis=2)
+            r, v = np.nonzero(ready & ~inside)
+            if r.size:
+                child = cur[r].copy()
+                child[np.arange(r.size), node_word[v]] |= node_bit[v]
+                children.append(child)
+        if not children:
+            return
+        level = np.unique(np.vstack(children), axis=0)
+
+
+def exact_family(g: DPGraph, max_lower_sets: int = DEFAULT_MAX_LOWER_SETS,
+                 fallback: bool = False) -> Family:
+    """Every lower set, numbered by size (DPfix). Past ``max_lower_sets``: error, or approx if ``fallback``."""
+    levels = []
+    total = 0
+    for level in _lower_set_levels(g, max_lower_sets):
+        levels.append(level)
+        total += level.shape[0]
+        if total > max_lower_sets:
+            if fallback:
+                fam = approx_family(g)
+                fam.fell_back = True
+                return fam
+            raise HGraphError(
+                f"exact DP: the graph has more than {max_lower_sets:,} lower sets "
+                f"({g.n} nodes); raise the limit (max_lower_sets / --max-lower-sets), "
+                f"or use the approximate solver")
+    sets = np.vstack(levels)
+
+    def order(size, mL):
+        return np.arange(size.size)       # levels come out by size already
+    return _family("exact", g, sets, order)
