@@ -1,0 +1,132 @@
+"""One tracked allocator for every tensor a run creates, with three strategies.
+
+* ``naive``  -- never reuse: every request gets fresh memory, frees are only counted.
+* ``pool``   -- recycle freed blocks by best fit (the smallest free block that is large enough,
+  used whole, as Mini-Caffe's pool); a new block only when none fits.
+* ``static`` -- one arena; each buffer at the offset an :class:`planner.arena.ArenaPlan` fixed
+  before the run.
+
+Whatever the strategy, the allocator records the exact peak of *live* bytes (bytes requested and
+not yet freed: the quantity the planner predicts) and the strategy's *reserved* bytes (what it
+holds from the system: all requests for naive, the pool's blocks, the arena). On CuPy,
+:meth:`TrackedAllocator.tracking` also routes every device allocation of the run, kernel
+workspace included, through ``cupy.cuda.using_allocator`` into a private memory pool and records
+that pool's peak (``device_peak_bytes``, rounded by CuPy to 512-byte units).
+
+>>> import numpy as np
+>>> from planner.execute.backend import get
+>>> a = TrackedAllocator(get("numpy"), "pool")
+>>> x = a.alloc(0, 1000); a.free(0); y = a.alloc(1, 800)
+>>> a.peak_bytes, a.reserved_bytes
+(1000, 1024)
+"""
+
+from __future__ import annotations
+
+import bisect
+import contextlib
+
+from hgraph.errors import HGraphError
+
+STRATEGIES = ("naive", "pool", "static")
+
+
+def _round(n: int, alignment: int) -> int:
+    return (n + alignment - 1) // alignment * alignment
+
+
+class TrackedAllocator:
+    def __init__(self, backend, strategy: str = "pool", arena=None, alignment: int = 256):
+        if strategy not in STRATEGIES:
+            raise HGraphError(f"unknown allocator {strategy!r}; choose from {', '.join(STRATEGIES)}")
+        if strategy == "static" and arena is None:
+            raise HGraphError("the static allocator needs an arena plan")
+        self.backend, self.xp, self.strategy = backend, backend.xp, strategy
+        self.alignment = arena.alignment if arena is not None else alignment
+        self.live_bytes = self.peak_bytes = 0
+        self.reserved_bytes = 0
+        self.allocations = 0
+        self.device_peak_bytes = None
+        self._live = {}            # buffer id -> (block, nbytes)
+        self._graveyard = []       # naive: freed memory, kept so it is never reused
+        self._free_sizes, self._free_blocks = [], []      # pool: free blocks sorted by size
+        self._arena = arena
+        self._arena_mem = None
+        if strategy == "static":
+            self.reserved_bytes = int(arena.arena_bytes)   # the arena itself is made at first use
+
+    # ---------------------------------------------------------------- requests
+    def alloc(self, buf: int, nbytes: int):
+        """A uint8 array of exactly ``nbytes`` for buffer ``buf`` (lazy: called at first write)."""
+        nbytes = int(nbytes)
+        if buf in self._live:
+            raise HGraphError(f"buffer {buf} allocated twice")
+        if self.strategy == "static":
+            if int(self._arena.sizes[buf]) != nbytes:
+                raise HGraphError(f"buffer {buf}: arena planned {int(self._arena.sizes[buf])} bytes, "
+                                  f"run asks {nbytes}")
+            if self._arena_mem is None:
+                self._arena_mem = self.xp.empty(max(int(self._arena.arena_bytes), 1), dtype=self.xp.uint8)
+            off = int(self._arena.offsets[buf])
+            block = self._arena_mem[off:off + nbytes]
+            view = block
+        elif self.strategy == "pool":
+            k = bisect.bisect_left(self._free_sizes, nbytes)
+            if k < len(self._free_sizes):
+                del self._free_sizes[k]
+                block = self._free_blocks.pop(k)
+            else:
+                block = self.xp.empty(_round(max(nbytes, 1), self.alignment), dtype=self.xp.uint8)
+                self.reserved_bytes += block.size
+            view = block[:nbytes]
+        else:
+            block = self.xp.empty(max(nbytes, 1), dtype=self.xp.uint8)
+            self.reserved_bytes += nbytes
+            view = block[:nbytes]
+        self._live[buf] = (block, nbytes)
+        self.live_bytes += nbytes
+        self.allocations += 1
+        if self.live_bytes > self.peak_bytes:
+            self.peak_bytes = self.live_bytes
+        return view
+
+    def free(self, buf: int) -> None:
+        block, nbytes = self._live.pop(buf)
+        self.live_bytes -= nbytes
+        if self.strategy == "pool":
+            k = bisect.bisect_left(self._free_sizes, block.size)
+            self._free_sizes.insert(k, block.size)
+            self._free_blocks.insert(k, block)
+        elif self.strategy == "naive":
+            self._graveyard.append(block)
+
+    def is_live(self, buf: int) -> bool:
+        return buf in self._live
+
+    # ---------------------------------------------------------------- device hook
+    @contextlib.contextmanager
+    def tracking(self):
+        """On CuPy: every allocation inside goes through a private pool whose peak is recorded."""
+        if not self.backend.is_gpu:
+            yield self
+            return
+        cupy = self.xp
+        pool = cupy.cuda.MemoryPool()
+        self.device_peak_bytes = 0
+
+        def malloc(nbytes):
+            mem = pool.malloc(nbytes)
+            used = pool.used_bytes()
+            if used > self.device_peak_bytes:
+                self.device_peak_bytes = used
+            return mem
+
+        with cupy.cuda.using_allocator(malloc):
+            yield self
+        self.backend.synchronize()
+
+    def stats(self) -> dict:
+        return {"allocator": self.strategy, "measured_peak_bytes": int(self.peak_bytes),
+                "reserved_bytes": int(self.reserved_bytes), "allocations": int(self.allocations),
+                "alignment": int(self.alignment),
+                "device_peak_bytes": None if self.device_peak_bytes is None else int(self.device_peak_bytes)}

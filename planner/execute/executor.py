@@ -1,0 +1,363 @@
+"""Run a training step under a recomputation schedule and measure its real peak.
+
+The schedule (``planner.schedule.Schedule``, reference format) is first turned into a buffer
+timeline (:func:`timeline`): every value or gradient instance the run creates becomes a buffer with
+a size and a half-open lifetime ``[start, end)`` in schedule steps.
+
+* **lazy allocation** -- a buffer is allocated at the step that first writes it;
+* **the schedule's recomputations** -- a forward compute of an already computed function creates a
+  new instance of its output;
+* **automatic recycling** (``recycle=True``) -- a buffer is freed right after its last read, even
+  when the schedule forgets it later; parameter and input gradients (the step's results) are kept.
+  With ``recycle=False`` memory is freed exactly at the schedule's ``forget`` lines, which
+  reproduces the planner's accounting (``planner.simulate``, reference mode) byte for byte.
+
+:func:`run` then executes the timeline through one :class:`TrackedAllocator` (naive, pool or
+static: the static arena is planned from this same timeline), with the real kernels of
+:mod:`planner.execute.ops` when the graph's details carry op arguments (graphs exported by the
+zoo) or with stand-in kernels otherwise (:mod:`planner.execute.replay`).
+
+Example::
+
+    >>> from planner.execute import zoo, export                      # doctest: +SKIP
+    >>> g = export.to_cg(zoo.build("mlp"))                           # doctest: +SKIP
+    >>> r = run(g, plain_schedule(g))                                # doctest: +SKIP
+    >>> r.measured_peak_bytes, r.loss                                # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import graphlib
+import json
+import time
+
+import numpy as np
+
+from hgraph.errors import HGraphError
+from planner import arena as arena_mod
+from planner.execute import backend as backend_mod
+from planner.execute.allocator import TrackedAllocator
+from planner.execute.ops import OPS
+from planner.schedule import Op, Schedule
+
+
+# ---------------------------------------------------------------- the buffer timeline
+@dataclasses.dataclass
+class Step:
+    op: Op
+    reads: list            # buffer ids read (values and gradients)
+    grad_in: int | None    # gradient buffer read by a backward block; None: the loss's ones
+    writes: list           # (output position j or -1 for a forward output, buffer id, accumulate)
+    frees_before: list     # buffers replaced by a recomputation, freed before the step runs
+    frees_after: list      # buffers freed after the step (forgets, recycling)
+
+
+@dataclasses.dataclass
+class Timeline:
+    steps: list
+    var: np.ndarray        # int64 [B]: the var of each buffer
+    grad: np.ndarray       # bool [B]: True for a gradient buffer
+    nbytes: np.ndarray     # int64 [B]
+    start: np.ndarray      # int64 [B]: step that allocates it
+    end: np.ndarray        # int64 [B]: first step at which it is no longer held
+    recycle: bool
+
+    @property
+    def num_buffers(self) -> int:
+        return int(self.var.size)
+
+    def live_peak(self) -> int:
+        return arena_mod.lower_bound(self.nbytes, self.start, self.end)
+
+    def arena(self, alignment: int = 64) -> arena_mod.ArenaPlan:
+        return arena_mod.plan(self.nbytes, self.start, self.end, alignment=alignment)
+
+
+def _sinks(g) -> set:
+    """Forward outputs whose gradient nobody produces: the loss (its gradient is ones, free)."""
+    produced = {v for bw in g.backward for v in bw.outputs}
+    return {f.outputs[0] for f in g.forward if f.outputs[0] not in produced}
+
+
+def timeline(g, schedule, recycle: bool = True) -> Timeline:
+    """The buffers a run of ``schedule`` on ``g`` creates, and when each is allocated and freed."""
+    if getattr(schedule, "impossible", False):
+        raise HGraphError("the schedule is IMPOSSIBLE: nothing to execute")
+    ops = schedule.ops if hasattr(schedule, "ops") else list(schedule)
+    nf = len(g.forward)
+    is_act = g.is_activation
+    sinks = _sinks(g)
+    var, grad, nbytes, start, end, last = [], [], [], [], [], []
+    value_of, grad_of = {}, {}
+    steps = []
+
+    def new(v, is_grad, s):
+        var.append(v)
+        grad.append(is_grad)
+        nbytes.append(int(g.var_bytes[v]))
+        start.append(s)
+        end.append(len(ops))
+        last.append(s)
+        return len(var) - 1
+
+    def where(s):
+        return f"schedule op {s + 1} ({ops[s].line()})"
+
+    for s, op in enumerate(ops):
+        step = Step(op, [], None, [], [], [])
+        steps.append(step)
+        if op.kind == "forget":
+            table = value_of if op.which == "forward" else grad_of
+            b = table.pop(op.index, None)
+            if b is not None:
+                end[b] = s
+                step.frees_after.append(b)
+            continue
+        f = op.index
+        if 0 <= f < nf:
+            fn = g.forward[f]
+            for a, _ in fn.inputs:
+                if is_act[a]:
+                    if a not in value_of:
+                        raise HGraphError(f"{where(s)} reads var {a}, which is not live")
+                    step.reads.append(value_of[a])
+            y = fn.outputs[0]
+            old = value_of.pop(y, None)
+            if old is not None:
+                end[old] = s
+                step.frees_before.append(old)
+            b = new(y, False, s)
+            value_of[y] = b
+            step.writes.append((-1, b, False))
+        elif nf <= f < 2 * nf:
+            bw = g.functions[f]
+            for a, tag in bw.inputs:
+                if tag == "gradient":
+                    if a in sinks:
+                        continue
+                    if a not in grad_of:
+                        raise HGraphError(f"{where(s)} reads the gradient of var {a}, which is not live")
+                    step.grad_in = grad_of[a]
+                    step.reads.append(grad_of[a])
+                elif is_act[a]:
+                    if a not in value_of:
+                        raise HGraphError(f"{where(s)} reads var {a}, which is not live")
+                    step.reads.append(value_of[a])
+            for j in op.grads:
+                if not 0 <= j < len(bw.outputs):
+                    raise HGraphError(f"{where(s)}: gradient index {j} out of range")
+                v = bw.outputs[j]
+                if v in grad_of:
+                    step.writes.append((j, grad_of[v], True))
+                    step.reads.append(grad_of[v])
+                else:
+                    b = new(v, True, s)
+                    grad_of[v] = b
+                    step.writes.append((j, b, False))
+        else:
+            raise HGraphError(f"{where(s)}: no function {f} (M={2 * nf})")
+        for b in step.reads:
+            last[b] = s
+
+    var, grad, nbytes = np.array(var, np.int64), np.array(grad, bool), np.array(nbytes, np.int64)
+    start, end, last = np.array(start, np.int64), np.array(end, np.int64), np.array(last, np.int64)
+    if recycle:
+        result = grad & ~is_act[var] if var.size else np.zeros(0, bool)   # param / input gradients
+        early = ~result & (last + 1 < end)
+        for b in np.flatnonzero(early).tolist():
+            old_end = int(end[b])
+            if old_end < len(ops) and b in steps[old_end].frees_after:
+                steps[old_end].frees_after.remove(b)
+            elif old_end < len(ops) and b in steps[old_end].frees_before:
+                steps[old_end].frees_before.remove(b)
+            end[b] = last[b] + 1
+            steps[last[b]].frees_after.append(b)
+    return Timeline(steps, var, grad, nbytes, start, end, recycle)
+
+
+def plain_schedule(g) -> Schedule:
+    """No recomputation, no forgets: every forward in topological order, then every backward."""
+    nf = len(g.forward)
+    order = _topological(g)
+    ops = [Op("compute", f) for f in order]
+    ops += [Op("compute", nf + f, tuple(range(len(g.backward[f].outputs)))) for f in reversed(order)]
+    return Schedule(ops)
+
+
+def _topological(g) -> list:
+    deps = {f.index: {int(g.producer[a]) for a, _ in f.inputs if g.producer[a] >= 0} for f in g.forward}
+    ts = graphlib.TopologicalSorter(deps)
+    try:
+        return [f for f in ts.static_order()]
+    except graphlib.CycleError as err:
+        raise HGraphError(f"the forward graph has a cycle: {err.args[1]}") from None
+
+
+# ---------------------------------------------------------------- running it
+@dataclasses.dataclass
+class RunResult:
+    measured_peak_bytes: int
+    reserved_bytes: int
+    device_peak_bytes: int | None
+    allocator: str
+    backend: str
+    seconds: float
+    recycle: bool
+    kernels: str                       # "real" | "stand-in"
+    buffers: int
+    loss: float | None = None
+    param_grads: dict | None = None    # var id -> host NumPy array (real kernels)
+    arena: dict | None = None
+
+    def report(self) -> dict:
+        out = {k: v for k, v in dataclasses.asdict(self).items() if k != "param_grads"}
+        return out
+
+
+def has_real_ops(g) -> bool:
+    """Whether every forward block's details name an op this executor implements."""
+    for f in g.forward:
+        d = _details(f)
+        if d.get("op") not in OPS or "in_shapes" not in d:
+            return False
+    return True
+
+
+def _details(f) -> dict:
+    d = f.details
+    if isinstance(d, dict):
+        return d
+    try:
+        return json.loads(d)
+    except ValueError:
+        return {}
+
+
+def _init_array(xp, spec, shape, dtype, seed, vid):
+    rng = np.random.default_rng([seed, vid])
+    kind = (spec or {}).get("kind", "normal")
+    if kind == "labels":
+        a = rng.integers(0, spec["classes"], size=shape).astype(dtype)
+    elif kind == "zeros":
+        a = np.zeros(shape, dtype)
+    elif kind == "ones":
+        a = np.ones(shape, dtype)
+    else:
+        a = (rng.standard_normal(shape) * ((spec or {}).get("scale") or 1.0)).astype(dtype)
+    return xp.asarray(a)
+
+
+def leaves(g, xp, seed: int = 0) -> dict:
+    """Parameters and inputs (var id -> array), built from the details' shapes and initialisers."""
+    out = {}
+    for f in g.forward:
+        d = _details(f)
+        for pos, (a, _) in enumerate(f.inputs):
+            if not g.is_activation[a] and a not in out:
+                out[a] = _init_array(xp, d.get("init", {}).get(str(pos)), tuple(d["in_shapes"][pos]),
+                                     d["in_dtypes"][pos], seed, a)
+    return out
+
+
+def run(g, schedule, *, allocator: str = "pool", backend=None, recycle: bool = True,
+        kernels: str = "auto", seed: int = 0, touch: str | None = None, alignment: int | None = None
+        ) -> RunResult:
+    """Execute ``schedule`` on ``g``; real kernels when the graph carries op arguments."""
+    be = backend if isinstance(backend, backend_mod.Backend) else backend_mod.get(backend)
+    if kernels == "auto":
+        kernels = "real" if has_real_ops(g) else "stand-in"
+    if kernels == "real" and not has_real_ops(g):
+        raise HGraphError("this graph carries no operator arguments; use replay (stand-in kernels)")
+    tl = timeline(g, schedule, recycle=recycle)
+    align = alignment or (256 if be.is_gpu else 64)
+    plan = tl.arena(align) if allocator == "static" else None
+    alloc = TrackedAllocator(be, allocator, arena=plan, alignment=align)
+    t0 = time.perf_counter()
+    with alloc.tracking():
+        if kernels == "real":
+            loss, grads = _run_real(g, tl, alloc, be, seed)
+        else:
+            from planner.execute.replay import run_standin
+            loss, grads = None, None
+            run_standin(g, tl, alloc, be, touch or ("full" if be.is_gpu else "page"))
+        be.synchronize()
+    seconds = time.perf_counter() - t0
+    return RunResult(int(alloc.peak_bytes), int(alloc.reserved_bytes),
+                     alloc.device_peak_bytes, allocator, be.name, seconds, recycle,
+                     kernels, tl.num_buffers, loss, grads, plan.summary() if plan else None)
+
+
+def _run_real(g, tl: Timeline, alloc: TrackedAllocator, be, seed: int):
+    xp = be.xp
+    nf = len(g.forward)
+    fwd = [_details(f) for f in g.forward]
+    opdefs = [OPS[d["op"]] for d in fwd]
+    leaf = leaves(g, xp, seed)
+    sinks = _sinks(g)
+    arrays = {}                                  # buffer id -> typed array view
+    values = {}                                  # var id -> buffer id of its live value
+    loss = None
+
+    def typed(b, shape, dtype):
+        raw = alloc.alloc(b, int(tl.nbytes[b]))
+        arr = raw.view(dtype).reshape(shape)
+        arrays[b] = arr
+        return arr
+
+    def value(a):
+        return leaf[a] if a in leaf else arrays[values[a]]
+
+    for s, step in enumerate(tl.steps):
+        for b in step.frees_before:
+            alloc.free(b)
+            del arrays[b]
+        op = step.op
+        if op.kind == "compute":
+            f = op.index
+            if f < nf:
+                d, fn = fwd[f], g.forward[f]
+                y = opdefs[f].forward(xp, [value(a) for a, _ in fn.inputs], d["attrs"])
+                _, b, _ = step.writes[0]
+                out = typed(b, tuple(d["out_shape"]), d["out_dtype"])
+                out[...] = y
+                values[fn.outputs[0]] = b
+                if fn.outputs[0] in sinks:
+                    loss = float(be.to_numpy(out))
+            else:
+                i = f - nf
+                d, fn = fwd[i], g.forward[i]
+                opdef = opdefs[i]
+                yvar = fn.outputs[0]
+                gy = arrays[step.grad_in] if step.grad_in is not None else \
+                    xp.ones(tuple(d["out_shape"]), dtype=d["out_dtype"])
+                saved = {p: value(fn.inputs[p][0]) for p in opdef.saves_inputs}
+                y = value(yvar) if opdef.saves_output else None
+                want = [j for j, _, _ in step.writes]
+                grads = opdef.backward(xp, gy, saved, y, d["attrs"], [tuple(sh) for sh in d["in_shapes"]],
+                                       want)
+                for j, b, accumulate in step.writes:
+                    if accumulate:
+                        arrays[b] += grads[j]
+                    else:
+                        typed(b, tuple(d["in_shapes"][j]), d["in_dtypes"][j])[...] = grads[j]
+        for b in step.frees_after:
+            alloc.free(b)
+            arrays.pop(b)
+        # a var's live value is whichever buffer of it is still allocated
+        for v in [v for v, b in values.items() if b not in arrays]:
+            del values[v]
+    param_grads = {}
+    for b, arr in arrays.items():
+        v = int(tl.var[b])
+        if tl.grad[b] and g.var_names[v].startswith("/"):      # parameters are named by path
+            param_grads[v] = be.to_numpy(arr).copy()
+    return loss, param_grads
+
+
+def gradients_equal(a: dict, b: dict) -> bool:
+    """Bitwise equality of two parameter-gradient maps."""
+    if a.keys() != b.keys():
+        return False
+    return all(a[k].dtype == b[k].dtype and a[k].shape == b[k].shape
+               and a[k].tobytes() == b[k].tobytes() for k in a)
