@@ -252,3 +252,28 @@ class ActivationGraph:
             cand = np.unique(idx)
             frontier = cand[indeg[cand] == 0]
         return np.concatenate(out) if out else np.zeros(0, dtype=np.int64)
+
+    def chain_model(self, chain) -> dict:
+        """The DP's model quantities of a chain of lower sets (FORMAT.md §4.2), in graph units.
+
+        ``chain``: masks / bitsets / node lists, ∅ optional, ending with V. Returns ``blocks`` (k),
+        ``recompute_cost`` (Σ t(Vi \\ ∂Li)), ``peak`` (max_i ckpt_<i + 2 m(Vi) + m(A(Li)) + m(B(Li)),
+        A ∩ B counted twice), ``ckpt`` (Σ m(∂Li ∩ Vi)) and ``checkpoints`` (bool [n]).
+        """
+        masks = [self.to_mask(c) for c in chain]
+        masks = [m for m in masks if m.any()]
+        prev = np.zeros(self.n, dtype=bool)
+        ckpt = peak = rec = 0
+        cks = np.zeros(self.n, dtype=bool)
+        for m in masks:
+            block = m & ~prev
+            w = self.to_mask(self.boundary(m)) & block
+            term = (ckpt + 2 * int(self.m[block].sum()) + self.mem(self.above(m))
+                    + self.mem(self.below(m)))
+            peak = max(peak, term)
+            rec += int(self.t[block & ~w].sum())
+            ckpt += int(self.m[w].sum())
+            cks |= w
+            prev = m
+        return {"blocks": len(masks), "recompute_cost": rec, "peak": peak, "ckpt": ckpt,
+                "checkpoints": cks}

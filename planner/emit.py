@@ -1,0 +1,221 @@
+"""Emit the reference's training schedule from a chain of lower sets (FORMAT.md §4.7).
+
+Given the computational graph and a strictly increasing chain ``∅ ⊊ L1 ⊊ … ⊊ Lk = V`` of lower sets
+of its activation graph, :func:`emit` writes the schedule DP.cpp / DP2.cpp / Chen.cpp print,
+op for op:
+
+1. forward phase, block by block: compute block i's functions (in ``topsor`` order), then forget its
+   non-checkpoints (``Vi \\ ∂Li``, id order);
+2. backward phase, blocks k..1: (a) recompute what is not live; (b) run the backward blocks in
+   reverse topological order -- output indices are the activations in Vi plus, on a block's first
+   run, its parameter/input outputs; the "ReLU exception" recomputes a forgotten forward output a
+   backward block needs (``output`` tag) and forgets it again; (c) mark Vi's gradients live;
+   (d) forget forward values not in L(i-1) ∪ B(L(i-1)); (e) forget gradients not in A(L(i-1));
+3. the forget-hoisting optimizer (on by default): every forget moves up to just after the last
+   earlier compute that reads or produces the same value.
+
+Chains may be given as bool masks, bitset ints or lists of node indices (activation-graph nodes,
+not var ids); a leading ∅ is optional and dropped, the last set must be V.
+
+``topsor`` is the reference's order: a DFS over all N variables from var 0..N-1, out-edges in
+insertion order (forward blocks in file order, inputs in order), reverse postorder.
+
+Example::
+
+    >>> from planner import cg, chen                                      # doctest: +SKIP
+    >>> g = cg.read("../shared/graphs/cg_vgg19.txt")                      # doctest: +SKIP
+    >>> sched = emit(g, chen.solve(g, budget=10**11).chain)               # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from planner.activation_graph import ActivationGraph
+from planner.schedule import Op, Schedule
+
+__all__ = ["topsor", "normalize_chain", "emit", "hoist_forgets"]
+
+
+def topsor(g) -> np.ndarray:
+    """Forward function indices in the reference's DFS topological order of their outputs."""
+    n = g.num_vars
+    out = [[] for _ in range(n)]
+    for f in g.forward:
+        y = f.outputs[0]
+        for a, _ in f.inputs:
+            out[a].append(y)
+    seen = bytearray(n)
+    post = []
+    for root in range(n):
+        if seen[root]:
+            continue
+        seen[root] = 1
+        stack = [(root, 0)]
+        while stack:
+            u, k = stack[-1]
+            nxt = out[u]
+            while k < len(nxt) and seen[nxt[k]]:
+                k += 1
+            if k < len(nxt):
+                stack[-1] = (u, k + 1)
+                w = nxt[k]
+                seen[w] = 1
+                stack.append((w, 0))
+            else:
+                stack.pop()
+                post.append(u)
+    order = np.asarray(post[::-1], dtype=np.int64)
+    prod = g.producer[order]
+    return prod[prod >= 0]
+
+
+def normalize_chain(ag: ActivationGraph, chain) -> list:
+    """The chain as bool masks without ∅, checked strictly increasing and ending at V."""
+    masks = [ag.to_mask(c).copy() for c in chain]
+    masks = [m for m in masks if m.any()] if masks and not masks[0].any() else masks
+    if not masks or not masks[-1].all():
+        raise ValueError("a chain of lower sets must end with V (all nodes)")
+    for a, b in zip(masks, masks[1:]):
+        if np.any(a & ~b) or np.array_equal(a, b):
+            raise ValueError("a chain of lower sets must be strictly increasing")
+    for m in masks:
+        if not ag.is_lower_set(m):
+            raise ValueError("every set of the chain must be a lower set")
+    return masks
+
+
+def emit(g, chain, ag: ActivationGraph | None = None, optimize: bool = True) -> Schedule:
+    """The reference schedule of ``chain`` on ``g`` (optimizer on unless ``optimize=False``)."""
+    ag = ag if ag is not None else ActivationGraph.from_cg(g)
+    masks = normalize_chain(ag, chain)
+    k = len(masks)
+    n = ag.n
+    nf = len(g.forward)
+    node_of_var = ag.node_of_var
+    is_act = g.is_activation
+    var = ag.var.tolist()
+
+    # group index (0-based) of each node, and the functions of each group in topsor order
+    grp = np.zeros(n, dtype=np.int64)
+    prev = np.zeros(n, dtype=bool)
+    bounds = []
+    for i, m in enumerate(masks):
+        grp[m & ~prev] = i
+        bounds.append(ag.boundary(m))
+        prev = m
+    order = topsor(g)
+    topo_pos = np.empty(nf, dtype=np.int64)
+    topo_pos[order] = np.arange(nf)
+    node_of_func = node_of_var[[f.outputs[0] for f in g.forward]]
+    fgrp = grp[node_of_func]
+    by_group = [[] for _ in range(k)]
+    for f in order[np.argsort(fgrp[order], kind="stable")].tolist():
+        by_group[fgrp[f]].append(f)
+
+    # blocks that may run in group i: consumers of Vi nodes and producers of Vi nodes
+    cand = [set() for _ in range(k)]
+    for f in range(nf):
+        cand[fgrp[f]].add(f)
+    for a_node, y_node in zip(ag.src.tolist(), ag.dst.tolist()):
+        cand[grp[a_node]].add(int(ag.func[y_node]))
+
+    ops = []
+    live = set()                 # nodes whose forward value is live
+    computed = np.zeros(n, dtype=bool)
+    for i in range(k):
+        for f in by_group[i]:
+            ops.append(Op("compute", f))
+            v = node_of_func[f]
+            live.add(v)
+            computed[v] = True
+        for v in np.flatnonzero((grp == i) & ~bounds[i]).tolist():
+            if v in live:
+                ops.append(Op("forget", var[v], (), "forward"))
+                live.discard(v)
+
+    ran = np.zeros(nf, dtype=bool)
+    glive = set()                # nodes whose gradient is live
+    empty = np.zeros(n, dtype=bool)
+    for i in range(k - 1, -1, -1):
+        for f in by_group[i]:
+            v = node_of_func[f]
+            if v not in live:
+                ops.append(Op("compute", f))
+                live.add(v)
+        for f in sorted(cand[i], key=lambda f: -topo_pos[f]):
+            bw = g.backward[f]
+            idx = []
+            some_in = False
+            for j, v in enumerate(bw.outputs):
+                if is_act[v]:
+                    if grp[node_of_var[v]] == i:
+                        idx.append(j)
+                        some_in = True
+                elif not ran[f]:
+                    idx.append(j)
+            y = node_of_func[f]
+            if not (some_in or (len(idx) == len(bw.outputs) and grp[y] == i)):
+                continue
+            exception = y not in live and any(tag == "output" for _, tag in bw.inputs)
+            if exception:
+                ops.append(Op("compute", f))
+            ops.append(Op("compute", f + nf, tuple(idx)))
+            ran[f] = True
+            if exception:
+                ops.append(Op("forget", var[y], (), "forward"))
+        glive.update(np.flatnonzero(grp == i).tolist())
+        lower = masks[i - 1] if i > 0 else empty
+        keep = lower | ag.below(lower) if i > 0 else lower
+        for v in sorted(live):
+            if not keep[v]:
+                ops.append(Op("forget", var[v], (), "forward"))
+                live.discard(v)
+        a = ag.above(lower) if i > 0 else empty
+        for v in sorted(glive):
+            if not a[v]:
+                ops.append(Op("forget", var[v], (), "backward"))
+                glive.discard(v)
+    if optimize:
+        ops = hoist_forgets(g, ops)
+    return Schedule(ops)
+
+
+def hoist_forgets(g, ops: list) -> list:
+    """The reference's optimizer: move each forget up to just after the last earlier compute
+    that reads or produces the same value (forgets pass other forgets).
+
+    Equivalent to the reference's bubbling walk, in linear time: a forget lands right after its
+    anchor compute (or at the front), and forgets sharing an anchor end up in reverse order.
+    """
+    nf = len(g.forward)
+    n = g.num_vars
+    last = {}                      # (var, which) -> index of the last compute touching it
+    computes = []
+    attached = [[]]                # attached[c + 1]: forgets anchored after compute c
+    for op in ops:
+        if op.kind == "compute":
+            c = len(computes)
+            computes.append(op)
+            attached.append([])
+            f = op.index
+            if f < nf:
+                fn = g.forward[f]
+                for a, _ in fn.inputs:
+                    last[(a, 0)] = c
+                last[(fn.outputs[0], 0)] = c
+            else:
+                bw = g.functions[f]
+                for a, tag in bw.inputs:
+                    last[(a, 1 if tag == "gradient" else 0)] = c
+                for j in op.grads:
+                    last[(bw.outputs[j], 1)] = c
+        else:
+            key = (op.index, 0 if op.which == "forward" else 1)
+            attached[last.get(key, -1) + 1].append(op)
+    out = list(reversed(attached[0]))
+    for c, op in enumerate(computes):
+        out.append(op)
+        out.extend(reversed(attached[c + 1]))
+    del n
+    return out
