@@ -423,3 +423,47 @@ def gradients_equal(a: dict, b: dict) -> bool:
         return False
     return all(a[k].dtype == b[k].dtype and a[k].shape == b[k].shape
                and a[k].tobytes() == b[k].tobytes() for k in a)
+
+
+# ---------------------------------------------------------------- one call for jobs
+def evaluate(g, schedule, *, allocators=("pool",), backend=None, recycle=None, seed: int = 0,
+             touch: str | None = None) -> dict:
+    """Run ``schedule`` on ``g`` with each allocator and compare with the planner's prediction.
+
+    The report holds ``predicted_peak_bytes`` (``planner.simulate``, reference accounting),
+    ``measured_peak_bytes``, ``allocator``, ``backend``, ``seconds`` of the first allocator, one
+    row per allocator under ``allocators``, and -- for graphs with real ops --
+    ``gradients_match``: parameter gradients bitwise equal to those of a plain run (no
+    recomputation, nothing freed). ``recycle=None`` frees after last use for real kernels and at
+    the schedule's forgets for stand-ins (so replay reproduces the prediction exactly).
+    """
+    from planner import simulate
+
+    sim = simulate.replay(g, schedule)
+    if sim.impossible:
+        raise HGraphError("the schedule is IMPOSSIBLE: nothing to execute")
+    if sim.violations:
+        raise HGraphError(f"invalid schedule: {sim.violations[0]}")
+    be = backend if isinstance(backend, backend_mod.Backend) else backend_mod.get(backend)
+    real = has_real_ops(g)
+    free_early = real if recycle is None else bool(recycle)
+    rows = []
+    results = []
+    for name in allocators:
+        r = run(g, schedule, allocator=name, backend=be, recycle=free_early, seed=seed, touch=touch)
+        results.append(r)
+        rows.append(r.report())
+    first = results[0]
+    report = {"predicted_peak_bytes": int(sim.peak_bytes), "measured_peak_bytes": first.measured_peak_bytes,
+              "allocator": first.allocator, "backend": be.name, "device": be.device,
+              "seconds": round(first.seconds, 6), "kernels": first.kernels, "recycle": free_early,
+              "reserved_bytes": first.reserved_bytes, "device_peak_bytes": first.device_peak_bytes,
+              "peak_within_prediction": all(r.measured_peak_bytes <= sim.peak_bytes for r in results),
+              "recompute_cost": int(sim.recompute_cost), "forward_cost": int(sim.forward_cost),
+              "buffers": first.buffers, "allocators": rows}
+    if real:
+        plain = run(g, plain_schedule(g), allocator="pool", backend=be, recycle=False, seed=seed)
+        report["loss"] = first.loss
+        report["gradients_match"] = all(gradients_equal(plain.param_grads, r.param_grads) for r in results)
+        report["plain_peak_bytes"] = plain.measured_peak_bytes
+    return report

@@ -1,0 +1,113 @@
+"""``hgraph submit execute``: run a graph under a schedule and measure the real peak.
+
+The graph is a cg.txt (``--graph``) or a zoo model built in-process (``--model NAME`` with its
+sizes); graphs exported by the zoo carry operator arguments and run real kernels, any other
+graph (the reference graphs) replays with stand-in kernels. The schedule (``--schedule``, the
+reference format; default: the plain schedule, no recomputation) runs through the chosen
+allocators; the JSON report (``--report``) holds ``predicted_peak_bytes`` (the planner's
+accounting), ``measured_peak_bytes``, ``allocator``, ``backend``, ``seconds``, and for real-op
+graphs ``gradients_match``. With ``--address`` / ``--runtime ray`` on a cluster with GPUs, the
+run happens in a Ray actor holding one GPU.
+
+Example::
+
+    hgraph graph zoo resnet --out cg_resnet.txt
+    hgraph submit execute --graph cg_resnet.txt --schedule sch.txt --allocator all --report r.json
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+from hgraph.errors import HGraphError
+from hgraph.fileio import write_text
+from jobs import common
+
+NAME = "execute"
+HELP = "run a schedule on a graph (CuPy or NumPy) and report predicted vs measured peak memory"
+ALLOCATORS = ("naive", "pool", "static")
+
+
+def add_arguments(parser) -> None:
+    from planner.execute import zoo_cli
+
+    parser.add_argument("--graph", default=None, help="cg.txt to run (or --model)")
+    parser.add_argument("--schedule", default=None,
+                        help="schedule file (reference format; default: no recomputation)")
+    parser.add_argument("--allocator", choices=[*ALLOCATORS, "all"], default="pool",
+                        help="memory strategy (default pool; 'all' compares the three)")
+    parser.add_argument("--backend", choices=["auto", "numpy", "cupy"], default=None,
+                        help="array backend (default: $HGRAPH_BACKEND, else CuPy when a GPU works)")
+    parser.add_argument("--free", choices=["auto", "last-use", "schedule"], default="auto",
+                        help="free buffers after their last use or at the schedule's forgets "
+                             "(auto: last-use for real kernels, schedule for replay)")
+    parser.add_argument("--seed", type=int, default=0, help="parameter/input initialisation seed")
+    parser.add_argument("--model", default=None, help="build this zoo model instead of --graph")
+    zoo_cli.add_size_arguments(parser)
+    parser.add_argument("--runtime", choices=["local", "ray"], default=None,
+                        help="ray: run in a GPU actor when the cluster has GPUs")
+    parser.add_argument("--address", default=None, help="Ray cluster address (HOST:PORT)")
+    parser.add_argument("--report", default=None, help="write the JSON report here (default: stdout)")
+
+
+def load_inputs(args):
+    """(graph, schedule) from the flags."""
+    from planner import cg
+    from planner.execute import executor, export, zoo
+    from planner.schedule import Schedule
+
+    if args.model:
+        g = export.to_cg(zoo.build(args.model, batch=args.batch, width=args.width, depth=args.depth,
+                                   image=args.image, seq=args.seq))
+        if args.graph and cg.dumps(cg.read(args.graph)) != cg.dumps(g):
+            raise HGraphError(f"{args.graph}: not the graph of --model {args.model} with these sizes")
+    elif args.graph:
+        g = cg.read(args.graph)
+    else:
+        raise HGraphError("execute needs --graph cg.txt or --model NAME")
+    schedule = Schedule.read(args.schedule) if args.schedule else executor.plain_schedule(g)
+    if schedule.impossible:
+        raise HGraphError(f"{args.schedule}: the schedule is IMPOSSIBLE (no plan fits the budget)")
+    return g, schedule
+
+
+def main(args) -> int:
+    from planner import cg
+    from planner.execute import executor
+
+    g, schedule = load_inputs(args)
+    allocators = ALLOCATORS if args.allocator == "all" else (args.allocator,)
+    recycle = {"auto": None, "last-use": True, "schedule": False}[args.free]
+    options = {"allocators": allocators, "recycle": recycle, "seed": args.seed}
+    report = None
+    if args.runtime == "ray" or args.address:
+        from cluster.connect import ensure_ray
+        from planner.execute import gpu_worker
+
+        ensure_ray(args.address)
+        if gpu_worker.cluster_gpus() >= 1:
+            report = gpu_worker.evaluate_on_gpu(cg.dumps(g), schedule.dumps(), options)
+            report["ray_actor"] = True
+        else:
+            print("hgraph: the Ray cluster has no GPU; executing here", file=sys.stderr)
+    if report is None:
+        report = executor.evaluate(g, schedule, backend=args.backend, **options)
+    report["graph"] = args.graph or f"zoo:{args.model}"
+    report["schedule"] = args.schedule or "plain"
+    text = json.dumps(report, indent=2) + "\n"
+    if args.report:
+        write_text(args.report, text)
+    else:
+        sys.stdout.write(text)
+    row = (f"{report['allocator']}/{report['backend']}: predicted {report['predicted_peak_bytes']:,} B, "
+           f"measured {report['measured_peak_bytes']:,} B")
+    if "gradients_match" in report:
+        row += f", gradients_match={report['gradients_match']}"
+    print(row, file=sys.stderr)
+    ok = report["peak_within_prediction"] and report.get("gradients_match", True)
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(common.module_main(NAME))

@@ -1,0 +1,42 @@
+"""Run the executor on a GPU of the Ray cluster: an actor with ``num_gpus=1``.
+
+The planner never imports Ray at module level; Ray is imported inside these functions only, when
+a job asks for a cluster. The actor receives the graph and schedule as text (small) and returns
+the report of :func:`planner.execute.executor.evaluate`, computed on CuPy in the actor.
+"""
+
+from __future__ import annotations
+
+
+def cluster_gpus() -> float:
+    """GPUs the connected Ray cluster offers (0 when Ray is not initialised)."""
+    import ray
+
+    if not ray.is_initialized():
+        return 0.0
+    return float(ray.cluster_resources().get("GPU", 0.0))
+
+
+def _evaluate_text(graph_text: str, schedule_text: str, options: dict) -> dict:
+    from planner import cg
+    from planner.execute import executor
+    from planner.schedule import Schedule
+
+    g = cg.loads(graph_text, path=options.pop("graph_name", "<graph>"))
+    return executor.evaluate(g, Schedule.loads(schedule_text), **options)
+
+
+def evaluate_on_gpu(graph_text: str, schedule_text: str, options: dict, timeout: float = 600.0) -> dict:
+    """Evaluate in a one-GPU Ray actor (the caller has checked :func:`cluster_gpus`)."""
+    import ray
+
+    @ray.remote(num_gpus=1)
+    class GPUWorker:
+        def evaluate(self, graph_text, schedule_text, options):
+            return _evaluate_text(graph_text, schedule_text, dict(options, backend="cupy"))
+
+    worker = GPUWorker.remote()
+    try:
+        return ray.get(worker.evaluate.remote(graph_text, schedule_text, options), timeout=timeout)
+    finally:
+        ray.kill(worker)

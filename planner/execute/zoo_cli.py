@@ -1,0 +1,53 @@
+"""``hgraph graph zoo NAME``: write a zoo model's training graph as cg.txt.
+
+Example::
+
+    hgraph graph zoo transformer --depth 4 --seq 64 --out cg_transformer.txt
+"""
+
+from __future__ import annotations
+
+import sys
+
+NAME = "zoo"
+HELP = "write a model-zoo training graph (mlp, resnet, unet, transformer) as cg.txt"
+
+
+def _positive(text: str) -> int:
+    import argparse
+
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return value
+
+
+def add_size_arguments(parser) -> None:
+    """The sizing flags shared with ``hgraph submit execute --model``."""
+    parser.add_argument("--batch", type=_positive, default=None, help="batch size")
+    parser.add_argument("--width", type=_positive, default=None, help="hidden units / channels / model width")
+    parser.add_argument("--depth", type=_positive, default=None, help="layers / blocks per stage / levels")
+    parser.add_argument("--image", type=_positive, default=None, help="image side (mlp, resnet, unet)")
+    parser.add_argument("--seq", type=_positive, default=None, help="sequence length (transformer)")
+
+
+def add_arguments(parser) -> None:
+    from planner.execute.zoo import MODELS
+
+    parser.add_argument("model", metavar="NAME", choices=sorted(MODELS), help=", ".join(MODELS))
+    add_size_arguments(parser)
+    parser.add_argument("--out", required=True, help="cg.txt to write")
+
+
+def main(args) -> int:
+    from planner.execute import export, zoo
+
+    t = zoo.build(args.model, batch=args.batch, width=args.width, depth=args.depth,
+                  image=args.image, seq=args.seq)
+    export.write(t, args.out)
+    print(f"{args.out}: {args.model}, {len(t.nodes)} ops, {len(t.vars)} vars, "
+          f"{t.activation_bytes():,} activation bytes, {t.forward_flops:,} forward FLOPs", file=sys.stderr)
+    return 0
