@@ -91,6 +91,8 @@ def plan(sizes, starts, ends, alignment: int = 64) -> ArenaPlan:
     live = ends > starts
     orders = {
         "size": np.lexsort((starts, -sizes)),
+        "size_late_end": np.lexsort((-ends, -sizes)),
+        "start": np.lexsort((-sizes, starts)),
         "size_x_lifetime": np.lexsort((starts, -sizes, -(ends - starts) * sizes)),
         "lifetime": np.lexsort((starts, -sizes, -(ends - starts))),
     }

@@ -1,0 +1,39 @@
+"""Schedules for the executor's checks: the planner's DP at a budget, as the reference emits them.
+
+Budgets are fractions of S, the sum of activation bytes (FORMAT.md §1.3). ``feasible_budgets``
+walks a ladder of fractions and keeps the first ``count`` that the DP can plan, so every model gets
+three real recomputation schedules whatever its shape.
+
+>>> from planner.execute import zoo, export
+>>> g = export.to_cg(zoo.build("transformer"))
+>>> [round(f, 1) for f, _ in feasible_budgets(g, count=2)]
+[0.5, 0.7]
+"""
+
+from __future__ import annotations
+
+LADDER = (0.3, 0.5, 0.7, 1.0, 1.3, 1.6, 2.0, 3.0)
+
+
+def act_sum(g) -> int:
+    return int(g.var_bytes[g.is_activation].sum())
+
+
+def dp_schedule(g, fraction: float, family: str = "approx", strategy: str = "time"):
+    """The DP's schedule at ``fraction`` x S bytes, or None when no plan fits."""
+    from planner import dp, emit
+
+    res = dp.solve(g, int(fraction * act_sum(g)), family=family, strategy=strategy)
+    return None if res.impossible else emit.emit(g, res.chain)
+
+
+def feasible_budgets(g, count: int = 3, ladder=LADDER, **kwargs) -> list:
+    """[(fraction, schedule)] for the first ``count`` fractions of ``ladder`` the DP can plan."""
+    out = []
+    for fraction in ladder:
+        s = dp_schedule(g, fraction, **kwargs)
+        if s is not None:
+            out.append((fraction, s))
+            if len(out) == count:
+                break
+    return out
