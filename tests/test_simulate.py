@@ -85,7 +85,7 @@ def test_recompute_cost_counts_repeated_forwards():
     (lambda ops: ops + [Op("compute", 9)], "no such function"),
     (lambda ops: ops[:2] + [Op("compute", 3, (4,))] + ops[2:], "out of range"),
     (lambda ops: [ops[0], Op("compute", 2, (0, 1))] + ops[1:4] + ops[5:],
-     "reads var 3 (gradient), which is not live"),
+     "reads var 2 (gradient), which is not live"),
 ])
 def test_invalid_schedules_are_reported(mutation, words):
     r = simulate.replay(_tiny(), Schedule(mutation(_plain())))
