@@ -1,0 +1,40 @@
+"""The executor on a CUDA device through CuPy (skipped with the reason where CuPy finds none)."""
+
+import numpy as np
+import pytest
+
+from planner import simulate
+from planner.execute import backend, executor, export, plans, replay, zoo
+
+OK, REASON = backend.gpu_available()
+pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not OK, reason=f"no CUDA device for CuPy: {REASON}")]
+
+
+@pytest.fixture(scope="module")
+def gpu():
+    return backend.get("cupy")
+
+
+@pytest.mark.parametrize("name", sorted(zoo.MODELS))
+def test_gpu_gradients_bitwise_and_peak(gpu, name):
+    g = export.to_cg(zoo.build(name))
+    plain = executor.run(g, executor.plain_schedule(g), backend=gpu, recycle=False)
+    host = executor.run(g, executor.plain_schedule(g), backend="numpy")
+    assert plain.backend == "cupy" and plain.device_peak_bytes > 0
+    for k in host.param_grads:                                    # same maths as NumPy
+        np.testing.assert_allclose(plain.param_grads[k], host.param_grads[k], rtol=2e-3, atol=1e-5)
+    for fraction, s in plans.feasible_budgets(g, count=3):
+        sim = simulate.replay(g, s)
+        for allocator in ("naive", "pool", "static"):
+            r = executor.run(g, s, backend=gpu, allocator=allocator)
+            assert executor.gradients_equal(plain.param_grads, r.param_grads), (name, fraction, allocator)
+            assert r.measured_peak_bytes <= sim.peak_bytes
+            assert r.device_peak_bytes >= r.measured_peak_bytes - 512 * r.buffers
+
+
+def test_gpu_replay_of_a_zoo_graph_matches_prediction(gpu):
+    g = export.to_cg(zoo.build("resnet", batch=16))
+    for _, s in plans.feasible_budgets(g, count=3):
+        r = replay.replay(g, s, backend=gpu, allocator="static", touch="full")
+        assert r.measured_peak_bytes == simulate.replay(g, s).peak_bytes
+        assert r.device_peak_bytes >= r.arena["arena_bytes"]
