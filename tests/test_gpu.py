@@ -29,7 +29,7 @@ def test_gpu_gradients_bitwise_and_peak(gpu, name):
             r = executor.run(g, s, backend=gpu, allocator=allocator)
             assert executor.gradients_equal(plain.param_grads, r.param_grads), (name, fraction, allocator)
             assert r.measured_peak_bytes <= sim.peak_bytes
-            assert r.device_peak_bytes >= r.measured_peak_bytes - 512 * r.buffers
+            assert r.device_peak_bytes >= r.measured_peak_bytes          # the hook saw every byte
 
 
 def test_gpu_replay_of_a_zoo_graph_matches_prediction(gpu):

@@ -1,0 +1,82 @@
+"""Allocator strategies side by side: naive / pool / static arena / lower bound.
+
+For every zoo model and reference graph, at the budgets the DP can plan, the schedule is executed
+(real kernels for zoo models, stand-in replay for the reference graphs) with each allocator. The
+table shows the planner's predicted peak, the measured peak of live bytes, the bytes each
+strategy reserved, the static arena's gap to the lower bound, and for zoo models whether the
+parameter gradients are bitwise equal to a plain run's. Exit status 1 if any acceptance check
+fails (measured > predicted, replay != predicted, arena gap > 5%, gradients differ).
+
+    python3 bench/alloc_bench.py [--backend numpy|cupy] [--graphs vgg19,resnet50] [--zoo-only]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from planner import cg, simulate  # noqa: E402
+from planner.execute import backend as backend_mod, executor, export, plans, zoo  # noqa: E402
+
+REFERENCE = ["vgg19", "unet", "resnet50", "googlenet", "densenet"]
+
+
+def mib(n):
+    return f"{n / 2**20:10.2f}"
+
+
+def bench_graph(label, g, be, recycle, count, ladder):
+    rows, ok = [], True
+    real = executor.has_real_ops(g)
+    plain = executor.run(g, executor.plain_schedule(g), backend=be, recycle=False) if real else None
+    for fraction, s in plans.feasible_budgets(g, count=count, ladder=ladder):
+        sim = simulate.replay(g, s)
+        res = {a: executor.run(g, s, allocator=a, backend=be, recycle=recycle) for a in ("naive", "pool", "static")}
+        measured = res["pool"].measured_peak_bytes
+        arena = res["static"].arena
+        grads = (all(executor.gradients_equal(plain.param_grads, r.param_grads) for r in res.values())
+                 if real else None)
+        good = (measured <= sim.peak_bytes if recycle else measured == sim.peak_bytes) \
+            and arena["gap_pct"] <= 5.0 and grads is not False
+        ok &= good
+        rows.append(f"{label:12s} {fraction:5.1f}S {mib(sim.peak_bytes)} {mib(measured)} "
+                    f"{mib(res['naive'].reserved_bytes)} {mib(res['pool'].reserved_bytes)} "
+                    f"{mib(arena['arena_bytes'])} {mib(arena['lower_bound_bytes'])} {arena['gap_pct']:6.2f}% "
+                    f"{'-' if grads is None else str(grads):>5s} {res['static'].seconds:7.3f} {'ok' if good else 'FAIL'}")
+    return rows, ok
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--backend", default="numpy")
+    p.add_argument("--graphs", default=",".join(REFERENCE))
+    p.add_argument("--zoo-only", action="store_true")
+    p.add_argument("--budgets", type=int, default=3, help="budgets per graph (default 3)")
+    args = p.parse_args(argv)
+    be = backend_mod.get(args.backend)
+    print(f"backend {be.name} ({be.device}); MiB; measured = peak live bytes; naive/pool/static = bytes reserved")
+    print(f"{'graph':12s} {'budget':>6s} {'predicted':>10s} {'measured':>10s} {'naive':>10s} {'pool':>10s} "
+          f"{'static':>10s} {'lower bnd':>10s} {'gap':>7s} {'grads':>5s} {'static s':>7s}")
+    ok, t0 = True, time.perf_counter()
+    for name in zoo.MODELS:
+        rows, good = bench_graph(f"zoo:{name}", export.to_cg(zoo.build(name)), be, True, args.budgets,
+                                 plans.LADDER)
+        print("\n".join(rows), flush=True)
+        ok &= good
+    if not args.zoo_only:
+        for name in args.graphs.split(","):
+            g = cg.read(ROOT.parent / "shared" / "graphs" / f"cg_{name}.txt")
+            rows, good = bench_graph(name, g, be, False, args.budgets, plans.LADDER)
+            print("\n".join(rows), flush=True)
+            ok &= good
+    print(f"{'all checks passed' if ok else 'SOME CHECKS FAILED'} in {time.perf_counter() - t0:.1f} s")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
