@@ -10,7 +10,7 @@ a gradient bit.
 
 >>> g = build("mlp", depth=2)
 >>> len(g.nodes), g.vars[g.nodes[-1].output].shape
-(8, ())
+(9, ())
 """
 
 from __future__ import annotations
