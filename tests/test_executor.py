@@ -116,3 +116,18 @@ def test_execute_job_report(tmp_path):
     r = subprocess.run([sys.executable, "-m", "jobs.execute", "--graph", str(graph), "--schedule", str(bad)],
                        capture_output=True, text=True)
     assert r.returncode == 2 and "bad.txt:2" in r.stderr and "Traceback" not in r.stderr
+
+
+@pytest.mark.ray
+def test_ray_worker_runs_the_executor_in_an_actor(ray_session):
+    import os
+
+    from planner.execute import gpu_worker
+    g = export.to_cg(zoo.build("mlp", depth=1))
+    s = plans.feasible_budgets(g, count=1)[0][1]
+    rep = gpu_worker.evaluate_on_gpu(cg.dumps(g), s.dumps(), {"allocators": ("static",)}, timeout=120,
+                                     num_gpus=0, backend="numpy")
+    assert rep["worker_pid"] != os.getpid()
+    assert rep["gradients_match"] is True and rep["allocator"] == "static"
+    assert rep["measured_peak_bytes"] <= rep["predicted_peak_bytes"]
+    assert gpu_worker.cluster_gpus() == ray_session.cluster_resources().get("GPU", 0.0)

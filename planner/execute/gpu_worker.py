@@ -26,16 +26,22 @@ def _evaluate_text(graph_text: str, schedule_text: str, options: dict) -> dict:
     return executor.evaluate(g, Schedule.loads(schedule_text), **options)
 
 
-def evaluate_on_gpu(graph_text: str, schedule_text: str, options: dict, timeout: float = 600.0) -> dict:
-    """Evaluate in a one-GPU Ray actor (the caller has checked :func:`cluster_gpus`)."""
+def evaluate_on_gpu(graph_text: str, schedule_text: str, options: dict, timeout: float = 600.0,
+                    num_gpus: float = 1, backend: str = "cupy") -> dict:
+    """Evaluate in a Ray actor holding ``num_gpus`` GPUs (the caller has checked :func:`cluster_gpus`).
+
+    ``num_gpus=0, backend="numpy"`` runs the same actor path on a CPU-only cluster (tests).
+    """
     import ray
 
-    @ray.remote(num_gpus=1)
+    @ray.remote
     class GPUWorker:
         def evaluate(self, graph_text, schedule_text, options):
-            return _evaluate_text(graph_text, schedule_text, dict(options, backend="cupy"))
+            report = _evaluate_text(graph_text, schedule_text, dict(options, backend=backend))
+            report["worker_pid"] = __import__("os").getpid()
+            return report
 
-    worker = GPUWorker.remote()
+    worker = GPUWorker.options(num_gpus=num_gpus).remote()
     try:
         return ray.get(worker.evaluate.remote(graph_text, schedule_text, options), timeout=timeout)
     finally:

@@ -22,7 +22,6 @@ from typing import Callable
 
 import numpy as np
 
-F32 = "float32"
 
 
 @dataclasses.dataclass(frozen=True)
