@@ -1,0 +1,118 @@
+"""The driver API: :func:`run` a vertex program on a graph and get a :class:`Result`."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import numpy as np
+
+from hgraph.errors import HGraphError
+from hgraph.master import MODES, Master
+from hgraph.partition import Partition
+
+RUNTIMES = ("local", "ray")
+
+
+@dataclass
+class Result:
+    """What :func:`run` returns.
+
+    ``values``: ndarray ``(n, *value_shape)`` in vertex-id order; ``stats``: one dict per
+    superstep (``superstep``, ``mode``, ``active``, ``messages``, ``bytes`` across workers,
+    ``seconds``, plus the counters the cost model uses); ``aggregates``: the aggregators' final
+    values; ``supersteps``: how many ran; ``failures``: one dict per lost worker (``superstep``,
+    ``worker``, ``recovery_seconds``); ``switches``: mode changes made by hybrid mode.
+    """
+
+    values: np.ndarray
+    stats: list[dict]
+    aggregates: dict[str, Any] = field(default_factory=dict)
+    supersteps: int = 0
+    failures: list[dict] = field(default_factory=list)
+    switches: int = 0
+    checkpoint_dir: str | None = None
+
+    @property
+    def total_bytes(self) -> int:
+        """Bytes that crossed workers over the whole run."""
+        return int(sum(row["bytes"] for row in self.stats))
+
+
+def run(program, graph, tasks: int = 1, blocks: int = 1, mode: str = "hybrid",
+        runtime: str = "local", address: str | None = None, max_supersteps: int | None = None,
+        checkpoint_every: int | None = None, checkpoint_dir=None,
+        inject_failure: int | None = None, progress: Callable[[dict], Any] | None = None,
+        timeout: float | None = 600.0) -> Result:
+    """Run ``program`` (a :class:`hgraph.VertexProgram`) on ``graph`` (a :class:`hgraph.Graph`).
+
+    The graph is range-partitioned over ``tasks`` workers of ``blocks`` VBlocks each. ``mode``
+    is how messages travel: ``"push"`` (senders push sparse (id, value) lists), ``"pull"``
+    (block-pull: each destination VBlock gets one reply per source task that has a responding
+    vertex with an edge into it) or ``"hybrid"`` (the master picks the cheaper of the two every
+    superstep from measured counters). ``runtime="local"`` runs the workers in this process;
+    ``"ray"`` runs one Ray actor per task — on the cluster at ``address`` (GCS ``HOST:PORT``) or
+    ``RAY_ADDRESS``, else on an embedded local Ray. The result is the same, bit for bit, for any
+    ``tasks``, ``blocks``, ``mode`` and ``runtime``.
+
+    ``max_supersteps`` bounds the supersteps (numbered from 0; the program's own
+    ``max_supersteps`` also applies). ``checkpoint_every=K`` checkpoints every K supersteps into
+    ``checkpoint_dir`` (default: a new temporary directory); when a worker dies the job resumes
+    from the last checkpoint. ``inject_failure=S`` kills one worker at superstep S (once) to
+    exercise that. ``progress`` is called with each superstep's stats row. ``timeout`` bounds every
+    wait on a Ray worker (seconds).
+
+    Example — single-source shortest paths::
+
+        import numpy as np
+        import hgraph
+
+        class SSSP(hgraph.VertexProgram):
+            value_dtype = message_dtype = np.float64
+            combiner = np.minimum
+
+            def __init__(self, source):
+                self.source = source
+
+            def init(self, block):
+                values = np.where(block.ids == self.source, 0.0, np.inf)
+                return values, block.ids == self.source        # values, responding
+
+            def update(self, ctx, block, values, inbox, has_message):
+                better = has_message & (inbox < values)
+                return hgraph.Update(np.where(better, inbox, values), respond=better)
+
+            def message(self, src_values, weights):
+                return src_values + weights
+
+        g = hgraph.Graph.from_edges([0, 0, 1], [1, 2, 2], weights=[4.0, 1.0, 2.0])
+        result = hgraph.run(SSSP(0), g, tasks=2, blocks=2, mode="hybrid")
+        result.values                 # array([0., 4., 1.])
+        result.stats[0]["mode"]       # 'pull' (hybrid starts pulling, then follows the costs)
+        [row["bytes"] for row in result.stats]   # bytes that crossed workers per superstep
+    """
+    if mode not in MODES:
+        raise HGraphError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
+    if runtime not in RUNTIMES:
+        raise HGraphError(f"runtime must be one of {', '.join(RUNTIMES)}, got {runtime!r}")
+    if int(tasks) < 1 or int(blocks) < 1:
+        raise HGraphError(f"tasks and blocks must be >= 1, got tasks={tasks}, blocks={blocks}")
+    partition = Partition(graph, tasks=int(tasks), blocks=int(blocks))
+    if runtime == "local":
+        from hgraph.runtime.local import LocalRuntime
+
+        rt = LocalRuntime(program, partition)
+    else:
+        from hgraph.runtime.ray_actors import RayRuntime
+
+        rt = RayRuntime(program, partition, address=address, timeout=timeout)
+    try:
+        master = Master(program, partition, rt, mode=mode, max_supersteps=max_supersteps,
+                        checkpoint_every=checkpoint_every, checkpoint_dir=checkpoint_dir,
+                        inject_failure=inject_failure, progress=progress)
+        values, stats, aggregates, supersteps, switcher = master.run()
+    finally:
+        rt.close()
+    return Result(values=values, stats=stats, aggregates=aggregates, supersteps=supersteps,
+                  failures=master.failures, switches=switcher.switches if switcher else 0,
+                  checkpoint_dir=master.checkpoint_dir)

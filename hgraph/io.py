@@ -1,0 +1,1 @@
+"""Graph loaders (placeholder until the text loaders land)."""

@@ -1,0 +1,105 @@
+"""Range partitioning: ``tasks`` workers, each holding ``blocks`` VBlocks of contiguous vertex ids.
+
+As in HybridGraph, task ``t`` owns the ids ``[task_bounds[t], task_bounds[t+1])`` and its range
+is cut into ``blocks`` VBlocks. Besides the bounds the partition keeps:
+
+* ``dependency[i, j]`` — whether some edge goes from VBlock ``i`` to VBlock ``j`` (the route
+  table of block-pull is this matrix restricted to source blocks with a responding vertex);
+* ``pair_edges[i, j]`` — how many edges go from VBlock ``i`` to VBlock ``j`` (the EBlock sizes);
+* per task, the slice of the out-edge CSR it owns (:meth:`task_slice`), used by push and pull.
+
+Example::
+
+    import hgraph
+    from hgraph.partition import Partition
+    g = hgraph.Graph.from_edges([0, 1, 2, 3], [1, 2, 3, 0])
+    p = Partition(g, tasks=2, blocks=1)
+    p.block_bounds            # array([0, 2, 4])
+    p.dependency.astype(int)  # [[1, 1], [1, 1]]
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from hgraph.errors import HGraphError
+
+
+@dataclass
+class TaskSlice:
+    """What one worker holds: its VBlocks and the out-edges of its vertices (local CSR)."""
+
+    task: int
+    tasks: int
+    n: int
+    block_bounds: np.ndarray      # global bounds of this task's blocks (len blocks+1)
+    task_bounds: np.ndarray       # global bounds of every task (len tasks+1)
+    all_block_bounds: np.ndarray  # global bounds of every block (len tasks*blocks+1)
+    out_indptr: np.ndarray        # local CSR (len local_n+1, starting at 0)
+    out_indices: np.ndarray       # global destination ids
+    out_weights: np.ndarray
+    in_degree: np.ndarray         # of the local vertices
+    columns: dict = field(default_factory=dict)
+
+    @property
+    def start(self) -> int:
+        return int(self.block_bounds[0])
+
+    @property
+    def stop(self) -> int:
+        return int(self.block_bounds[-1])
+
+
+class Partition:
+    """Bounds of tasks and VBlocks over ``graph`` plus the block dependency matrix."""
+
+    def __init__(self, graph, tasks: int = 1, blocks: int = 1):
+        if int(tasks) < 1 or int(blocks) < 1:
+            raise HGraphError(f"tasks and blocks must be >= 1, got tasks={tasks} blocks={blocks}")
+        self.graph = graph
+        self.tasks, self.blocks = int(tasks), int(blocks)
+        n = graph.n
+        total = self.tasks * self.blocks
+        self.block_bounds = (np.arange(total + 1, dtype=np.int64) * n) // total
+        self.task_bounds = self.block_bounds[:: self.blocks].copy()
+        src_block = self.block_of(graph.src)
+        dst_block = self.block_of(graph.dst)
+        self.pair_edges = np.bincount(src_block * total + dst_block,
+                                      minlength=total * total).reshape(total, total)
+        self.dependency = self.pair_edges > 0
+
+    @property
+    def num_blocks(self) -> int:
+        return self.tasks * self.blocks
+
+    def block_of(self, ids: np.ndarray) -> np.ndarray:
+        """The global VBlock index of each vertex id."""
+        return np.searchsorted(self.block_bounds, ids, side="right") - 1
+
+    def task_of_block(self, block: int) -> int:
+        return block // self.blocks
+
+    def task_slice(self, task: int) -> TaskSlice:
+        """The data worker ``task`` needs (arrays are slices/copies of the graph's)."""
+        g = self.graph
+        lo, hi = int(self.task_bounds[task]), int(self.task_bounds[task + 1])
+        e0, e1 = int(g.out_indptr[lo]), int(g.out_indptr[hi])
+        return TaskSlice(
+            task=task, tasks=self.tasks, n=g.n,
+            block_bounds=self.block_bounds[task * self.blocks:(task + 1) * self.blocks + 1].copy(),
+            task_bounds=self.task_bounds.copy(),
+            all_block_bounds=self.block_bounds.copy(),
+            out_indptr=(g.out_indptr[lo:hi + 1] - e0),
+            out_indices=g.out_indices[e0:e1],
+            out_weights=g.out_weights[e0:e1],
+            in_degree=g.in_degree[lo:hi],
+            columns={name: col[lo:hi] for name, col in g.columns.items()},
+        )
+
+    def route_table(self, responding_blocks: np.ndarray) -> np.ndarray:
+        """``route[j, t]``: whether destination block ``j`` pulls from task ``t`` — some block of
+        ``t`` has a responding vertex and an edge into ``j`` (HybridGraph's route table)."""
+        dep = self.dependency & np.asarray(responding_blocks, dtype=bool)[:, None]
+        return dep.reshape(self.tasks, self.blocks, -1).any(axis=1).T

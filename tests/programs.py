@@ -1,0 +1,141 @@
+"""Reference vertex programs the engine tests run: SSSP, connected components, PageRank.
+
+They are deliberately small and self-contained (the jobs in ``jobs/`` have their own, with CLI
+plumbing). Each is deterministic for any partitioning: min combiners are exact, PageRank's float
+sums are folded by the engine in source order, and PageRank's dangling mass is summed as a
+fixed-point integer aggregator (integer sums are associative, float sums are not).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+import hgraph
+
+
+class SSSP(hgraph.VertexProgram):
+    """Distances from ``source``; a vertex that improves sends ``distance + weight``."""
+
+    value_dtype = message_dtype = np.float64
+    combiner = np.minimum
+
+    def __init__(self, source: int):
+        self.source = int(source)
+
+    def init(self, block):
+        is_source = block.ids == self.source
+        return np.where(is_source, 0.0, np.inf), is_source
+
+    def update(self, ctx, block, values, inbox, has_message):
+        better = has_message & (inbox < values)
+        return hgraph.Update(np.where(better, inbox, values), respond=better,
+                             aggregates={"improved": int(better.sum())})
+
+    aggregators = {"improved": "sum"}
+
+    def message(self, src_values, weights):
+        return src_values + weights
+
+
+class MinLabel(hgraph.VertexProgram):
+    """Min-label propagation; on a symmetric graph the label is the component's smallest id."""
+
+    value_dtype = message_dtype = np.int64
+    combiner = np.minimum
+    aggregators = {"changed": "sum", "largest": "max"}
+
+    def init(self, block):
+        return block.ids.copy(), np.ones(block.size, bool)
+
+    def update(self, ctx, block, values, inbox, has_message):
+        smaller = has_message & (inbox < values)
+        new = np.where(smaller, inbox, values)
+        return hgraph.Update(new, respond=smaller,
+                             aggregates={"changed": int(smaller.sum()),
+                                         "largest": int(new.max(initial=-1))})
+
+    def message(self, src_values, weights):
+        return src_values
+
+
+#: Fixed-point scale of PageRank's dangling-mass aggregator (ranks sum to 1, so it fits int64).
+SCALE = float(2 ** 52)
+
+
+class PageRank(hgraph.VertexProgram):
+    """networkx's PageRank (uniform teleport, dangling mass spread evenly), fixed iterations.
+
+    The value is ``(rank, rank / out_weight)``; the second part is what the vertex sends.
+    Needs the graph column ``out_weight``.
+    """
+
+    value_dtype = message_dtype = np.float64
+    value_shape = (2,)
+    combiner = np.add
+    aggregators = {"dangling": "sum"}
+    always_update = True
+
+    def __init__(self, n: int, iterations: int, damping: float = 0.85, initial_dangling: float = 0.0):
+        self.n, self.iterations, self.damping = n, iterations, damping
+        self.initial_dangling = initial_dangling
+        self.max_supersteps = iterations + 1
+
+    def _values(self, rank, out_weight):
+        share = np.divide(rank, out_weight, out=np.zeros_like(rank), where=out_weight > 0)
+        return np.stack([rank, share], axis=1)
+
+    def _dangling(self, rank, out_weight):
+        return {"dangling": np.int64(np.round(rank[out_weight <= 0] * SCALE).astype(np.int64).sum())}
+
+    def init(self, block):
+        rank = np.full(block.size, 1.0 / self.n)
+        ow = block.columns["out_weight"]
+        return self._values(rank, ow), np.ones(block.size, bool)
+
+    def update(self, ctx, block, values, inbox, has_message):
+        ow = block.columns["out_weight"]
+        if ctx.superstep == 1:
+            dangling = self.initial_dangling
+        else:
+            dangling = float(ctx.aggregates["dangling"]) / SCALE
+        received = np.where(has_message, inbox, 0.0)
+        rank = (1 - self.damping) / self.n + self.damping * (received + dangling / self.n)
+        more = ctx.superstep < self.iterations
+        return hgraph.Update(self._values(rank, ow), respond=np.full(block.size, more),
+                             halt=np.full(block.size, not more),
+                             aggregates=self._dangling(rank, ow))
+
+    def message(self, src_values, weights):
+        return src_values[:, 1] * weights
+
+
+def pagerank(graph, iterations: int, damping: float = 0.85):
+    """(program, graph with the ``out_weight`` column) for :class:`PageRank` on ``graph``."""
+    out_weight = np.bincount(graph.src, weights=graph.weights, minlength=graph.n)
+    initial = float(np.count_nonzero(out_weight <= 0)) / graph.n
+    return (PageRank(graph.n, iterations, damping, initial),
+            graph.with_columns(out_weight=out_weight))
+
+
+def symmetrize(graph):
+    """The graph with every edge also reversed (for connected components)."""
+    return hgraph.Graph.from_edges(np.concatenate([graph.src, graph.dst]),
+                                   np.concatenate([graph.dst, graph.src]), n=graph.n)
+
+
+def random_graph(n: int, m: int, seed: int, weighted: bool = True):
+    """A seeded random directed graph with ``m`` distinct non-loop edges (weights in [0.5, 2))."""
+    rng = np.random.default_rng(seed)
+    pairs = set()
+    src, dst = [], []
+    s = rng.integers(0, n, size=4 * m)
+    d = rng.integers(0, n, size=4 * m)
+    for a, b in zip(s.tolist(), d.tolist()):
+        if a != b and (a, b) not in pairs:
+            pairs.add((a, b))
+            src.append(a)
+            dst.append(b)
+            if len(src) == m:
+                break
+    weights = 0.5 + 1.5 * rng.random(len(src)) if weighted else None
+    return hgraph.Graph.from_edges(np.array(src), np.array(dst), weights=weights, n=n)
