@@ -8,7 +8,9 @@ Starting from ``1/n``, the job runs exactly ``--iterations`` iterations (superst
 
 A vertex's value is the pair (rank, rank / out-weight): the second part is what it sends, so a
 message needs only the source value and the edge weight (as in HybridGraph's b-pull, where
-``getMessages`` sees one fragment). The dangling mass travels as a sum aggregator.
+``getMessages`` sees one fragment). The dangling mass travels as a sum aggregator in fixed point
+(int64 units of 2**-52): integer sums are associative, so the result is bit-identical for any
+``--tasks``/``--blocks``/``--mode`` (the engine folds the float message sums in source order).
 
 Example::
 
@@ -28,6 +30,9 @@ HELP = "PageRank by power iteration (--iterations, --damping; networkx's model)"
 
 #: Graph column holding each vertex's total out-weight (added by the job).
 OUT_WEIGHT = "out_weight"
+
+#: Fixed-point scale of the dangling-mass aggregator (ranks sum to 1, so int64 holds it).
+SCALE = float(2 ** 52)
 
 
 class PageRank(hgraph.VertexProgram):
@@ -62,7 +67,10 @@ class PageRank(hgraph.VertexProgram):
             # Past the last iteration (only if the engine runs on): keep the values.
             return hgraph.Update(values, respond=np.zeros(block.size, dtype=bool),
                                  halt=np.ones(block.size, dtype=bool))
-        dangling = self.initial_dangling if ctx.superstep <= 1 else float(ctx.aggregates["dangling"])
+        if ctx.superstep <= 1:
+            dangling = self.initial_dangling
+        else:
+            dangling = float(ctx.aggregates["dangling"]) / SCALE
         received = np.where(has_message, inbox, 0.0)
         rank = (1.0 - self.damping) / self.n + self.damping * (received + dangling / self.n)
         more = ctx.superstep < self.iterations
@@ -70,7 +78,8 @@ class PageRank(hgraph.VertexProgram):
             self._values(rank, out_weight),
             respond=np.full(block.size, more),
             halt=np.full(block.size, not more),
-            aggregates={"dangling": float(rank[out_weight <= 0].sum())},
+            aggregates={"dangling": np.int64(np.round(rank[out_weight <= 0] * SCALE)
+                                             .astype(np.int64).sum())},
         )
 
     def message(self, src_values, weights):
@@ -80,10 +89,7 @@ class PageRank(hgraph.VertexProgram):
 def with_out_weight(graph):
     """The graph with an ``out_weight`` column (sum of each vertex's out-edge weights)."""
     out_weight = np.bincount(graph.src, weights=graph.weights, minlength=graph.n).astype(np.float64)
-    columns = dict(getattr(graph, "columns", None) or {})
-    columns[OUT_WEIGHT] = out_weight
-    return hgraph.Graph.from_edges(graph.src, graph.dst, weights=graph.weights, n=graph.n,
-                                   columns=columns)
+    return graph.with_columns(**{OUT_WEIGHT: out_weight})
 
 
 def add_arguments(parser) -> None:
