@@ -3,8 +3,9 @@
 For every zoo model and reference graph, at the budgets the DP can plan, the schedule is executed
 (real kernels for zoo models, stand-in replay for the reference graphs) with each allocator. The
 table shows the planner's predicted peak, the measured peak of live bytes, the bytes each
-strategy reserved, the static arena's gap to the lower bound, and for zoo models whether the
-parameter gradients are bitwise equal to a plain run's. Exit status 1 if any acceptance check
+strategy reserved, the static arena's gap to the lower bound, for zoo models whether the
+parameter gradients are bitwise equal to a plain run's, and ``rcost``, the schedule's
+recomputation cost in the reference's cost model (% of one forward pass). Exit status 1 if any acceptance check
 fails (measured > predicted, replay != predicted, arena gap > 5%, gradients differ).
 
     python3 bench/alloc_bench.py [--backend numpy|cupy] [--graphs vgg19,resnet50] [--zoo-only]
@@ -41,13 +42,14 @@ def bench_graph(label, g, be, recycle, count, ladder):
         arena = res["static"].arena
         grads = (all(executor.gradients_equal(plain.param_grads, r.param_grads) for r in res.values())
                  if real else None)
+        rcost = 100.0 * sim.recompute_cost / sim.forward_cost
         good = (measured <= sim.peak_bytes if recycle else measured == sim.peak_bytes) \
             and arena["gap_pct"] <= 5.0 and grads is not False
         ok &= good
-        rows.append(f"{label:12s} {fraction:5.1f}S {mib(sim.peak_bytes)} {mib(measured)} "
+        rows.append(f"{label:16s} {fraction:5.1f}S {mib(sim.peak_bytes)} {mib(measured)} "
                     f"{mib(res['naive'].reserved_bytes)} {mib(res['pool'].reserved_bytes)} "
                     f"{mib(arena['arena_bytes'])} {mib(arena['lower_bound_bytes'])} {arena['gap_pct']:6.2f}% "
-                    f"{'-' if grads is None else str(grads):>5s} {res['static'].seconds:7.3f} {'ok' if good else 'FAIL'}")
+                    f"{'-' if grads is None else str(grads):>5s} {rcost:5.0f}% {'ok' if good else 'FAIL'}")
     return rows, ok
 
 
@@ -60,8 +62,8 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     be = backend_mod.get(args.backend)
     print(f"backend {be.name} ({be.device}); MiB; measured = peak live bytes; naive/pool/static = bytes reserved")
-    print(f"{'graph':12s} {'budget':>6s} {'predicted':>10s} {'measured':>10s} {'naive':>10s} {'pool':>10s} "
-          f"{'static':>10s} {'lower bnd':>10s} {'gap':>7s} {'grads':>5s} {'static s':>7s}")
+    print(f"{'graph':16s} {'budget':>6s} {'predicted':>10s} {'measured':>10s} {'naive':>10s} {'pool':>10s} "
+          f"{'static':>10s} {'lower bnd':>10s} {'gap':>7s} {'grads':>5s} {'rcost':>6s}")
     ok, t0 = True, time.perf_counter()
     for name in zoo.MODELS:
         rows, good = bench_graph(f"zoo:{name}", export.to_cg(zoo.build(name)), be, True, args.budgets,

@@ -8,8 +8,10 @@ import pytest
 
 from conftest import shared_path
 from planner import cg, chen, emit, simulate
-from planner.execute import executor, export, plans, replay, zoo
+from planner.execute import backend, executor, export, plans, replay, zoo
 from planner.schedule import Schedule
+
+NP = backend.get("numpy")          # acceptance on NumPy here; tests/test_gpu.py repeats it on CuPy
 
 REFERENCE_GRAPHS = ["vgg19", "unet", "resnet50", "googlenet", "densenet"]
 
@@ -22,35 +24,46 @@ def zoo_graphs():
 @pytest.mark.parametrize("name", sorted(zoo.MODELS))
 def test_zoo_gradients_bitwise_under_dp_schedules(zoo_graphs, name):
     g = zoo_graphs[name]
-    plain = executor.run(g, executor.plain_schedule(g), recycle=False)
+    plain = executor.run(g, executor.plain_schedule(g), backend=NP, recycle=False)
     budgets = plans.feasible_budgets(g, count=3)
     assert len(budgets) == 3
     for fraction, s in budgets:
         sim = simulate.replay(g, s)
         assert sim.ok, sim.violations[:3]
         for allocator in ("naive", "pool", "static"):
-            r = executor.run(g, s, allocator=allocator)           # free after last use
+            r = executor.run(g, s, backend=NP, allocator=allocator)   # free after last use
             assert executor.gradients_equal(plain.param_grads, r.param_grads), (fraction, allocator)
             assert r.loss == plain.loss
             assert r.measured_peak_bytes <= sim.peak_bytes
-        exact = executor.run(g, s, recycle=False)                  # free at the schedule's forgets
+        exact = executor.run(g, s, backend=NP, recycle=False)                  # free at the schedule's forgets
         assert exact.measured_peak_bytes == sim.peak_bytes
         assert executor.gradients_equal(plain.param_grads, exact.param_grads)
 
 
+@pytest.mark.parametrize("name", sorted(zoo.MODELS))
+def test_zoo_memory_centric_schedules(zoo_graphs, name):
+    g = zoo_graphs[name]
+    plain = executor.run(g, executor.plain_schedule(g), backend=NP)
+    for fraction, s in plans.feasible_budgets(g, count=2, strategy="memory"):
+        sim = simulate.replay(g, s)
+        r = executor.run(g, s, backend=NP, allocator="static")
+        assert executor.gradients_equal(plain.param_grads, r.param_grads), fraction
+        assert r.measured_peak_bytes <= sim.peak_bytes
+
+
 def test_gradients_survive_heavy_recomputation(zoo_graphs):
     g = zoo_graphs["resnet"]
-    plain = executor.run(g, executor.plain_schedule(g))
+    plain = executor.run(g, executor.plain_schedule(g), backend=NP)
     s = executor.checkpoint_schedule(g, keep=[])                   # recompute everything
     sim = simulate.replay(g, s)
     assert sim.ok and sim.recompute_cost >= 0.9 * sim.forward_cost
-    r = executor.run(g, s, allocator="static")
+    r = executor.run(g, s, backend=NP, allocator="static")
     assert executor.gradients_equal(plain.param_grads, r.param_grads)
 
 
 def test_gradients_equal_detects_a_flipped_bit(zoo_graphs):
     g = zoo_graphs["mlp"]
-    a = executor.run(g, executor.plain_schedule(g)).param_grads
+    a = executor.run(g, executor.plain_schedule(g), backend=NP).param_grads
     b = {k: v.copy() for k, v in a.items()}
     k = next(iter(b))
     b[k].view("uint32").flat[0] ^= 1
@@ -81,7 +94,7 @@ def test_replay_measures_the_predicted_peak(name):
         sim = simulate.replay(g, s)
         assert sim.ok, sim.violations[:3]
         for allocator in ("pool", "static"):
-            r = replay.replay(g, s, allocator=allocator)
+            r = replay.replay(g, s, backend=NP, allocator=allocator)
             assert r.kernels == "stand-in"
             assert r.measured_peak_bytes == sim.peak_bytes, (label, allocator)
             assert r.reserved_bytes >= r.measured_peak_bytes
@@ -90,7 +103,7 @@ def test_replay_measures_the_predicted_peak(name):
 def test_replay_of_reference_emitted_schedule():
     g = cg.read(shared_path("graphs", "cg_resnet50.txt"))
     s = Schedule.read(shared_path("reference", "schedules", "resnet50_DP2_time_60pctact.txt"))
-    assert replay.replay(g, s).measured_peak_bytes == simulate.replay(g, s).peak_bytes
+    assert replay.replay(g, s, backend=NP).measured_peak_bytes == simulate.replay(g, s).peak_bytes
 
 
 def test_execute_job_report(tmp_path):

@@ -17,6 +17,13 @@ static: the static arena is planned from this same timeline), with the real kern
 :mod:`planner.execute.ops` when the graph's details carry op arguments (graphs exported by the
 zoo) or with stand-in kernels otherwise (:mod:`planner.execute.replay`).
 
+What is measured: ``measured_peak_bytes`` is the exact peak of bytes held by the buffers the
+schedule governs (forward values and gradients; parameters, inputs and the loss's ``ones`` are
+free, as in the reference's ``eval()``). A kernel's own temporaries (im2col columns, the result
+before it is copied into its buffer) are not buffers of the plan; on CuPy every device byte,
+temporaries included, also goes through the allocator hook and is reported as
+``device_peak_bytes``.
+
 Example::
 
     >>> from planner.execute import zoo, export                      # doctest: +SKIP
