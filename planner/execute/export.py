@@ -59,3 +59,19 @@ def dumps(t: Tracer) -> str:
 def write(t: Tracer, path) -> None:
     """Write ``t`` as cg.txt (atomically, through :func:`planner.cg.write`)."""
     cg.write(to_cg(t), path)
+
+
+def flop_costs(g):
+    """Forward FLOPs per forward function from the details of a zoo export, else None.
+
+    A FLOP-based cost model for the planner (the reference counts Conv = 10, else 1).
+    """
+    import numpy as np
+
+    out = []
+    for f in g.forward:
+        try:
+            out.append(int(json.loads(f.details)["flops"]))
+        except (ValueError, KeyError, TypeError):
+            return None
+    return np.asarray(out, dtype=np.int64)
