@@ -21,8 +21,9 @@ def test_gpu_gradients_bitwise_and_peak(gpu, name):
     plain = executor.run(g, executor.plain_schedule(g), backend=gpu, recycle=False)
     host = executor.run(g, executor.plain_schedule(g), backend="numpy")
     assert plain.backend == "cupy" and plain.device_peak_bytes > 0
-    for k in host.param_grads:                                    # same maths as NumPy
-        np.testing.assert_allclose(plain.param_grads[k], host.param_grads[k], rtol=2e-3, atol=1e-5)
+    for k, ref in host.param_grads.items():                       # same maths as NumPy (float32)
+        diff = np.linalg.norm(plain.param_grads[k].astype(np.float64) - ref)
+        assert diff <= 1e-3 * np.linalg.norm(ref) + 1e-6, (name, k)
     for fraction, s in plans.feasible_budgets(g, count=3):
         sim = simulate.replay(g, s)
         for allocator in ("naive", "pool", "static"):
