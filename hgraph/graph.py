@@ -22,11 +22,22 @@ import numpy as np
 from hgraph.errors import HGraphError
 
 
+def _stable_order(keys: np.ndarray) -> np.ndarray:
+    """A stable argsort of vertex ids: already-sorted input costs one pass; otherwise one
+    (key, position) int64 sort, which is several times faster than NumPy's stable argsort."""
+    m = len(keys)
+    if m == 0 or bool(np.all(keys[1:] >= keys[:-1])):
+        return np.arange(m, dtype=np.int64)
+    if m < 2**31 and int(keys.max()) < 2**31:
+        packed = (keys.astype(np.int64) << 32) | np.arange(m, dtype=np.int64)
+        packed.sort()
+        return packed & 0xFFFFFFFF
+    return np.argsort(keys, kind="stable")
+
+
 def _csr(keys: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
     """(indptr, stable order) grouping edge positions by ``keys`` (vertex ids in ``0..n-1``)."""
-    if len(keys) and n <= np.iinfo(np.int32).max:
-        keys = keys.astype(np.int32, copy=False)
-    order = np.argsort(keys, kind="stable")
+    order = _stable_order(keys)
     counts = np.bincount(keys, minlength=n)
     indptr = np.zeros(n + 1, dtype=np.int64)
     np.cumsum(counts, out=indptr[1:])
@@ -72,11 +83,9 @@ class Graph:
         self.out_indices = dst[order]
         self.out_weights = weights[order]
         self.out_edge_ids = order
-        self.in_indptr, order = _csr(dst, n)
-        self.in_indices = src[order]
-        self.in_weights = weights[order]
         self.out_degree = np.diff(self.out_indptr)
-        self.in_degree = np.diff(self.in_indptr)
+        self.in_degree = np.bincount(dst, minlength=n)
+        self._in = None
         self.columns: dict[str, np.ndarray] = {}
         for name, column in (columns or {}).items():
             column = np.asarray(column)
@@ -89,6 +98,26 @@ class Graph:
                    columns: Mapping[str, np.ndarray] | None = None) -> "Graph":
         """The graph of edges ``src[i] -> dst[i]`` (weight ``weights[i]``, default 1.0)."""
         return cls(src, dst, weights=weights, n=n, columns=columns)
+
+    def _in_csr(self):
+        if self._in is None:
+            indptr, order = _csr(self.dst, self.n)
+            self._in = (indptr, self.src[order], self.weights[order])
+        return self._in
+
+    @property
+    def in_indptr(self) -> np.ndarray:
+        """CSR of in-edges (built on first use): sources of ``v`` are
+        ``in_indices[in_indptr[v]:in_indptr[v+1]]`` in input order."""
+        return self._in_csr()[0]
+
+    @property
+    def in_indices(self) -> np.ndarray:
+        return self._in_csr()[1]
+
+    @property
+    def in_weights(self) -> np.ndarray:
+        return self._in_csr()[2]
 
     @property
     def num_edges(self) -> int:
