@@ -154,8 +154,9 @@ def format_values(values: np.ndarray) -> Iterable[str]:
 def write_values(path, values: np.ndarray) -> None:
     """``vid<TAB>value`` lines sorted by vid (values are in vertex-id order), atomically."""
     texts = format_values(values)
+    lines = "\n".join(map("\t".join, zip(map(str, range(len(values))), texts)))
     with atomic_write(path, "w", encoding="utf-8") as handle:
-        handle.writelines(map("{}\t{}\n".format, range(len(values)), texts))
+        handle.write(lines + "\n" if lines else "")
 
 
 def _plain(value):
