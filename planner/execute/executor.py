@@ -330,9 +330,13 @@ def leaves(g, xp, seed: int = 0) -> dict:
 
 
 def run(g, schedule, *, allocator: str = "pool", backend=None, recycle: bool = True,
-        kernels: str = "auto", seed: int = 0, touch: str | None = None, alignment: int | None = None
-        ) -> RunResult:
-    """Execute ``schedule`` on ``g``; real kernels when the graph carries op arguments."""
+        kernels: str = "auto", seed: int = 0, touch: str | None = None, alignment: int | None = None,
+        leaf_values: dict | None = None) -> RunResult:
+    """Execute ``schedule`` on ``g``; real kernels when the graph carries op arguments.
+
+    ``leaf_values`` (var id -> array) replaces initialised parameters or inputs (e.g. to check
+    gradients against finite differences).
+    """
     be = backend if isinstance(backend, backend_mod.Backend) else backend_mod.get(backend)
     if kernels == "auto":
         kernels = "real" if has_real_ops(g) else "stand-in"
@@ -345,7 +349,7 @@ def run(g, schedule, *, allocator: str = "pool", backend=None, recycle: bool = T
     t0 = time.perf_counter()
     with alloc.tracking():
         if kernels == "real":
-            loss, grads = _run_real(g, tl, alloc, be, seed)
+            loss, grads = _run_real(g, tl, alloc, be, seed, leaf_values)
         else:
             from planner.execute.replay import run_standin
             loss, grads = None, None
@@ -357,12 +361,16 @@ def run(g, schedule, *, allocator: str = "pool", backend=None, recycle: bool = T
                      kernels, tl.num_buffers, loss, grads, plan.summary() if plan else None)
 
 
-def _run_real(g, tl: Timeline, alloc: TrackedAllocator, be, seed: int):
+def _run_real(g, tl: Timeline, alloc: TrackedAllocator, be, seed: int, leaf_values=None):
     xp = be.xp
     nf = len(g.forward)
     fwd = [_details(f) for f in g.forward]
     opdefs = [OPS[d["op"]] for d in fwd]
     leaf = leaves(g, xp, seed)
+    for v, arr in (leaf_values or {}).items():
+        if v not in leaf or tuple(arr.shape) != tuple(leaf[v].shape):
+            raise HGraphError(f"leaf_values: var {v} is not a parameter/input of shape {leaf.get(v, arr).shape}")
+        leaf[v] = xp.asarray(arr, dtype=leaf[v].dtype)
     sinks = _sinks(g)
     arrays = {}                                  # buffer id -> typed array view
     values = {}                                  # var id -> buffer id of its live value

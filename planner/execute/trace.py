@@ -76,17 +76,18 @@ class Tensor:
 class Tracer:
     """Records ops; ``vars`` and ``nodes`` are the forward graph (creation order is topological)."""
 
-    def __init__(self, name: str = "model"):
+    def __init__(self, name: str = "model", dtype: str = "float32"):
         self.name = name
+        self.dtype = str(np.dtype(dtype))     # of parameters and float inputs
         self.vars: list[Var] = []
         self.nodes: list[Node] = []
         self._inputs = 0
 
     # ---------------------------------------------------------------- leaves
-    def input(self, shape, dtype: str = "float32", classes: int | None = None) -> Tensor:
+    def input(self, shape, dtype: str | None = None, classes: int | None = None) -> Tensor:
         """The next model input (named 0, 1, ... as in cg.txt); ``classes`` makes integer labels."""
         init = {"kind": "labels", "classes": int(classes)} if classes else {"kind": "normal", "scale": 1.0}
-        v = self._var(shape, dtype, "input", str(self._inputs), init)
+        v = self._var(shape, dtype or self.dtype, "input", str(self._inputs), init)
         self._inputs += 1
         return v
 
@@ -95,7 +96,7 @@ class Tracer:
         if scale is None and init == "normal":
             fan_in = int(math.prod(shape[1:])) if len(shape) == 4 else shape[0]
             scale = 1.0 / math.sqrt(max(fan_in, 1))
-        return self._var(shape, "float32", "param", "/" + name.strip("/"),
+        return self._var(shape, self.dtype, "param", "/" + name.strip("/"),
                          {"kind": init, "scale": scale})
 
     def _var(self, shape, dtype, kind, name, init=None) -> Tensor:
