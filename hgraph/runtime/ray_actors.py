@@ -1,0 +1,145 @@
+"""Ray runtime: one actor per task, message blocks as driver-owned object references.
+
+Each superstep the driver makes one call per actor, ``step.options(num_returns=tasks + 1)``, whose
+arguments are the refs of every block addressed to that task (Ray resolves them store to store,
+the driver never touches the data) and whose returns are one block per destination task plus the
+stats dict — "pattern A" of ``shared/notes/ray.md``: workers never wait on each other and the
+driver is the barrier. Returned blocks are owned by the driver, so they outlive a dead actor.
+
+A dead actor (``RayActorError``/``ActorDiedError``, ``ActorUnavailableError``) surfaces as
+:class:`hgraph.runtime.local.WorkerLost`; the master then calls :meth:`RayRuntime.restore`, which
+starts a replacement actor and restores every actor from the checkpoint. Every ``ray.get`` has a
+timeout, so a hung cluster is an error, not a hang.
+"""
+
+from __future__ import annotations
+
+from hgraph.errors import HGraphError
+from hgraph.runtime.local import WorkerLost
+from hgraph.worker import Worker
+
+
+def _actor_class():
+    import ray
+
+    @ray.remote(max_restarts=0, num_cpus=0)
+    class WorkerActor:
+        """A :class:`hgraph.worker.Worker` inside a Ray actor."""
+
+        def __init__(self, program, part):
+            self.worker = Worker(program, part)
+
+        def step(self, superstep, mode, aggregates, final, *inbound):
+            return self.worker.step(superstep, mode, aggregates, final, *inbound)
+
+        def state(self):
+            return self.worker.state()
+
+        def restore(self, data):
+            self.worker.restore(data)
+            return True
+
+        def result(self):
+            return self.worker.result()
+
+        def pid(self):
+            import os
+
+            return os.getpid()
+
+    return WorkerActor
+
+
+class RayRuntime:
+    """Workers as Ray actors (see the module docstring)."""
+
+    name = "ray"
+
+    def __init__(self, program, partition, address: str | None = None, timeout: float | None = 600.0):
+        from cluster.connect import ensure_ray
+
+        ensure_ray(address)
+        import ray
+
+        self.ray = ray
+        self.program, self.partition = program, partition
+        self.tasks = partition.tasks
+        self.timeout = timeout
+        self._cls = _actor_class()
+        self._program_ref = ray.put(program)
+        self.actors = [self._start(t) for t in range(self.tasks)]
+
+    def _start(self, task: int):
+        return self._cls.options(scheduling_strategy="SPREAD").remote(
+            self._program_ref, self.partition.task_slice(task))
+
+    def _get(self, refs, what: str):
+        ray = self.ray
+        try:
+            return ray.get(refs, timeout=self.timeout)
+        except ray.exceptions.GetTimeoutError:
+            raise HGraphError(f"Ray workers did not answer {what} within {self.timeout} s") from None
+        except ray.exceptions.RayTaskError as err:
+            cause = getattr(err, "cause", None)
+            if isinstance(cause, HGraphError):
+                raise cause from None
+            raise
+
+    def _dead(self) -> list[int]:
+        """Tasks whose actor does not answer."""
+        ray = self.ray
+        dead = []
+        for t, actor in enumerate(self.actors):
+            try:
+                ray.get(actor.pid.remote(), timeout=min(30.0, self.timeout or 30.0))
+            except (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError,
+                    ray.exceptions.GetTimeoutError):
+                dead.append(t)
+        return dead
+
+    def step(self, superstep, mode, aggregates, final, inbound):
+        ray = self.ray
+        outs, stats_refs = [], []
+        for t, actor in enumerate(self.actors):
+            refs = actor.step.options(num_returns=self.tasks + 1).remote(
+                superstep, mode, aggregates, final, *inbound[t])
+            outs.append(refs[:-1])
+            stats_refs.append(refs[-1])
+        try:
+            stats = self._get(stats_refs, f"superstep {superstep}")
+        except (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError) as err:
+            dead = self._dead() or list(range(self.tasks))
+            raise WorkerLost(dead, type(err).__name__) from None
+        return outs, stats
+
+    def fetch(self, handles):
+        return [h if isinstance(h, bytes) else self._get(h, "a checkpoint fetch") for h in handles]
+
+    def put(self, data):
+        return data if not data else self.ray.put(data)
+
+    def states(self):
+        return self._get([a.state.remote() for a in self.actors], "a checkpoint")
+
+    def restore(self, states):
+        for t in self._dead():
+            self.actors[t] = self._start(t)
+        self._get([a.restore.remote(s) for a, s in zip(self.actors, states)], "a restore")
+
+    def reset(self):
+        for t in range(self.tasks):
+            self.kill(t)
+        self.actors = [self._start(t) for t in range(self.tasks)]
+
+    def kill(self, task: int):
+        self.ray.kill(self.actors[task], no_restart=True)
+
+    def values(self):
+        return self._get([a.result.remote() for a in self.actors], "the results")
+
+    def close(self):
+        for actor in self.actors:
+            try:
+                self.ray.kill(actor, no_restart=True)
+            except Exception:  # noqa: BLE001 - already gone
+                pass
