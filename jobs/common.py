@@ -18,9 +18,11 @@ vertex program, how its values print — and hands the rest to :func:`run_engine
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
 
@@ -118,6 +120,8 @@ def run_engine_job(args: argparse.Namespace, make_program: Callable[[Any], Any],
     ``prepare_graph(graph)`` may derive the graph the program runs on (e.g. symmetrised);
     ``output(result, graph)`` turns the engine's values into one value per vertex for ``--out``.
     """
+    for flag in ("out", "stats"):
+        check_output(getattr(args, flag, None), f"--{flag}")
     graph = load_graph(args.graph)
     if prepare_graph is not None:
         graph = prepare_graph(graph)
@@ -151,11 +155,56 @@ def format_values(values: np.ndarray) -> Iterable[str]:
     return map(str, values.tolist())
 
 
+def check_output(path, flag: str = "output") -> None:
+    """Fail before the run, not after it, when an output path cannot be a file."""
+    if path is None or str(path) == "-":
+        return
+    p = Path(path)
+    if p.is_dir():
+        raise HGraphError(f"{flag} {p}: is a directory, expected an output file")
+    if p.exists() and not p.is_file():
+        return  # a device or pipe, written directly
+    parent = p.resolve().parent
+    while not parent.exists():
+        parent = parent.parent
+    try:  # probe: can a file be created where the output (or its new folders) will go?
+        fd, probe = tempfile.mkstemp(prefix=".hgraph-probe.", dir=parent)
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as err:
+        raise HGraphError(f"{flag} {p}: cannot create a file in {parent}: {err.strerror}") from None
+
+
+@contextlib.contextmanager
+def open_output(path):
+    """A text handle for an output file: ``-`` is stdout; a regular file (or a new one) is
+    written atomically (through a symlink, to its target); a pipe or device such as
+    ``/dev/stdout`` is written directly (renaming over it would replace the device)."""
+    if str(path) == "-":
+        yield sys.stdout
+        sys.stdout.flush()
+        return
+    p = Path(path)
+    if p.exists() and not p.is_file():
+        if p.is_dir():
+            raise HGraphError(f"{p}: is a directory, expected an output file")
+        with open(p, "w", encoding="utf-8") as handle:
+            yield handle
+        return
+    if p.is_symlink():
+        p = p.resolve()
+    try:
+        with atomic_write(p, "w", encoding="utf-8") as handle:
+            yield handle
+    except OSError as err:
+        raise HGraphError(f"{path}: cannot write: {err.strerror or err}") from None
+
+
 def write_values(path, values: np.ndarray) -> None:
     """``vid<TAB>value`` lines sorted by vid (values are in vertex-id order), atomically."""
     texts = format_values(values)
     lines = "\n".join(map("\t".join, zip(map(str, range(len(values))), texts)))
-    with atomic_write(path, "w", encoding="utf-8") as handle:
+    with open_output(path) as handle:
         handle.write(lines + "\n" if lines else "")
 
 
@@ -171,7 +220,7 @@ def _plain(value):
 def write_stats(path, stats: Sequence[dict]) -> None:
     """The per-superstep stats as a JSON list of objects, atomically."""
     rows = [dict(row) for row in stats]
-    with atomic_write(path, "w", encoding="utf-8") as handle:
+    with open_output(path) as handle:
         json.dump(rows, handle, indent=1, default=_plain)
         handle.write("\n")
 

@@ -253,6 +253,20 @@ def test_bad_job_arguments_raise_one_line_errors(tmp_path, capsys):
     assert not out.exists()
 
 
+def test_output_paths_checked_before_the_run_and_dash_is_stdout(tmp_path, capsys):
+    graph = EXAMPLES / "tiny.edges"
+    assert submit("cc", "--graph", graph, "--out", tmp_path) == 2
+    assert "is a directory" in capsys.readouterr().err
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    assert submit("cc", "--graph", graph, "--stats", blocker / "sub" / "s.json") == 2
+    assert "--stats" in capsys.readouterr().err
+    assert submit("cc", "--graph", graph, "--out", "-") == 0
+    assert capsys.readouterr().out == "0\t0\n1\t0\n2\t0\n3\t0\n4\t0\n5\t5\n6\t5\n7\t5\n"
+    nested = tmp_path / "new" / "dir" / "cc.tsv"
+    assert submit("cc", "--graph", graph, "--out", nested) == 0 and nested.exists()
+
+
 # --------------------------------------------------------------------------------------------
 # entry points and progress
 
