@@ -81,8 +81,21 @@ def _place(order, sizes, starts, ends, alignment):
     return offsets, arena
 
 
-def plan(sizes, starts, ends, alignment: int = 64) -> ArenaPlan:
-    """Offsets for buffers with the given sizes and half-open lifetimes ``[starts, ends)``."""
+def conflicts(starts, ends) -> np.ndarray:
+    """For each buffer, how many buffers (itself included) are live at some common step."""
+    starts, ends = np.asarray(starts), np.asarray(ends)
+    later = starts.size - np.searchsorted(np.sort(starts), ends, side="left")    # start >= my end
+    earlier = np.searchsorted(np.sort(ends), starts, side="right")               # end <= my start
+    return starts.size - later - earlier
+
+
+def plan(sizes, starts, ends, alignment: int = 64, tries: int = 32, seed: int = 0) -> ArenaPlan:
+    """Offsets for buffers with the given sizes and half-open lifetimes ``[starts, ends)``.
+
+    Deterministic greedy orders first; if the best is more than 1% above the lower bound,
+    ``tries`` more greedy passes with sizes jittered by up to ±30% (a seeded generator, so the
+    plan is reproducible) -- on small graphs with many similar sizes this closes most of the gap.
+    """
     sizes, starts, ends = (np.asarray(a, dtype=np.int64) for a in (sizes, starts, ends))
     if not (sizes.shape == starts.shape == ends.shape):
         raise ValueError("sizes, starts and ends must have the same length")
@@ -95,17 +108,29 @@ def plan(sizes, starts, ends, alignment: int = 64) -> ArenaPlan:
         "start": np.lexsort((-sizes, starts)),
         "size_x_lifetime": np.lexsort((starts, -sizes, -(ends - starts) * sizes)),
         "lifetime": np.lexsort((starts, -sizes, -(ends - starts))),
+        "size_conflicts": np.lexsort((-conflicts(starts, ends), -sizes)),
     }
+    used = np.where(live, sizes, 0)
+    bound = lower_bound(used, starts, ends)
     best = None
-    for name, order in orders.items():
+
+    def attempt(name, order):
+        nonlocal best
         order = order[live[order]]
-        offsets, arena = _place(order, np.where(live, sizes, 0), starts, ends, alignment)
+        offsets, arena = _place(order, used, starts, ends, alignment)
         if best is None or arena < best[2]:
             best = (name, offsets, arena)
+
+    for name, order in orders.items():
+        attempt(name, order)
+    rng = np.random.default_rng(seed)
+    for k in range(tries):
+        if best[2] <= bound * 1.01:
+            break
+        attempt(f"jitter{k}", np.lexsort((starts, -sizes * rng.uniform(0.7, 1.3, sizes.size))))
     name, offsets, arena = best
     offsets[~live] = 0
-    return ArenaPlan(offsets, sizes, arena, lower_bound(np.where(live, sizes, 0), starts, ends),
-                     alignment, name)
+    return ArenaPlan(offsets, sizes, arena, bound, alignment, name)
 
 
 def check(p: ArenaPlan, starts, ends) -> None:

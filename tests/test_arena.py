@@ -53,3 +53,20 @@ def test_reference_arena_within_5pct(name):
         tl = executor.timeline(g, s, recycle=recycle)
         p = tl.arena()
         assert p.gap_pct <= 5.0, (name, p.summary())
+
+
+def test_conflicts_counts_overlapping_lifetimes():
+    starts, ends = np.array([0, 1, 2, 5]), np.array([3, 2, 6, 6])
+    brute = [int(((starts < ends[b]) & (ends > starts[b])).sum()) for b in range(4)]
+    assert arena.conflicts(starts, ends).tolist() == brute
+
+
+@pytest.mark.parametrize("name,sizes", [("unet", dict(depth=1, image=6)),
+                                        ("transformer", dict(depth=4, seq=32, width=64))])
+def test_arena_within_5pct_on_other_zoo_sizes(name, sizes):
+    g = export.to_cg(zoo.build(name, **sizes))
+    for _, s in plans.feasible_budgets(g, count=3):
+        tl = executor.timeline(g, s)
+        p = tl.arena()
+        arena.check(p, tl.start, tl.end)
+        assert p.gap_pct <= 5.0, p.summary()
