@@ -1,7 +1,7 @@
-"""Reference vertex programs the engine tests run: SSSP, connected components, PageRank.
+"""Reference vertex programs (SSSP, connected components, PageRank) and graph generators.
 
-They are deliberately small and self-contained (the jobs in ``jobs/`` have their own, with CLI
-plumbing). Each is deterministic for any partitioning: min combiners are exact, PageRank's float
+The engine's tests and benchmarks run these; they are deliberately small and self-contained (the
+jobs in ``jobs/`` have their own, with CLI plumbing). Each is deterministic for any partitioning: min combiners are exact, PageRank's float
 sums are folded by the engine in source order, and PageRank's dangling mass is summed as a
 fixed-point integer aggregator (integer sums are associative, float sums are not).
 """
@@ -139,3 +139,54 @@ def random_graph(n: int, m: int, seed: int, weighted: bool = True):
                 break
     weights = 0.5 + 1.5 * rng.random(len(src)) if weighted else None
     return hgraph.Graph.from_edges(np.array(src), np.array(dst), weights=weights, n=n)
+
+
+def powerlaw_graph(n: int, m: int, seed: int = 1, exponent: float = 0.8):
+    """A seeded power-law directed graph: ``m`` distinct non-loop edges whose endpoints are drawn
+    with probability ~ (rank+1)^-exponent (ranks permuted over the ids so hubs spread over the
+    partitions), weights uniform in [1, 2). Vectorized: 2M edges take well under a second."""
+    rng = np.random.default_rng(seed)
+    p = np.arange(1, n + 1, dtype=np.float64) ** -exponent
+    cdf = np.cumsum(p)
+    cdf /= cdf[-1]
+    perm = rng.permutation(n)
+    src = np.empty(0, np.int64)
+    dst = np.empty(0, np.int64)
+    while len(src) < m:
+        k = int((m - len(src)) * 1.1) + 16
+        s = np.concatenate([src, perm[np.minimum(np.searchsorted(cdf, rng.random(k)), n - 1)]])
+        d = np.concatenate([dst, perm[np.minimum(np.searchsorted(cdf, rng.random(k)), n - 1)]])
+        keep = s != d
+        s, d = s[keep], d[keep]
+        _, first = np.unique(s * n + d, return_index=True)
+        first.sort()
+        src, dst = s[first], d[first]
+    src, dst = src[:m], dst[:m]
+    return hgraph.Graph.from_edges(src, dst, weights=1.0 + rng.random(m), n=n)
+
+
+def hybrid_comparison(n: int = 200_000, m: int = 2_000_000, tasks: int = 4, blocks: int = 2,
+                      seed: int = 1, runtime: str = "local") -> dict:
+    """SSSP from a median-degree vertex of :func:`powerlaw_graph` in push, pull and hybrid mode.
+
+    From an ordinary vertex the frontier starts tiny (push is cheaper), floods the hubs (block-pull
+    is cheaper) and then dies out (push again), so hybrid mode has to switch both ways.
+
+    Returns the bytes each mode moved across workers, hybrid's switches and mode trace, and
+    whether the three results are bit-identical — the hybrid acceptance check (hybrid switches
+    at least twice and moves at most 1.05 x the bytes of the better pure mode)."""
+    g = powerlaw_graph(n, m, seed)
+    degree = g.out_degree
+    source = int(np.flatnonzero(degree == int(np.median(degree)))[0])
+    runs = {mode: hgraph.run(SSSP(source), g, tasks=tasks, blocks=blocks, mode=mode,
+                             runtime=runtime) for mode in ("push", "pull", "hybrid")}
+    hybrid = runs["hybrid"]
+    return {
+        "vertices": n, "edges": g.num_edges, "tasks": tasks, "blocks": blocks, "source": source,
+        "bytes": {mode: r.total_bytes for mode, r in runs.items()},
+        "switches": hybrid.switches,
+        "trace": [(row["mode"], row["active"], row["bytes"]) for row in hybrid.stats],
+        "ratio": hybrid.total_bytes / min(runs["push"].total_bytes, runs["pull"].total_bytes),
+        "identical": all(r.values.tobytes() == hybrid.values.tobytes() for r in runs.values()),
+        "values": hybrid.values,
+    }
