@@ -50,7 +50,7 @@ def _head(t, x, c, labels):
     return t.softmax_cross_entropy(_linear(t, pooled, "fc", n_in, CLASSES), labels)
 
 
-def mlp(batch: int = 32, width: int = 256, depth: int = 4, image: int = 8, dtype: str = "float32") -> Tracer:
+def mlp(batch: int = 32, width: int = 128, depth: int = 4, image: int = 8, dtype: str = "float32") -> Tracer:
     """``depth`` hidden layers of ``width`` units on flattened ``image`` x ``image`` inputs."""
     t = Tracer("mlp", dtype)
     x = t.input((batch, image * image))
