@@ -230,7 +230,9 @@ def recover_chain(g, schedule, ag: ActivationGraph | None = None, search: bool =
     ``compute f+M/2``) come right before its backward computes, and a backward compute lists the
     gradients of the activations of its own block. So the activation gradients produced between
     two recomputation runs form a block. A block whose nodes are all checkpoints has no
-    recomputation and merges with its neighbour; with ``search`` (the default) the split points
+    recomputation and merges with its neighbour: inside a segment, the recomputed nodes' block is
+    taken whole and every later split point that leaves a lower set is used (these blocks hold
+    only checkpoints). With ``search`` (the default) the split points
     inside segments that keep lower sets are toggled greedily (up to ``max_passes`` sweeps) while
     that lengthens the agreement of :func:`emit`'s output with ``schedule`` (common prefix +
     suffix). Callers compare ``emit(recover_chain(s)) == s`` to know whether it succeeded.
@@ -306,7 +308,7 @@ def recover_chain(g, schedule, ag: ActivationGraph | None = None, search: bool =
         return sorted(sets, key=lambda m: int(m.sum()))
 
     if not search or not candidates:
-        return chain_of(set())
+        return chain_of(structured)
     want = schedule.dumps().split("\n")
 
     def score(chosen):
