@@ -161,3 +161,30 @@ def test_executor_gradient_is_the_loss_derivative(name):
     losses = [executor.run(g, executor.plain_schedule(g), backend=NP,
                            leaf_values={v: base[v] + sign * eps * d[v] for v in d}).loss for sign in (1, -1)]
     assert (losses[0] - losses[1]) / (2 * eps) == pytest.approx(slope, rel=1e-5, abs=1e-6)
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["--model", "mlp", "--backend", "cupy"], None),
+    (["--graph", "/nonexistent/cg.txt"], "cannot read"),
+    ([], "needs --graph cg.txt or --model NAME"),
+    (["--model", "resnet", "--seq", "4"], "use --image, not --seq"),
+])
+def test_execute_job_bad_input_is_one_line(capsys, argv, message):
+    from hgraph.cli import main
+    if argv[-1] == "cupy" and backend.gpu_available()[0]:
+        pytest.skip("CuPy works here")
+    assert main(["submit", "execute", *argv]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("hgraph: error:")
+    assert message is None or message in err[0]
+
+
+def test_execute_job_with_model_and_report(tmp_path, capsys):
+    from hgraph.cli import main
+    out = tmp_path / "r.json"
+    assert main(["submit", "execute", "--model", "unet", "--depth", "1", "--image", "8", "--backend", "numpy",
+                 "--allocator", "static", "--free", "schedule", "--report", str(out)]) == 0
+    rep = json.loads(out.read_text())
+    assert rep["graph"] == "zoo:unet" and rep["schedule"] == "plain" and rep["recycle"] is False
+    assert rep["measured_peak_bytes"] == rep["predicted_peak_bytes"] and rep["gradients_match"] is True
+    assert rep["allocators"][0]["arena"]["gap_pct"] <= 5.0
