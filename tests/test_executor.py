@@ -171,7 +171,7 @@ def test_executor_gradient_is_the_loss_derivative(name):
 ])
 def test_execute_job_bad_input_is_one_line(capsys, argv, message):
     from hgraph.cli import main
-    if argv[-1] == "cupy" and backend.gpu_available()[0]:
+    if argv[-1:] == ["cupy"] and backend.gpu_available()[0]:
         pytest.skip("CuPy works here")
     assert main(["submit", "execute", *argv]) == 2
     err = capsys.readouterr().err.strip().splitlines()
