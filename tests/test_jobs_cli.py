@@ -342,3 +342,30 @@ def test_jobs_on_ray_equal_in_process(ray_session, graph_file, tmp_path):
         assert submit(job, "--graph", path, "--tasks", 2, "--runtime", "ray", "--out", remote,
                       *extra) == 0
         assert local.read_bytes() == remote.read_bytes()
+
+
+# --------------------------------------------------------------------------------------------
+# the engine benchmark script (its acceptance size is run by hand; here a small one)
+
+
+@pytest.mark.ray
+def test_engine_bench_small_run(ray_session, tmp_path, capsys):
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("engine_bench", ROOT / "bench" / "engine_bench.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    src, dst, weights = bench.make_graph(500, 4000, seed=3)
+    assert len(set(zip(src.tolist(), dst.tolist()))) == 4000 and not np.any(src == dst)
+    again = bench.make_graph(500, 4000, seed=3)
+    assert all(np.array_equal(a, b) for a, b in zip((src, dst, weights), again))
+
+    out = tmp_path / "bench.json"
+    assert bench.main(["--vertices", "3000", "--edges", "30000", "--tasks", "2",
+                       "--json", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "RATIO in-process / scipy dijkstra" in text and "RATIO ray / in-process" in text
+    record = json.loads(out.read_text())
+    assert record["graph"]["edges"] == 30000 and record["graph"]["reachable"] > 1000
+    for key in ("ratio_inprocess_over_scipy", "ratio_ray_over_inprocess"):
+        assert record[key] > 0
