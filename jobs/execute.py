@@ -100,11 +100,14 @@ def main(args) -> int:
         write_text(args.report, text)
     else:
         sys.stdout.write(text)
-    row = (f"{report['allocator']}/{report['backend']}: predicted {report['predicted_peak_bytes']:,} B, "
-           f"measured {report['measured_peak_bytes']:,} B")
+    for row in report["allocators"]:
+        line = (f"{row['allocator']:6s} {report['backend']}: predicted {report['predicted_peak_bytes']:,} B, "
+                f"measured {row['measured_peak_bytes']:,} B, reserved {row['reserved_bytes']:,} B")
+        if row.get("arena"):
+            line += f" (lower bound {row['arena']['lower_bound_bytes']:,} B, gap {row['arena']['gap_pct']:.2f}%)"
+        print(line, file=sys.stderr)
     if "gradients_match" in report:
-        row += f", gradients_match={report['gradients_match']}"
-    print(row, file=sys.stderr)
+        print(f"gradients_match={report['gradients_match']}", file=sys.stderr)
     ok = report["peak_within_prediction"] and report.get("gradients_match", True)
     return 0 if ok else 1
 
