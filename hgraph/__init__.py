@@ -7,7 +7,8 @@
 
 from hgraph import io
 from hgraph.api import Result, run
+from hgraph.exactsum import ExactSum, exact_sum
 from hgraph.graph import Graph
 from hgraph.program import Update, VertexProgram
 
-__all__ = ["Graph", "Result", "Update", "VertexProgram", "io", "run"]
+__all__ = ["ExactSum", "Graph", "Result", "Update", "VertexProgram", "exact_sum", "io", "run"]

@@ -2,8 +2,9 @@
 
 The engine's tests and benchmarks run these; they are deliberately small and self-contained (the
 jobs in ``jobs/`` have their own, with CLI plumbing). Each is deterministic for any partitioning: min combiners are exact, PageRank's float
-sums are folded by the engine in source order, and PageRank's dangling mass is summed as a
-fixed-point integer aggregator (integer sums are associative, float sums are not).
+sums are folded by the engine in source order, and PageRank's dangling mass is an exact sum
+(:func:`hgraph.exactsum.exact_sum`) — a plain float sum of per-block partials would change in the
+last bits with the number of blocks.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 import hgraph
+from hgraph.exactsum import exact_sum
 
 
 class SSSP(hgraph.VertexProgram):
@@ -58,10 +60,6 @@ class MinLabel(hgraph.VertexProgram):
         return src_values
 
 
-#: Fixed-point scale of PageRank's dangling-mass aggregator (ranks sum to 1, so it fits int64).
-SCALE = float(2 ** 52)
-
-
 class PageRank(hgraph.VertexProgram):
     """networkx's PageRank (uniform teleport, dangling mass spread evenly), fixed iterations.
 
@@ -85,7 +83,7 @@ class PageRank(hgraph.VertexProgram):
         return np.stack([rank, share], axis=1)
 
     def _dangling(self, rank, out_weight):
-        return {"dangling": np.int64(np.round(rank[out_weight <= 0] * SCALE).astype(np.int64).sum())}
+        return {"dangling": exact_sum(rank[out_weight <= 0])}
 
     def init(self, block):
         rank = np.full(block.size, 1.0 / self.n)
@@ -97,7 +95,7 @@ class PageRank(hgraph.VertexProgram):
         if ctx.superstep == 1:
             dangling = self.initial_dangling
         else:
-            dangling = float(ctx.aggregates["dangling"]) / SCALE
+            dangling = float(ctx.aggregates["dangling"])
         received = np.where(has_message, inbox, 0.0)
         rank = (1 - self.damping) / self.n + self.damping * (received + dangling / self.n)
         more = ctx.superstep < self.iterations

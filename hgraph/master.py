@@ -29,7 +29,7 @@ from hgraph.checkpoint import CheckpointStore
 from hgraph.cost_model import HybridSwitcher
 from hgraph.errors import HGraphError
 from hgraph.runtime.local import WorkerLost
-from hgraph.worker import AGGREGATE_OPS
+from hgraph.worker import finish_aggregates, reduce_aggregates
 
 MODES = ("push", "pull", "hybrid")
 COUNTERS = ("active", "responding", "resp_edges", "cross_edges", "messages", "bytes", "updated",
@@ -136,13 +136,8 @@ class Master:
         return values, stats, aggregates, superstep, switcher
 
     def _reduce(self, worker_stats) -> dict:
-        out: dict[str, Any] = {}
-        for s in worker_stats:
-            for name, value in s["aggregates"].items():
-                op = AGGREGATE_OPS[self.kinds[name]]
-                value = np.asarray(value)
-                out[name] = value if name not in out else op(out[name], value)
-        return {k: (v[()] if v.ndim == 0 else v) for k, v in out.items()}
+        partials = reduce_aggregates(self.kinds, [s["aggregates"] for s in worker_stats])
+        return finish_aggregates(partials)
 
     # ------------------------------------------------------------------ checkpoints
 

@@ -35,6 +35,7 @@ import numpy as np
 
 from hgraph import wire
 from hgraph.errors import HGraphError
+from hgraph.exactsum import ExactSum
 
 _ALWAYS_EXACT = {np.minimum, np.maximum, np.fmin, np.fmax, np.logical_or, np.logical_and,
                  np.logical_xor, np.bitwise_or, np.bitwise_and, np.bitwise_xor}
@@ -74,13 +75,32 @@ def reduce_aggregates(kinds: Mapping[str, str], parts) -> dict:
             if name not in kinds:
                 raise HGraphError(f"update returned aggregate {name!r}, not one of the program's "
                                   f"aggregators {sorted(kinds)}")
+            if isinstance(value, ExactSum) or isinstance(out.get(name), ExactSum):
+                if kinds[name] != "sum":
+                    raise HGraphError(f"aggregate {name!r}: exact_sum() partials need kind 'sum'")
+                out[name] = value if name not in out else out[name] + value
+                continue
             op = AGGREGATE_OPS[kinds[name]]
             value = np.asarray(value)
             out[name] = value if name not in out else op(out[name], value)
     return out
 
 
+def finish_aggregates(values: Mapping[str, Any]) -> dict:
+    """Global aggregates as programs see them: exact sums rounded once, 0-d arrays as scalars."""
+    out = {}
+    for name, value in values.items():
+        if isinstance(value, ExactSum):
+            out[name] = float(value)
+        else:
+            value = np.asarray(value)
+            out[name] = value[()] if value.ndim == 0 else value
+    return out
+
+
 def _plain(value):
+    if isinstance(value, ExactSum):
+        return value
     value = np.asarray(value)
     return value.item() if value.ndim == 0 else value
 

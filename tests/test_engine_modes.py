@@ -154,3 +154,18 @@ def test_pull_sends_only_along_the_route_table(graph):
     assert all("requests" in row for row in r.stats[:-1])
     assert r.stats[0]["requests"] <= 12               # one responding vertex: its block's row
     assert sum(row["bytes"] for row in r.stats) > 0
+
+
+def test_exact_sum_is_grouping_independent():
+    import math
+
+    from hgraph.exactsum import exact_sum
+
+    rng = np.random.default_rng(4)
+    x = rng.standard_normal(5000) * 10.0 ** rng.integers(-200, 200, 5000)
+    whole = float(exact_sum(x))
+    assert whole == math.fsum(x.tolist())
+    for cuts in ([1, 7, 4000], [2500], [10, 20, 30, 4999]):
+        parts = [exact_sum(p) for p in np.split(x, cuts)]
+        assert float(sum(parts[1:], parts[0])) == whole
+    assert float(exact_sum([1e16, 1.0, -1e16])) == 1.0
