@@ -45,7 +45,24 @@ def format_row(row: Mapping[str, Any]) -> str:
         parts.append(f"bytes {format_bytes(row['bytes'])}")
     if "seconds" in row:
         parts.append(f"{row['seconds']:.3f} s")
+    failure = failure_note(row)
+    if failure:
+        parts.append(failure)
     return "  ".join(parts)
+
+
+def failure_note(row: Mapping[str, Any]) -> str:
+    """``'worker 1 lost at superstep 3, resumed at 2 after 0.41 s'`` when the row records a
+    recovery (the engine adds ``failure`` and ``recovery_seconds``), else ``''``."""
+    failure = row.get("failure")
+    if not failure:
+        return ""
+    text = f"worker {failure.get('worker', '?')} lost at superstep {failure.get('superstep', '?')}"
+    if "resumed_at" in failure:
+        text += f", resumed at {failure['resumed_at']}"
+    if "recovery_seconds" in row:
+        text += f" after {float(row['recovery_seconds']):.2f} s"
+    return text
 
 
 class PlainReporter:
@@ -95,6 +112,9 @@ class BarReporter:
     def __call__(self, row: Mapping[str, Any]) -> None:
         self.rows += 1
         self.total_bytes += int(row.get("bytes", 0))
+        failure = failure_note(row)
+        if failure:
+            self.progress.console.print(f"[yellow]{failure}")
         self.progress.update(self.task, completed=self.rows, mode=str(row.get("mode", "?")),
                              active=f"{int(row.get('active', 0)):,}",
                              bytes=format_bytes(self.total_bytes))

@@ -296,6 +296,21 @@ def test_plain_progress_lines_on_a_pipe(tmp_path):
     assert proc.stdout == ""
 
 
+def test_injected_failure_recovers_to_the_same_output_and_is_shown(graph_file, tmp_path, capsys):
+    path = graph_file[0]
+    clean, failed, stats = tmp_path / "clean.tsv", tmp_path / "failed.tsv", tmp_path / "s.json"
+    assert submit("sssp", "--graph", path, "--tasks", 3, "--out", clean) == 0
+    assert main(["submit", "sssp", "--graph", str(path), "--tasks", "3", "--checkpoint-every", "2",
+                 "--inject-failure", "3", "--out", str(failed), "--stats", str(stats),
+                 "--progress", "plain"]) == 0
+    assert failed.read_bytes() == clean.read_bytes()
+    rows = json.loads(stats.read_text())
+    failures = [row for row in rows if row.get("failure")]
+    assert len(failures) == 1 and failures[0]["failure"]["superstep"] == 3
+    assert [row["superstep"] for row in rows] == list(range(len(rows)))
+    assert "lost at superstep 3" in capsys.readouterr().err
+
+
 def test_make_reporter_kinds():
     from hgraph.progress import make_reporter
 
@@ -314,6 +329,17 @@ def test_make_reporter_kinds():
     report.close()
     text = buf.getvalue()
     assert "push" in text and "12,345" in text and "3.0 MiB" in text
+
+    failed = dict(row, failure={"superstep": 4, "worker": 1, "resumed_at": 2},
+                  recovery_seconds=0.5)
+    buf = io.StringIO()
+    make_reporter("plain", stream=buf)(failed)
+    assert buf.getvalue().endswith("worker 1 lost at superstep 4, resumed at 2 after 0.50 s\n")
+    buf = io.StringIO()
+    report = make_reporter("bar", stream=buf)
+    report(failed)
+    report.close()
+    assert "worker 1 lost at superstep 4" in buf.getvalue()
 
     buf = io.StringIO()  # auto on a non-terminal: plain lines
     report = make_reporter("auto", stream=buf)
