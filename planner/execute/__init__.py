@@ -1,0 +1,21 @@
+"""Execute memory plans for real: CuPy on a GPU, NumPy elsewhere, the same code path.
+
+* :mod:`~planner.execute.backend`   -- choose CuPy or NumPy (``HGRAPH_BACKEND`` forces one)
+* :mod:`~planner.execute.trace`     -- define-by-run tracer (records ops, shapes, bytes, FLOPs)
+* :mod:`~planner.execute.ops`       -- forward kernels and hand-written VJPs, written against ``xp``
+* :mod:`~planner.execute.zoo`       -- mlp, resnet, unet, transformer; ``hgraph graph zoo``
+* :mod:`~planner.execute.export`    -- traced model -> cg.txt (forward + backward blocks)
+* :mod:`~planner.execute.allocator` -- one tracked allocator: naive, pool, static arena
+* :mod:`~planner.execute.executor`  -- run a schedule (lazy allocation, recycling, recomputation)
+* :mod:`~planner.execute.replay`    -- any cg.txt with stand-in kernels (the reference graphs)
+* :mod:`~planner.execute.plans`     -- DP schedules at feasible budgets (checks and benches)
+* :mod:`~planner.execute.gpu_worker` -- the same in a Ray actor with one GPU
+
+Example::
+
+    >>> from planner.execute import zoo, export, executor, plans      # doctest: +SKIP
+    >>> g = export.to_cg(zoo.build("resnet"))                          # doctest: +SKIP
+    >>> s = plans.feasible_budgets(g, count=1)[0][1]                   # doctest: +SKIP
+    >>> executor.evaluate(g, s, allocators=("static",))["gradients_match"]   # doctest: +SKIP
+    True
+"""
