@@ -106,7 +106,7 @@ def main(argv=None) -> int:
     from scipy.sparse.csgraph import dijkstra
 
     import hgraph
-    from jobs.sssp import SSSP
+    from hgraph.examples import SSSP
 
     n, m = args.vertices, args.edges
     t0 = time.perf_counter()

@@ -2,7 +2,8 @@
 
 Edge weights come from the graph file (1.0 for an unweighted edge); ``--out`` gets each vertex's
 distance from ``--source`` (``inf`` when unreachable). Weights must be non-negative for the
-result to equal Dijkstra's.
+result to equal Dijkstra's. The vertex program is :class:`hgraph.examples.SSSP` (one copy, the
+one the engine's tests check against SciPy).
 
 Example::
 
@@ -13,35 +14,14 @@ from __future__ import annotations
 
 import numpy as np
 
-import hgraph
 from hgraph.errors import HGraphError
+from hgraph.examples import SSSP
 from jobs import common
 
 NAME = "sssp"
 HELP = "single-source shortest paths from --source (distances; inf when unreachable)"
 
-
-class SSSP(hgraph.VertexProgram):
-    """Distances from ``source``: a vertex that improves sends ``distance + weight`` onward."""
-
-    value_dtype = message_dtype = np.float64
-    combiner = np.minimum
-
-    def __init__(self, source: int):
-        self.source = int(source)
-
-    def init(self, block):
-        values = np.full(block.size, np.inf)
-        is_source = block.ids == self.source
-        values[is_source] = 0.0
-        return values, is_source
-
-    def update(self, ctx, block, values, inbox, has_message):
-        better = has_message & (inbox < values)
-        return hgraph.Update(np.where(better, inbox, values), respond=better)
-
-    def message(self, src_values, weights):
-        return src_values + weights
+__all__ = ["NAME", "HELP", "SSSP", "add_arguments", "main"]
 
 
 def add_arguments(parser) -> None:
