@@ -188,3 +188,15 @@ def test_execute_job_with_model_and_report(tmp_path, capsys):
     assert rep["graph"] == "zoo:unet" and rep["schedule"] == "plain" and rep["recycle"] is False
     assert rep["measured_peak_bytes"] == rep["predicted_peak_bytes"] and rep["gradients_match"] is True
     assert rep["allocators"][0]["arena"]["gap_pct"] <= 5.0
+
+
+@pytest.mark.parametrize("name", ["unet", "transformer"])
+def test_timeline_matches_simulator_step_by_step(zoo_graphs, name):
+    import numpy as np
+    g = zoo_graphs[name]
+    for _, s in plans.feasible_budgets(g, count=2):
+        curve = executor.timeline(g, s, recycle=False).live_curve()
+        sim = simulate.replay(g, s)
+        computes = np.array([op.kind == "compute" for op in s.ops])
+        assert np.array_equal(curve[computes], sim.timeline[computes])
+        assert (executor.timeline(g, s, recycle=True).live_curve() <= curve).all()

@@ -77,6 +77,13 @@ class Timeline:
     def live_peak(self) -> int:
         return arena_mod.lower_bound(self.nbytes, self.start, self.end)
 
+    def live_curve(self) -> np.ndarray:
+        """Bytes held during each schedule step (int64 [steps]), for memory-timeline plots."""
+        delta = np.zeros(len(self.steps) + 1, dtype=np.int64)
+        np.add.at(delta, self.start, self.nbytes)
+        np.add.at(delta, self.end, -self.nbytes)
+        return np.cumsum(delta)[:-1]
+
     def arena(self, alignment: int = 64) -> arena_mod.ArenaPlan:
         return arena_mod.plan(self.nbytes, self.start, self.end, alignment=alignment)
 
