@@ -121,60 +121,70 @@ def emit(g, chain, ag: ActivationGraph | None = None, optimize: bool = True) -> 
         cand[grp[a_node]].add(int(ag.func[y_node]))
 
     ops = []
+    append = ops.append
     live = set()                 # nodes whose forward value is live
-    computed = np.zeros(n, dtype=bool)
+    grp_l = grp.tolist()
+    nfunc = node_of_func.tolist()
+    nvar = node_of_var.tolist()
+    act = is_act.tolist()
+    tpos = topo_pos.tolist()
     for i in range(k):
         for f in by_group[i]:
-            ops.append(Op("compute", f))
-            v = node_of_func[f]
-            live.add(v)
-            computed[v] = True
+            append(Op("compute", f))
+            live.add(nfunc[f])
         for v in np.flatnonzero((grp == i) & ~bounds[i]).tolist():
             if v in live:
-                ops.append(Op("forget", var[v], (), "forward"))
+                append(Op("forget", var[v], (), "forward"))
                 live.discard(v)
 
-    ran = np.zeros(nf, dtype=bool)
+    ran = [False] * nf
+    has_output_tag = [any(tag == "output" for _, tag in bw.inputs) for bw in g.backward]
     glive = set()                # nodes whose gradient is live
     empty = np.zeros(n, dtype=bool)
     for i in range(k - 1, -1, -1):
         for f in by_group[i]:
-            v = node_of_func[f]
+            v = nfunc[f]
             if v not in live:
-                ops.append(Op("compute", f))
+                append(Op("compute", f))
                 live.add(v)
-        for f in sorted(cand[i], key=lambda f: -topo_pos[f]):
-            bw = g.backward[f]
+        for f in sorted(cand[i], key=tpos.__getitem__, reverse=True):
+            outs = g.backward[f].outputs
             idx = []
             some_in = False
-            for j, v in enumerate(bw.outputs):
-                if is_act[v]:
-                    if grp[node_of_var[v]] == i:
+            first = not ran[f]
+            for j, v in enumerate(outs):
+                if act[v]:
+                    if grp_l[nvar[v]] == i:
                         idx.append(j)
                         some_in = True
-                elif not ran[f]:
+                elif first:
                     idx.append(j)
-            y = node_of_func[f]
-            if not (some_in or (len(idx) == len(bw.outputs) and grp[y] == i)):
+            y = nfunc[f]
+            if not (some_in or (len(idx) == len(outs) and grp_l[y] == i)):
                 continue
-            exception = y not in live and any(tag == "output" for _, tag in bw.inputs)
+            exception = has_output_tag[f] and y not in live
             if exception:
-                ops.append(Op("compute", f))
-            ops.append(Op("compute", f + nf, tuple(idx)))
+                append(Op("compute", f))
+            append(Op("compute", f + nf, tuple(idx)))
             ran[f] = True
             if exception:
-                ops.append(Op("forget", var[y], (), "forward"))
+                append(Op("forget", var[y], (), "forward"))
         glive.update(np.flatnonzero(grp == i).tolist())
-        lower = masks[i - 1] if i > 0 else empty
-        keep = lower | ag.below(lower) if i > 0 else lower
-        for v in sorted(live):
-            if not keep[v]:
-                ops.append(Op("forget", var[v], (), "forward"))
+        if i > 0:
+            lower = masks[i - 1]
+            keep = lower | ag.to_mask(ag.below(lower))
+            a = ag.to_mask(ag.above(lower))
+        else:
+            keep = a = empty
+        if live:
+            lv = np.fromiter(sorted(live), dtype=np.int64, count=len(live))
+            for v in lv[~keep[lv]].tolist():
+                append(Op("forget", var[v], (), "forward"))
                 live.discard(v)
-        a = ag.above(lower) if i > 0 else empty
-        for v in sorted(glive):
-            if not a[v]:
-                ops.append(Op("forget", var[v], (), "backward"))
+        if glive:
+            gv = np.fromiter(sorted(glive), dtype=np.int64, count=len(glive))
+            for v in gv[~a[gv]].tolist():
+                append(Op("forget", var[v], (), "backward"))
                 glive.discard(v)
     if optimize:
         ops = hoist_forgets(g, ops)
@@ -190,7 +200,10 @@ def hoist_forgets(g, ops: list) -> list:
     """
     nf = len(g.forward)
     n = g.num_vars
-    last = {}                      # (var, which) -> index of the last compute touching it
+    fkeys = [[a for a, _ in f.inputs] + f.outputs for f in g.forward]
+    bkeys = [[a + n if tag == "gradient" else a for a, tag in bw.inputs] for bw in g.backward]
+    bouts = [[v + n for v in bw.outputs] for bw in g.backward]
+    last = {}                      # key (var, or var + N for a gradient) -> last compute touching it
     computes = []
     attached = [[]]                # attached[c + 1]: forgets anchored after compute c
     for op in ops:
@@ -200,24 +213,21 @@ def hoist_forgets(g, ops: list) -> list:
             attached.append([])
             f = op.index
             if f < nf:
-                fn = g.forward[f]
-                for a, _ in fn.inputs:
-                    last[(a, 0)] = c
-                last[(fn.outputs[0], 0)] = c
+                for key in fkeys[f]:
+                    last[key] = c
             else:
-                bw = g.functions[f]
-                for a, tag in bw.inputs:
-                    last[(a, 1 if tag == "gradient" else 0)] = c
+                for key in bkeys[f - nf]:
+                    last[key] = c
+                outs = bouts[f - nf]
                 for j in op.grads:
-                    last[(bw.outputs[j], 1)] = c
+                    last[outs[j]] = c
         else:
-            key = (op.index, 0 if op.which == "forward" else 1)
+            key = op.index if op.which == "forward" else op.index + n
             attached[last.get(key, -1) + 1].append(op)
     out = list(reversed(attached[0]))
     for c, op in enumerate(computes):
         out.append(op)
         out.extend(reversed(attached[c + 1]))
-    del n
     return out
 
 

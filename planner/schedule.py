@@ -20,6 +20,7 @@ Example::
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from hgraph.errors import InputError
 from hgraph.fileio import write_text
@@ -27,8 +28,7 @@ from hgraph.fileio import write_text
 __all__ = ["Op", "Schedule", "compute", "forget"]
 
 
-@dataclass(frozen=True)
-class Op:
+class Op(NamedTuple):
     """One schedule line.
 
     ``kind`` is ``"compute"`` or ``"forget"``. For a compute, ``index`` is the function block and
