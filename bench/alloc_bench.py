@@ -46,7 +46,7 @@ def bench_graph(label, g, be, recycle, count, ladder):
         good = (measured <= sim.peak_bytes if recycle else measured == sim.peak_bytes) \
             and arena["gap_pct"] <= 5.0 and grads is not False
         ok &= good
-        rows.append(f"{label:16s} {fraction:5.1f}S {mib(sim.peak_bytes)} {mib(measured)} "
+        rows.append(f"{label:16s} {fraction:5.2f}S {mib(sim.peak_bytes)} {mib(measured)} "
                     f"{mib(res['naive'].reserved_bytes)} {mib(res['pool'].reserved_bytes)} "
                     f"{mib(arena['arena_bytes'])} {mib(arena['lower_bound_bytes'])} {arena['gap_pct']:6.2f}% "
                     f"{'-' if grads is None else str(grads):>5s} {rcost:5.0f}% {'ok' if good else 'FAIL'}")

@@ -1,18 +1,19 @@
 """Schedules for the executor's checks: the planner's DP at a budget, as the reference emits them.
 
 Budgets are fractions of S, the sum of activation bytes (FORMAT.md §1.3). ``feasible_budgets``
-walks a ladder of fractions and keeps the first ``count`` that the DP can plan, so every model gets
-three real recomputation schedules whatever its shape.
+walks a ladder of fractions from tight to loose and keeps the first ``count`` budgets the DP can
+plan *with distinct schedules*, so every model gets three different recomputation schedules
+whatever its shape.
 
 >>> from planner.execute import zoo, export
->>> g = export.to_cg(zoo.build("transformer"))
->>> [round(f, 1) for f, _ in feasible_budgets(g, count=2)]
-[0.5, 0.7]
+>>> g = export.to_cg(zoo.build("resnet"))
+>>> [f for f, _ in feasible_budgets(g, count=3)]
+[0.75, 0.8, 0.85]
 """
 
 from __future__ import annotations
 
-LADDER = (0.3, 0.5, 0.7, 1.0, 1.3, 1.6, 2.0, 3.0)
+LADDER = (0.3, 0.4, 0.5, 0.6, 0.7, 0.75, 0.8, 0.85, 0.9, 0.95, 1.0, 1.1, 1.2, 1.4, 1.6, 2.0, 3.0)
 
 
 def act_sum(g) -> int:
@@ -28,11 +29,12 @@ def dp_schedule(g, fraction: float, family: str = "approx", strategy: str = "tim
 
 
 def feasible_budgets(g, count: int = 3, ladder=LADDER, **kwargs) -> list:
-    """[(fraction, schedule)] for the first ``count`` fractions of ``ladder`` the DP can plan."""
-    out = []
+    """[(fraction, schedule)]: the first ``count`` fractions of ``ladder`` with a new DP schedule."""
+    out, seen = [], set()
     for fraction in ladder:
         s = dp_schedule(g, fraction, **kwargs)
-        if s is not None:
+        if s is not None and s.dumps() not in seen:
+            seen.add(s.dumps())
             out.append((fraction, s))
             if len(out) == count:
                 break
