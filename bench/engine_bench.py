@@ -107,6 +107,7 @@ def main(argv=None) -> int:
 
     import hgraph
     from hgraph.examples import SSSP
+    from hgraph.progress import mode_runs
 
     n, m = args.vertices, args.edges
     t0 = time.perf_counter()
@@ -140,7 +141,7 @@ def main(argv=None) -> int:
     print(f"hgraph in-process, {args.tasks} tasks x {args.blocks} blocks, {args.mode}: "
           f"{local_s:.3f} s ({local_steps_s:.3f} s in supersteps 1..), {len(result.stats)} supersteps, "
           f"{total_bytes:,} bytes across workers, "
-          f"modes {_runs(modes)}")
+          f"modes {mode_runs(modes)}")
     ratio_scipy = local_s / scipy_s
     print(f"RATIO in-process / scipy dijkstra = {ratio_scipy:.2f}x  (target <= 3x)")
 
@@ -194,17 +195,6 @@ def _check(values, expected, label):
             i = bad[0]
             raise SystemExit(f"{label}: distances differ from scipy at {len(bad)} vertices, "
                              f"e.g. vertex {i}: {values[i]!r} vs {expected[i]!r}")
-
-
-def _runs(modes):
-    """['pull','pull','push'] -> 'pull x2, push x1' (the mode trace, compressed)."""
-    out = []
-    for mode in modes:
-        if out and out[-1][0] == mode:
-            out[-1][1] += 1
-        else:
-            out.append([mode, 1])
-    return ", ".join(f"{m} x{k}" for m, k in out)
 
 
 if __name__ == "__main__":

@@ -65,6 +65,31 @@ def failure_note(row: Mapping[str, Any]) -> str:
     return text
 
 
+def mode_runs(modes) -> str:
+    """``['pull', 'pull', 'push'] -> 'pull x2, push x1'``: a run's mode trace, compressed."""
+    runs: list[list] = []
+    for mode in modes:
+        if runs and runs[-1][0] == mode:
+            runs[-1][1] += 1
+        else:
+            runs.append([mode, 1])
+    return ", ".join(f"{mode} x{count}" for mode, count in runs)
+
+
+def summary_line(stats) -> str:
+    """One line for a finished run: supersteps, the mode trace, bytes across workers, seconds,
+    recoveries — what a user wants to see after the progress lines."""
+    rows = list(stats)
+    total_bytes = sum(int(row.get("bytes", 0)) for row in rows)
+    seconds = sum(float(row.get("seconds", 0.0)) for row in rows)
+    text = (f"{len(rows)} supersteps ({mode_runs(row.get('mode', '?') for row in rows)}), "
+            f"{format_bytes(total_bytes)} across workers, {seconds:.2f} s")
+    failures = sum(1 for row in rows if row.get("failure"))
+    if failures:
+        text += f", {failures} worker failure{'s' if failures > 1 else ''} recovered"
+    return text
+
+
 class PlainReporter:
     """One line per superstep on ``stream`` (a log-friendly progress display)."""
 
@@ -106,18 +131,21 @@ class BarReporter:
         self.progress.start()
         self.task = self.progress.add_task(description, total=total, mode="-", active="-",
                                            bytes="-")
-        self.total_bytes = 0
+        self.bytes_by_step: dict[int, int] = {}
         self.rows = 0
 
     def __call__(self, row: Mapping[str, Any]) -> None:
-        self.rows += 1
-        self.total_bytes += int(row.get("bytes", 0))
+        # Keyed by superstep: after a recovery the replayed supersteps replace their first run.
+        step = int(row.get("superstep", self.rows))
+        self.bytes_by_step[step] = int(row.get("bytes", 0))
+        self.bytes_by_step = {k: v for k, v in self.bytes_by_step.items() if k <= step}
+        self.rows = step + 1
         failure = failure_note(row)
         if failure:
             self.progress.console.print(f"[yellow]{failure}")
         self.progress.update(self.task, completed=self.rows, mode=str(row.get("mode", "?")),
                              active=f"{int(row.get('active', 0)):,}",
-                             bytes=format_bytes(self.total_bytes))
+                             bytes=format_bytes(sum(self.bytes_by_step.values())))
 
     def close(self) -> None:
         task = self.progress.tasks[0]

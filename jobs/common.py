@@ -133,6 +133,10 @@ def run_engine_job(args: argparse.Namespace, make_program: Callable[[Any], Any],
         write_values(args.out, values)
     if getattr(args, "stats", None):
         write_stats(args.stats, result.stats)
+    if (getattr(args, "progress", "auto") or "auto") != "off":
+        from hgraph.progress import summary_line
+
+        print(f"{getattr(args, 'job', None) or 'job'}: {summary_line(result.stats)}", file=sys.stderr)
     return 0
 
 
