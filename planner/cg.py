@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -174,6 +175,12 @@ def loads(text, path="<string>") -> ComputationalGraph:
     if m % 2:
         cur.fail(f"expected an even function count M (forward + backward blocks), got {m}")
 
+    fast = _fast_parse(lines, text, n, m)
+    if fast is not None:
+        g = ComputationalGraph(fast[0], fast[1], fast[2], path=path)
+        _check_structure(g, path)
+        return g
+
     var_bytes = np.zeros(n, dtype=np.int64)
     names = []
     limit = np.iinfo(np.int64).max
@@ -206,6 +213,75 @@ def loads(text, path="<string>") -> ComputationalGraph:
     g = ComputationalGraph(var_bytes, names, functions, path=path)
     _check_structure(g, path)
     return g
+
+
+_NAT = "(?:0|[1-9][0-9]*)"
+_VAR = re.compile(f"({_NAT}) ({_NAT}) ([^ ]+)")
+_BLOCK = re.compile(
+    f"(forward|backward)\n({_NAT}) ({_NAT})\n((?:{_NAT} (?:_|gradient|input|output)\n)*)"
+    f"((?:{_NAT}\n)*)([A-Za-z_][!-~]*)\n([^\n]*)\n")
+
+
+def _fast_parse(lines, text, n, m):
+    """The common case, quickly: a well-formed file parsed with compiled regexes.
+
+    Returns ``(var_bytes, names, functions)`` or None at the first doubt, in which case the
+    line-by-line parser (the authority, with the precise error messages) runs instead. It never
+    accepts what that parser rejects: every pattern here is a subset of what it accepts.
+    """
+    if len(lines) < n + 1:
+        return None
+    matches = [_VAR.fullmatch(line) for line in lines[1:n + 1]]
+    if not all(matches):
+        return None
+    if n and [int(x[1]) for x in matches] != list(range(n)):
+        return None
+    sizes = [int(x[2]) for x in matches]
+    if sizes and max(sizes) >= 2**63:
+        return None
+    names = [x[3] for x in matches]
+    # character offset of line n + 1 (the first block)
+    pos = sum(len(line) + 1 for line in lines[:n + 1])
+    half = m // 2
+    functions = []
+    seen_json = set()
+    line_no = n + 2
+    for b in range(m):
+        x = _BLOCK.match(text, pos)
+        if x is None:
+            return None
+        direction = "forward" if b < half else "backward"
+        if x[1] != direction:
+            return None
+        k, p = int(x[2]), int(x[3])
+        in_lines = x[4].split("\n")[:-1]
+        out_lines = x[5].split("\n")[:-1]
+        if len(in_lines) != k or len(out_lines) != p:
+            return None
+        inputs = []
+        for item in in_lines:
+            v, tag = item.split(" ")
+            inputs.append((int(v), tag))
+        outputs = [int(v) for v in out_lines]
+        if any(v >= n for v, _ in inputs) or any(v >= n for v in outputs):
+            return None
+        tags = {tag for _, tag in inputs}
+        if (direction == "forward") != (tags <= {"_"}) and tags:
+            return None
+        details = x[7]
+        if details not in seen_json:
+            try:
+                if not isinstance(json.loads(details), dict):
+                    return None
+            except ValueError:
+                return None
+            seen_json.add(details)
+        functions.append(Function(b, direction, inputs, outputs, x[6], details, line_no))
+        line_no += 4 + k + p
+        pos = x.end()
+    if pos != len(text):
+        return None
+    return sizes, names, functions
 
 
 def _is_block_start(line: str) -> bool:

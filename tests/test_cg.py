@@ -112,3 +112,18 @@ def test_crlf_is_rejected():
     text = (BAD / "tiny_valid.txt").read_text().replace("\n", "\r\n")
     with pytest.raises(InputError, match="line endings"):
         cg.loads(text, "x.txt")
+
+
+@pytest.mark.parametrize("name", ["vgg19", "googlenet"])
+def test_fast_path_equals_line_by_line_parser(name, monkeypatch):
+    path = shared_path("graphs", f"cg_{name}.txt")
+    text = path.read_text()
+    lines = text.split("\n")[:-1]
+    n, m = map(int, lines[0].split())
+    assert cg._fast_parse(lines, text, n, m) is not None         # the common case is fast
+    fast = cg.read(path)
+    monkeypatch.setattr(cg, "_fast_parse", lambda *args: None)
+    slow = cg.read(path)
+    assert fast.functions == slow.functions
+    assert fast.var_names == slow.var_names
+    assert np.array_equal(fast.var_bytes, slow.var_bytes)
