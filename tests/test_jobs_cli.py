@@ -386,6 +386,16 @@ def test_engine_bench_small_run(ray_session, tmp_path, capsys):
     again = bench.make_graph(500, 4000, seed=3)
     assert all(np.array_equal(a, b) for a, b in zip((src, dst, weights), again))
 
+    # --save-graph's edge list reproduces the bench's distances through the CLI
+    from scipy.sparse import csr_matrix
+    from scipy.sparse.csgraph import dijkstra
+
+    saved, dist = tmp_path / "bench.edges", tmp_path / "dist.tsv"
+    bench.save_edgelist(saved, src, dst, weights, header="test")
+    assert submit("sssp", "--graph", saved, "--source", 7, "--tasks", 3, "--out", dist) == 0
+    expected = dijkstra(csr_matrix((weights, (src, dst)), shape=(500, 500)), indices=7)
+    assert np.array_equal(values_array(dist, 500), expected)
+
     out = tmp_path / "bench.json"
     assert bench.main(["--vertices", "3000", "--edges", "30000", "--tasks", "2",
                        "--json", str(out)]) == 0
