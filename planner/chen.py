@@ -65,9 +65,9 @@ def select(m_sorted: np.ndarray) -> list:
     return chosen
 
 
-def solve(g, budget: int = 10**11, units: str = "reference", ag: ActivationGraph | None = None,
+def solve(g, budget: int = 10**11, units: str = "bytes", ag: ActivationGraph | None = None,
           lower_set_limit=None) -> ChenPlan:
-    """Chen's chain for graph ``g`` (``budget`` only sets the reference units' comp_ratio)."""
+    """Chen's chain for graph ``g``; ``budget`` only sets the comp_ratio under ``units="reference"``."""
     if ag is None:
         ag = ActivationGraph.from_cg(g)
     u = scale_units(budget, int(ag.bytes.sum()), units)

