@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -113,6 +114,11 @@ def run(program, graph, tasks: int = 1, blocks: int = 1, mode: str = "hybrid",
         values, stats, aggregates, supersteps, switcher = master.run()
     finally:
         rt.close()
+    kept = master.checkpoint_dir
+    if checkpoint_dir is None and kept is not None:
+        # A temporary run directory is the job's own business: gone once the job has finished.
+        shutil.rmtree(kept, ignore_errors=True)
+        kept = None
     return Result(values=values, stats=stats, aggregates=aggregates, supersteps=supersteps,
                   failures=master.failures, switches=switcher.switches if switcher else 0,
-                  checkpoint_dir=master.checkpoint_dir)
+                  checkpoint_dir=kept)

@@ -33,6 +33,7 @@ from hgraph.worker import finish_aggregates, reduce_aggregates
 
 MODES = ("push", "pull", "hybrid")
 COUNTERS = ("active", "responding", "resp_edges", "cross_edges", "messages", "bytes", "updated",
+            "scanned_edges",
             "push_fixed", "push_var", "pull_fixed", "pull_var")
 
 
@@ -107,7 +108,7 @@ class Master:
                 continue
             row = {"superstep": superstep, "mode": mode}
             for key in COUNTERS:
-                row[key] = int(sum(s[key] for s in worker_stats))
+                row[key] = int(sum(s.get(key, 0) for s in worker_stats))
             row["seconds"] = time.perf_counter() - t0
             row["worker_seconds"] = max(s["seconds"] for s in worker_stats)
             blocks = np.array([b for s in worker_stats for b in s["responding_blocks"]], bool)

@@ -27,6 +27,25 @@ import numpy as np
 from hgraph.errors import HGraphError
 
 
+def even_bounds(n: int, parts: int) -> np.ndarray:
+    """``parts + 1`` bounds cutting ``0..n`` into near-equal contiguous ranges."""
+    return (np.arange(parts + 1, dtype=np.int64) * n) // parts
+
+
+def block_index(bounds: np.ndarray, ids: np.ndarray) -> np.ndarray:
+    """Index of the range of ``bounds`` holding each id. For :func:`even_bounds` the block of
+    ``v`` is exactly ``((v + 1) * parts - 1) // n`` (the largest ``i`` with ``i * n // parts <= v``)
+    — one multiply-divide instead of a binary search over millions of ids."""
+    ids = np.asarray(ids, dtype=np.int64)
+    parts = len(bounds) - 1
+    n = int(bounds[-1])
+    if parts <= 1 or len(ids) == 0:
+        return np.zeros(len(ids), np.int64)
+    if np.array_equal(bounds, even_bounds(n, parts)) and n * parts < 2**62:
+        return ((ids + 1) * parts - 1) // n
+    return np.searchsorted(bounds, ids, side="right") - 1
+
+
 @dataclass
 class TaskSlice:
     """What one worker holds: its VBlocks and the out-edges of its vertices (local CSR)."""
@@ -62,7 +81,7 @@ class Partition:
         self.tasks, self.blocks = int(tasks), int(blocks)
         n = graph.n
         total = self.tasks * self.blocks
-        self.block_bounds = (np.arange(total + 1, dtype=np.int64) * n) // total
+        self.block_bounds = even_bounds(n, total)
         self.task_bounds = self.block_bounds[:: self.blocks].copy()
         src_block = self.block_of(graph.src)
         dst_block = self.block_of(graph.dst)
@@ -76,7 +95,7 @@ class Partition:
 
     def block_of(self, ids: np.ndarray) -> np.ndarray:
         """The global VBlock index of each vertex id."""
-        return np.searchsorted(self.block_bounds, ids, side="right") - 1
+        return block_index(self.block_bounds, ids)
 
     def task_of_block(self, block: int) -> int:
         return block // self.blocks

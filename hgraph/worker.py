@@ -180,6 +180,7 @@ class Worker:
         self.values = np.zeros((size, *self.vshape), self.vdtype)
         self.active = np.zeros(size, bool)
         self.respond = np.zeros(size, bool)
+        self._eb = None        # EBlocks, built on the first pull
         self._scratch = None   # dense combine buffer over all destinations (exact combiners)
         self._mark = None
         self.value_bytes = self.mdtype.itemsize * int(np.prod(self.mshape, dtype=np.int64))
@@ -298,13 +299,20 @@ class Worker:
         if final or len(responders) == 0:
             stats["resp_edges"] = int(self.out_degree[responders].sum()) if len(responders) else 0
             return out
-        edges, owner = frontier_edges(self.part.out_indptr, responders)
+        if mode == "pull" and self._dense_enough(responders):
+            edges, sources = self._pull_edges(stats)
+        else:
+            # Push, or a pull whose responders are too few for a scan of the EBlocks to pay: the
+            # same edges, gathered from the adjacency lists. (Only the order of edges with one
+            # destination matters downstream, and it is source order either way.)
+            edges, owner = frontier_edges(self.part.out_indptr, responders)
+            sources = responders[owner]
         stats["resp_edges"] = len(edges)
         if len(edges) == 0:
             return out
         dst = self.part.out_indices[edges]
         stats["cross_edges"] = int(np.count_nonzero((dst < self.lo) | (dst >= self.hi)))
-        msg = self.program.message(self.values[responders[owner]], self.part.out_weights[edges])
+        msg = self.program.message(self.values[sources], self.part.out_weights[edges])
         msg = np.asarray(msg)
         if msg.shape != (len(edges), *self.mshape):
             raise HGraphError(f"{type(self.program).__name__}.message returned shape {msg.shape}, "
@@ -352,6 +360,62 @@ class Worker:
                 stats["pull_fixed"] += wire.BLOCK_HEADER_BYTES + pull_fixed
                 stats["pull_var"] += pull_var
         return out
+
+    def _eblocks(self):
+        """This task's edges grouped per (destination block, local source block) — HybridGraph's
+        EBlocks, fragments in source order inside each — built on the first pull."""
+        if self._eb is None:
+            from hgraph.graph import _stable_order
+            from hgraph.partition import block_index
+
+            part = self.part
+            nb = len(self.blocks)
+            edge_src = np.repeat(np.arange(self.hi - self.lo, dtype=np.int64), self.out_degree)
+            block_edges = np.diff(part.out_indptr[part.block_bounds - self.lo])
+            src_block = np.repeat(np.arange(nb, dtype=np.int64), block_edges)
+            dst_block = block_index(part.all_block_bounds, part.out_indices)
+            key = dst_block * nb + src_block
+            order = _stable_order(key)
+            indptr = np.zeros(len(part.all_block_bounds) * nb, np.int64)
+            np.cumsum(np.bincount(key, minlength=len(indptr) - 1), out=indptr[1:])
+            self._eb = (order, edge_src[order], indptr)
+        return self._eb
+
+    def _dense_enough(self, responders: np.ndarray) -> bool:
+        """Whether scanning the responding blocks' EBlocks costs at most ~4x gathering the
+        responders' own out-edges."""
+        indptr = self.part.out_indptr
+        own = int(self.out_degree[responders].sum())
+        scan = 0
+        for b in self.blocks:
+            a, z = b.start - self.lo, b.stop - self.lo
+            if self.respond[a:z].any():
+                scan += int(indptr[z] - indptr[a])
+        return scan <= 4 * own
+
+    def _pull_edges(self, stats) -> tuple[np.ndarray, np.ndarray]:
+        """Block-pull: for every destination block, scan the EBlocks of the local source blocks
+        that have a responding vertex (the route table) and keep the responders' edges. Edges come
+        out grouped by destination block, in source order inside each group."""
+        order, edge_src, indptr = self._eblocks()
+        nb = len(self.blocks)
+        responding = [bool(self.respond[b.start - self.lo:b.stop - self.lo].any()) for b in self.blocks]
+        edges, sources = [], []
+        scanned = 0
+        for j in range(len(self.part.all_block_bounds) - 1):
+            for i in range(nb):
+                a, z = indptr[j * nb + i], indptr[j * nb + i + 1]
+                if not responding[i] or a == z:
+                    continue
+                src = edge_src[a:z]
+                keep = self.respond[src]
+                edges.append(order[a:z][keep])
+                sources.append(src[keep])
+                scanned += int(z - a)
+        stats["scanned_edges"] = scanned
+        if not edges:
+            return np.empty(0, np.int64), np.empty(0, np.int64)
+        return np.concatenate(edges), np.concatenate(sources)
 
     def _combine(self, dst: np.ndarray, msg: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Combine messages per destination vertex (exact combiners): sorted unique ids, values."""
