@@ -237,21 +237,21 @@ class ActivationGraph:
         return anc
 
     def topological_order(self) -> np.ndarray:
-        """Nodes in a topological order (Kahn by levels, vectorised per level)."""
-        indeg = np.diff(self.pred_indptr).copy()
-        frontier = np.flatnonzero(indeg == 0)
+        """Nodes in a topological order (Kahn's algorithm; smallest ready node first is not
+        promised). Linear time: one pass over the CSR lists."""
+        indeg = np.diff(self.pred_indptr).tolist()
+        ptr = self.succ_indptr.tolist()
+        succ = self.succ_indices.tolist()
+        stack = [v for v in range(self.n) if indeg[v] == 0]
         out = []
-        while frontier.size:
-            out.append(frontier)
-            starts = self.succ_indptr[frontier]
-            stops = self.succ_indptr[frontier + 1]
-            if not np.any(stops > starts):
-                break
-            idx = np.concatenate([self.succ_indices[s:e] for s, e in zip(starts, stops)])
-            np.subtract.at(indeg, idx, 1)
-            cand = np.unique(idx)
-            frontier = cand[indeg[cand] == 0]
-        return np.concatenate(out) if out else np.zeros(0, dtype=np.int64)
+        while stack:
+            u = stack.pop()
+            out.append(u)
+            for w in succ[ptr[u]:ptr[u + 1]]:
+                indeg[w] -= 1
+                if indeg[w] == 0:
+                    stack.append(w)
+        return np.asarray(out, dtype=np.int64)
 
     def chain_model(self, chain) -> dict:
         """The DP's model quantities of a chain of lower sets (FORMAT.md §4.2), in graph units.

@@ -59,6 +59,10 @@ def test_lower_set_counts_and_dfs_ids(name):
     assert np.all(np.diff(fam.size) >= 0) and fam.size[0] == 0 and fam.size[-1] == ag.n
     assert fam.m.tolist() == [ag.mem(b) for b in fam.bits][: len(fam)]
     assert all(ag.is_lower_set(m) for m in fam.masks[:: max(1, len(fam) // 50)])
+    order = ag.topological_order()
+    pos = np.empty(ag.n, dtype=np.int64)
+    pos[order] = np.arange(ag.n)
+    assert sorted(order.tolist()) == list(range(ag.n)) and np.all(pos[ag.src] < pos[ag.dst])
     art = articulation_sets(ag, dfs)
     assert np.all(ag.boundary_matrix(art.masks).sum(axis=1)[1:-1] == 1)
 
