@@ -103,8 +103,15 @@ def _dfs_enumerate(ag, limit):
     return order
 
 
+#: Largest bool matrix (sets x nodes, bytes) a family may occupy.
+MAX_MATRIX_BYTES = 2 * 2**30
+
+
 def _family(ag, bits, dfs_id):
     k = len(bits)
+    if k * max(ag.n, 1) > MAX_MATRIX_BYTES:
+        raise HGraphError(f"{k} lower sets of {ag.n} nodes need {k * ag.n / 2**30:.1f} GiB as a "
+                          f"matrix; use the approximate solver", exit_code=3)
     nbytes = (ag.n + 7) // 8 or 1
     raw = b"".join(b.to_bytes(nbytes, "little") for b in bits)
     masks = np.unpackbits(np.frombuffer(raw, dtype=np.uint8).reshape(k, nbytes), axis=1,
