@@ -222,11 +222,13 @@ def _plain(value):
 
 
 def write_stats(path, stats: Sequence[dict]) -> None:
-    """The per-superstep stats as a JSON list of objects, atomically."""
+    """The per-superstep stats as a JSON list of objects (one per line), atomically."""
     rows = [dict(row) for row in stats]
+    # A JSON list with one object per line: valid JSON, and a superstep per line to read or grep.
+    body = ",\n".join(json.dumps(row, default=_plain) for row in rows)
+    text = f"[\n{body}\n]\n" if rows else "[]\n"
     with open_output(path) as handle:
-        json.dump(rows, handle, indent=1, default=_plain)
-        handle.write("\n")
+        handle.write(text)
 
 
 def read_values(path) -> dict[int, str]:

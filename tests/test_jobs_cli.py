@@ -203,6 +203,9 @@ def test_adjacency_and_edgelist_give_the_same_result(tmp_path):
     assert submit("sssp", "--graph", EXAMPLES / "tiny.adj", "--out", b) == 0
     assert a.read_text() == b.read_text() == (
         "0\t0.0\n1\t3.0\n2\t1.0\n3\t4.0\n4\t7.0\n5\tinf\n6\tinf\n7\tinf\n")
+    labels = tmp_path / "cc.tsv"
+    assert submit("cc", "--graph", EXAMPLES / "tiny.adj", "--tasks", 2, "--out", labels) == 0
+    assert labels.read_text() == "0\t0\n1\t0\n2\t0\n3\t0\n4\t0\n5\t5\n6\t5\n7\t5\n"
 
 
 # --------------------------------------------------------------------------------------------
