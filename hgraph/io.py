@@ -20,7 +20,7 @@ Example::
 
     import hgraph
     g = hgraph.io.load("examples/tiny.edges")       # or examples/tiny.adj
-    g.n, g.num_edges                                # (8, 9)
+    g.n, g.num_edges                                # (8, 10)
 """
 
 from __future__ import annotations

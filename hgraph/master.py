@@ -130,7 +130,14 @@ class Master:
             superstep += 1
             if (self.store is not None and self.checkpoint_every is not None and not done
                     and superstep % self.checkpoint_every == 0):
-                self._checkpoint(superstep - 1, aggregates, switcher, stats, outs)
+                try:
+                    self._checkpoint(superstep - 1, aggregates, switcher, stats, outs)
+                except WorkerLost as lost:
+                    # Lost while checkpointing: back to the previous checkpoint, as mid-superstep.
+                    superstep, aggregates, inbound, stats = self._recover(lost, superstep, switcher,
+                                                                          time.perf_counter())
+                    pending_failure = self.failures[-1]
+                    continue
             if done:
                 break
         values = np.concatenate(self.runtime.values(), axis=0) if tasks else np.empty(0)

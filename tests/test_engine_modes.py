@@ -138,8 +138,9 @@ def test_vector_messages_bitwise_or():
 
 
 def test_max_supersteps_and_bad_arguments(graph):
-    r = hgraph.run(SSSP(0), graph, max_supersteps=2, mode="push")
-    assert r.supersteps == 2 and len(r.stats) == 2
+    seen = []
+    r = hgraph.run(SSSP(0), graph, max_supersteps=2, mode="push", progress=seen.append)
+    assert r.supersteps == 2 and len(r.stats) == 2 and seen == r.stats
     for key in ("superstep", "mode", "active", "messages", "bytes", "seconds"):
         assert key in r.stats[0]
     assert r.stats[0]["bytes"] == 0                   # one task: nothing crosses workers

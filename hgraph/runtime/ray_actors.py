@@ -119,7 +119,11 @@ class RayRuntime:
         return data if not data else self.ray.put(data)
 
     def states(self):
-        return self._get([a.state.remote() for a in self.actors], "a checkpoint")
+        ray = self.ray
+        try:
+            return self._get([a.state.remote() for a in self.actors], "a checkpoint")
+        except (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError) as err:
+            raise WorkerLost(self._dead() or list(range(self.tasks)), type(err).__name__) from None
 
     def restore(self, states):
         for t in self._dead():
