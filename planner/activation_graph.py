@@ -73,6 +73,8 @@ class ActivationGraph:
         self.pred_indptr, self.pred_indices = _csr(dst, src, n)
         self.names = names
         self._pred_bits = self._succ_bits = None
+        self.node_of_var = np.full(int(self.var.max()) + 1 if n else 0, -1, dtype=np.int64)
+        self.node_of_var[self.var] = np.arange(n)
 
     @classmethod
     def from_cg(cls, g, ratio: int = 1) -> "ActivationGraph":
