@@ -247,6 +247,8 @@ def read_values(path) -> dict[int, str]:
 
 def check_vertex(name: str, vid: int, graph) -> int:
     """An argument naming a vertex must be one of the graph's (one-line error otherwise)."""
+    if graph.n == 0:
+        raise HGraphError(f"{name} {vid}: the graph has no vertices")
     if not 0 <= vid < graph.n:
         raise HGraphError(f"{name} {vid} is not a vertex of the graph (vertices are 0..{graph.n - 1})")
     return vid
