@@ -2,4 +2,23 @@
 
 The analyses that scale with the graph run as vertex programs on :mod:`hgraph`; the DP
 recurrences run on the driver. The planner never imports Ray.
+
+    >>> import planner                                                       # doctest: +SKIP
+    >>> p = planner.plan("jobs/data/cg_resnet50.txt", budget="60%", tasks=4)   # doctest: +SKIP
+    >>> p.peak_bytes, p.recompute_cost, p.schedule.dumps()[:20]               # doctest: +SKIP
 """
+
+
+def plan(graph_or_path, budget="100%", **kwargs):
+    """Plan a recomputation schedule; see :func:`planner.api.plan` (imported lazily)."""
+    from planner.api import plan as _plan
+
+    return _plan(graph_or_path, budget=budget, **kwargs)
+
+
+def __getattr__(name):
+    if name == "Plan":
+        from planner.api import Plan
+
+        return Plan
+    raise AttributeError(f"module 'planner' has no attribute {name!r}")

@@ -1,0 +1,100 @@
+"""``hgraph submit plan``: a recomputation schedule for a training graph under a memory budget.
+
+Reads a cg.txt (the NeurIPS'19 reference format), runs the graph analyses on the engine over
+``--tasks`` workers, solves the DP (or Chen's chain) on the driver, checks the schedule with the
+independent simulator and writes: ``--out`` (the schedule, reference format), ``--report``
+(JSON, :mod:`planner.report`), ``--plot`` (memory timeline PNG); a summary table goes to stderr.
+All files are written atomically. ``--execute`` then runs the plan (:mod:`planner.execute`) and
+adds the measured peak to the report.
+
+An infeasible budget exits with code 3 and one line giving the smallest feasible budget for the
+solver. Bad flags or files exit with code 2 and one line.
+
+Example::
+
+    hgraph submit plan --graph jobs/data/cg_resnet50.txt --tasks 4 --budget 60% \\
+        --out sch.txt --report r.json --plot t.png
+"""
+
+from __future__ import annotations
+
+import sys
+
+from hgraph.errors import HGraphError
+from jobs import common
+
+NAME = "plan"
+HELP = "recomputation schedule under a memory budget (approx/exact DP, Chen), report and plot"
+
+__all__ = ["NAME", "HELP", "add_arguments", "main"]
+
+
+def add_arguments(parser) -> None:
+    from hgraph.cli import add_common_arguments
+    from planner.dp_families import DEFAULT_MAX_LOWER_SETS
+
+    add_common_arguments(parser)
+    parser.add_argument("--budget", required=True,
+                        help="memory budget: bytes (4000000000, 1e9), a size (1.5GB, 800MiB) or a "
+                             "percentage of the no-recomputation peak (60%%)")
+    parser.add_argument("--solver", choices=["approx", "exact", "chen"], default="approx",
+                        help="approximate DP (default), exact DP or Chen's sqrt(n)")
+    parser.add_argument("--strategy", choices=["time", "memory"], default="time",
+                        help="time: least recomputation (default); memory: least checkpoint memory")
+    parser.add_argument("--units", choices=["bytes", "reference"], default="bytes",
+                        help="exact bytes (default) or the reference's scaled accounting")
+    parser.add_argument("--out", default=None, help="write the schedule (reference format) here")
+    parser.add_argument("--report", default=None, help="write the JSON report here ('-': stdout)")
+    parser.add_argument("--plot", default=None, help="write the memory-timeline PNG here")
+    parser.add_argument("--execute", action="store_true",
+                        help="run the plan (CuPy or NumPy) and add the measured peak to the report")
+    parser.add_argument("--max-lower-sets", type=int, default=DEFAULT_MAX_LOWER_SETS,
+                        help=f"exact DP: refuse above this many lower sets "
+                             f"(default {DEFAULT_MAX_LOWER_SETS:,})")
+    parser.add_argument("--fallback", action="store_true",
+                        help="exact DP: fall back to the approximate family above --max-lower-sets")
+
+
+def main(args) -> int:
+    import planner
+    from planner import report
+    from planner.budget import Budget
+
+    budget = Budget.parse(args.budget)          # bad values fail before any work
+    for flag, path in (("--out", args.out), ("--report", args.report), ("--plot", args.plot)):
+        if path is not None and path != "-":
+            common.check_output(path, flag)
+    if args.max_lower_sets < 1:
+        raise HGraphError(f"--max-lower-sets must be >= 1, got {args.max_lower_sets}")
+    p = planner.plan(args.graph, budget=budget, solver=args.solver, strategy=args.strategy,
+                     units=args.units, tasks=args.tasks, blocks=args.blocks, mode=args.mode,
+                     runtime=common.runtime_of(args), address=args.address,
+                     max_lower_sets=args.max_lower_sets, fallback=args.fallback)
+    if args.execute:
+        p.report["execute"] = _execute(p)
+    if args.out:
+        if args.out == "-":
+            sys.stdout.write(p.schedule.dumps())
+        else:
+            p.schedule.write(args.out)
+    if args.report:
+        report.write_json(p.report, args.report)
+    if args.plot:
+        report.plot(p, args.plot)
+    if args.progress != "off":
+        report.print_summary(p.report)
+    return 0
+
+
+def _execute(p) -> dict:
+    """Run the schedule with the executor (stand-in kernels for reference graphs)."""
+    from planner.execute import executor
+
+    res = executor.run(p.graph, p.schedule, allocator="pool", recycle=False)
+    out = res.report()
+    out["predicted_peak_bytes"] = p.report["peak_bytes"]
+    return out
+
+
+if __name__ == "__main__":
+    raise SystemExit(common.module_main(NAME))

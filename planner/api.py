@@ -1,0 +1,248 @@
+"""The driver API: :func:`plan` a recomputation schedule for a graph under a memory budget.
+
+The main walk (DESIGN.md): read the graph → engine analyses (:mod:`planner.programs`: levels and,
+for the approximate DP, the lower-set statistics, over ``tasks`` workers) → the DP on the
+driver (:mod:`planner.dp`) or Chen's chain (:mod:`planner.chen`) → the schedule
+(:mod:`planner.emit`) → an independent replay (:mod:`planner.simulate`) that checks it and
+measures its peak and recomputation → the report fields (:mod:`planner.report`).
+
+Example::
+
+    >>> import planner                                                      # doctest: +SKIP
+    >>> p = planner.plan("jobs/data/cg_resnet50.txt", budget="60%", tasks=2)  # doctest: +SKIP
+    >>> p.peak_bytes <= p.budget_bytes, p.overhead                          # doctest: +SKIP
+    (True, 0.12...)
+    >>> p.schedule.write("sch.txt")                                         # doctest: +SKIP
+
+An infeasible budget raises :class:`hgraph.errors.InfeasibleError` whose message gives the
+smallest feasible budget for that solver (``err.min_budget_bytes``).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from hgraph.errors import HGraphError, InfeasibleError
+from planner import cg, simulate
+from planner.activation_graph import ActivationGraph
+from planner.budget import Budget, format_bytes
+from planner.dp_families import DEFAULT_MAX_LOWER_SETS, DPGraph
+from planner.programs import EngineOptions
+from planner.units import scale_units
+
+__all__ = ["Plan", "plan", "SOLVERS", "STRATEGIES", "UNITS", "baseline_schedule",
+           "lower_bound_bytes", "BASELINE_SCHEDULE_LIMIT"]
+
+SOLVERS = ("approx", "exact", "chen")
+STRATEGIES = ("time", "memory")
+UNITS = ("bytes", "reference")
+#: Graphs up to this many activations get a simulated no-recomputation baseline schedule; larger
+#: ones use Σ activation bytes (the reference's S, "in practice the no-recompute peak").
+BASELINE_SCHEDULE_LIMIT = 3000
+
+
+@dataclass
+class Plan:
+    """A planned schedule with its report fields (``plan.peak_bytes`` is ``plan.report["peak_bytes"]``).
+
+    ``timeline``/``baseline_timeline``: live bytes after each op of the plan / of the
+    no-recomputation schedule (None when the graph is too large for one); ``chain``: the lower
+    sets (activation-node index arrays) behind the schedule.
+    """
+
+    schedule: object
+    report: dict
+    graph: object = None
+    chain: list = field(default_factory=list)
+    timeline: np.ndarray | None = None
+    baseline_timeline: np.ndarray | None = None
+
+    def __getattr__(self, name):
+        report = self.__dict__.get("report")
+        if report is not None and name in report:
+            return report[name]
+        raise AttributeError(name)
+
+
+def baseline_schedule(g):
+    """No recomputation: every value kept through the forward pass, freed after its last use."""
+    from planner.execute.executor import checkpoint_schedule
+
+    return checkpoint_schedule(g, keep=np.flatnonzero(g.is_activation))
+
+
+def lower_bound_bytes(g) -> int:
+    """A peak no valid schedule can go below (the reference's accounting).
+
+    The largest of: each forward function's activation inputs plus its output; each backward
+    block's activation inputs plus its incoming gradient (every schedule runs every function with
+    those live); and the gradients of all parameters and model inputs, which are never freed.
+    """
+    vb = np.asarray(g.var_bytes, dtype=np.int64)
+    act = g.is_activation
+    sinks = {f.outputs[0] for f in g.forward} - {v for b in g.backward for v in b.outputs}
+    best = 0
+    for f in g.forward:
+        best = max(best, int(sum(int(vb[a]) for a, _ in f.inputs if act[a])) + int(vb[f.outputs[0]]))
+    for b in g.backward:
+        need = sum(int(vb[a]) for a, tag in b.inputs if tag != "gradient" and act[a])
+        need += sum(int(vb[a]) for a, tag in b.inputs if tag == "gradient" and a not in sinks)
+        best = max(best, need)
+    param_grads = {v for b in g.backward for v in b.outputs if not act[v]}
+    return max(best, int(vb[list(param_grads)].sum()) if param_grads else 0)
+
+
+def _load(graph_or_path):
+    if isinstance(graph_or_path, (str, Path)):
+        return cg.read(graph_or_path)
+    if hasattr(graph_or_path, "functions") and hasattr(graph_or_path, "var_bytes"):
+        return graph_or_path
+    raise HGraphError(f"plan() takes a cg.txt path or a planner.cg graph, "
+                      f"not {type(graph_or_path).__name__}")
+
+
+def _check_choice(name, value, choices):
+    if value not in choices:
+        raise HGraphError(f"unknown {name} {value!r}; expected one of {', '.join(choices)}")
+
+
+class _Solver:
+    """One solver on one graph: solves at a budget, reusing what does not depend on it."""
+
+    def __init__(self, g, ag, solver, strategy, units, opts, max_lower_sets, fallback):
+        self.g, self.ag, self.solver, self.strategy, self.units = g, ag, solver, strategy, units
+        self.opts, self.max_lower_sets, self.fallback = opts, max_lower_sets, fallback
+        self._families = {}          # comp_ratio -> (DPGraph, Family)
+        self.engine_supersteps = 0
+
+    def _family(self, ratio):
+        if ratio not in self._families:
+            from planner import dp_families, programs
+
+            ag = self.ag
+            dg = DPGraph(m=ag.bytes // ratio, t=ag.t, src=ag.src, dst=ag.dst)
+            if self.solver == "approx":
+                stats = programs.lower_set_stats(dg, opts=self.opts)
+                self.engine_supersteps += stats.supersteps
+                fam = programs.approx_family(dg, stats=stats)
+            else:
+                fam = dp_families.exact_family(dg, max_lower_sets=self.max_lower_sets,
+                                               fallback=self.fallback)
+            self._families[ratio] = (dg, fam)
+        return self._families[ratio]
+
+    def solve(self, budget_bytes: int):
+        """(status, chain as node-index arrays, model dict) at ``budget_bytes``."""
+        from planner import chen, dp
+
+        if self.solver == "chen":
+            p = chen.solve(self.g, budget=max(1, budget_bytes), units=self.units, ag=self.ag,
+                           lower_set_limit=self.max_lower_sets)
+            chain = [np.flatnonzero(mask) for mask in p.chain]
+            model = dict(blocks=p.blocks, model_recompute_cost=p.model_recompute_cost,
+                         model_peak_bytes=p.model_peak_bytes, n_lower_sets=p.n_lower_sets,
+                         comp_ratio=p.ratio, family="chen", fell_back=False)
+            return "OK", chain, model
+        u = scale_units(budget_bytes, int(self.ag.bytes.sum()), self.units)
+        dg, fam = self._family(u.ratio)
+        r = dp.solve_family(fam, dg, u.budget, strategy=self.strategy, comp_ratio=u.ratio,
+                            units=self.units)
+        model = dict(blocks=r.blocks, model_recompute_cost=r.model_recompute_cost,
+                     model_peak_bytes=r.model_peak_bytes, n_lower_sets=r.n_lower_sets,
+                     comp_ratio=r.comp_ratio, family=r.family, fell_back=r.fell_back)
+        return r.status, [np.asarray(c) for c in r.chain], model
+
+    def smallest_feasible(self, hi: int) -> int:
+        """Bisection on the budget (bytes) for the smallest one this solver finds a plan at."""
+        lo = 0                     # infeasible (or the caller's failing budget)
+        while self.solve(hi)[0] != "OK":
+            hi *= 2
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            if self.solve(mid)[0] == "OK":
+                hi = mid
+            else:
+                lo = mid
+        return hi
+
+
+def plan(graph_or_path, budget="100%", solver: str = "approx", strategy: str = "time",
+         units: str = "bytes", tasks: int = 1, blocks: int = 1, mode: str = "hybrid",
+         runtime: str = "local", address: str | None = None,
+         max_lower_sets: int = DEFAULT_MAX_LOWER_SETS, fallback: bool = False,
+         check: bool = True) -> Plan:
+    """Plan recomputation for a graph under ``budget``; see the module docstring.
+
+    ``budget``: bytes (int), or text as ``--budget`` takes it (``"2GB"``, ``"800MiB"``,
+    ``"60%"`` of the no-recomputation peak). ``solver``: ``"approx"`` (default), ``"exact"``
+    or ``"chen"`` (ignores the budget, as the reference does); ``strategy``: ``"time"`` (least
+    recomputation) or ``"memory"`` (least checkpoint memory); ``units``: ``"bytes"`` (exact) or
+    ``"reference"`` (the reference's scaled ints, for number-for-number comparison).
+    ``tasks``/``blocks``/``mode``/``runtime``/``address`` say where the engine analyses run;
+    the plan is the same for all of them.
+    """
+    t0 = time.perf_counter()
+    _check_choice("solver", solver, SOLVERS)
+    _check_choice("strategy", strategy, STRATEGIES)
+    _check_choice("units", units, UNITS)
+    g = _load(graph_or_path)
+    if len(g.forward) == 0:
+        raise HGraphError(f"{g.path or 'graph'}: no forward functions to plan")
+    opts = EngineOptions(tasks=int(tasks), blocks=int(blocks), mode=mode, runtime=runtime,
+                         address=address)
+    ag = ActivationGraph.from_cg(g)
+    from planner import emit, programs
+
+    dg_bytes = DPGraph(m=ag.bytes, t=ag.t, src=ag.src, dst=ag.dst)
+    depth = int(programs.levels(dg_bytes, opts=opts).max(initial=-1)) + 1
+    act_sum = int(ag.bytes.sum())
+    base_sched = base_tl = None
+    if ag.n <= BASELINE_SCHEDULE_LIMIT:
+        base_sched = baseline_schedule(g)
+        base_sim = simulate.replay(g, base_sched, check=False)
+        baseline_peak, baseline_kind = base_sim.peak_bytes, "simulated"
+        base_tl = base_sim.timeline
+    else:
+        baseline_peak, baseline_kind = act_sum, "activation_sum"
+    b = budget if isinstance(budget, Budget) else Budget.parse(budget)
+    budget_bytes = b.resolve(baseline_peak)
+
+    s = _Solver(g, ag, solver, strategy, units, opts, max_lower_sets, fallback)
+    status, chain, model = s.solve(budget_bytes)
+    if status != "OK":
+        smallest = s.smallest_feasible(max(2 * act_sum, budget_bytes + 1, 1))
+        err = InfeasibleError(
+            f"budget {budget_bytes:,} bytes ({format_bytes(budget_bytes)}) is infeasible for the "
+            f"{solver} solver on {g.name}; the smallest feasible budget is {smallest:,} bytes "
+            f"({format_bytes(smallest)}, {100 * smallest / max(1, baseline_peak):.1f}% of the "
+            f"no-recomputation peak)")
+        err.min_budget_bytes = smallest
+        raise err
+    schedule = emit.emit(g, chain, ag)
+    sim = simulate.replay(g, schedule, check=check)
+    if sim.violations:
+        raise HGraphError(f"internal error: the emitted schedule fails the simulator: "
+                          f"{sim.violations[0]}")
+    from planner import report as report_mod
+
+    rep = report_mod.build(
+        g, ag, chain, sim, solver=solver, strategy=strategy, units=units, budget=b,
+        budget_bytes=budget_bytes, baseline_peak=baseline_peak, baseline_kind=baseline_kind,
+        lower_bound=lower_bound_bytes(g), model=model, depth=depth,
+        engine=dict(tasks=opts.tasks, blocks=opts.blocks, mode=opts.mode, runtime=opts.runtime,
+                    supersteps=s.engine_supersteps),
+        seconds=time.perf_counter() - t0)
+    return Plan(schedule=schedule, report=rep, graph=g, chain=chain, timeline=sim.timeline,
+                baseline_timeline=base_tl)
+
+
+def engine_timeline(p: Plan, **engine) -> np.ndarray:
+    """The plan's memory timeline recomputed on the engine (:func:`planner.programs.timeline`)."""
+    from planner import programs
+
+    return programs.timeline(p.graph, p.schedule, **engine)
+

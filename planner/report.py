@@ -1,0 +1,182 @@
+"""The plan's report: JSON fields, a short terminal summary table, a memory-timeline plot.
+
+:func:`build` turns a solved chain and its simulated replay into the report dict (keys below);
+:func:`write_json` / :func:`plot` write files atomically (temporary name, then rename);
+:func:`summary_table` renders the few numbers a user looks at first (rich).
+
+Report keys: ``graph``, ``nodes`` (activations), ``variables``, ``depth`` (topological levels),
+``solver``, ``strategy``, ``units``, ``budget`` (as given), ``budget_bytes``, ``peak_bytes``
+(simulated), ``within_budget``, ``baseline_peak_bytes`` (no recomputation) with
+``baseline_kind`` (``simulated``, or ``activation_sum`` for graphs too large for a baseline
+schedule), ``lower_bound_bytes``, ``recompute_cost``, ``forward_cost``, ``overhead``
+(recompute / forward), ``recomputed`` (functions computed more than once), ``ops``,
+``seconds``, ``blocks``, ``model_recompute_cost``, ``model_peak_bytes``, ``comp_ratio``,
+``n_lower_sets``, ``engine`` (tasks, blocks, mode, runtime, supersteps) and ``decisions``: one
+object per activation (``var``, ``function``, ``bytes``, ``block``, ``decision`` keep|recompute,
+``computes``, ``reason``).
+
+Example::
+
+    >>> import planner                                                      # doctest: +SKIP
+    >>> p = planner.plan("jobs/data/cg_resnet50.txt", budget="50%")          # doctest: +SKIP
+    >>> write_json(p.report, "r.json"); plot(p, "t.png")                    # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+
+from hgraph.fileio import atomic_write, write_text
+from planner.budget import format_bytes
+
+__all__ = ["build", "decisions", "write_json", "summary_table", "print_summary", "plot"]
+
+
+def decisions(g, ag, chain, sim) -> list:
+    """Per-activation decision (keep / recompute) with the reason, from the chain and the replay."""
+    n = ag.n
+    block = np.zeros(n, np.int64)
+    ckpt = np.zeros(n, bool)
+    prev = np.zeros(n, bool)
+    for i, nodes in enumerate(chain, 1):
+        mask = np.zeros(n, bool)
+        mask[np.asarray(nodes, dtype=np.int64)] = True
+        new = mask & ~prev
+        block[new] = i
+        ckpt |= ag.to_mask(ag.boundary(mask)) & new
+        prev = mask
+    computes = np.asarray(sim.computes, dtype=np.int64)[ag.func]
+    out = []
+    var, func, nbytes, t = ag.var.tolist(), ag.func.tolist(), ag.bytes.tolist(), ag.t.tolist()
+    for v in range(n):
+        i, c, k = int(block[v]), bool(ckpt[v]), int(computes[v])
+        if k > 1 and not c:
+            reason = (f"inside block {i}, not on its boundary: freed after the forward pass and "
+                      f"recomputed before block {i}'s backward pass (cost {t[v]} each time)")
+        elif k > 1:
+            reason = ("a backward function reads this retained output after it was freed "
+                      "(ReLU/MaxPool exception): recomputed just for that read")
+        elif c:
+            reason = f"checkpoint: on the boundary of block {i} (a later block reads it), kept"
+        else:
+            reason = f"block {i}'s values are still live when its backward pass starts; not recomputed"
+        out.append({"var": var[v], "function": func[v], "bytes": nbytes[v], "block": i,
+                    "decision": "recompute" if k > 1 else "keep", "computes": k, "reason": reason})
+    return out
+
+
+def build(g, ag, chain, sim, *, solver, strategy, units, budget, budget_bytes, baseline_peak,
+          baseline_kind, lower_bound, model, depth, engine, seconds) -> dict:
+    """The report dict of a plan (see the module docstring for the keys)."""
+    forward = int(sim.forward_cost)
+    return {
+        "graph": g.name,
+        "nodes": int(ag.n),
+        "variables": int(g.num_vars),
+        "depth": int(depth),
+        "solver": solver,
+        "strategy": strategy,
+        "units": units,
+        "budget": getattr(budget, "text", str(budget)),
+        "budget_bytes": int(budget_bytes),
+        "peak_bytes": int(sim.peak_bytes),
+        "within_budget": bool(sim.peak_bytes <= budget_bytes),
+        "baseline_peak_bytes": int(baseline_peak),
+        "baseline_kind": baseline_kind,
+        "lower_bound_bytes": int(lower_bound),
+        "recompute_cost": int(sim.recompute_cost),
+        "forward_cost": forward,
+        "overhead": float(sim.recompute_cost / forward) if forward else 0.0,
+        "recomputed": int(sim.recomputed),
+        "ops": int(len(sim.timeline)),
+        "seconds": float(seconds),
+        "blocks": int(model["blocks"]),
+        "model_recompute_cost": int(model["model_recompute_cost"]),
+        "model_peak_bytes": int(model["model_peak_bytes"]),
+        "comp_ratio": int(model["comp_ratio"]),
+        "n_lower_sets": int(model["n_lower_sets"]),
+        "family": model["family"],
+        "fell_back": bool(model["fell_back"]),
+        "engine": dict(engine),
+        "decisions": decisions(g, ag, chain, sim),
+    }
+
+
+def write_json(report: dict, path) -> None:
+    """The report as indented JSON, written atomically; ``-`` is stdout."""
+    text = json.dumps(report, indent=1) + "\n"
+    if str(path) == "-":
+        import sys
+
+        sys.stdout.write(text)
+    else:
+        write_text(path, text)
+
+
+def summary_table(report: dict):
+    """A rich Table with the headline numbers."""
+    from rich.table import Table
+
+    tab = Table(title=f"plan: {report['graph']} ({report['nodes']:,} nodes, {report['solver']}, "
+                      f"{report['strategy']}-centric)", show_header=False)
+    tab.add_column("what", style="bold")
+    tab.add_column("value", justify="right")
+    base = max(1, report["baseline_peak_bytes"])
+    rows = [
+        ("budget", f"{format_bytes(report['budget_bytes'])}  ({report['budget_bytes']:,} B)"),
+        ("peak (simulated)", f"{format_bytes(report['peak_bytes'])}  "
+                             f"({100 * report['peak_bytes'] / base:.1f}% of baseline)"),
+        ("baseline (no recompute)", format_bytes(report["baseline_peak_bytes"])),
+        ("lower bound", format_bytes(report["lower_bound_bytes"])),
+        ("recompute / forward", f"{report['recompute_cost']:,} / {report['forward_cost']:,}  "
+                                f"({100 * report['overhead']:.1f}%)"),
+        ("recomputed functions", f"{report['recomputed']:,}"),
+        ("blocks", f"{report['blocks']:,}"),
+        ("seconds", f"{report['seconds']:.2f}"),
+    ]
+    for k, v in rows:
+        tab.add_row(k, v)
+    return tab
+
+
+def print_summary(report: dict, file=None) -> None:
+    """Print :func:`summary_table` (to stderr by default, so stdout can carry data)."""
+    import sys
+
+    from rich.console import Console
+
+    Console(file=file or sys.stderr, width=100).print(summary_table(report))
+
+
+def plot(p, path) -> None:
+    """PNG of live bytes per op: the plan, the no-recomputation baseline and the budget line."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rep = p.report
+    fig, ax = plt.subplots(figsize=(9, 4.5), dpi=110)
+    gib = 2**30
+    if p.baseline_timeline is not None and len(p.baseline_timeline):
+        ax.plot(np.arange(len(p.baseline_timeline)), p.baseline_timeline / gib, color="0.6",
+                lw=1.2, label="no recomputation")
+    else:
+        ax.axhline(rep["baseline_peak_bytes"] / gib, color="0.6", ls=":",
+                   label="no recomputation (Σ activations)")
+    tl = np.asarray(p.timeline)
+    ax.plot(np.arange(len(tl)), tl / gib, color="C0", lw=1.4,
+            label=f"plan ({rep['solver']}, {rep['strategy']}): peak {format_bytes(rep['peak_bytes'])}")
+    ax.axhline(rep["budget_bytes"] / gib, color="C3", ls="--",
+               label=f"budget {format_bytes(rep['budget_bytes'])}")
+    ax.set_xlabel("schedule step")
+    ax.set_ylabel("live memory (GiB)")
+    ax.set_title(f"{rep['graph']}: memory timeline, recompute overhead {100 * rep['overhead']:.1f}%")
+    ax.legend(loc="upper left", fontsize=8)
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    with atomic_write(path, "wb") as fh:
+        fig.savefig(fh, format="png")
+    plt.close(fig)
