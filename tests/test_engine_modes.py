@@ -155,6 +155,11 @@ def test_pull_sends_only_along_the_route_table(graph):
     assert all("requests" in row for row in r.stats[:-1])
     assert r.stats[0]["requests"] <= 12               # one responding vertex: its block's row
     assert sum(row["bytes"] for row in r.stats) > 0
+    # A frontier covering its blocks is answered by scanning EBlocks; results stay identical.
+    program, g = pagerank(graph, iterations=3)
+    dense = hgraph.run(program, g, tasks=2, blocks=2, mode="pull")
+    assert all(row["scanned_edges"] == g.num_edges for row in dense.stats[:-1])
+    assert dense.values.tobytes() == hgraph.run(program, g, tasks=2, blocks=2, mode="push").values.tobytes()
 
 
 def test_exact_sum_is_grouping_independent():
