@@ -1,39 +1,113 @@
 """One place that decides how to reach Ray.
 
-* no address and no ``RAY_ADDRESS``: start an embedded local Ray with laptop settings (no
-  dashboard, a bounded object store, quiet logs, token auth off);
-* ``address="HOST:PORT"`` or ``RAY_ADDRESS``: join that cluster.
+* no address and no ``RAY_ADDRESS``: start an embedded local Ray with laptop settings — no
+  dashboard unless asked, a bounded object store (:data:`EMBEDDED_OBJECT_STORE_BYTES`), quiet
+  logs, token auth off (``RAY_AUTH_MODE=disabled`` unless the environment says otherwise);
+* ``address="HOST:PORT"`` (a GCS address), ``"auto"`` or ``RAY_ADDRESS``: join that cluster;
+* ``address="http://HOST:8265"`` is a Ray *Jobs* address: :mod:`cluster.jobs_api` submits the
+  job there; the engine itself cannot join a cluster by its dashboard URL.
+
+Token auth is off (``RAY_AUTH_MODE=disabled``) unless the environment says otherwise; a
+cluster with token auth needs ``RAY_AUTH_MODE=token`` and its token in the environment.
+
+Joining never hangs: the address is checked for shape, then probed with a plain TCP connect
+(:data:`PROBE_TIMEOUT_S`) before Ray is asked, because Ray itself retries an unreachable GCS for
+a long time (measured: ``ray.init("127.0.0.1:1")`` was still retrying after 60 s). Every failure
+is one :class:`~hgraph.errors.HGraphError` line naming the address.
+
+Example::
+
+    from cluster.connect import ensure_ray
+    ensure_ray()                       # embedded local Ray (or RAY_ADDRESS)
+    ensure_ray("10.0.0.5:6379")        # join a running cluster
 """
 
 from __future__ import annotations
 
 import os
+import socket
+from urllib.parse import urlparse
 
 from hgraph.errors import HGraphError
 
 #: Object store for the embedded Ray: bounded so a laptop keeps its memory.
 EMBEDDED_OBJECT_STORE_BYTES = 512 * 2**20
 
+#: Seconds a TCP connect to a cluster address may take before it counts as unreachable.
+PROBE_TIMEOUT_S = 5.0
 
-def ensure_ray(address: str | None = None, *, num_cpus: int | None = None) -> None:
-    """Connect this process to Ray once; later calls are no-ops."""
-    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+
+def is_jobs_address(address: str | None) -> bool:
+    """``http(s)://...``: the Ray Jobs (dashboard) address of a cluster."""
+    return bool(address) and address.strip().lower().startswith(("http://", "https://"))
+
+
+def split_host_port(address: str, *, default_port: int | None = None) -> tuple[str, int]:
+    """``HOST:PORT`` (or an http URL) -> (host, port); a malformed address is an HGraphError."""
+    text = address.strip()
+    parsed = urlparse(text if "://" in text else f"//{text}")
+    try:
+        port = parsed.port
+    except ValueError:
+        raise HGraphError(f"bad Ray address {address!r}: the port must be a number 1..65535") from None
+    host = parsed.hostname
+    if port is None:
+        port = default_port
+    if not host or port is None or not 0 < port < 65536 or (parsed.path not in ("", "/")):
+        raise HGraphError(f"bad Ray address {address!r}: expected HOST:PORT"
+                          + (" or http://HOST:PORT" if default_port else ""))
+    return host, port
+
+
+def probe(host: str, port: int, *, what: str, timeout: float = PROBE_TIMEOUT_S) -> None:
+    """A TCP connect to (host, port) within ``timeout``, or one HGraphError line."""
+    try:
+        with socket.create_connection((host, port), timeout=timeout):
+            return
+    except socket.gaierror as err:
+        raise HGraphError(f"cannot reach {what} at {host}:{port}: unknown host ({err.strerror})") from None
+    except (socket.timeout, TimeoutError):
+        raise HGraphError(f"cannot reach {what} at {host}:{port}: no answer within {timeout:g} s") from None
+    except OSError as err:
+        raise HGraphError(f"cannot reach {what} at {host}:{port}: {err.strerror or err}") from None
+
+
+def _first_line(err: BaseException) -> str:
+    text = str(err).strip()
+    return text.splitlines()[0] if text else type(err).__name__
+
+
+def ensure_ray(address: str | None = None, *, num_cpus: int | None = None,
+               dashboard: bool = False, probe_timeout: float = PROBE_TIMEOUT_S) -> None:
+    """Connect this process to Ray once; later calls are no-ops (see the module docstring)."""
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    # Local clusters (embedded, `hgraph cluster up`, tests) run without token auth; a cluster
+    # with token auth needs RAY_AUTH_MODE=token (and its token) in the environment.
+    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
     import ray
 
     if ray.is_initialized():
         return
-    address = address or os.environ.get("RAY_ADDRESS") or None
-    if address and address.startswith("http"):
+    address = (address or os.environ.get("RAY_ADDRESS") or "").strip() or None
+    if address and is_jobs_address(address):
         raise HGraphError(f"{address} is a Ray Jobs (dashboard) address; the engine joins a cluster "
-                          "by its GCS address HOST:PORT")
-    try:
-        if address:
-            ray.init(address=address, log_to_driver=False, logging_level="ERROR")
-        else:
+                          "by its GCS address HOST:PORT (use `hgraph submit JOB --address "
+                          "http://...` to submit a job there)")
+    if address is None:
+        try:
             ray.init(address="local", num_cpus=num_cpus or max(4, os.cpu_count() or 1),
-                     include_dashboard=False, log_to_driver=False, logging_level="ERROR",
+                     include_dashboard=dashboard, log_to_driver=False, logging_level="ERROR",
                      object_store_memory=EMBEDDED_OBJECT_STORE_BYTES)
+        except (ConnectionError, ValueError, RuntimeError, OSError) as err:
+            raise HGraphError(f"cannot start a local Ray: {_first_line(err)}") from None
+        return
+    if address != "auto":
+        host, port = split_host_port(address)
+        probe(host, port, what="the Ray cluster", timeout=probe_timeout)
+    try:
+        ray.init(address=address, log_to_driver=False, logging_level="ERROR")
     except (ConnectionError, ValueError, RuntimeError) as err:
-        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-        raise HGraphError(f"cannot reach Ray at {address or 'local'}: {first}") from None
+        hint = ""
+        if "auth" in str(err).lower() or "token" in str(err).lower():
+            hint = " (set RAY_AUTH_MODE to the cluster's auth mode)"
+        raise HGraphError(f"cannot join the Ray cluster at {address}: {_first_line(err)}{hint}") from None

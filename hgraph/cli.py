@@ -90,6 +90,8 @@ class _Parser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from cluster import jobs_api
+
     parser = _Parser(prog="hgraph", description="Plan GPU memory for computational graphs on a "
                                                 "Pregel engine over Ray.")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
@@ -102,6 +104,7 @@ def build_parser() -> argparse.ArgumentParser:
             continue
         p = jobs_sub.add_parser(name, help=module.HELP, description=module.HELP)
         module.add_arguments(p)
+        jobs_api.add_submit_arguments(p)   # --address (if missing), --wait/--detach, ...
         p.set_defaults(_module=module)
 
     sub.add_parser("jobs", help="list the jobs `hgraph submit` runs")
@@ -155,6 +158,12 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{name.ljust(width)}  {help_text}")
         return 0
     try:
+        if args.command == "submit":
+            from cluster import jobs_api
+
+            if jobs_api.wants_ray_job(args):   # --address http://HOST:8265: a Ray Job
+                words = list(sys.argv[1:] if argv is None else argv)
+                return jobs_api.submit(args, words[words.index("submit") + 2:])
         return int(args._module.main(args) or 0)
     except HGraphError as err:
         print(f"hgraph: error: {err}", file=sys.stderr)

@@ -1,0 +1,253 @@
+"""``hgraph cluster up --nodes N`` / ``hgraph cluster down``: a multi-node Ray on this machine.
+
+``up`` starts one ``ray start --head --block`` and N-1 ``ray start --address HEAD --block``
+processes, each as the leader of a new session (``setsid``), with a private Ray temp folder, and
+records their pids and session ids in a state file. ``down`` signals exactly those sessions —
+SIGTERM, then SIGKILL for anything still alive after a grace period — so it stops the Ray
+processes it started and nothing else. It never runs ``ray stop``, which kills every Ray
+process on the machine, including other people's.
+
+Token auth is off on this cluster (``RAY_AUTH_MODE=disabled``); the head's dashboard (Ray Jobs)
+listens on 127.0.0.1 only.
+
+Example::
+
+    hgraph cluster up --nodes 3            # prints the GCS and the Ray Jobs addresses
+    hgraph submit sssp --graph g.txt --address 127.0.0.1:6390 --tasks 3 --out d.tsv
+    hgraph submit sssp --graph g.txt --address http://127.0.0.1:8265 --out d.tsv
+    hgraph cluster down
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from cluster.connect import probe
+from hgraph.errors import HGraphError
+from hgraph.fileio import write_text
+
+NAME = "cluster"
+HELP = "start (up --nodes N) or stop (down) a multi-node Ray cluster on this machine"
+
+#: Seconds `up` waits for the cluster to come up, and `down` for processes to end.
+START_TIMEOUT_S = 90.0
+STOP_GRACE_S = 15.0
+
+
+def default_state_dir() -> Path:
+    """Short (Unix-socket paths are limited to 107 bytes), per user."""
+    return Path(os.environ.get("HGRAPH_CLUSTER_DIR") or f"/tmp/hgc-{os.getuid()}")
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("action", choices=["up", "down", "status"])
+    parser.add_argument("--nodes", type=int, default=3, help="Ray nodes including the head (default 3)")
+    parser.add_argument("--cpus-per-node", type=int, default=2, help="logical CPUs per node (default 2)")
+    parser.add_argument("--port", type=int, default=6390, help="GCS port of the head (default 6390)")
+    parser.add_argument("--dashboard-port", type=int, default=8265,
+                        help="Ray Jobs / dashboard port (default 8265)")
+    parser.add_argument("--no-dashboard", action="store_true", help="no dashboard (no Ray Jobs)")
+    parser.add_argument("--state-dir", default=None,
+                        help="where the state file and Ray's temp folder live (default "
+                             "$HGRAPH_CLUSTER_DIR or /tmp/hgc-UID)")
+
+
+def main(args) -> int:
+    state_dir = Path(args.state_dir) if args.state_dir else default_state_dir()
+    if args.action == "up":
+        state = up(state_dir, nodes=args.nodes, cpus_per_node=args.cpus_per_node, port=args.port,
+                   dashboard_port=None if args.no_dashboard else args.dashboard_port)
+        print(f"Ray cluster up: {len(state['processes'])} nodes")
+        print(f"  join (engine):   --address {state['gcs_address']}")
+        if state.get("jobs_address"):
+            print(f"  Ray Jobs:        --address {state['jobs_address']}")
+        print(f"  stop:            hgraph cluster down{_state_flag(args)}")
+        return 0
+    if args.action == "down":
+        stopped = down(state_dir)
+        print(f"Ray cluster down: stopped {stopped} process group(s)" if stopped is not None
+              else "no cluster recorded")
+        return 0
+    state = read_state(state_dir)
+    if state is None:
+        print("no cluster recorded")
+        return 1
+    alive = sum(_alive(p["pid"]) for p in state["processes"])
+    print(f"{alive}/{len(state['processes'])} node processes alive; GCS {state['gcs_address']}"
+          + (f"; Ray Jobs {state['jobs_address']}" if state.get("jobs_address") else ""))
+    return 0
+
+
+def _state_flag(args) -> str:
+    return f" --state-dir {args.state_dir}" if args.state_dir else ""
+
+
+def state_path(state_dir: Path) -> Path:
+    return Path(state_dir) / "cluster.json"
+
+
+def read_state(state_dir: Path) -> dict | None:
+    path = state_path(state_dir)
+    if not path.exists():
+        return None
+    return json.loads(path.read_text())
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _ray_executable() -> str:
+    exe = Path(sys.executable).parent / "ray"
+    return str(exe) if exe.exists() else "ray"
+
+
+def _env() -> dict:
+    env = dict(os.environ)
+    env["RAY_AUTH_MODE"] = "disabled"
+    env.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    env.pop("RAY_ADDRESS", None)
+    # Ray Jobs run `python3 ...` through the PATH of the node: make it this interpreter.
+    env["PATH"] = str(Path(sys.executable).parent) + os.pathsep + env.get("PATH", "")
+    return env
+
+
+def _spawn(argv: list[str], log: Path) -> dict:
+    with open(log, "ab") as handle:
+        proc = subprocess.Popen(argv, stdout=handle, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                env=_env(), start_new_session=True)
+    return {"pid": proc.pid, "sid": proc.pid, "argv": argv, "log": str(log)}
+
+
+def up(state_dir: Path, *, nodes: int = 3, cpus_per_node: int = 2, port: int = 6390,
+       dashboard_port: int | None = 8265) -> dict:
+    """Start the cluster and return its state (also written to the state file)."""
+    if nodes < 1:
+        raise HGraphError(f"--nodes must be >= 1, got {nodes}")
+    state_dir = Path(state_dir)
+    existing = read_state(state_dir)
+    if existing and any(_alive(p["pid"]) for p in existing["processes"]):
+        raise HGraphError(f"a cluster from {state_path(state_dir)} is still running; "
+                          "`hgraph cluster down` first")
+    for what, p in (("GCS", port), ("dashboard", dashboard_port)):
+        if p is not None and _port_open(p):
+            raise HGraphError(f"port {p} ({what}) is already in use on this machine; pick another")
+    state_dir.mkdir(parents=True, exist_ok=True)
+    temp_dir = state_dir / "r"
+    ray = _ray_executable()
+    head = [ray, "start", "--head", "--block", f"--port={port}", f"--num-cpus={cpus_per_node}",
+            f"--temp-dir={temp_dir}", "--disable-usage-stats"]
+    if dashboard_port is None:
+        head.append("--include-dashboard=false")
+    else:
+        head += ["--include-dashboard=true", "--dashboard-host=127.0.0.1",
+                 f"--dashboard-port={dashboard_port}"]
+    gcs = f"127.0.0.1:{port}"
+    state = {"gcs_address": gcs, "processes": [],
+             "jobs_address": None if dashboard_port is None else f"http://127.0.0.1:{dashboard_port}",
+             "temp_dir": str(temp_dir), "started": time.time()}
+    try:
+        # One node at a time: on a small machine, nodes starting together time out.
+        for i in range(nodes):
+            argv = head if i == 0 else [ray, "start", "--block", f"--address={gcs}",
+                                        f"--num-cpus={cpus_per_node}", "--disable-usage-stats"]
+            state["processes"].append(_spawn(argv, state_dir / f"node-{i}.log"))
+            write_text(state_path(state_dir), json.dumps(state, indent=1))
+            _wait_started(i, state)
+        if dashboard_port is not None:
+            _wait_port(dashboard_port, state, "the dashboard")
+    except BaseException:
+        down(state_dir)
+        raise
+    return state
+
+
+def _port_open(port: int) -> bool:
+    try:
+        probe("127.0.0.1", port, what="", timeout=1.0)
+        return True
+    except HGraphError:
+        return False
+
+
+def _check_running(state: dict) -> None:
+    for i, p in enumerate(state["processes"]):
+        if not _alive(p["pid"]):
+            raise HGraphError(f"Ray node {i} exited while starting; see {p['log']}")
+
+
+def _wait_port(port: int, state: dict, what: str) -> None:
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while not _port_open(port):
+        _check_running(state)
+        if time.monotonic() > deadline:
+            raise HGraphError(f"{what} did not open port {port} within {START_TIMEOUT_S:g} s")
+        time.sleep(0.3)
+
+
+def _wait_started(i: int, state: dict) -> None:
+    """Until node ``i``'s `ray start --block` says it is up (it logs that it now blocks)."""
+    log = Path(state["processes"][i]["log"])
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while "block forever" not in log.read_text(errors="replace"):
+        _check_running(state)
+        if time.monotonic() > deadline:
+            raise HGraphError(f"Ray node {i} did not start within {START_TIMEOUT_S:g} s; see {log}")
+        time.sleep(0.3)
+
+
+def _session_members(sids: set[int]) -> list[int]:
+    """Pids of live processes in the sessions we created (children of `ray start` included)."""
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        pid = int(entry.name)
+        try:
+            if os.getsid(pid) in sids:
+                pids.append(pid)
+        except (ProcessLookupError, PermissionError):
+            continue
+    return pids
+
+
+def down(state_dir: Path) -> int | None:
+    """Stop every process in the sessions recorded by :func:`up`; None when none is recorded."""
+    state = read_state(Path(state_dir))
+    if state is None:
+        return None
+    sids = {p["sid"] for p in state["processes"]}
+    # Workers first, the head last: the head's GCS should see its nodes leave.
+    for p in reversed(state["processes"]):
+        for pid in _session_members({p["sid"]}):
+            try:
+                os.kill(pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+    deadline = time.monotonic() + STOP_GRACE_S
+    while _session_members(sids) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    for pid in _session_members(sids):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    for p in state["processes"]:  # reap our direct children, if this process started them
+        try:
+            os.waitpid(p["pid"], os.WNOHANG)
+        except ChildProcessError:
+            pass
+    state_path(Path(state_dir)).unlink(missing_ok=True)
+    return len(sids)

@@ -1,0 +1,353 @@
+"""Submit an hgraph job to a Ray cluster through Ray's Job Submission API.
+
+``hgraph submit JOB ARGS --address http://HOST:8265 [--wait | --detach]``:
+
+1. **Package.** A staging folder gets a copy of the project's packages (``hgraph``, ``planner``,
+   ``jobs``, ``cluster``) and every input file named on the command line (any option value or
+   positional that is an existing local file), under ``_hgraph_inputs/``. It becomes the job's
+   ``runtime_env.working_dir``: Ray zips and uploads it, the entry point runs inside it, and the
+   job's Ray workers get it on their ``sys.path``. The cluster's Python must have the project's
+   dependencies (numpy, msgpack, ray[default]; the image in ``cluster/configs/Dockerfile`` does).
+2. **Entry point.** ``python3 -m jobs.NAME ARGS && python3 -m cluster.ship_outputs FILES``: the
+   job's own module (the same flags as ``hgraph submit``), with input paths rewritten to the
+   staged copies, output paths (``--out``, ``--stats``, ``--report``, ...) rewritten to a
+   temporary folder on the node (see :func:`entrypoint`), ``--address`` dropped (inside a Ray job ``RAY_ADDRESS`` already names the
+   cluster) and ``--runtime ray`` added, so the job's workers are Ray actors on the cluster.
+   ``--python`` (or ``HGRAPH_JOB_PYTHON``) names another interpreter on the cluster.
+3. **Results.** When the job succeeded, :mod:`cluster.ship_outputs` prints each result file into
+   the job's log as a checksummed block; the client decodes them and writes them, atomically, to
+   the paths the user named. This needs nothing but the dashboard address, so it works for a
+   remote cluster as well as a local one. The user's paths are also kept in the job's metadata,
+   so ``hgraph logs JOB_ID --fetch`` writes the results of a detached job later.
+4. **Waiting.** ``--wait`` (the default) streams the job's log (result blocks hidden) until the job
+   ends, within ``--job-timeout`` seconds; a failed job is one error line (the job's own last
+   ``error:`` line when it printed one) and a non-zero exit. ``--detach`` prints the job id and
+   returns; ``hgraph status JOB_ID`` / ``hgraph logs JOB_ID`` follow it.
+
+Every network step has a timeout: the dashboard address is probed with a TCP connect first
+(:func:`cluster.connect.probe`), so a bad or unreachable address is one line, never a hang.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shlex
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from cluster import ship_outputs
+from cluster.connect import is_jobs_address, probe, split_host_port
+from hgraph.errors import HGraphError
+from hgraph.fileio import write_bytes
+
+#: Packages a job needs on the cluster.
+PACKAGES = ("hgraph", "planner", "jobs", "cluster")
+
+#: Option destinations that name files a job writes (fetched back after the job).
+OUTPUT_DESTS = frozenset({"out", "stats", "report", "schedule", "plan", "output", "trace",
+                          "json", "csv", "svg", "png", "timeline", "arena"})
+
+#: Ray job states that will not change any more.
+TERMINAL = frozenset({"SUCCEEDED", "FAILED", "STOPPED"})
+
+DEFAULT_DASHBOARD_PORT = 8265
+DEFAULT_JOB_TIMEOUT_S = 3600.0
+POLL_S = 0.5
+INPUTS_DIR = "_hgraph_inputs"
+METADATA_KEY = "hgraph_outputs"
+
+
+def add_submit_arguments(parser: argparse.ArgumentParser) -> None:
+    """The Ray Jobs flags every ``hgraph submit JOB`` takes (``--address`` if the job lacks it)."""
+    if "--address" not in parser._option_string_actions:  # noqa: SLF001 - argparse has no API
+        parser.add_argument("--address", default=None,
+                            help="Ray cluster: HOST:PORT joins it, http://HOST:8265 submits a Ray Job")
+    group = parser.add_argument_group("Ray Jobs (with --address http://HOST:8265)")
+    how = group.add_mutually_exclusive_group()
+    how.add_argument("--wait", dest="detach", action="store_false", default=None,
+                     help="stream the job's log and fetch its result files when it ends (default)")
+    how.add_argument("--detach", dest="detach", action="store_true",
+                     help="submit, print the job id and return")
+    group.add_argument("--job-timeout", type=float, default=DEFAULT_JOB_TIMEOUT_S, metavar="SECONDS",
+                       help=f"give up waiting after this long (default {DEFAULT_JOB_TIMEOUT_S:g})")
+    group.add_argument("--python", default=None, metavar="EXE",
+                       help="interpreter on the cluster (default: $HGRAPH_JOB_PYTHON or python3)")
+
+
+def wants_ray_job(args: argparse.Namespace) -> bool:
+    """True when ``hgraph submit`` should go through the Jobs API rather than run here."""
+    address = getattr(args, "address", None) or ""
+    if is_jobs_address(address):
+        return True
+    if getattr(args, "detach", None) is not None:
+        if not address and is_jobs_address(os.environ.get("RAY_ADDRESS", "")):
+            return True
+        raise HGraphError("--detach/--wait submit a Ray Job: give --address http://HOST:8265")
+    return False
+
+
+def jobs_address(address: str | None) -> str:
+    """The dashboard URL from ``--address`` or ``RAY_ADDRESS`` (must be http(s)://)."""
+    address = (address or os.environ.get("RAY_ADDRESS") or "").strip()
+    if not address:
+        raise HGraphError("no Ray Jobs address: give --address http://HOST:8265 or set RAY_ADDRESS")
+    if not is_jobs_address(address):
+        raise HGraphError(f"{address} is not a Ray Jobs address; expected http://HOST:8265")
+    return address.rstrip("/")
+
+
+def connect(address: str | None, *, timeout: float = 5.0):
+    """A :class:`ray.job_submission.JobSubmissionClient` for the dashboard, or one error line."""
+    url = jobs_address(address)
+    host, port = split_host_port(url, default_port=DEFAULT_DASHBOARD_PORT)
+    probe(host, port, what="the Ray dashboard", timeout=timeout)
+    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+    try:
+        from ray.job_submission import JobSubmissionClient
+    except ImportError as err:
+        raise HGraphError(f"Ray Jobs need ray[default] installed here ({err})") from None
+    try:
+        return JobSubmissionClient(url)
+    except Exception as err:  # noqa: BLE001 - Ray raises several kinds; all mean "cannot use it"
+        raise HGraphError(f"cannot use the Ray Jobs API at {url}: {_first_line(err)}") from None
+
+
+def _first_line(err: BaseException) -> str:
+    text = str(err).strip()
+    return text.splitlines()[0] if text else type(err).__name__
+
+
+# ------------------------------------------------------------------------------ packaging
+
+
+def _job_parser(module) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(add_help=False)
+    module.add_arguments(parser)
+    return parser
+
+
+class Staged(str):
+    """A path argument that lives in the job's folders: ``kind`` is "input" or "output"."""
+
+    kind = "input"
+
+
+class _Output(Staged):
+    kind = "output"
+
+
+def rewrite_argv(module, argv: list[str]) -> tuple[list[str], list[tuple[Path, str]], dict[str, str]]:
+    """Split a job's command line into what runs on the cluster.
+
+    Returns ``(job_argv, inputs, outputs)``: ``job_argv`` holds :class:`Staged` words where a
+    path is rewritten; ``inputs`` are (local file, path relative to the working_dir);
+    ``outputs`` map a result file's name (relative to the job's output folder) to the absolute
+    path the user asked for.
+    """
+    actions = _job_parser(module)._option_string_actions  # noqa: SLF001
+    job_argv: list[str] = []
+    inputs: list[tuple[Path, str]] = []
+    outputs: dict[str, str] = {}
+    has_runtime = False
+
+    def convert(dest: str | None, value: str) -> str:
+        if dest in OUTPUT_DESTS and value != "-":
+            name = f"{len(outputs)}-{Path(value).name}"
+            outputs[name] = str(Path(value).resolve())
+            return _Output(name)
+        if dest not in OUTPUT_DESTS and value and os.path.isfile(value):
+            rel = f"{INPUTS_DIR}/{len(inputs)}-{Path(value).name}"
+            inputs.append((Path(value), rel))
+            return Staged(rel)
+        return value
+
+    i = 0
+    while i < len(argv):
+        token = argv[i]
+        option, eq, inline = token.partition("=") if token.startswith("--") else (token, "", "")
+        action = actions.get(option) if token.startswith("-") else None
+        takes_value = action is not None and action.nargs is None and not isinstance(
+            action, (argparse._StoreConstAction, argparse._StoreTrueAction,  # noqa: SLF001
+                     argparse._StoreFalseAction, argparse._CountAction))  # noqa: SLF001
+        if option in ("--detach", "--wait"):
+            i += 1
+            continue
+        if option in ("--address", "--job-timeout", "--python"):
+            i += 1 if eq else 2
+            continue
+        if action is None:
+            job_argv.append(convert(None, token) if not token.startswith("-") else token)
+            i += 1
+            continue
+        if action.dest == "runtime":
+            has_runtime = True
+        if not takes_value:
+            job_argv.append(token)
+            i += 1
+            continue
+        value = inline if eq else (argv[i + 1] if i + 1 < len(argv) else "")
+        i += 1 if eq else 2
+        job_argv += [option, convert(action.dest, value)]
+    if not has_runtime and "--runtime" in actions:
+        job_argv += ["--runtime", "ray"]
+    return job_argv, inputs, outputs
+
+
+def stage(inputs: list[tuple[Path, str]], root: Path | None = None) -> Path:
+    """A temporary working_dir holding the project's packages and the staged inputs."""
+    root = root or Path(__file__).resolve().parents[1]
+    staging = Path(tempfile.mkdtemp(prefix="hgraph-job-"))
+    ignore = shutil.ignore_patterns("__pycache__", "*.pyc", ".*")
+    for package in PACKAGES:
+        if (root / package).is_dir():
+            shutil.copytree(root / package, staging / package, ignore=ignore)
+    for local, rel in inputs:
+        (staging / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(local, staging / rel)
+    return staging
+
+
+def _word(word: str) -> str:
+    if isinstance(word, _Output):
+        return '"$O"/' + shlex.quote(str(word))
+    if isinstance(word, Staged):
+        return '"$W"/' + shlex.quote(str(word))
+    return shlex.quote(word)
+
+
+def entrypoint(name: str, job_argv: list[str], outputs: dict[str, str], python: str) -> str:
+    """The job's shell command: ``python -m jobs.NAME ARGS``, then ship the result files.
+
+    Paths are absolute (``$W``: the working_dir, ``$O``: a fresh output folder outside it)
+    because Ray re-extracts the working_dir when the job's driver calls ``ray.init`` — a file
+    written there, or a path relative to the old current directory, is gone afterwards.
+    """
+    py = shlex.quote(python)
+    job = " ".join([py, "-m", f"jobs.{name}", *map(_word, job_argv)])
+    if not outputs:
+        return f'W="$PWD"; {job}'
+    ship = f'cd "$W" && {py} -m cluster.ship_outputs --dir "$O" ' + " ".join(map(shlex.quote, outputs))
+    return f'W="$PWD"; O="$(mktemp -d)"; {job} && {ship}; rc=$?; rm -rf "$O"; exit $rc'
+
+
+# ------------------------------------------------------------------------------ submit and follow
+
+
+def submit(args: argparse.Namespace, argv: list[str]) -> int:
+    """``hgraph submit JOB ... --address http://...``; ``argv`` are the words after JOB."""
+    name = args.job
+    module = args._module  # noqa: SLF001 - set by hgraph.cli
+    client = connect(args.address)
+    job_argv, inputs, outputs = rewrite_argv(module, argv)
+    from jobs.common import check_output
+
+    for target in outputs.values():
+        check_output(target, "output")
+    python = args.python or os.environ.get("HGRAPH_JOB_PYTHON") or "python3"
+    staging = stage(inputs)
+    command = entrypoint(name, job_argv, outputs, python)
+    try:
+        job_id = client.submit_job(
+            entrypoint=command,
+            runtime_env={"working_dir": str(staging), "env_vars": {"RAY_AUTH_MODE": os.environ.get(
+                "RAY_AUTH_MODE", "disabled"), "PYTHONUNBUFFERED": "1"}},
+            metadata={"hgraph_job": name, METADATA_KEY: json.dumps(outputs)},
+        )
+    except HGraphError:
+        raise
+    except Exception as err:  # noqa: BLE001
+        raise HGraphError(f"Ray rejected the job: {_first_line(err)}") from None
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    print(f"hgraph: submitted {name} as Ray job {job_id}", file=sys.stderr)
+    if args.detach:
+        print(job_id)
+        print(f"hgraph: follow it with `hgraph status {job_id} --address {args.address}` and "
+              f"`hgraph logs {job_id} --address {args.address} --follow --fetch`", file=sys.stderr)
+        return 0
+    return follow(client, job_id, timeout=args.job_timeout, fetch=True)
+
+
+def job_info(client, job_id: str):
+    try:
+        return client.get_job_info(job_id)
+    except Exception as err:  # noqa: BLE001
+        text = _first_line(err)
+        if "does not exist" in text or "404" in text or "not found" in text.lower():
+            raise HGraphError(f"no Ray job {job_id} on this cluster") from None
+        raise HGraphError(f"cannot ask about Ray job {job_id}: {text}") from None
+
+
+def job_logs(client, job_id: str) -> str:
+    try:
+        return client.get_job_logs(job_id)
+    except Exception as err:  # noqa: BLE001
+        raise HGraphError(f"cannot read the log of Ray job {job_id}: {_first_line(err)}") from None
+
+
+def follow(client, job_id: str, *, timeout: float | None, fetch: bool, stream=None,
+           echo: bool = True) -> int:
+    """Stream the job's log until it ends (within ``timeout``); fetch results; the exit code."""
+    stream = stream or sys.stdout
+    deadline = None if timeout is None else time.monotonic() + timeout
+    shown = 0
+    while True:
+        info = job_info(client, job_id)
+        status = str(getattr(info.status, "value", info.status))
+        text = ship_outputs.strip(job_logs(client, job_id))
+        complete = text if status in TERMINAL else text[:text.rfind("\n") + 1]
+        if echo and len(complete) > shown:
+            stream.write(complete[shown:])
+            stream.flush()
+            shown = len(complete)
+        if status in TERMINAL:
+            break
+        if deadline is not None and time.monotonic() > deadline:
+            raise HGraphError(f"Ray job {job_id} did not end within {timeout:g} s (still {status}); "
+                              f"see `hgraph status {job_id}`", exit_code=1)
+        time.sleep(POLL_S)
+    if status != "SUCCEEDED":
+        raise HGraphError(failure_line(job_id, info, text), exit_code=_exit_code(info))
+    if fetch:
+        fetch_outputs(client, job_id, info)
+    return 0
+
+
+def _exit_code(info) -> int:
+    code = getattr(info, "driver_exit_code", None)
+    return int(code) if isinstance(code, int) and 0 < code < 256 else 1
+
+
+def failure_line(job_id: str, info, log_text: str) -> str:
+    """One line: the job's own last error line if it printed one, else Ray's message."""
+    status = str(getattr(info.status, "value", info.status))
+    errors = [line.strip() for line in log_text.splitlines()
+              if re.search(r"(^hgraph: error: |Error: |error: )", line.strip())]
+    reason = errors[-1] if errors else (info.message or "").strip().splitlines()[0:1]
+    if isinstance(reason, list):
+        reason = reason[0] if reason else "no message"
+    reason = reason.removeprefix("hgraph: error: ")
+    return f"Ray job {job_id} {status}: {reason}"
+
+
+def fetch_outputs(client, job_id: str, info=None) -> list[str]:
+    """Write the result files shipped in the job's log to the paths recorded at submission."""
+    info = info or job_info(client, job_id)
+    wanted = json.loads((info.metadata or {}).get(METADATA_KEY, "{}"))
+    if not wanted:
+        return []
+    shipped = ship_outputs.parse(job_logs(client, job_id))
+    written = []
+    for rel, target in wanted.items():
+        if rel not in shipped:
+            raise HGraphError(f"Ray job {job_id} ended without sending back {target}", exit_code=1)
+        write_bytes(target, shipped[rel])
+        written.append(target)
+        print(f"hgraph: wrote {target}", file=sys.stderr)
+    return written

@@ -1,0 +1,90 @@
+"""Carry a Ray job's result files back to the submitter through the job's log.
+
+A Ray Job's entry point is ``python -m jobs.NAME ARGS && python -m cluster.ship_outputs FILE...``
+(:mod:`cluster.jobs_api` builds it). After the job succeeded this module prints each result file
+as a marked block — zlib-compressed, base64, with its size and SHA-256 — in the job's own log,
+which the Jobs API serves to any client that can reach the dashboard. So results come back from
+a remote cluster with no shared filesystem, object store access or extra service; the price is
+that results travel through the log (fine for tables of a few hundred MB at most).
+
+Example (in a job)::
+
+    python -m cluster.ship_outputs --dir /tmp/tmp.x1 0-dist.tsv
+
+:func:`parse` reads the blocks back from a log text; :func:`strip` removes them for display.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import os
+import sys
+import zlib
+from pathlib import Path
+
+BEGIN = "=== hgraph-output-begin"
+END = "=== hgraph-output-end ==="
+LINE = 8192
+
+
+def ship(paths, out=None) -> None:
+    """Print every file in ``paths`` as one block on ``out`` (stdout)."""
+    out = out or sys.stdout
+    for path in paths:
+        data = Path(path).read_bytes()
+        digest = hashlib.sha256(data).hexdigest()
+        packed = base64.b64encode(zlib.compress(data, 6)).decode("ascii")
+        out.write(f"{BEGIN} {path} {len(data)} {digest} ===\n")
+        for i in range(0, len(packed), LINE):
+            out.write(packed[i:i + LINE] + "\n")
+        out.write(END + "\n")
+    out.flush()
+
+
+def parse(log: str) -> dict[str, bytes]:
+    """The files shipped in ``log``: name -> content (size and SHA-256 checked)."""
+    files: dict[str, bytes] = {}
+    name = None
+    chunks: list[str] = []
+    for line in log.splitlines():
+        if name is None:
+            if line.startswith(BEGIN):
+                head = line[len(BEGIN):].strip().rstrip("=").split()
+                name, size, digest = head[0], int(head[1]), head[2]
+                chunks = []
+        elif line.strip() == END:
+            data = zlib.decompress(base64.b64decode("".join(chunks)))
+            if len(data) != size or hashlib.sha256(data).hexdigest() != digest:
+                raise ValueError(f"result file {name} arrived damaged in the job log")
+            files[name] = data
+            name = None
+        else:
+            chunks.append(line.strip())
+    return files
+
+
+def strip(log: str) -> str:
+    """``log`` without the shipped blocks (each replaced by one line naming the file)."""
+    kept, inside = [], False
+    for line in log.splitlines(keepends=True):
+        if not inside and line.startswith(BEGIN):
+            inside = True
+            kept.append(f"[result file {line[len(BEGIN):].split()[0]} shipped]\n")
+        elif inside:
+            inside = line.strip() != END
+        else:
+            kept.append(line)
+    return "".join(kept)
+
+
+def _main(argv: list[str]) -> None:
+    """``python -m cluster.ship_outputs [--dir DIR] NAME...``: names are relative to DIR."""
+    if argv[:1] == ["--dir"]:
+        os.chdir(argv[1])
+        argv = argv[2:]
+    ship(argv)
+
+
+if __name__ == "__main__":
+    _main(sys.argv[1:])
