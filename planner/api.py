@@ -156,18 +156,60 @@ class _Solver:
                      comp_ratio=r.comp_ratio, family=r.family, fell_back=r.fell_back)
         return r.status, [np.asarray(c) for c in r.chain], model
 
-    def smallest_feasible(self, hi: int) -> int:
-        """Bisection on the budget (bytes) for the smallest one this solver finds a plan at."""
-        lo = 0                     # infeasible (or the caller's failing budget)
-        while self.solve(hi)[0] != "OK":
-            hi *= 2
-        while hi - lo > 1:
-            mid = (lo + hi) // 2
-            if self.solve(mid)[0] == "OK":
-                hi = mid
-            else:
-                lo = mid
-        return hi
+
+
+#: Re-solves with a tighter DP budget when the simulated peak exceeds the budget (bytes units).
+FIT_TRIES = 8
+
+
+def _fit(g, ag, s: _Solver, budget_bytes: int, units: str, check: bool):
+    """(chain, model, schedule, sim) whose *simulated* peak fits ``budget_bytes``, or None.
+
+    The DP's model leaves out what its chain does not decide (gradients of parameters, which
+    accumulate; the backward of the loss), so in exact bytes a chain at the model's limit can
+    replay a little above the budget. Then the DP is re-run at a budget lowered by the excess,
+    a few times at most. Under ``units="reference"`` (the reference's own accounting) and for
+    Chen's budget-free chain the first answer is the answer.
+    """
+    dp_budget = budget_bytes
+    for _ in range(FIT_TRIES):
+        found = _replay(g, ag, s, max(0, dp_budget), check)
+        if found is None:
+            return None
+        peak = found[3].peak_bytes
+        if units != "bytes" or s.solver == "chen" or peak <= budget_bytes:
+            return found
+        dp_budget -= peak - budget_bytes
+    return None
+
+
+def _replay(g, ag, s: _Solver, dp_budget: int, check: bool):
+    """(chain, model, schedule, sim) of the solver's chain at ``dp_budget``, or None."""
+    from planner import emit
+
+    status, chain, model = s.solve(dp_budget)
+    if status != "OK":
+        return None
+    schedule = emit.emit(g, chain, ag)
+    sim = simulate.replay(g, schedule, check=check)
+    if sim.violations:
+        raise HGraphError(f"internal error: the emitted schedule fails the simulator: "
+                          f"{sim.violations[0]}")
+    return chain, model, schedule, sim
+
+
+def _smallest(ok, hi: int) -> int:
+    """Bisection: the smallest budget (bytes) with ``ok(budget)``; ``ok`` is monotone."""
+    lo = 0
+    while not ok(hi):
+        lo, hi = hi, hi * 2
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if ok(mid):
+            hi = mid
+        else:
+            lo = mid
+    return hi
 
 
 def plan(graph_or_path, budget="100%", solver: str = "approx", strategy: str = "time",
@@ -195,7 +237,7 @@ def plan(graph_or_path, budget="100%", solver: str = "approx", strategy: str = "
     opts = EngineOptions(tasks=int(tasks), blocks=int(blocks), mode=mode, runtime=runtime,
                          address=address)
     ag = ActivationGraph.from_cg(g)
-    from planner import emit, programs
+    from planner import programs
 
     dg_bytes = DPGraph(m=ag.bytes, t=ag.t, src=ag.src, dst=ag.dst)
     depth = int(programs.levels(dg_bytes, opts=opts).max(initial=-1)) + 1
@@ -212,9 +254,17 @@ def plan(graph_or_path, budget="100%", solver: str = "approx", strategy: str = "
     budget_bytes = b.resolve(baseline_peak)
 
     s = _Solver(g, ag, solver, strategy, units, opts, max_lower_sets, fallback)
-    status, chain, model = s.solve(budget_bytes)
-    if status != "OK":
-        smallest = s.smallest_feasible(max(2 * act_sum, budget_bytes + 1, 1))
+    found = _fit(g, ag, s, budget_bytes, units, check)
+    if found is None:
+        # the smallest budget the DP finds a chain at (bisection), and what that chain replays to
+        dp_min = _smallest(lambda x: s.solve(x)[0] == "OK", max(2 * act_sum, budget_bytes + 1, 1))
+        smallest = dp_min
+        if units == "bytes" and solver != "chen":
+            at_min = _replay(g, ag, s, dp_min, check)
+            if at_min[3].peak_bytes <= budget_bytes:
+                found = at_min
+            smallest = max(dp_min, at_min[3].peak_bytes)
+    if found is None:
         err = InfeasibleError(
             f"budget {budget_bytes:,} bytes ({format_bytes(budget_bytes)}) is infeasible for the "
             f"{solver} solver on {g.name}; the smallest feasible budget is {smallest:,} bytes "
@@ -222,11 +272,7 @@ def plan(graph_or_path, budget="100%", solver: str = "approx", strategy: str = "
             f"no-recomputation peak)")
         err.min_budget_bytes = smallest
         raise err
-    schedule = emit.emit(g, chain, ag)
-    sim = simulate.replay(g, schedule, check=check)
-    if sim.violations:
-        raise HGraphError(f"internal error: the emitted schedule fails the simulator: "
-                          f"{sim.violations[0]}")
+    chain, model, schedule, sim = found
     from planner import report as report_mod
 
     rep = report_mod.build(

@@ -305,9 +305,12 @@ def approx_family(g: DPGraph, stats: LowerSetStats | None = None, **engine) -> F
     size = np.r_[z64, stats.size]
     mL = np.r_[z64, stats.mL]
     order = np.lexsort((np.arange(size.size), size, mL))
-    return Family("approx", sets[order], size[order], mL[order], bnd[order],
-                  np.r_[z64, stats.t_bnd][order], np.r_[z64, stats.m_bnd][order],
-                  np.r_[z64, stats.mAB][order])
+    cols = dict(sets=sets[order], size=size[order], mL=mL[order], bnd=bnd[order],
+                t_bnd=np.r_[z64, stats.t_bnd][order], m_bnd=np.r_[z64, stats.m_bnd][order],
+                mAB=np.r_[z64, stats.mAB][order])
+    if "tL" in Family.__dataclass_fields__:
+        cols["tL"] = np.r_[z64, stats.tL][order]
+    return Family(kind="approx", **cols)
 
 
 # --------------------------------------------------------------------- liveness, timeline
