@@ -1,0 +1,46 @@
+"""--budget parsing: bytes, decimal and binary units, percentages; one-line errors."""
+
+from __future__ import annotations
+
+import pytest
+
+from hgraph.errors import HGraphError
+from planner.budget import Budget, format_bytes, parse_budget
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("4000000000", 4_000_000_000), ("1e9", 10**9), ("2.5e9", 2_500_000_000),
+    ("1.5GB", 1_500_000_000), ("1.5 gb", 1_500_000_000), ("800MB", 800_000_000),
+    ("800MiB", 800 * 2**20), ("2GiB", 2 * 2**30), ("64kB", 64_000), ("512KiB", 512 * 1024),
+    ("3TB", 3 * 10**12), ("1.1GB", 1_100_000_000), ("100B", 100), ("0", 0), (12345, 12345),
+])
+def test_absolute_budgets(text, expected):
+    assert parse_budget(text) == expected
+
+
+def test_percentages_need_and_use_the_baseline():
+    assert parse_budget("60%", baseline=1000) == 600
+    assert parse_budget("33.3%", baseline=1000) == 333
+    assert parse_budget("150%", baseline=10) == 15
+    b = Budget.parse("60%")
+    assert b.is_relative and not Budget.parse("1GB").is_relative
+    with pytest.raises(HGraphError, match="baseline"):
+        b.resolve(None)
+
+
+@pytest.mark.parametrize("text, fragment", [
+    ("", "expected bytes"), ("abc", "expected bytes"), ("-5", "expected bytes"),
+    ("1.5XB", "unknown unit 'XB'"), ("0%", "must be positive"), ("-10%", "expected bytes"),
+    ("1e400", "finite"), ("10 %%", "expected bytes"), ("1e30", "2^63"), (True, "expected bytes"),
+    ("GB", "expected bytes"), ("1.2.3GB", "expected bytes"),
+])
+def test_bad_budgets_are_one_line_errors(text, fragment):
+    with pytest.raises(HGraphError) as info:
+        parse_budget(text, baseline=100)
+    message = str(info.value)
+    assert fragment in message and "\n" not in message and "--budget" in message
+
+
+def test_format_bytes():
+    assert format_bytes(3 * 2**30) == "3.00 GiB"
+    assert format_bytes(512) == "512 B"
