@@ -107,6 +107,7 @@ class Family:
     sets: np.ndarray        # uint64 [L, words]
     size: np.ndarray        # int64 [L]: |L|
     mL: np.ndarray          # int64 [L]: m(L)
+    tL: np.ndarray          # int64 [L]: t(L)
     bnd: np.ndarray         # uint64 [L, words]: ∂L
     t_bnd: np.ndarray       # int64 [L]: t(∂L)
     m_bnd: np.ndarray       # int64 [L]: m(∂L)
@@ -144,6 +145,7 @@ def _set_stats(g: DPGraph, sets: np.ndarray, chunk: int = 4096):
     L = sets.shape[0]
     size = np.empty(L, np.int64)
     mL = np.empty(L, np.int64)
+    tL = np.empty(L, np.int64)
     bnd = np.zeros_like(sets)
     t_bnd = np.empty(L, np.int64)
     m_bnd = np.empty(L, np.int64)
@@ -159,6 +161,7 @@ def _set_stats(g: DPGraph, sets: np.ndarray, chunk: int = 4096):
         x = _bits_to_bool(sets[lo:hi], n)
         size[lo:hi] = x.sum(axis=1)
         mL[lo:hi] = _weighted(x, g.m)
+        tL[lo:hi] = _weighted(x, g.t)
         b = np.zeros_like(x)
         a = np.zeros_like(x)
         bb = np.zeros_like(x)
@@ -172,14 +175,14 @@ def _set_stats(g: DPGraph, sets: np.ndarray, chunk: int = 4096):
         t_bnd[lo:hi] = _weighted(b, g.t)
         m_bnd[lo:hi] = _weighted(b, g.m)
         mAB[lo:hi] = _weighted(a, g.m) + _weighted(bb, g.m)
-    return size, mL, bnd, t_bnd, m_bnd, mAB
+    return size, mL, tL, bnd, t_bnd, m_bnd, mAB
 
 
 def _family(kind: str, g: DPGraph, sets: np.ndarray, order_key) -> Family:
-    size, mL, bnd, t_bnd, m_bnd, mAB = _set_stats(g, sets)
+    size, mL, tL, bnd, t_bnd, m_bnd, mAB = _set_stats(g, sets)
     order = order_key(size, mL)
-    return Family(kind, sets[order], size[order], mL[order], bnd[order], t_bnd[order],
-                  m_bnd[order], mAB[order])
+    return Family(kind, sets[order], size[order], mL[order], tL[order], bnd[order],
+                  t_bnd[order], m_bnd[order], mAB[order])
 
 
 def ancestor_sets(g: DPGraph) -> np.ndarray:
