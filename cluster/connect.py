@@ -87,6 +87,8 @@ def ensure_ray(address: str | None = None, *, num_cpus: int | None = None,
     import ray
 
     if ray.is_initialized():
+        if address and address != "auto" and not is_jobs_address(address):
+            _check_same_cluster(ray, address)
         return
     address = (address or os.environ.get("RAY_ADDRESS") or "").strip() or None
     if address and is_jobs_address(address):
@@ -111,3 +113,18 @@ def ensure_ray(address: str | None = None, *, num_cpus: int | None = None,
         if "auth" in str(err).lower() or "token" in str(err).lower():
             hint = " (set RAY_AUTH_MODE to the cluster's auth mode)"
         raise HGraphError(f"cannot join the Ray cluster at {address}: {_first_line(err)}{hint}") from None
+
+
+def _check_same_cluster(ray, address: str) -> None:
+    """A process joins one Ray cluster; asking for another one is an error, not a silent reuse."""
+    host, port = split_host_port(address)
+    current = ray.get_runtime_context().gcs_address or ""
+    try:
+        current_host, current_port = split_host_port(current)
+    except HGraphError:
+        return
+    loopback = {"127.0.0.1", "localhost", "::1"}
+    same_host = host == current_host or host in loopback or current_host in loopback
+    if port != current_port or not same_host:
+        raise HGraphError(f"this process is already connected to the Ray cluster at {current}; "
+                          f"it cannot also join {address}")

@@ -51,12 +51,15 @@ PACKAGES = ("hgraph", "planner", "jobs", "cluster")
 
 #: Option destinations that name files a job writes (fetched back after the job).
 OUTPUT_DESTS = frozenset({"out", "stats", "report", "schedule", "plan", "output", "trace",
-                          "json", "csv", "svg", "png", "timeline", "arena"})
+                          "json", "csv", "svg", "png", "plot", "timeline", "arena"})
 
 #: Ray job states that will not change any more.
 TERMINAL = frozenset({"SUCCEEDED", "FAILED", "STOPPED"})
 
 DEFAULT_DASHBOARD_PORT = 8265
+#: Seconds the dashboard may take to answer one HTTP request (uploads of the project included);
+#: ``HGRAPH_JOBS_HTTP_TIMEOUT`` overrides it.
+HTTP_READ_TIMEOUT_S = 120.0
 DEFAULT_JOB_TIMEOUT_S = 3600.0
 POLL_S = 0.5
 INPUTS_DIR = "_hgraph_inputs"
@@ -112,8 +115,16 @@ def connect(address: str | None, *, timeout: float = 5.0):
         from ray.job_submission import JobSubmissionClient
     except ImportError as err:
         raise HGraphError(f"Ray Jobs need ray[default] installed here ({err})") from None
+    class _Client(JobSubmissionClient):
+        """Every HTTP request has a timeout (Ray's SDK sets none: a silent server hangs it)."""
+
+        def _do_request(self, method, endpoint, **kwargs):
+            read = float(os.environ.get("HGRAPH_JOBS_HTTP_TIMEOUT") or HTTP_READ_TIMEOUT_S)
+            kwargs.setdefault("timeout", (timeout, read))
+            return super()._do_request(method, endpoint, **kwargs)
+
     try:
-        return JobSubmissionClient(url)
+        return _Client(url)
     except Exception as err:  # noqa: BLE001 - Ray raises several kinds; all mean "cannot use it"
         raise HGraphError(f"cannot use the Ray Jobs API at {url}: {_first_line(err)}") from None
 
