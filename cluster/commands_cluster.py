@@ -3,8 +3,9 @@
 ``up`` starts one ``ray start --head --block`` and N-1 ``ray start --address HEAD --block``
 processes, each as the leader of a new session (``setsid``), with a private Ray temp folder, and
 records their pids and session ids in a state file. ``down`` signals exactly those sessions —
-SIGTERM, then SIGKILL for anything still alive after a grace period — so it stops the Ray
-processes it started and nothing else. It never runs ``ray stop``, which kills every Ray
+SIGTERM, then SIGKILL for anything still alive after a short grace period (a ``ray start``
+node "drains" for up to 30 s on SIGTERM; a throwaway cluster need not wait for that) — so it
+stops the Ray processes it started and nothing else. It never runs ``ray stop``, which kills every Ray
 process on the machine, including other people's.
 
 Token auth is off on this cluster (``RAY_AUTH_MODE=disabled``); the head's dashboard (Ray Jobs)
@@ -37,7 +38,7 @@ HELP = "start (up --nodes N) or stop (down) a multi-node Ray cluster on this mac
 
 #: Seconds `up` waits for the cluster to come up, and `down` for processes to end.
 START_TIMEOUT_S = 90.0
-STOP_GRACE_S = 15.0
+STOP_GRACE_S = 3.0
 
 
 def default_state_dir() -> Path:
@@ -208,6 +209,14 @@ def _wait_started(i: int, state: dict) -> None:
         time.sleep(0.3)
 
 
+def _zombie(proc: Path) -> bool:
+    """Exited, waiting to be reaped (nothing left to stop)."""
+    try:
+        return (proc / "stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+    except (OSError, IndexError):
+        return True
+
+
 def _session_members(sids: set[int]) -> list[int]:
     """Pids of live processes in the sessions we created (children of `ray start` included)."""
     pids = []
@@ -216,7 +225,7 @@ def _session_members(sids: set[int]) -> list[int]:
             continue
         pid = int(entry.name)
         try:
-            if os.getsid(pid) in sids:
+            if os.getsid(pid) in sids and not _zombie(entry):
                 pids.append(pid)
         except (ProcessLookupError, PermissionError):
             continue
@@ -244,10 +253,15 @@ def down(state_dir: Path) -> int | None:
             os.kill(pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
-    for p in state["processes"]:  # reap our direct children, if this process started them
-        try:
-            os.waitpid(p["pid"], os.WNOHANG)
-        except ChildProcessError:
-            pass
+    deadline = time.monotonic() + STOP_GRACE_S
+    while time.monotonic() < deadline:
+        for p in state["processes"]:  # reap our direct children, if this process started them
+            try:
+                os.waitpid(p["pid"], os.WNOHANG)
+            except ChildProcessError:
+                pass
+        if not _session_members(sids):
+            break
+        time.sleep(0.1)
     state_path(Path(state_dir)).unlink(missing_ok=True)
     return len(sids)
