@@ -182,3 +182,67 @@ def test_wait_or_detach_need_a_jobs_address(graph, tmp_path):
     assert proc.returncode == 2
     assert proc.stderr.strip() == ("hgraph: error: --detach/--wait submit a Ray Job: "
                                    "give --address http://HOST:8265")
+
+
+# ---------------------------------------------------------------------------- no cluster needed
+
+
+def test_submission_rewrites_paths_and_drops_submitter_flags(graph, tmp_path):
+    from cluster import jobs_api
+    from jobs import sssp
+
+    words = ["--graph", str(graph), "--source", "3", "--address", "http://h:8265", "--detach",
+             "--job-timeout=30", "--out", str(tmp_path / "d.tsv"), "--stats=-"]
+    argv, inputs, outputs = jobs_api.rewrite_argv(sssp, words)
+    assert inputs == [(graph, "_hgraph_inputs/0-g.tsv")]
+    assert outputs == {"0-d.tsv": str((tmp_path / "d.tsv").resolve())}
+    assert argv == ["--graph", "_hgraph_inputs/0-g.tsv", "--source", "3", "--out", "0-d.tsv",
+                    "--stats", "-", "--runtime", "ray"]
+    command = jobs_api.entrypoint("sssp", argv, outputs, "python3")
+    assert command.startswith('W="$PWD"; O="$(mktemp -d)"; python3 -m jobs.sssp --graph '
+                              '"$W"/_hgraph_inputs/0-g.tsv --source 3 --out "$O"/0-d.tsv')
+    assert 'python3 -m cluster.ship_outputs --dir "$O" 0-d.tsv; rc=$?' in command
+
+
+def test_result_files_survive_the_log_round_trip(tmp_path):
+    import io
+
+    from cluster import ship_outputs
+
+    (tmp_path / "a.bin").write_bytes(bytes(range(256)) * 1000)
+    (tmp_path / "empty.txt").write_bytes(b"")
+    buf = io.StringIO()
+    ship_outputs.ship([tmp_path / "a.bin", tmp_path / "empty.txt"], out=buf)
+    log = "superstep 0 ...\n" + buf.getvalue() + "done\n"
+    files = ship_outputs.parse(log)
+    assert files == {str(tmp_path / "a.bin"): bytes(range(256)) * 1000, str(tmp_path / "empty.txt"): b""}
+    assert ship_outputs.strip(log).splitlines() == [
+        "superstep 0 ...", f"[result file {tmp_path / 'a.bin'} shipped]",
+        f"[result file {tmp_path / 'empty.txt'} shipped]", "done"]
+    damaged = log.replace(log.splitlines()[2][:8], "AAAAAAAA", 1)
+    with pytest.raises(Exception):
+        ship_outputs.parse(damaged)
+
+
+def test_example_configs_are_well_formed():
+    import jsonschema
+    import ray
+    import yaml
+
+    configs = ROOT / "cluster" / "configs"
+    autoscaler = yaml.safe_load((configs / "ray-autoscaler.yaml").read_text())
+    schema = json.loads((Path(ray.__file__).parent / "autoscaler" / "ray-schema.json").read_text())
+    jsonschema.validate(autoscaler, schema)
+    image = autoscaler["docker"]["image"]
+    kuberay = yaml.safe_load((configs / "kuberay-raycluster.yaml").read_text())
+    assert (kuberay["apiVersion"], kuberay["kind"]) == ("ray.io/v1", "RayCluster")
+    assert kuberay["spec"]["rayVersion"] == ray.__version__
+    pods = [kuberay["spec"]["headGroupSpec"]["template"]] + [
+        group["template"] for group in kuberay["spec"]["workerGroupSpecs"]]
+    assert {c["image"] for pod in pods for c in pod["spec"]["containers"]} == {image}
+    dockerfile = (configs / "Dockerfile").read_text()
+    assert f"rayproject/ray:{ray.__version__}-" in dockerfile
+    from cluster.jobs_api import PACKAGES
+
+    for package in PACKAGES:
+        assert f"COPY --chown=ray:users {package} ./{package}" in dockerfile
