@@ -206,6 +206,10 @@ def ancestor_sets(g: DPGraph) -> np.ndarray:
 
 def approx_family(g: DPGraph) -> Family:
     """∅ plus every ``L_v``, numbered by (m(L), |L|, v) — the reference DP2 with a strict order."""
+    sinks = np.flatnonzero(np.bincount(g.src, minlength=g.n) == 0)
+    if sinks.size != 1:
+        raise HGraphError(f"the approximate DP needs a single sink (the loss); this graph has "
+                          f"{sinks.size} nodes without successors")
     sets = np.vstack([np.zeros((1, g.words), np.uint64), ancestor_sets(g)])
 
     def order(size, mL):
