@@ -8,6 +8,7 @@ timed out (TIMEOUT / SKIPPED) are run in a child process with the same 150 s lim
 
     python3 bench/planner_bench.py                      # the whole grid
     python3 bench/planner_bench.py --graphs vgg19,unet --solvers DP2fix
+    python3 bench/planner_bench.py --graphs googlenet --solvers DPfix --labels min_DP,40%act
 """
 
 from __future__ import annotations
@@ -59,12 +60,14 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--graphs", default="", help="comma list (default: all with a cg file)")
     ap.add_argument("--solvers", default="DP2fix,DPfix")
+    ap.add_argument("--labels", default="", help="comma list of budget labels (default: all)")
     ap.add_argument("--limit", type=float, default=150.0,
                     help="seconds per solve where the reference timed out (default 150)")
     args = ap.parse_args(argv)
     rows = list(csv.DictReader(open(SHARED / "reference" / "results.csv")))
     graphs = set(args.graphs.split(",")) if args.graphs else None
     solvers = set(args.solvers.split(","))
+    labels = set(args.labels.split(",")) if args.labels else None
     parsed = {}
     per = defaultdict(lambda: [0.0, 0.0, 0, 0])      # ours, ref, rows, mismatches
     bad = 0
@@ -72,6 +75,8 @@ def main(argv=None) -> int:
           f"{'ref/ours':>9}  check")
     for row in rows:
         if row["solver"] not in solvers or (graphs and row["graph"] not in graphs):
+            continue
+        if labels and row["budget_label"] not in labels:
             continue
         path = SHARED / "graphs" / f"cg_{row['graph']}.txt"
         if not path.exists():
