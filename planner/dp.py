@@ -228,14 +228,26 @@ def run_dp(fam: Family, t: np.ndarray, m: np.ndarray, budget: int,
     else:
         end_of = np.arange(L)
     two_mL = 2 * fam.mL
+    # approx family: ids ascend with m(L) and L_i ⊆ L_j ⟺ v_i ∈ L_j — scan only the window
+    # of sources whose m(L) can fit (the peak break), test one bit per source
+    node = fam.node if fam.kind == "approx" and fam.node is not None else None
     for j in range(1, L):
         thr = budget - int(two_mL[j]) - int(fam.mAB[j])
         end = int(end_of[j])
-        src = np.flatnonzero(key[:end] <= thr)
+        lo = 0
+        if node is not None:                 # key_i ≥ −2·m(L_i): sources below cannot fit
+            lo = int(np.searchsorted(two_mL, -thr, side="left"))
+        src = lo + np.flatnonzero(key[lo:end] <= thr)
         if src.size == 0:
             fronts.ptr[j + 1] = fronts.size
             continue
-        sub = np.all((sets[src] & ~sets[j]) == 0, axis=1)
+        if node is not None:
+            v = node[src]
+            sub = v < 0
+            vv = v[~sub]
+            sub[~sub] = ((sets[j][vv // 64] >> (vv % 64).astype(np.uint64)) & np.uint64(1)) == 1
+        else:
+            sub = np.all((sets[src] & ~sets[j]) == 0, axis=1)
         src = src[sub]
         if src.size == 0:
             fronts.ptr[j + 1] = fronts.size
@@ -243,7 +255,8 @@ def run_dp(fam: Family, t: np.ndarray, m: np.ndarray, budget: int,
         # dt, dm: ∂Lj minus the part already inside Li (∂Lj ∩ Li = ∂Lj ∩ ∂Li)
         bn = _bit_nodes(fam.bnd[j])
         if bn.size:
-            member = (sets[src][:, bn // 64] >> (bn % 64).astype(np.uint64)) & np.uint64(1)
+            member = (sets[src[:, None], (bn // 64)[None, :]]
+                      >> (bn % 64).astype(np.uint64)) & np.uint64(1)
             member = member.astype(np.int64)
             dt = fam.t_bnd[j] - member @ t[bn]
             dm = fam.m_bnd[j] - member @ m[bn]

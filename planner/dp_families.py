@@ -113,6 +113,7 @@ class Family:
     m_bnd: np.ndarray       # int64 [L]: m(∂L)
     mAB: np.ndarray         # int64 [L]: m(A(L)) + m(B(L))
     fell_back: bool = False
+    node: np.ndarray | None = None   # approx only: int64 [L], the v of L_v (-1 for ∅)
 
     @property
     def num_sets(self) -> int:
@@ -211,10 +212,11 @@ def approx_family(g: DPGraph) -> Family:
         raise HGraphError(f"the approximate DP needs a single sink (the loss); this graph has "
                           f"{sinks.size} nodes without successors")
     sets = np.vstack([np.zeros((1, g.words), np.uint64), ancestor_sets(g)])
-
-    def order(size, mL):
-        return np.lexsort((np.arange(size.size), size, mL))
-    return _family("approx", g, sets, order)
+    size, mL, tL, bnd, t_bnd, m_bnd, mAB = _set_stats(g, sets)
+    order = np.lexsort((np.arange(size.size), size, mL))
+    return Family("approx", sets[order], size[order], mL[order], tL[order], bnd[order],
+                  t_bnd[order], m_bnd[order], mAB[order],
+                  node=np.arange(-1, g.n, dtype=np.int64)[order])
 
 
 def count_lower_sets(g: DPGraph, limit: int) -> int:
