@@ -1,0 +1,137 @@
+"""Scale benchmark: plan synthetic transformer graphs with the approximate DP on Ray tasks.
+
+Writes a ``hgraph graph synth`` graph of ``--nodes`` activations (default 100,000) and runs the
+real product path on it — ``hgraph submit plan --solver approx --tasks 4 --runtime ray`` — in a
+child process, so that its wall time and peak memory (max RSS, from ``wait4``) are the planner's
+own. ``--ladder`` plans smaller graphs first, which shows how each size grows. Every child runs
+under ``--limit`` seconds; one that does not finish is reported as such, with what it reached.
+``--stages`` additionally times the pieces in-process at each ladder size (engine analyses, DP,
+emit, replay), which says *where* the time goes.
+
+Run::
+
+    python3 bench/scale_bench.py                                  # 100k nodes, 4 Ray tasks
+    python3 bench/scale_bench.py --nodes 100000 --ladder 1000,2000,4000 --stages --limit 900
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def run_child(argv, limit: float) -> dict:
+    """Run ``python -m ARGV`` with a wall-clock limit; wall seconds, max RSS (MiB), exit code."""
+    env = dict(os.environ, RAY_AUTH_MODE=os.environ.get("RAY_AUTH_MODE", "disabled"),
+               RAY_USAGE_STATS_ENABLED="0", PYTHONPATH=str(ROOT))
+    t0 = time.perf_counter()
+    proc = subprocess.Popen([sys.executable, "-m", *argv], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=env, start_new_session=True)
+    timed_out = False
+    try:
+        out, err = proc.communicate(timeout=limit)
+    except subprocess.TimeoutExpired:
+        timed_out = True
+        os.killpg(proc.pid, signal.SIGKILL)         # the child's own session: it and its Ray
+        out, err = proc.communicate()
+    wall = time.perf_counter() - t0
+    rss = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
+    return {"rc": proc.returncode, "timed_out": timed_out, "seconds": wall, "max_rss_mib": rss,
+            "stderr_tail": err.strip().splitlines()[-1:] if err else []}
+
+
+def stages(path: str, tasks: int, runtime: str, budget: str) -> dict:
+    """Time the pieces of one plan in-process (engine analyses, DP, emit, replay)."""
+    from planner import cg, dp, emit, programs, simulate
+    from planner.activation_graph import ActivationGraph
+    from planner.budget import parse_budget
+    from planner.dp_families import DPGraph
+
+    out = {}
+    t = time.perf_counter()
+    g = cg.read(path)
+    out["read_s"] = time.perf_counter() - t
+    ag = ActivationGraph.from_cg(g)
+    dg = DPGraph(m=ag.bytes, t=ag.t, src=ag.src, dst=ag.dst)
+    opts = programs.EngineOptions(tasks=tasks, runtime=runtime)
+    t = time.perf_counter()
+    lv = programs.levels(dg, opts=opts)
+    out["levels_s"], out["depth"] = time.perf_counter() - t, int(lv.max()) + 1
+    t = time.perf_counter()
+    st = programs.lower_set_stats(dg, opts=opts)
+    out["lower_set_stats_s"], out["supersteps"] = time.perf_counter() - t, st.supersteps
+    fam = programs.approx_family(dg, stats=st)
+    b = parse_budget(budget, baseline=int(ag.bytes.sum()))
+    t = time.perf_counter()
+    r = dp.solve_family(fam, dg, b)
+    out["dp_s"], out["dp_status"] = time.perf_counter() - t, r.status
+    if r.status == "OK":
+        t = time.perf_counter()
+        s = emit.emit(g, r.chain, ag)
+        out["emit_s"] = time.perf_counter() - t
+        t = time.perf_counter()
+        out["replay_peak"] = simulate.replay(g, s).peak_bytes
+        out["replay_s"] = time.perf_counter() - t
+    return out
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--nodes", type=int, default=100_000)
+    ap.add_argument("--ladder", default="1000,2000", help="smaller sizes planned first ('' none)")
+    ap.add_argument("--tasks", type=int, default=4)
+    ap.add_argument("--runtime", choices=["local", "ray"], default="ray")
+    ap.add_argument("--budget", default="50%")
+    ap.add_argument("--limit", type=float, default=600.0, help="seconds per plan (default 600)")
+    ap.add_argument("--stages", action="store_true", help="also time the stages at ladder sizes")
+    ap.add_argument("--workdir", default=None)
+    args = ap.parse_args(argv)
+    from planner import synth
+
+    work = Path(args.workdir or tempfile.mkdtemp(prefix="hgraph-scale-"))
+    sizes = [int(x) for x in args.ladder.split(",") if x.strip()] + [args.nodes]
+    print(f"{'nodes':>8} {'layers':>6} {'status':>10} {'seconds':>9} {'max RSS MiB':>12}  detail")
+    rows = []
+    for n in sizes:
+        layers = synth.layers_for_nodes(n)
+        path = work / f"cg_synth_{n}.txt"
+        subprocess.run([sys.executable, "-m", "hgraph", "graph", "synth", "--layers", str(layers),
+                        "--out", str(path)], check=True, capture_output=True,
+                       env=dict(os.environ, PYTHONPATH=str(ROOT)))
+        rep = work / f"report_{n}.json"
+        res = run_child(["hgraph", "submit", "plan", "--graph", str(path), "--solver", "approx",
+                         "--tasks", str(args.tasks), "--runtime", args.runtime, "--budget",
+                         args.budget, "--report", str(rep), "--progress", "off"], args.limit)
+        if res["timed_out"]:
+            status, detail = "TIMEOUT", f"killed after {args.limit:.0f} s"
+        elif res["rc"] == 0:
+            r = json.loads(rep.read_text())
+            status = "OK"
+            detail = (f"{r['nodes']:,} activations, peak {r['peak_bytes'] / r['baseline_peak_bytes']:.3f}"
+                      f" of baseline, overhead {100 * r['overhead']:.1f}%, {r['blocks']} blocks")
+        else:
+            status, detail = f"rc={res['rc']}", " ".join(res["stderr_tail"])
+        row = {"nodes": n, "layers": layers, "status": status, **res}
+        if args.stages and n != args.nodes:
+            row["stages"] = stages(str(path), args.tasks, args.runtime, args.budget)
+            detail += "  " + " ".join(f"{k}={v:.2f}" if isinstance(v, float) else f"{k}={v}"
+                                      for k, v in row["stages"].items())
+        rows.append(row)
+        print(f"{n:>8,} {layers:>6} {status:>10} {res['seconds']:>9.1f} {res['max_rss_mib']:>12.0f}  "
+              f"{detail}", flush=True)
+    print("(max RSS: largest child so far, from getrusage(RUSAGE_CHILDREN))")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
