@@ -64,12 +64,17 @@ def main(args) -> int:
     for flag, path in (("--out", args.out), ("--report", args.report), ("--plot", args.plot)):
         if path is not None and path != "-":
             common.check_output(path, flag)
+    for flag in ("max_supersteps", "stats"):
+        if getattr(args, flag, None) is not None:
+            raise HGraphError(f"--{flag.replace('_', '-')} does not apply to the plan job "
+                              f"(its analyses run to completion)")
     if args.max_lower_sets < 1:
         raise HGraphError(f"--max-lower-sets must be >= 1, got {args.max_lower_sets}")
     p = planner.plan(args.graph, budget=budget, solver=args.solver, strategy=args.strategy,
                      units=args.units, tasks=args.tasks, blocks=args.blocks, mode=args.mode,
                      runtime=common.runtime_of(args), address=args.address,
-                     max_lower_sets=args.max_lower_sets, fallback=args.fallback)
+                     max_lower_sets=args.max_lower_sets, fallback=args.fallback,
+                     checkpoint_every=args.checkpoint_every, inject_failure=args.inject_failure)
     if args.execute:
         p.report["execute"] = _execute(p)
     if args.out:

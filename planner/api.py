@@ -216,7 +216,8 @@ def plan(graph_or_path, budget="100%", solver: str = "approx", strategy: str = "
          units: str = "bytes", tasks: int = 1, blocks: int = 1, mode: str = "hybrid",
          runtime: str = "local", address: str | None = None,
          max_lower_sets: int = DEFAULT_MAX_LOWER_SETS, fallback: bool = False,
-         check: bool = True) -> Plan:
+         check: bool = True, checkpoint_every: int | None = None,
+         inject_failure: int | None = None) -> Plan:
     """Plan recomputation for a graph under ``budget``; see the module docstring.
 
     ``budget``: bytes (int), or text as ``--budget`` takes it (``"2GB"``, ``"800MiB"``,
@@ -225,7 +226,8 @@ def plan(graph_or_path, budget="100%", solver: str = "approx", strategy: str = "
     recomputation) or ``"memory"`` (least checkpoint memory); ``units``: ``"bytes"`` (exact) or
     ``"reference"`` (the reference's scaled ints, for number-for-number comparison).
     ``tasks``/``blocks``/``mode``/``runtime``/``address`` say where the engine analyses run;
-    the plan is the same for all of them.
+    the plan is the same for all of them. ``checkpoint_every``/``inject_failure`` pass through
+    to every engine run (fault tolerance; the plan is the same after a recovery).
     """
     t0 = time.perf_counter()
     _check_choice("solver", solver, SOLVERS)
@@ -235,7 +237,8 @@ def plan(graph_or_path, budget="100%", solver: str = "approx", strategy: str = "
     if len(g.forward) == 0:
         raise HGraphError(f"{g.path or 'graph'}: no forward functions to plan")
     opts = EngineOptions(tasks=int(tasks), blocks=int(blocks), mode=mode, runtime=runtime,
-                         address=address)
+                         address=address, checkpoint_every=checkpoint_every,
+                         inject_failure=inject_failure)
     ag = ActivationGraph.from_cg(g)
     from planner import programs
 

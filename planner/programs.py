@@ -64,10 +64,14 @@ class EngineOptions:
     mode: str = "hybrid"
     runtime: str = "local"
     address: str | None = None
+    checkpoint_every: int | None = None
+    inject_failure: int | None = None
 
     def run(self, program, graph):
         return hgraph.run(program, graph, tasks=self.tasks, blocks=self.blocks, mode=self.mode,
-                          runtime=self.runtime, address=self.address)
+                          runtime=self.runtime, address=self.address,
+                          checkpoint_every=self.checkpoint_every,
+                          inject_failure=self.inject_failure)
 
 
 def _opts(opts, tasks, blocks, mode, runtime, address) -> EngineOptions:

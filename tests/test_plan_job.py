@@ -144,3 +144,11 @@ def test_errors_are_one_line_and_keep_old_outputs(tmp_path):
     bad.write_text("3 2\n0 10 _\n")
     proc = _run("hgraph", "submit", "plan", "--graph", str(bad), "--budget", "1GB")
     assert proc.returncode == 2 and str(bad) in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_plan_survives_a_worker_failure():
+    g = cg.read(shared_path("graphs", "cg_vgg19.txt"))
+    clean = planner.plan(g, budget="80%", tasks=2)
+    hurt = planner.plan(g, budget="80%", tasks=2, checkpoint_every=2, inject_failure=3)
+    assert hurt.schedule.dumps() == clean.schedule.dumps()
+    assert main(["submit", "plan", "--graph", str(SAMPLE), "--budget", "2GB", "--stats", "s.json"]) == 2
