@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import re
 import shlex
@@ -111,6 +112,8 @@ def connect(address: str | None, *, timeout: float = 5.0):
     host, port = split_host_port(url, default_port=DEFAULT_DASHBOARD_PORT)
     probe(host, port, what="the Ray dashboard", timeout=timeout)
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+    for name in ("ray.dashboard.modules.dashboard_sdk", "ray._private.runtime_env.packaging"):
+        logging.getLogger(name).setLevel(logging.WARNING)   # "Uploading package ..." chatter
     try:
         from ray.job_submission import JobSubmissionClient
     except ImportError as err:

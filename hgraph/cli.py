@@ -2,7 +2,9 @@
 
 ``hgraph submit JOB ...`` runs a named job from :mod:`jobs`; ``hgraph jobs`` lists them;
 ``hgraph graph TOOL ...`` runs graph tools (converters and generators); the cluster commands
-(``status``, ``logs``, ``cluster up|down``) live in :mod:`cluster`.
+(``status``, ``logs``, ``cluster up|down``) live in :mod:`cluster`. ``hgraph submit JOB ...
+--address http://HOST:8265`` (or ``--detach``/``--wait``) does not run the job here: it goes to
+:mod:`cluster.jobs_api`, which submits it as a Ray Job.
 
 Every job and tool is a module with the same small surface, so the CLI knows nothing of what a
 job does (the engine stays generic):

@@ -246,3 +246,10 @@ def test_example_configs_are_well_formed():
 
     for package in PACKAGES:
         assert f"COPY --chown=ray:users {package} ./{package}" in dockerfile
+
+
+def test_cluster_command_without_a_cluster(tmp_path):
+    proc, _ = run_cli("cluster", "status", "--state-dir", str(tmp_path))
+    assert (proc.returncode, proc.stdout.strip()) == (1, "no cluster recorded")
+    proc, _ = run_cli("cluster", "down", "--state-dir", str(tmp_path))
+    assert (proc.returncode, proc.stdout.strip()) == (0, "no cluster recorded")
