@@ -113,7 +113,19 @@ class Faults:
 
     def fire(self, kind: str, rt) -> None:
         if kind == "kill":
-            ray.kill(rt.actors[1 % len(rt.actors)], no_restart=True)
+            # ray.kill is asynchronous: wait for the death, so superstep 3 meets a dead worker
+            # (otherwise the call may still run and the loss show up a superstep later).
+            victim = rt.actors[1 % len(rt.actors)]
+            ray.kill(victim, no_restart=True)
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline:
+                try:
+                    ray.get(victim.pid.remote(), timeout=60)
+                except (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError):
+                    break
+                time.sleep(0.05)
+            else:
+                raise RuntimeError("a killed worker actor still answers after 60 s")
             self.fired.append({"kind": kind, "task": 1 % len(rt.actors)})
             return
         by_id = {n.node_id: n for n in self.cluster.worker_nodes}

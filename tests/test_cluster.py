@@ -100,7 +100,7 @@ def test_sssp_failure_is_in_the_stats(runs):
         rows = json.loads((out / f"sssp_{fault}.json").read_text())
         failed = [row for row in rows if "failure" in row]
         assert len(failed) == 1, rows
-        assert failed[0]["failure"]["superstep"] == 3
-        assert failed[0]["failure"]["resumed_at"] == 2
+        assert (fault, failed[0]["failure"]["superstep"]) == (fault, 3)
+        assert (fault, failed[0]["failure"]["resumed_at"]) == (fault, 2)
         assert failed[0]["recovery_seconds"] > 0
         assert [row["superstep"] for row in rows] == list(range(len(rows)))
