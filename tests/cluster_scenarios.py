@@ -6,13 +6,14 @@ with :class:`ray.cluster_utils.Cluster`, joins it, and runs ``hgraph submit`` jo
 ``--address`` (the real CLI path: flags, engine, Ray actors spread over the nodes):
 
 * ``sssp``, ``pagerank``, ``plan`` failure-free;
-* ``sssp`` and ``plan`` with a worker actor killed at superstep 3;
+* ``sssp`` and ``plan`` with a worker actor killed at superstep 3 (``--inject-failure 3``, the
+  engine's own fault injection, with ``--checkpoint-every 2``);
 * ``sssp`` and ``plan`` with the whole node of a worker removed at superstep 3 (a node is added
   back afterwards so every scenario starts with 3 nodes).
 
 Each worker actor is pinned (softly) to its own node, round robin, so the jobs really span
-three nodes. Faults come from a hook on :meth:`hgraph.runtime.ray_actors.RayRuntime.step` — the same point
-``--inject-failure`` uses, but able to take down a node — and recoveries are counted on
+three nodes. Node loss comes from a hook on :meth:`hgraph.runtime.ray_actors.RayRuntime.step` — the point
+``--inject-failure`` uses, but taking down a whole node — and recoveries are counted on
 :meth:`hgraph.master.Master._recover`, so a fault that never fired cannot pass for a recovery.
 
 Usage: ``python tests/cluster_scenarios.py GRAPH CG OUTDIR`` — writes one result file per
@@ -53,7 +54,7 @@ FAULT_SUPERSTEP = 3
 
 
 class Faults:
-    """At superstep 3 of the next engine run: kill one worker actor, or remove its node."""
+    """At superstep 3 of the next engine run, remove the node of a worker actor."""
 
     def __init__(self, cluster: Cluster):
         self.cluster = cluster
@@ -112,22 +113,6 @@ class Faults:
         raise RuntimeError(f"node {node_id} or its actors still alive {timeout:g} s after removal")
 
     def fire(self, kind: str, rt) -> None:
-        if kind == "kill":
-            # ray.kill is asynchronous: wait for the death, so superstep 3 meets a dead worker
-            # (otherwise the call may still run and the loss show up a superstep later).
-            victim = rt.actors[1 % len(rt.actors)]
-            ray.kill(victim, no_restart=True)
-            deadline = time.monotonic() + 60
-            while time.monotonic() < deadline:
-                try:
-                    ray.get(victim.pid.remote(), timeout=60)
-                except (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError):
-                    break
-                time.sleep(0.05)
-            else:
-                raise RuntimeError("a killed worker actor still answers after 60 s")
-            self.fired.append({"kind": kind, "task": 1 % len(rt.actors)})
-            return
         by_id = {n.node_id: n for n in self.cluster.worker_nodes}
         for task, node_id in enumerate(self.nodes_of(rt)):
             if node_id in by_id:
@@ -169,23 +154,27 @@ def main(graph: str, cg: str, outdir: str) -> None:
         ("pagerank", None, ["pagerank", "--graph", graph, "--iterations", "12", *engine,
                             "--out", str(out / "pagerank.tsv")]),
         ("plan", None, [*plan, "--out", str(out / "plan.txt")]),
-        ("sssp_kill", "kill", [*sssp, "--checkpoint-every", "2", "--out", str(out / "sssp_kill.tsv"),
-                               "--stats", str(out / "sssp_kill.json")]),
+        # --inject-failure: the engine kills one worker actor at superstep 3 (every engine run).
+        ("sssp_kill", "inject", [*sssp, "--inject-failure", str(FAULT_SUPERSTEP),
+                                 "--checkpoint-every", "2", "--out", str(out / "sssp_kill.tsv"),
+                                 "--stats", str(out / "sssp_kill.json")]),
         ("sssp_node", "node", [*sssp, "--checkpoint-every", "2", "--out", str(out / "sssp_node.tsv"),
                                "--stats", str(out / "sssp_node.json")]),
-        ("plan_kill", "kill", [*plan, "--out", str(out / "plan_kill.txt")]),
+        ("plan_kill", "inject", [*plan, "--inject-failure", str(FAULT_SUPERSTEP),
+                                 "--checkpoint-every", "2", "--out", str(out / "plan_kill.txt")]),
         ("plan_node", "node", [*plan, "--out", str(out / "plan_node.txt")]),
     ]
     try:
         for name, fault, words in scenarios:
             start = time.perf_counter()
-            faults.armed, before, runs_before = fault, faults.recoveries, len(faults.actor_nodes)
+            armed = fault if fault == "node" else None   # "inject": the engine's own
+            faults.armed, before, runs_before = armed, faults.recoveries, len(faults.actor_nodes)
             submit(*words)
             alive = sum(n["Alive"] for n in ray.nodes())
             summary["runs"][name] = {
                 "seconds": time.perf_counter() - start,
-                "fault": faults.fired[-1] if fault else None,
-                "fault_fired": fault is None or faults.armed is None,
+                "fault": faults.fired[-1] if armed else ({"kind": fault} if fault else None),
+                "fault_fired": armed is None or faults.armed is None,
                 "recoveries": faults.recoveries - before,
                 "actor_nodes": faults.actor_nodes[runs_before:runs_before + 1],
                 "alive_nodes_after": alive,
