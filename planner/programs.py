@@ -300,6 +300,12 @@ def approx_family(g: DPGraph, stats: LowerSetStats | None = None, **engine) -> F
 
     Equal, array for array, to :func:`planner.dp_families.approx_family` (tested).
     """
+    sinks = np.flatnonzero(np.bincount(g.src, minlength=g.n) == 0)
+    if sinks.size != 1:
+        from hgraph.errors import HGraphError
+
+        raise HGraphError(f"the approximate DP needs a single sink (the loss); this graph has "
+                          f"{sinks.size} nodes without successors")
     if stats is None:
         stats = lower_set_stats(g, **engine)
     W = stats.sets.shape[1]
@@ -312,8 +318,11 @@ def approx_family(g: DPGraph, stats: LowerSetStats | None = None, **engine) -> F
     cols = dict(sets=sets[order], size=size[order], mL=mL[order], bnd=bnd[order],
                 t_bnd=np.r_[z64, stats.t_bnd][order], m_bnd=np.r_[z64, stats.m_bnd][order],
                 mAB=np.r_[z64, stats.mAB][order])
-    if "tL" in Family.__dataclass_fields__:
+    fields = Family.__dataclass_fields__
+    if "tL" in fields:
         cols["tL"] = np.r_[z64, stats.tL][order]
+    if "node" in fields:               # the v of L_v: the DP's one-bit subset test
+        cols["node"] = np.arange(-1, g.n, dtype=np.int64)[order]
     return Family(kind="approx", **cols)
 
 

@@ -22,7 +22,9 @@ def _dpgraph(name):
 
 def _random_dag(n, p, seed):
     rng = np.random.default_rng(seed)
-    src, dst = np.nonzero(np.triu(rng.random((n, n)) < p, k=1))
+    src, dst = np.nonzero(np.triu(rng.random((n, n - 1)) < p, k=1))
+    sinks = np.setdiff1d(np.arange(n - 1), src)          # one loss: every other sink feeds n-1
+    src, dst = np.r_[src, sinks], np.r_[dst, np.full(sinks.size, n - 1)]
     return DPGraph(m=rng.integers(0, 1000, n), t=rng.integers(1, 11, n), src=src, dst=dst)
 
 
