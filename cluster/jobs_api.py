@@ -257,7 +257,8 @@ def submit(args: argparse.Namespace, argv: list[str]) -> int:
     """``hgraph submit JOB ... --address http://...``; ``argv`` are the words after JOB."""
     name = args.job
     module = args._module  # noqa: SLF001 - set by hgraph.cli
-    client = connect(args.address)
+    url = jobs_address(args.address)
+    client = connect(url)
     job_argv, inputs, outputs = rewrite_argv(module, argv)
     from jobs.common import check_output
 
@@ -282,8 +283,8 @@ def submit(args: argparse.Namespace, argv: list[str]) -> int:
     print(f"hgraph: submitted {name} as Ray job {job_id}", file=sys.stderr)
     if args.detach:
         print(job_id)
-        print(f"hgraph: follow it with `hgraph status {job_id} --address {args.address}` and "
-              f"`hgraph logs {job_id} --address {args.address} --follow --fetch`", file=sys.stderr)
+        print(f"hgraph: follow it with `hgraph status {job_id} --address {url}` and "
+              f"`hgraph logs {job_id} --address {url} --follow --fetch`", file=sys.stderr)
         return 0
     return follow(client, job_id, timeout=args.job_timeout, fetch=True)
 
@@ -339,15 +340,19 @@ def _exit_code(info) -> int:
 
 
 def failure_line(job_id: str, info, log_text: str) -> str:
-    """One line: the job's own last error line if it printed one, else Ray's message."""
+    """One line: the job's own last error line if it printed one, else its last log line, else
+    Ray's message."""
     status = str(getattr(info.status, "value", info.status))
-    errors = [line.strip() for line in log_text.splitlines()
-              if re.search(r"(^hgraph: error: |Error: |error: )", line.strip())]
-    reason = errors[-1] if errors else (info.message or "").strip().splitlines()[0:1]
-    if isinstance(reason, list):
-        reason = reason[0] if reason else "no message"
+    lines = [line.strip() for line in log_text.splitlines() if line.strip()
+             and not line.startswith(("Running entrypoint for job", "[result file "))
+             and " INFO " not in line]
+    errors = [line for line in lines if re.search(r"(^hgraph: error: |Error: |error: )", line)]
+    message = (info.message or "").strip().splitlines()
+    reason = errors[-1] if errors else lines[-1] if lines else message[0] if message else "no message"
     reason = reason.removeprefix("hgraph: error: ")
-    return f"Ray job {job_id} {status}: {reason}"
+    code = getattr(info, "driver_exit_code", None)
+    suffix = f" (exit {code})" if isinstance(code, int) and code not in (0, 1, 2) else ""
+    return f"Ray job {job_id} {status}: {reason}{suffix}"
 
 
 def fetch_outputs(client, job_id: str, info=None) -> list[str]:
