@@ -253,3 +253,29 @@ def test_cluster_command_without_a_cluster(tmp_path):
     assert (proc.returncode, proc.stdout.strip()) == (1, "no cluster recorded")
     proc, _ = run_cli("cluster", "down", "--state-dir", str(tmp_path))
     assert (proc.returncode, proc.stdout.strip()) == (0, "no cluster recorded")
+
+
+def test_embedded_ray_has_laptop_settings(tmp_path):
+    """No address: a local Ray with a bounded object store and no dashboard (own process)."""
+    code = ("from cluster.connect import ensure_ray, EMBEDDED_OBJECT_STORE_BYTES as B\n"
+            "ensure_ray(num_cpus=2)\n"
+            "import ray\n"
+            "store = int(ray.cluster_resources()['object_store_memory'])\n"
+            "url = ray._private.worker.global_worker.node.address_info.get('webui_url')\n"
+            "print(store == B, repr(url))\n")
+    env = dict(os.environ)
+    env.pop("RAY_ADDRESS", None)
+    env.pop("RAY_AUTH_MODE", None)
+    proc = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True,
+                          text=True, timeout=120)
+    assert proc.stdout.strip().splitlines()[-1] == "True ''", proc.stderr[-2000:]
+
+
+def test_a_process_joins_one_cluster(ray_session):
+    from cluster.connect import ensure_ray
+    from hgraph.errors import HGraphError
+
+    with pytest.raises(HGraphError, match="already connected to the Ray cluster at .*; it cannot "
+                                          "also join 127.0.0.1:1$"):
+        ensure_ray("127.0.0.1:1")
+    ensure_ray(ray_session.get_runtime_context().gcs_address)   # the same one: fine
