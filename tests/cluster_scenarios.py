@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import sys
 import tempfile
 import time
@@ -186,6 +187,7 @@ def main(graph: str, cg: str, outdir: str) -> None:
         (out / "summary.json").write_text(json.dumps(summary, indent=1))
         ray.shutdown()
         cluster.shutdown()
+        shutil.rmtree(temp_dir, ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -57,6 +58,7 @@ def head():
         commands_cluster.down(state_dir)
         for p in state["processes"]:
             assert not commands_cluster._alive(p["pid"]) or _zombie(p["pid"])
+        shutil.rmtree(state_dir, ignore_errors=True)
 
 
 def _zombie(pid: int) -> bool:
