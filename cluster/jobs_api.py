@@ -268,16 +268,12 @@ def submit(args: argparse.Namespace, argv: list[str]) -> int:
     staging = stage(inputs)
     command = entrypoint(name, job_argv, outputs, python)
     try:
-        job_id = client.submit_job(
+        job_id = _submit_when_agent_ready(client, dict(
             entrypoint=command,
             runtime_env={"working_dir": str(staging), "env_vars": {"RAY_AUTH_MODE": os.environ.get(
                 "RAY_AUTH_MODE", "disabled"), "PYTHONUNBUFFERED": "1"}},
             metadata={"hgraph_job": name, METADATA_KEY: json.dumps(outputs)},
-        )
-    except HGraphError:
-        raise
-    except Exception as err:  # noqa: BLE001
-        raise HGraphError(f"Ray rejected the job: {_first_line(err)}") from None
+        ))
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     print(f"hgraph: submitted {name} as Ray job {job_id}", file=sys.stderr)
@@ -287,6 +283,30 @@ def submit(args: argparse.Namespace, argv: list[str]) -> int:
               f"`hgraph logs {job_id} --address {url} --follow --fetch`", file=sys.stderr)
         return 0
     return follow(client, job_id, timeout=args.job_timeout, fetch=True)
+
+
+#: Seconds a submission keeps retrying while the head says no job agent is up yet.
+AGENT_WAIT_S = 90.0
+
+
+def _submit_when_agent_ready(client, request: dict) -> str:
+    """Submit, retrying while the head answers "No available agent ... try again later".
+
+    A freshly started head serves HTTP before its job agent has registered (CI on a loaded
+    2-core machine met this on the first submissions); that answer is transient by Ray's own
+    words, so it is retried for at most ``AGENT_WAIT_S`` seconds. Any other refusal is final.
+    """
+    deadline = time.monotonic() + AGENT_WAIT_S
+    while True:
+        try:
+            return client.submit_job(**request)
+        except HGraphError:
+            raise
+        except Exception as err:  # noqa: BLE001
+            text = _first_line(err)
+            if "No available agent" not in text or time.monotonic() >= deadline:
+                raise HGraphError(f"Ray rejected the job: {text}") from None
+        time.sleep(1.0)
 
 
 def job_info(client, job_id: str):
