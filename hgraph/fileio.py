@@ -1,7 +1,9 @@
 """Writing output files safely: one writer per file, a temporary name, then an atomic rename.
 
 A crash or a bad input never leaves a half-written or truncated output behind, and an earlier
-good file is kept until the new one is complete.
+good file is kept until the new one is complete. Targets that are not regular files
+(``/dev/stdout``, a pipe, a terminal) cannot be renamed over; they are written directly, and a
+symbolic link is followed so the file it names is replaced, not the link.
 """
 
 from __future__ import annotations
@@ -20,6 +22,12 @@ def atomic_write(path, mode: str = "w", **kwargs):
     ...     _ = f.write("ok\\n")
     """
     path = Path(path)
+    if path.is_symlink():
+        path = path.resolve()
+    if path.exists() and not path.is_file():          # a device, pipe or terminal: no rename
+        with open(path, mode, **kwargs) as handle:
+            yield handle
+        return
     if path.parent and not path.parent.exists():
         path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=str(path.parent or "."))

@@ -12,7 +12,7 @@ from scipy.sparse.csgraph import connected_components, dijkstra
 
 import hgraph
 from hgraph.errors import HGraphError
-from tests.programs import SSSP, MinLabel, pagerank, random_graph, symmetrize
+from hgraph.examples import SSSP, MinLabel, pagerank, random_graph, symmetrize
 
 TASKS = (1, 2, 3, 4)
 BLOCKS = (1, 3)

@@ -1,0 +1,47 @@
+"""Output files: all or nothing for regular files; devices, pipes and symlinks still work."""
+
+from __future__ import annotations
+
+import os
+import threading
+
+import pytest
+
+from hgraph.fileio import atomic_write, write_text
+
+
+def test_failed_write_keeps_the_old_file_and_leaves_no_temp(tmp_path):
+    target = tmp_path / "out.tsv"
+    target.write_text("old\n")
+    with pytest.raises(RuntimeError):
+        with atomic_write(target) as handle:
+            handle.write("half")
+            raise RuntimeError("bad input halfway")
+    assert target.read_text() == "old\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out.tsv"]
+
+
+def test_missing_parent_folders_are_created(tmp_path):
+    write_text(tmp_path / "a" / "b" / "out.txt", "x")
+    assert (tmp_path / "a" / "b" / "out.txt").read_text() == "x"
+
+
+def test_symlink_is_followed_not_replaced(tmp_path):
+    real = tmp_path / "real.txt"
+    real.write_text("old")
+    link = tmp_path / "link.txt"
+    link.symlink_to(real)
+    write_text(link, "new")
+    assert link.is_symlink() and real.read_text() == "new"
+
+
+def test_a_pipe_is_written_directly(tmp_path):
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    got = []
+    reader = threading.Thread(target=lambda: got.append(open(fifo).read()), daemon=True)
+    reader.start()
+    write_text(fifo, "through the pipe\n")
+    reader.join(timeout=10)
+    assert got == ["through the pipe\n"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["pipe"]
