@@ -11,7 +11,7 @@ with :class:`ray.cluster_utils.Cluster`, joins it, and runs ``hgraph submit`` jo
 * ``sssp`` and ``plan`` with the whole node of a worker removed at superstep 3 (a node is added
   back afterwards so every scenario starts with 3 nodes).
 
-Each worker actor is pinned (softly) to its own node, round robin, so the jobs really span
+The runtime pins each worker actor (softly) to its own node, round robin, so the jobs span
 three nodes. Node loss comes from a hook on :meth:`hgraph.runtime.ray_actors.RayRuntime.step` — the point
 ``--inject-failure`` uses, but taking down a whole node — and recoveries are counted on
 :meth:`hgraph.master.Master._recover`, so a fault that never fired cannot pass for a recovery.
@@ -44,7 +44,6 @@ sys.path.insert(0, str(ROOT))
 
 import ray  # noqa: E402
 from ray.cluster_utils import Cluster  # noqa: E402
-from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy  # noqa: E402
 
 import hgraph.master  # noqa: E402
 from hgraph.cli import main as hgraph_main  # noqa: E402
@@ -78,17 +77,7 @@ class Faults:
             faults.recoveries += 1
             return recover(master, *args, **kwargs)
 
-        def placed_start(rt, task):
-            # One worker per node, round robin (soft: a lost node's replacement goes elsewhere).
-            # The runtime asks only for SPREAD, which Ray treats as a hint for 0-CPU actors: in
-            # practice all three often landed on one node, and a node fault could then miss them.
-            alive = sorted(n["NodeID"] for n in ray.nodes() if n["Alive"])
-            strategy = NodeAffinitySchedulingStrategy(alive[task % len(alive)], soft=True)
-            return rt._cls.options(scheduling_strategy=strategy).remote(
-                rt._program_ref, rt.partition.task_slice(task))
-
         ray_actors.RayRuntime.step = hooked_step
-        ray_actors.RayRuntime._start = placed_start
         hgraph.master.Master._recover = counted_recover
 
     @staticmethod

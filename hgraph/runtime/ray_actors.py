@@ -70,7 +70,19 @@ class RayRuntime:
         self.actors = [self._start(t) for t in range(self.tasks)]
 
     def _start(self, task: int):
-        return self._cls.options(scheduling_strategy="SPREAD").remote(
+        """Start task ``task``'s actor, on the alive nodes round robin (softly).
+
+        Ray's ``SPREAD`` is only a hint for actors that ask for no CPU: on a 3-node cluster
+        all workers often landed on one node, so a job did not really span the cluster and a
+        lost node took every worker. Soft node affinity places them one per node in turn and
+        still lets a replacement go elsewhere when its node is gone.
+        """
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        alive = sorted(n["NodeID"] for n in self.ray.nodes() if n.get("Alive"))
+        strategy = (NodeAffinitySchedulingStrategy(alive[task % len(alive)], soft=True)
+                    if len(alive) > 1 else "SPREAD")
+        return self._cls.options(scheduling_strategy=strategy).remote(
             self._program_ref, self.partition.task_slice(task))
 
     def _get(self, refs, what: str):
