@@ -52,8 +52,8 @@ COMMANDS = {
 def add_common_arguments(parser: argparse.ArgumentParser) -> None:
     """Flags every engine job takes (the job adds its own)."""
     parser.add_argument("--graph", required=True, help="input graph file")
-    parser.add_argument("--tasks", type=_positive_int, default=1, help="workers (default 1)")
-    parser.add_argument("--blocks", type=_positive_int, default=1, help="VBlocks per worker (default 1)")
+    parser.add_argument("--tasks", type=positive_int, default=1, help="workers (default 1)")
+    parser.add_argument("--blocks", type=positive_int, default=1, help="VBlocks per worker (default 1)")
     parser.add_argument("--mode", choices=["push", "pull", "hybrid"], default="hybrid",
                         help="message mode (default hybrid)")
     parser.add_argument("--runtime", choices=["local", "ray"], default=None,
@@ -61,16 +61,17 @@ def add_common_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--address", default=None,
                         help="Ray cluster to use: HOST:PORT joins it, http://HOST:8265 submits a Ray Job "
                              "(default: RAY_ADDRESS, else an embedded local Ray when --runtime ray)")
-    parser.add_argument("--max-supersteps", type=_positive_int, default=None)
-    parser.add_argument("--checkpoint-every", type=_positive_int, default=None, metavar="K",
+    parser.add_argument("--max-supersteps", type=positive_int, default=None)
+    parser.add_argument("--checkpoint-every", type=positive_int, default=None, metavar="K",
                         help="checkpoint worker state every K supersteps")
-    parser.add_argument("--inject-failure", type=_positive_int, default=None, metavar="SUPERSTEP",
+    parser.add_argument("--inject-failure", type=positive_int, default=None, metavar="SUPERSTEP",
                         help="kill one worker at this superstep (testing fault recovery)")
     parser.add_argument("--stats", default=None, help="write per-superstep stats (JSON list) here")
     parser.add_argument("--progress", choices=["auto", "bar", "plain", "off"], default="auto")
 
 
-def _positive_int(text: str) -> int:
+def positive_int(text: str) -> int:
+    """argparse ``type=`` for counts: a clear message instead of a traceback or a silent 0."""
     try:
         value = int(text)
     except ValueError:
@@ -100,35 +101,28 @@ def build_parser() -> argparse.ArgumentParser:
 
     submit = sub.add_parser("submit", help="run a named job")
     jobs_sub = submit.add_subparsers(dest="job", required=True, metavar="JOB", parser_class=_Parser)
-    for name, module_name in JOBS.items():
-        module = _try_load(module_name)
-        if module is None:
-            continue
-        p = jobs_sub.add_parser(name, help=module.HELP, description=module.HELP)
-        module.add_arguments(p)
-        jobs_api.add_submit_arguments(p)   # --address (if missing), --wait/--detach, ...
-        p.set_defaults(_module=module)
+    _add_modules(jobs_sub, JOBS, extra=jobs_api.add_submit_arguments)  # --address, --wait/--detach
 
     sub.add_parser("jobs", help="list the jobs `hgraph submit` runs")
 
     graph = sub.add_parser("graph", help="graph tools: generators and converters")
     tools_sub = graph.add_subparsers(dest="tool", required=True, metavar="TOOL", parser_class=_Parser)
-    for name, module_name in GRAPH_TOOLS.items():
-        module = _try_load(module_name)
-        if module is None:
-            continue
-        p = tools_sub.add_parser(name, help=module.HELP, description=module.HELP)
-        module.add_arguments(p)
-        p.set_defaults(_module=module)
-
-    for name, module_name in COMMANDS.items():
-        module = _try_load(module_name)
-        if module is None:
-            continue
-        p = sub.add_parser(name, help=module.HELP, description=module.HELP)
-        module.add_arguments(p)
-        p.set_defaults(_module=module)
+    _add_modules(tools_sub, GRAPH_TOOLS)
+    _add_modules(sub, COMMANDS)
     return parser
+
+
+def _add_modules(subparsers, table: dict, extra=None) -> None:
+    """One sub-command per module of ``table`` (name -> module with HELP/add_arguments/main)."""
+    for name, module_name in table.items():
+        module = _try_load(module_name)
+        if module is None:
+            continue
+        p = subparsers.add_parser(name, help=module.HELP, description=module.HELP)
+        module.add_arguments(p)
+        if extra is not None:
+            extra(p)
+        p.set_defaults(_module=module)
 
 
 def _try_load(module_name: str):

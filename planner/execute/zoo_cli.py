@@ -9,29 +9,19 @@ from __future__ import annotations
 
 import sys
 
+from hgraph.cli import positive_int
+
 NAME = "zoo"
 HELP = "write a model-zoo training graph (mlp, resnet, unet, transformer) as cg.txt"
 
 
-def _positive(text: str) -> int:
-    import argparse
-
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
-    return value
-
-
 def add_size_arguments(parser) -> None:
     """The sizing flags shared with ``hgraph submit execute --model``."""
-    parser.add_argument("--batch", type=_positive, default=None, help="batch size")
-    parser.add_argument("--width", type=_positive, default=None, help="hidden units / channels / model width")
-    parser.add_argument("--depth", type=_positive, default=None, help="layers / blocks per stage / levels")
-    parser.add_argument("--image", type=_positive, default=None, help="image side (mlp, resnet, unet)")
-    parser.add_argument("--seq", type=_positive, default=None, help="sequence length (transformer)")
+    parser.add_argument("--batch", type=positive_int, default=None, help="batch size")
+    parser.add_argument("--width", type=positive_int, default=None, help="hidden units / channels / model width")
+    parser.add_argument("--depth", type=positive_int, default=None, help="layers / blocks per stage / levels")
+    parser.add_argument("--image", type=positive_int, default=None, help="image side (mlp, resnet, unet)")
+    parser.add_argument("--seq", type=positive_int, default=None, help="sequence length (transformer)")
 
 
 def add_arguments(parser) -> None:
