@@ -36,11 +36,25 @@ def atomic_write(path, mode: str = "w", **kwargs):
             yield handle
             handle.flush()
             os.fsync(handle.fileno())
+        os.chmod(tmp, _mode_for(path))
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
         raise
+
+
+def _mode_for(path: Path) -> int:
+    """The permissions a plain ``open(path, "w")`` would give: the old file's, else 0o666 & ~umask.
+
+    ``mkstemp`` creates 0o600 files; renamed as they are, outputs would be unreadable to others.
+    """
+    try:
+        return path.stat().st_mode & 0o7777
+    except FileNotFoundError:
+        umask = os.umask(0)
+        os.umask(umask)
+        return 0o666 & ~umask
 
 
 def write_text(path, text: str) -> None:

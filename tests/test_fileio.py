@@ -45,3 +45,17 @@ def test_a_pipe_is_written_directly(tmp_path):
     reader.join(timeout=10)
     assert got == ["through the pipe\n"]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["pipe"]
+
+
+def test_new_files_get_umask_permissions_and_old_files_keep_theirs(tmp_path):
+    old = os.umask(0o022)
+    try:
+        write_text(tmp_path / "new.txt", "x")
+        assert (tmp_path / "new.txt").stat().st_mode & 0o777 == 0o644
+        kept = tmp_path / "kept.txt"
+        kept.write_text("old")
+        kept.chmod(0o640)
+        write_text(kept, "new")
+        assert kept.stat().st_mode & 0o777 == 0o640
+    finally:
+        os.umask(old)
