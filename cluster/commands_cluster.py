@@ -24,6 +24,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -164,6 +165,7 @@ def up(state_dir: Path, *, nodes: int = 3, cpus_per_node: int = 2, port: int = 6
         for i in range(nodes):
             argv = head if i == 0 else [ray, "start", "--block", f"--address={gcs}",
                                         f"--num-cpus={cpus_per_node}", "--disable-usage-stats"]
+            argv = argv + _agent_port_flags(head=i == 0)
             state["processes"].append(_spawn(argv, state_dir / f"node-{i}.log"))
             write_text(state_path(state_dir), json.dumps(state, indent=1))
             _wait_started(i, state)
@@ -173,6 +175,29 @@ def up(state_dir: Path, *, nodes: int = 3, cpus_per_node: int = 2, port: int = 6
         down(state_dir)
         raise
     return state
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _agent_port_flags(head: bool) -> list[str]:
+    """Free ports for a node's per-node agents instead of Ray's fixed defaults.
+
+    Every Ray node runs a dashboard agent (default port 52365, plus gRPC, metrics and
+    runtime-env ports). On one machine a second node — or any other Ray already running here,
+    such as an embedded ``ray.init`` — holds those defaults, the new agent cannot bind, and the
+    head then answers every Ray Jobs submission with "No available agent to submit job".
+    """
+    flags = [f"--dashboard-agent-listen-port={_free_port()}",
+             f"--dashboard-agent-grpc-port={_free_port()}",
+             f"--metrics-export-port={_free_port()}",
+             f"--runtime-env-agent-port={_free_port()}"]
+    if head:
+        flags.append(f"--ray-client-server-port={_free_port()}")
+    return flags
 
 
 def _port_open(port: int) -> bool:
