@@ -92,56 +92,65 @@ class Master:
         superstep = 0
         injected = False
         pending_failure = None
-        while self.max_supersteps is None or superstep < self.max_supersteps:
-            mode = switcher.mode if switcher else self.mode
-            final = self.max_supersteps is not None and superstep == self.max_supersteps - 1
-            t0 = time.perf_counter()
-            try:
-                if (self.inject_failure is not None and not injected
-                        and superstep == self.inject_failure):
-                    injected = True
-                    self.runtime.kill(superstep % tasks)
-                outs, worker_stats = self.runtime.step(superstep, mode, aggregates, final, inbound)
-            except WorkerLost as lost:
-                superstep, aggregates, inbound, stats = self._recover(lost, superstep, switcher, t0)
-                pending_failure = self.failures[-1]
-                continue
-            row = {"superstep": superstep, "mode": mode}
-            for key in COUNTERS:
-                row[key] = int(sum(s.get(key, 0) for s in worker_stats))
-            row["seconds"] = time.perf_counter() - t0
-            row["worker_seconds"] = max(s["seconds"] for s in worker_stats)
-            blocks = np.array([b for s in worker_stats for b in s["responding_blocks"]], bool)
-            if mode == "pull" and not final:
-                row["requests"] = int(self.partition.route_table(blocks).sum())
-            aggregates = self._reduce(worker_stats)
-            if switcher is not None:
-                switcher.observe(row)
-                row["predicted"] = {k: int(v) for k, v in switcher.last_prediction.items()}
-            inbound = [[outs[src][dst] for src in range(tasks)] for dst in range(tasks)]
-            if pending_failure is not None:
-                row["failure"] = {k: pending_failure[k] for k in ("superstep", "worker", "resumed_at")}
-                row["recovery_seconds"] = pending_failure["recovery_seconds"]
-                pending_failure = None
-            stats.append(row)
-            if self.progress is not None:
-                self.progress(row)
-            done = row["active"] == 0 and row["messages"] == 0
-            superstep += 1
-            if (self.store is not None and self.checkpoint_every is not None and not done
-                    and superstep % self.checkpoint_every == 0):
+        while True:   # until the results are in (a worker lost at the end replays too)
+            while self.max_supersteps is None or superstep < self.max_supersteps:
+                mode = switcher.mode if switcher else self.mode
+                final = self.max_supersteps is not None and superstep == self.max_supersteps - 1
+                t0 = time.perf_counter()
                 try:
-                    self._checkpoint(superstep - 1, aggregates, switcher, stats, outs)
+                    if (self.inject_failure is not None and not injected
+                            and superstep == self.inject_failure):
+                        injected = True
+                        self.runtime.kill(superstep % tasks)
+                    outs, worker_stats = self.runtime.step(superstep, mode, aggregates, final, inbound)
                 except WorkerLost as lost:
-                    # Lost while checkpointing: back to the previous checkpoint, as mid-superstep.
-                    superstep, aggregates, inbound, stats = self._recover(lost, superstep, switcher,
-                                                                          time.perf_counter())
+                    superstep, aggregates, inbound, stats = self._recover(lost, superstep, switcher, t0)
                     pending_failure = self.failures[-1]
                     continue
-            if done:
-                break
-        values = np.concatenate(self.runtime.values(), axis=0) if tasks else np.empty(0)
-        return values, stats, aggregates, superstep, switcher
+                row = {"superstep": superstep, "mode": mode}
+                for key in COUNTERS:
+                    row[key] = int(sum(s.get(key, 0) for s in worker_stats))
+                row["seconds"] = time.perf_counter() - t0
+                row["worker_seconds"] = max(s["seconds"] for s in worker_stats)
+                blocks = np.array([b for s in worker_stats for b in s["responding_blocks"]], bool)
+                if mode == "pull" and not final:
+                    row["requests"] = int(self.partition.route_table(blocks).sum())
+                aggregates = self._reduce(worker_stats)
+                if switcher is not None:
+                    switcher.observe(row)
+                    row["predicted"] = {k: int(v) for k, v in switcher.last_prediction.items()}
+                inbound = [[outs[src][dst] for src in range(tasks)] for dst in range(tasks)]
+                if pending_failure is not None:
+                    row["failure"] = {k: pending_failure[k] for k in ("superstep", "worker", "resumed_at")}
+                    row["recovery_seconds"] = pending_failure["recovery_seconds"]
+                    pending_failure = None
+                stats.append(row)
+                if self.progress is not None:
+                    self.progress(row)
+                done = row["active"] == 0 and row["messages"] == 0
+                superstep += 1
+                if (self.store is not None and self.checkpoint_every is not None and not done
+                        and superstep % self.checkpoint_every == 0):
+                    try:
+                        self._checkpoint(superstep - 1, aggregates, switcher, stats, outs)
+                    except WorkerLost as lost:
+                        # Lost while checkpointing: back to the previous checkpoint, as mid-superstep.
+                        superstep, aggregates, inbound, stats = self._recover(lost, superstep, switcher,
+                                                                              time.perf_counter())
+                        pending_failure = self.failures[-1]
+                        continue
+                if done:
+                    break
+            try:
+                parts = self.runtime.values()
+            except WorkerLost as lost:
+                # Lost while handing over the results: replay from the last checkpoint.
+                superstep, aggregates, inbound, stats = self._recover(lost, superstep, switcher,
+                                                                      time.perf_counter())
+                pending_failure = self.failures[-1]
+                continue
+            values = np.concatenate(parts, axis=0) if tasks else np.empty(0)
+            return values, stats, aggregates, superstep, switcher
 
     def _reduce(self, worker_stats) -> dict:
         partials = reduce_aggregates(self.kinds, [s["aggregates"] for s in worker_stats])

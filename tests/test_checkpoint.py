@@ -75,3 +75,44 @@ def test_ray_actor_killed_at_superstep_3_recovers_identically(ray_session, graph
     sssp_hurt = hgraph.run(SSSP(0), graph, tasks=2, mode="pull", runtime="ray", checkpoint_every=1,
                            inject_failure=3, timeout=RAY_TIMEOUT)
     assert sssp_hurt.values.tobytes() == sssp_clean.values.tobytes()
+
+
+def _lose_a_worker_at_the_results(monkeypatch, runtime_cls):
+    """Kill worker 1 just before the master collects the results, once."""
+    original = runtime_cls.values
+    fired = []
+
+    def values(rt):
+        if not fired:
+            fired.append(True)
+            rt.kill(1)
+        return original(rt)
+
+    monkeypatch.setattr(runtime_cls, "values", values)
+    return fired
+
+
+def test_worker_lost_while_results_are_collected_replays(graph, tmp_path, monkeypatch):
+    from hgraph.runtime.local import LocalRuntime
+
+    clean = hgraph.run(SSSP(0), graph, tasks=3, blocks=2, mode="hybrid")
+    fired = _lose_a_worker_at_the_results(monkeypatch, LocalRuntime)
+    hurt = hgraph.run(SSSP(0), graph, tasks=3, blocks=2, mode="hybrid", checkpoint_every=2,
+                      checkpoint_dir=tmp_path)
+    assert fired and hurt.values.tobytes() == clean.values.tobytes()
+    assert len(hurt.failures) == 1 and hurt.failures[0]["worker"] == 1
+    assert hurt.failures[0]["resumed_at"] > 0                       # from a checkpoint, not from 0
+    assert [r["superstep"] for r in hurt.stats] == [r["superstep"] for r in clean.stats]
+
+
+@pytest.mark.ray
+def test_ray_actor_lost_while_results_are_collected_replays(graph, tmp_path, monkeypatch,
+                                                            ray_session):
+    from hgraph.runtime.ray_actors import RayRuntime
+
+    clean = hgraph.run(SSSP(0), graph, tasks=2, mode="push")
+    fired = _lose_a_worker_at_the_results(monkeypatch, RayRuntime)
+    hurt = hgraph.run(SSSP(0), graph, tasks=2, mode="push", runtime="ray", checkpoint_every=2,
+                      checkpoint_dir=tmp_path, timeout=RAY_TIMEOUT)
+    assert fired and hurt.values.tobytes() == clean.values.tobytes()
+    assert len(hurt.failures) == 1 and hurt.failures[0]["worker"] == 1

@@ -67,6 +67,9 @@ class LocalRuntime:
         self.workers[task] = None
 
     def values(self):
+        lost = [t for t, w in enumerate(self.workers) if w is None]
+        if lost:
+            raise WorkerLost(lost, "discarded")
         return [w.result() for w in self.workers]
 
     def close(self):

@@ -151,7 +151,11 @@ class RayRuntime:
         self.ray.kill(self.actors[task], no_restart=True)
 
     def values(self):
-        return self._get([a.result.remote() for a in self.actors], "the results")
+        ray = self.ray
+        try:
+            return self._get([a.result.remote() for a in self.actors], "the results")
+        except (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError) as err:
+            raise WorkerLost(self._dead() or list(range(self.tasks)), type(err).__name__) from None
 
     def close(self):
         for actor in self.actors:
