@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from fractions import Fraction
 
 import numpy as np
 
@@ -143,7 +144,12 @@ def _arrays_from_cg(g):
 # ----------------------------------------------------------------------------- the DP
 @dataclass
 class _Fronts:
-    """All Pareto fronts, appended state by state; entry order = (state id, saved) order."""
+    """All Pareto fronts, appended state by state; entry order = (state id, saved) order.
+
+    Within a state both ``saved`` and ``ckpt`` ascend, so ``glob`` (state · span + ckpt) and
+    ``glob_s`` (state · span_s + saved) are globally sorted: one ``searchsorted`` finds, for
+    many sources at once, where their feasible prefix ends or their useful suffix starts.
+    """
 
     s: np.ndarray
     c: np.ndarray
@@ -151,19 +157,21 @@ class _Fronts:
     state: np.ndarray
     ptr: np.ndarray
     glob: np.ndarray          # state · span + c: globally sorted, for a ragged searchsorted
+    glob_s: np.ndarray        # state · span_s + s: likewise (only when span_s is set)
     span: int = 1
+    span_s: int = 0
     size: int = 0
 
     @classmethod
     def empty(cls, n_states: int, capacity: int = 1 << 16):
         z = lambda: np.zeros(capacity, np.int64)  # noqa: E731
-        return cls(z(), z(), z(), z(), np.zeros(n_states + 1, np.int64), z())
+        return cls(z(), z(), z(), z(), np.zeros(n_states + 1, np.int64), z(), z())
 
     def append(self, j: int, s, c, pred):
-        k = s.size
+        k = np.size(s)
         if self.size + k > self.s.size:
             cap = max(2 * self.s.size, self.size + k)
-            for name in ("s", "c", "pred", "state", "glob"):
+            for name in ("s", "c", "pred", "state", "glob", "glob_s"):
                 arr = getattr(self, name)
                 new = np.zeros(cap, np.int64)
                 new[:self.size] = arr[:self.size]
@@ -171,7 +179,13 @@ class _Fronts:
         sl = slice(self.size, self.size + k)
         self.s[sl], self.c[sl], self.pred[sl], self.state[sl] = s, c, pred, j
         self.glob[sl] = j * self.span + c
+        if self.span_s:
+            self.glob_s[sl] = j * self.span_s + s
         self.size += k
+        self.ptr[j + 1] = self.size
+
+    def skip(self, j: int):
+        """State ``j`` gets an empty front."""
         self.ptr[j + 1] = self.size
 
 
@@ -306,6 +320,217 @@ def run_dp(fam: Family, t: np.ndarray, m: np.ndarray, budget: int,
     return fronts
 
 
+# ----------------------------------------------------------------------------- exact family search
+def _ratio_order(m: np.ndarray, t: np.ndarray, items: np.ndarray) -> np.ndarray:
+    """``items`` by ``t/m`` descending, exactly (``m = 0`` first): the fractional-knapsack order.
+
+    Exact rationals, not floats: a misordered pair would make the bound inadmissible.
+    """
+    def key(v):
+        return (0, 0) if m[v] == 0 else (1, -Fraction(int(t[v]), int(m[v])))
+    return np.array(sorted(items.tolist(), key=key), dtype=np.int64)
+
+
+class _ExactSearch:
+    """The exact family's DP at one budget, searched with admissible bounds (module docstring).
+
+    Holds what every pass reads: the family's inclusion matrix (sources of a state as one
+    row), node-membership columns (``dt``/``dm`` of many transitions by one gather per
+    boundary node) and, per state, the cumulative tables of the checkpoint knapsack.
+    """
+
+    def __init__(self, fam: Family, g: DPGraph, budget: int):
+        self.fam, self.B = fam, int(budget)
+        self.t, self.m = g.t, g.m
+        self.T = int(g.t.sum())
+        self.L = fam.num_sets
+        self.end = self.L - 1
+        self.two_mL = 2 * fam.mL
+        self.thr = self.B - self.two_mL - fam.mAB           # c_i − 2·m(L_i) ≤ thr_j: feasible
+        self.members = fam.members(g.n)
+        self.sub = fam.subset_matrix()
+        self.span = int(g.m.sum()) + 1
+        self.bnd_nodes = [None] * self.L
+        has_succ = np.zeros(g.n, bool)
+        has_succ[g.src] = True
+        sinks = np.flatnonzero(~has_succ)
+        # c_final + 2·m(last block) ≤ B, and the last block holds a sink: room for checkpoints
+        self.cap0 = self.B - 2 * int(g.m[sinks].min()) if sinks.size else self.B
+        self._knapsack_tables(np.flatnonzero(has_succ))
+
+    # --------------------------------------------------------------- per-state quantities
+    def _knapsack_tables(self, items: np.ndarray):
+        """Per state: prefix sums of ``m`` and ``t`` over the checkpointable nodes outside it."""
+        order = _ratio_order(self.m, self.t, items)
+        self.k_m, self.k_t = self.m[order], self.t[order]
+        self.k_div = np.maximum(self.k_m, 1)
+        outside = ~self.members[order].T                    # [L, items]
+        z = np.zeros((self.L, 1), np.int64)
+        self.cm = np.hstack([z, np.cumsum(outside * self.k_m, axis=1)])
+        self.ct = np.hstack([z, np.cumsum(outside * self.k_t, axis=1)])
+
+    def knapsack(self, j: int, cap):
+        """Most ``t`` that checkpoints of total ``m ≤ cap`` (≥ 0) outside ``L_j`` can hold.
+
+        The fractional knapsack (greedy by ``t/m``), floored: an upper bound on the compute
+        any completion from ``L_j`` can still save with ``cap`` memory left.
+        """
+        cm, ct = self.cm[j], self.ct[j]
+        k = np.searchsorted(cm[1:], cap, side="right")
+        kk = np.minimum(k, self.k_m.size - 1)
+        frac = (cap - cm[k]) * self.k_t[kk] // self.k_div[kk]
+        return ct[k] + np.where(k < self.k_m.size, frac, 0)
+
+    def sources(self, j: int, ok: np.ndarray) -> np.ndarray:
+        """Ids ``i < j`` with ``L_i ⊊ L_j`` among those where ``ok`` (bool over ``0..j-1``)."""
+        if self.sub is not None:
+            row = np.unpackbits(self.sub[j, :(j + 7) // 8], count=j, bitorder="little")
+            return np.flatnonzero(row.view(bool) & ok)
+        src = np.flatnonzero(ok)
+        sets = self.fam.sets
+        return src[np.all((sets[src] & ~sets[j]) == 0, axis=1)]
+
+    def deltas(self, j: int, src: np.ndarray):
+        """``(dt, dm)`` of ``L_i → L_j`` per source: ``t``, ``m`` of ``∂L_j \\ L_i``."""
+        bn = self.bnd_nodes[j]
+        if bn is None:
+            bn = self.bnd_nodes[j] = _bit_nodes(self.fam.bnd[j])
+        if bn.size == 0:
+            z = np.zeros(src.size, np.int64)
+            return z, z.copy()
+        inside = self.members[bn[:, None], src[None, :]]
+        dt = int(self.fam.t_bnd[j]) - self.t[bn] @ inside
+        dm = int(self.fam.m_bnd[j]) - self.m[bn] @ inside
+        return dt, dm
+
+    # --------------------------------------------------------------- time-centric
+    def lower_bound_root(self) -> int:
+        """Least recompute any plan can have: ``T − knapsack(∅, cap)``."""
+        if self.cap0 < 0:
+            return self.T
+        return self.T - int(self.knapsack(0, np.int64(self.cap0)))
+
+    def pareto(self, bound: int) -> _Fronts:
+        """The DP's fronts, keeping only entries whose recompute lower bound is ≤ ``bound``.
+
+        An entry ``(s, c)`` of ``L_j`` can finish with at most ``knapsack(j, cap0 − c)``
+        more compute saved, so its plans recompute at least
+        ``lb = T − s − knapsack(j, cap0 − c)`` (``T − s`` at V). Before expanding a source's
+        front the same bound, taken at the source's best ``(s_max + dt, c_min + dm)``, drops
+        whole sources and cuts each front to the suffix of large enough ``saved``; the feasible
+        prefix (``c ≤ room``) is cut as in :func:`run_dp`.
+        """
+        L, T, end = self.L, self.T, self.end
+        fronts = _Fronts.empty(L)
+        fronts.span, fronts.span_s = self.span, T + 2
+        fronts.append(0, np.zeros(1, np.int64), np.zeros(1, np.int64), np.full(1, -1, np.int64))
+        INF = np.iinfo(np.int64).max // 4
+        keyc = np.full(L, INF, np.int64)                # c_min − 2·m(L): the peak test
+        smax = np.full(L, -INF, np.int64)
+        cmin = np.zeros(L, np.int64)
+        keyc[0], smax[0] = -int(self.two_mL[0]), 0
+        for j in range(1, L):
+            if j != end and self.cap0 < 0:
+                fronts.skip(j)
+                continue
+            thr = int(self.thr[j])
+            need = T - bound - (0 if j == end else int(self.fam.t_bnd[j])
+                                + int(self.knapsack(j, np.int64(self.cap0))))
+            src = self.sources(j, (keyc[:j] <= thr) & (smax[:j] >= need))
+            out = self._pareto_target(j, src, bound, fronts, smax, cmin) if src.size else None
+            if out is None:
+                fronts.skip(j)
+                continue
+            ns, nc, e = out
+            fronts.append(j, ns, nc, e)
+            keyc[j], smax[j], cmin[j] = int(nc[0]) - int(self.two_mL[j]), int(ns[-1]), int(nc[0])
+        return fronts
+
+    def _s_floor(self, j: int, bound: int, nc: np.ndarray) -> np.ndarray:
+        """Least ``saved`` at ``L_j`` with ckpt ``nc`` whose bound fits (``T + 1``: none)."""
+        if j == self.end:
+            return np.full(nc.size, self.T - bound, np.int64)
+        cap = self.cap0 - nc
+        fits = cap >= 0
+        return np.where(fits, self.T - bound - self.knapsack(j, np.maximum(cap, 0)), self.T + 1)
+
+    def _pareto_target(self, j, src, bound, fronts, smax, cmin):
+        """The bounded front of ``L_j`` from its candidate sources, or ``None`` if empty."""
+        dt, dm = self.deltas(j, src)
+        s_lo = self._s_floor(j, bound, cmin[src] + dm)      # at the source's best corner
+        keep = smax[src] + dt >= s_lo
+        if not keep.any():
+            return None
+        src, dt, dm, s_lo = src[keep], dt[keep], dm[keep], s_lo[keep]
+        room = self.thr[j] + self.two_mL[src]
+        size = fronts.size
+        starts = np.searchsorted(fronts.glob_s[:size], src * fronts.span_s
+                                 + np.clip(s_lo - dt, 0, self.T + 1), side="left")
+        stops = np.searchsorted(fronts.glob[:size], src * fronts.span
+                                + np.clip(room, -1, self.span - 1), side="right")
+        cnt = np.maximum(stops - starts, 0)
+        total = int(cnt.sum())
+        if total == 0:
+            return None
+        e = np.repeat(starts - np.cumsum(cnt) + cnt, cnt) + np.arange(total)
+        ns = fronts.s[e] + np.repeat(dt, cnt)
+        nc = fronts.c[e] + np.repeat(dm, cnt)
+        ok = ns >= self._s_floor(j, bound, nc)
+        if not ok.any():
+            return None
+        ns, nc, e = _best_per_saved(ns[ok], nc[ok], e[ok])
+        later_min = np.r_[np.minimum.accumulate(nc[::-1])[::-1][1:], np.iinfo(np.int64).max]
+        pareto = nc < later_min
+        return ns[pareto], nc[pareto], e[pareto]
+
+    def time_fronts(self) -> _Fronts:
+        """Iterative deepening on the recompute bound from the root's lower bound.
+
+        Each pass is exact once its bound is at least the optimum (it reaches V); the bound
+        grows by 2, 4, 8, … so the passes that fail cost less than the one that succeeds. A
+        pass at ``bound ≥ T`` prunes nothing a plan could use: empty V there is IMPOSSIBLE.
+        """
+        bound, step = self.lower_bound_root(), 2
+        while True:
+            fronts = self.pareto(min(bound, self.T))
+            if _has_end(fronts) or bound >= self.T:
+                return fronts
+            bound, step = bound + step, 2 * step
+
+    # --------------------------------------------------------------- memory-centric
+    def lexmin(self) -> _Fronts:
+        """Memory-centric fronts reduced to one entry per state: least ckpt, then most saved.
+
+        Feasibility reads only ``c`` and both ``c`` and ``saved`` add along a chain, so the
+        lexicographic minimum of ``(c, −saved)`` at a state extends to the lexicographic
+        minimum at V — which is the front entry the memory-centric plan takes. Every
+        candidate with that value comes from its source's own minimum, so breaking ties by the
+        smallest source id gives the full DP's predecessor (first arrival) too.
+        """
+        L = self.L
+        fronts = _Fronts.empty(L)
+        fronts.span = self.span
+        fronts.append(0, np.zeros(1, np.int64), np.zeros(1, np.int64), np.full(1, -1, np.int64))
+        INF = np.iinfo(np.int64).max // 4
+        keyc = np.full(L, INF, np.int64)
+        entry = np.full(L, -1, np.int64)
+        keyc[0], entry[0] = -int(self.two_mL[0]), 0
+        for j in range(1, L):
+            src = self.sources(j, keyc[:j] <= self.thr[j])
+            if src.size == 0:
+                fronts.skip(j)
+                continue
+            dt, dm = self.deltas(j, src)
+            nc = fronts.c[entry[src]] + dm
+            best = nc == nc.min()
+            ns = fronts.s[entry[src[best]]] + dt[best]
+            k = int(np.argmax(ns))                      # first of the largest: least source id
+            entry[j] = fronts.size
+            fronts.append(j, ns[k:k + 1], nc[best][:1], entry[src[best][k:k + 1]])
+            keyc[j] = int(nc[best][0]) - int(self.two_mL[j])
+        return fronts
+
+
 def solve(graph, budget, family: str = "approx", strategy: str = "time", units: str = "bytes",
           max_lower_sets: int = DEFAULT_MAX_LOWER_SETS, fallback: bool = False) -> DPResult:
     """Plan recomputation for ``graph`` under ``budget`` bytes; see the module docstring."""
@@ -348,17 +573,29 @@ def _has_end(fronts: _Fronts) -> bool:
 
 
 def bounded_fronts(fam: Family, g: DPGraph, b_units: int, strategy: str) -> _Fronts:
-    """The DP's fronts, pruned by a bound on the strategy's objective, raised until V is reached.
+    """The DP's fronts, as far as the chosen strategy's plan needs them (module docstring).
+
+    The exact family is searched by :class:`_ExactSearch` (knapsack-bounded fronts for
+    time-centric plans, one entry per state for memory-centric ones); the approximate family
+    runs the pull DP, bounded by :func:`_objective_bounded` when it is big.
+    """
+    if fam.kind == "exact":
+        search = _ExactSearch(fam, g, b_units)
+        return search.time_fronts() if strategy == "time" else search.lexmin()
+    if fam.num_sets <= 4096:
+        return run_dp(fam, g.t, g.m, b_units)
+    return _objective_bounded(fam, g, b_units, strategy)
+
+
+def _objective_bounded(fam: Family, g: DPGraph, b_units: int, strategy: str) -> _Fronts:
+    """:func:`run_dp` pruned by a bound on the strategy's objective, raised until V is reached.
 
     Time-centric plans minimise the recompute, which only grows along a chain; memory-centric
     ones the checkpoint memory, likewise. A DP that drops entries above a bound ``g`` therefore
     returns the exact optimum (with the reference's tie-breaks) as soon as it reaches V at all:
     start small, multiply by 4 until it does (at the largest bound nothing is pruned, so an
-    empty V front there is IMPOSSIBLE). On GoogLeNet's exact family this cuts the candidate
-    pairs from ~10^10 to a few 10^7. Small families skip the search (one unpruned pass).
+    empty V front there is IMPOSSIBLE).
     """
-    if fam.num_sets <= 4096:
-        return run_dp(fam, g.t, g.m, b_units)
     if strategy == "time":
         top, bound = int(g.t.sum()), 16
         while True:

@@ -38,6 +38,9 @@ from hgraph.errors import HGraphError
 #: Default cap on the exact family's size; the user can raise it (``max_lower_sets``).
 DEFAULT_MAX_LOWER_SETS = 200_000
 
+#: Largest inclusion matrix :meth:`Family.subset_matrix` builds (GoogLeNet's is 94 MB).
+SUBSET_MATRIX_MAX_BYTES = 512 * 2**20
+
 _ONE = np.uint64(1)
 
 
@@ -114,10 +117,31 @@ class Family:
     mAB: np.ndarray         # int64 [L]: m(A(L)) + m(B(L))
     fell_back: bool = False
     node: np.ndarray | None = None   # approx only: int64 [L], the v of L_v (-1 for ∅)
+    cache: dict = field(default_factory=dict, repr=False, compare=False)   # budget-free tables
 
     @property
     def num_sets(self) -> int:
         return int(self.sets.shape[0])
+
+    def members(self, n: int) -> np.ndarray:
+        """bool [n, L]: row v says which sets hold node v (node-major, for per-node gathers)."""
+        if "members" not in self.cache:
+            self.cache["members"] = np.ascontiguousarray(_bits_to_bool(self.sets, n).T)
+        return self.cache["members"]
+
+    def subset_matrix(self) -> np.ndarray | None:
+        """Packed bits [L, ⌈L/8⌉] (little bit order): bit i of row j iff ``L_i ⊆ L_j``.
+
+        Built once per family and reused by every budget and strategy, so the DP reads the
+        sources of a state as one row instead of testing every smaller set's bitset. Only for
+        the size-ordered exact family, and only while the matrix stays under
+        :data:`SUBSET_MATRIX_MAX_BYTES`; ``None`` otherwise (callers test bitsets instead).
+        """
+        if "subsets" not in self.cache:
+            L = self.num_sets
+            ok = self.kind == "exact" and L * ((L + 7) // 8) <= SUBSET_MATRIX_MAX_BYTES
+            self.cache["subsets"] = _subset_matrix(self.sets, self.size) if ok else None
+        return self.cache["subsets"]
 
 
 def _bits_to_bool(sets: np.ndarray, n: int) -> np.ndarray:
@@ -177,6 +201,44 @@ def _set_stats(g: DPGraph, sets: np.ndarray, chunk: int = 4096):
         m_bnd[lo:hi] = _weighted(b, g.m)
         mAB[lo:hi] = _weighted(a, g.m) + _weighted(bb, g.m)
     return size, mL, tL, bnd, t_bnd, m_bnd, mAB
+
+
+def _row_keys(sets: np.ndarray) -> np.ndarray:
+    """One bytewise-comparable key per bitset row (big-endian words), for sorted lookups."""
+    W = sets.shape[1]
+    return np.ascontiguousarray(sets.astype(">u8")).view(f"V{8 * W}").ravel()
+
+
+def _subset_matrix(sets: np.ndarray, size: np.ndarray) -> np.ndarray:
+    """Inclusion matrix of a family sorted by size: ``sub(L) = {L} ∪ ⋃ sub(L \\ {v})``.
+
+    Walks the cover relation (drop one node) level by level: each candidate ``L \\ {v}`` is
+    looked up among the previous level's sets by exact row keys; a hit is a lower set and
+    so a cover. Rows are OR-reduced per set, so the whole matrix costs one pass over the
+    covers (~|family| · width), not a test per pair.
+    """
+    L, W = sets.shape
+    nbytes = (L + 7) // 8
+    sub = np.zeros((L, nbytes), np.uint8)
+    ids = np.arange(L)
+    sub[ids, ids // 8] = (1 << (ids % 8)).astype(np.uint8)
+    bounds = np.flatnonzero(np.r_[True, size[1:] != size[:-1], True])
+    bits = _bits_to_bool(sets, 64 * W)
+    for (a, b), (pa, pb) in zip(zip(bounds[1:-1], bounds[2:]), zip(bounds[:-2], bounds[1:-1])):
+        if size[pa] != size[a] - 1:
+            continue
+        prev = _row_keys(sets[pa:pb])
+        order = np.argsort(prev)
+        r, v = np.nonzero(bits[a:b])                       # drop node v from set a + r
+        cand = sets[a + r].copy()
+        cand[np.arange(r.size), v // 64] &= ~(_ONE << (v % 64).astype(np.uint64))
+        keys = _row_keys(cand)
+        pos = np.minimum(np.searchsorted(prev[order], keys), order.size - 1)
+        hit = prev[order][pos] == keys
+        tgt, src = a + r[hit], pa + order[pos[hit]]        # tgt ascending (np.nonzero order)
+        starts = np.flatnonzero(np.r_[True, tgt[1:] != tgt[:-1]])
+        sub[tgt[starts]] |= np.bitwise_or.reduceat(sub[src], starts, axis=0)
+    return sub
 
 
 def _family(kind: str, g: DPGraph, sets: np.ndarray, order_key) -> Family:
