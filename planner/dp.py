@@ -184,9 +184,29 @@ class _Fronts:
         self.size += k
         self.ptr[j + 1] = self.size
 
-    def skip(self, j: int):
-        """State ``j`` gets an empty front."""
-        self.ptr[j + 1] = self.size
+    def extend(self, states, s, c, pred):
+        """Append entries of several states at once (sorted by state, then saved).
+
+        Returns the first and last index (within the call) of each state's run.
+        """
+        k = states.size
+        if self.size + k > self.s.size:
+            cap = max(2 * self.s.size, self.size + k)
+            for name in ("s", "c", "pred", "state", "glob", "glob_s"):
+                arr = getattr(self, name)
+                new = np.zeros(cap, np.int64)
+                new[:self.size] = arr[:self.size]
+                setattr(self, name, new)
+        sl = slice(self.size, self.size + k)
+        self.s[sl], self.c[sl], self.pred[sl], self.state[sl] = s, c, pred, states
+        self.glob[sl] = states * self.span + c
+        if self.span_s:
+            self.glob_s[sl] = states * self.span_s + s
+        first = np.flatnonzero(np.r_[True, states[1:] != states[:-1]])
+        last = np.r_[first[1:], k] - 1
+        self.ptr[states[first] + 1] = self.size + last + 1
+        self.size += k
+        return first, last
 
 
 def _bit_nodes(row: np.ndarray) -> np.ndarray:
@@ -321,6 +341,9 @@ def run_dp(fam: Family, t: np.ndarray, m: np.ndarray, budget: int,
 
 
 # ----------------------------------------------------------------------------- exact family search
+_INF = np.iinfo(np.int64).max // 4
+
+
 def _ratio_order(m: np.ndarray, t: np.ndarray, items: np.ndarray) -> np.ndarray:
     """``items`` by ``t/m`` descending, exactly (``m = 0`` first): the fractional-knapsack order.
 
@@ -331,84 +354,168 @@ def _ratio_order(m: np.ndarray, t: np.ndarray, items: np.ndarray) -> np.ndarray:
     return np.array(sorted(items.tolist(), key=key), dtype=np.int64)
 
 
+def _bit_weights(n: int, w: np.ndarray, words: int) -> np.ndarray:
+    """[4·words, 65536] tables: entry ``[p, x]`` = Σ ``w`` over the set bits of 16-bit chunk
+    ``p`` = ``x`` of a bitset row (a weighted popcount by 4·words lookups)."""
+    tab = np.zeros((4 * words, 1 << 16), np.int64)
+    x = np.arange(1 << 16)
+    for v in range(n):
+        tab[v // 16] += w[v] * ((x >> (v % 16)) & 1)
+    return tab
+
+
+def _segment_pareto(seg: np.ndarray, ns: np.ndarray, nc: np.ndarray) -> np.ndarray:
+    """Pareto mask over entries sorted by (seg, ns): keep if every later entry of the segment
+    costs strictly more. One suffix minimum over all segments: each segment's costs are
+    lifted above every later segment's (ranks of ``nc`` plus ``seg``·(#ranks + 1))."""
+    _, rank = np.unique(nc, return_inverse=True)
+    v = rank.astype(np.int64) + (seg - seg[0]) * (int(rank.max()) + 2)
+    later = np.r_[np.minimum.accumulate(v[::-1])[::-1][1:], _INF]
+    return v < later
+
+
 class _ExactSearch:
     """The exact family's DP at one budget, searched with admissible bounds (module docstring).
 
-    Holds what every pass reads: the family's inclusion matrix (sources of a state as one
-    row), node-membership columns (``dt``/``dm`` of many transitions by one gather per
-    boundary node) and, per state, the cumulative tables of the checkpoint knapsack.
+    States are processed a size level at a time (sources of a set are smaller sets, so a
+    level's fronts depend only on earlier levels), in chunks of targets, every step one NumPy
+    operation over all (source, target) pairs or candidate entries of the chunk. It holds
+    what every pass reads: the family's inclusion matrix, 16-bit weighted-popcount tables for
+    ``dt``/``dm`` and, per state, the cumulative tables of the checkpoint knapsack.
     """
 
-    def __init__(self, fam: Family, g: DPGraph, budget: int):
-        self.fam, self.B = fam, int(budget)
+    def __init__(self, fam: Family, g: DPGraph, budget: int, cells: int = 1 << 22):
+        self.fam, self.B, self.cells = fam, int(budget), cells
         self.t, self.m = g.t, g.m
         self.T = int(g.t.sum())
         self.L = fam.num_sets
         self.end = self.L - 1
         self.two_mL = 2 * fam.mL
         self.thr = self.B - self.two_mL - fam.mAB           # c_i − 2·m(L_i) ≤ thr_j: feasible
-        self.members = fam.members(g.n)
         self.sub = fam.subset_matrix()
-        self.span = int(g.m.sum()) + 1
-        self.bnd_nodes = [None] * self.L
+        self.span = int(g.m.sum()) + 1                      # > any ckpt
+        words = fam.sets.shape[1]
+        self.tab_t = _bit_weights(g.n, g.t, words)
+        self.tab_m = _bit_weights(g.n, g.m, words)
         has_succ = np.zeros(g.n, bool)
         has_succ[g.src] = True
         sinks = np.flatnonzero(~has_succ)
         # c_final + 2·m(last block) ≤ B, and the last block holds a sink: room for checkpoints
         self.cap0 = self.B - 2 * int(g.m[sinks].min()) if sinks.size else self.B
-        self._knapsack_tables(np.flatnonzero(has_succ))
+        self._knapsack_tables(fam.members(g.n), np.flatnonzero(has_succ))
+        self.levels = np.flatnonzero(np.r_[True, fam.size[1:] != fam.size[:-1], True])
 
     # --------------------------------------------------------------- per-state quantities
-    def _knapsack_tables(self, items: np.ndarray):
-        """Per state: prefix sums of ``m`` and ``t`` over the checkpointable nodes outside it."""
+    def _knapsack_tables(self, members: np.ndarray, items: np.ndarray):
+        """Per state: prefix sums of ``m`` and ``t`` over the checkpointable nodes outside it,
+        in exact ``t/m`` order, plus one flat sorted copy of the ``m`` sums for pair lookups."""
         order = _ratio_order(self.m, self.t, items)
         self.k_m, self.k_t = self.m[order], self.t[order]
         self.k_div = np.maximum(self.k_m, 1)
-        outside = ~self.members[order].T                    # [L, items]
+        outside = ~members[order].T                         # [L, items]
         z = np.zeros((self.L, 1), np.int64)
         self.cm = np.hstack([z, np.cumsum(outside * self.k_m, axis=1)])
         self.ct = np.hstack([z, np.cumsum(outside * self.k_t, axis=1)])
+        N = self.k_m.size
+        self.flat_cm = None
+        if self.L * self.span < (1 << 62):                  # row·span + cm: globally sorted
+            self.flat_cm = (np.arange(self.L)[:, None] * self.span + self.cm[:, 1:]).ravel()
+        self.ks0 = self.knapsack(np.arange(self.L), np.full(self.L, max(self.cap0, 0)))
+        self.N = N
 
-    def knapsack(self, j: int, cap):
-        """Most ``t`` that checkpoints of total ``m ≤ cap`` (≥ 0) outside ``L_j`` can hold.
+    def knapsack(self, states: np.ndarray, cap: np.ndarray) -> np.ndarray:
+        """Most ``t`` that checkpoints of total ``m ≤ cap`` (≥ 0) outside ``L_state`` can hold.
 
-        The fractional knapsack (greedy by ``t/m``), floored: an upper bound on the compute
-        any completion from ``L_j`` can still save with ``cap`` memory left.
+        The fractional knapsack (greedy by ``t/m``), floored: an upper bound on the compute a
+        completion from that state can still save with ``cap`` memory left, per pair.
         """
-        cm, ct = self.cm[j], self.ct[j]
-        k = np.searchsorted(cm[1:], cap, side="right")
-        kk = np.minimum(k, self.k_m.size - 1)
-        frac = (cap - cm[k]) * self.k_t[kk] // self.k_div[kk]
-        return ct[k] + np.where(k < self.k_m.size, frac, 0)
+        N = self.k_m.size
+        if N == 0:
+            return np.zeros(states.size, np.int64)
+        cap = np.minimum(cap, self.span - 1)               # past m(V) nothing more fits
+        if self.flat_cm is not None:
+            k = np.searchsorted(self.flat_cm, states * self.span + cap, side="right") - states * N
+        else:
+            k = (self.cm[states, 1:] <= cap[:, None]).sum(axis=1)
+        kk = np.minimum(k, N - 1)
+        frac = (cap - self.cm[states, k]) * self.k_t[kk] // self.k_div[kk]
+        return self.ct[states, k] + np.where(k < N, frac, 0)
 
-    def sources(self, j: int, ok: np.ndarray) -> np.ndarray:
-        """Ids ``i < j`` with ``L_i ⊊ L_j`` among those where ``ok`` (bool over ``0..j-1``)."""
-        if self.sub is not None:
-            row = np.unpackbits(self.sub[j, :(j + 7) // 8], count=j, bitorder="little")
-            return np.flatnonzero(row.view(bool) & ok)
-        src = np.flatnonzero(ok)
-        sets = self.fam.sets
-        return src[np.all((sets[src] & ~sets[j]) == 0, axis=1)]
-
-    def deltas(self, j: int, src: np.ndarray):
-        """``(dt, dm)`` of ``L_i → L_j`` per source: ``t``, ``m`` of ``∂L_j \\ L_i``."""
-        bn = self.bnd_nodes[j]
-        if bn is None:
-            bn = self.bnd_nodes[j] = _bit_nodes(self.fam.bnd[j])
-        if bn.size == 0:
-            z = np.zeros(src.size, np.int64)
-            return z, z.copy()
-        inside = self.members[bn[:, None], src[None, :]]
-        dt = int(self.fam.t_bnd[j]) - self.t[bn] @ inside
-        dm = int(self.fam.m_bnd[j]) - self.m[bn] @ inside
+    def deltas(self, tgt: np.ndarray, src: np.ndarray):
+        """``(dt, dm)`` of each pair ``L_src → L_tgt``: ``t``, ``m`` of ``∂L_tgt \\ L_src``."""
+        inside = (self.fam.bnd[tgt] & self.fam.sets[src]).astype("<u8").view(np.uint16)
+        dt = self.fam.t_bnd[tgt]
+        dm = self.fam.m_bnd[tgt]
+        for p in range(inside.shape[1]):
+            nz = np.flatnonzero(inside[:, p])
+            if nz.size:
+                x = inside[nz, p]
+                dt[nz] -= self.tab_t[p, x]
+                dm[nz] -= self.tab_m[p, x]
         return dt, dm
+
+    def chunks(self, keyc: np.ndarray, smax: np.ndarray | None = None,
+               need: np.ndarray | None = None):
+        """Yield ``(lo, tgt, src)`` per chunk of targets: every candidate (target, source) pair.
+
+        A source ``i`` of ``j`` is a proper subset whose cheapest entry passes the peak test
+        (``keyc[i] ≤ thr[j]``) and, when given, whose largest ``saved`` reaches ``need[j]``.
+        Sources lie in smaller size levels, so a level's targets are filtered together (in
+        chunks of at most ``cells`` pairs), over the live sources only.
+        """
+        for a, b in zip(self.levels[1:-1], self.levels[2:]):
+            a, b = int(a), int(b)
+            live = np.flatnonzero(keyc[:a] < _INF)
+            if live.size == 0:
+                continue
+            step = max(1, self.cells // live.size)
+            for lo in range(a, b, step):
+                hi = min(b, lo + step)
+                ok = keyc[None, live] <= self.thr[lo:hi, None]
+                if need is not None:
+                    ok &= smax[None, live] >= need[lo:hi, None]
+                r, c = self._subsets(lo, hi, live, ok)
+                if r.size:
+                    yield lo, lo + r, live[c]
+
+    def _subsets(self, lo: int, hi: int, live: np.ndarray, ok: np.ndarray):
+        """(row, column) of ``ok`` [hi−lo, live] where ``L_live ⊆ L_(lo+row)``."""
+        if self.sub is not None:
+            if live.size * 4 >= live[-1] + 1:              # dense: unpack the whole prefix
+                n = int(live[-1]) + 1
+                rows = np.unpackbits(self.sub[lo:hi, :(n + 7) // 8], axis=1, count=n,
+                                     bitorder="little").view(bool)
+                if live.size < n:
+                    rows = rows[:, live]
+            else:
+                rows = ((self.sub[lo:hi][:, live >> 3] >> (live & 7).astype(np.uint8)) & 1)
+                rows = rows.view(bool)
+            return np.nonzero(rows & ok)
+        r, c = np.nonzero(ok)
+        sets = self.fam.sets
+        sub = np.all((sets[live[c]] & ~sets[lo + r]) == 0, axis=1)
+        return r[sub], c[sub]
+
+    @staticmethod
+    def _store(fronts: _Fronts, st, ns, nc, pred, keyc, smax, cmin, two_mL):
+        """Append a chunk's fronts (sorted by state, saved) and their per-state summaries."""
+        first, last = fronts.extend(st, ns, nc, pred)
+        s0 = st[first]
+        cmin[s0], smax[s0] = nc[first], ns[last]
+        keyc[s0] = nc[first] - two_mL[s0]
 
     # --------------------------------------------------------------- time-centric
     def lower_bound_root(self) -> int:
-        """Least recompute any plan can have: ``T − knapsack(∅, cap)``."""
-        if self.cap0 < 0:
-            return self.T
-        return self.T - int(self.knapsack(0, np.int64(self.cap0)))
+        """Least recompute any plan can have: ``T − knapsack(∅, cap0)``."""
+        return self.T if self.cap0 < 0 else self.T - int(self.ks0[0])
+
+    def _s_floor(self, tgt: np.ndarray, bound: int, nc: np.ndarray) -> np.ndarray:
+        """Least ``saved`` an entry of ``L_tgt`` with ckpt ``nc`` needs for its bound to fit
+        (``T + 1``: none does): ``T − bound − knapsack(tgt, cap0 − nc)``, ``T − bound`` at V."""
+        cap = self.cap0 - nc
+        out = np.where(cap >= 0, self.T - bound - self.knapsack(tgt, np.maximum(cap, 0)),
+                       self.T + 1)
+        return np.where(tgt == self.end, self.T - bound, out)
 
     def pareto(self, bound: int) -> _Fronts:
         """The DP's fronts, keeping only entries whose recompute lower bound is ≤ ``bound``.
@@ -416,53 +523,38 @@ class _ExactSearch:
         An entry ``(s, c)`` of ``L_j`` can finish with at most ``knapsack(j, cap0 − c)``
         more compute saved, so its plans recompute at least
         ``lb = T − s − knapsack(j, cap0 − c)`` (``T − s`` at V). Before expanding a source's
-        front the same bound, taken at the source's best ``(s_max + dt, c_min + dm)``, drops
-        whole sources and cuts each front to the suffix of large enough ``saved``; the feasible
-        prefix (``c ≤ room``) is cut as in :func:`run_dp`.
+        front the same bound, taken at the source's best corner ``(s_max + dt, c_min + dm)``,
+        drops whole pairs and cuts the front to the suffix of large enough ``saved``; the
+        feasible prefix (``c ≤ room``) is cut as in :func:`run_dp`.
         """
         L, T, end = self.L, self.T, self.end
         fronts = _Fronts.empty(L)
         fronts.span, fronts.span_s = self.span, T + 2
         fronts.append(0, np.zeros(1, np.int64), np.zeros(1, np.int64), np.full(1, -1, np.int64))
-        INF = np.iinfo(np.int64).max // 4
-        keyc = np.full(L, INF, np.int64)                # c_min − 2·m(L): the peak test
-        smax = np.full(L, -INF, np.int64)
+        keyc = np.full(L, _INF, np.int64)                # c_min − 2·m(L): the peak test
+        smax = np.full(L, -_INF, np.int64)
         cmin = np.zeros(L, np.int64)
         keyc[0], smax[0] = -int(self.two_mL[0]), 0
-        for j in range(1, L):
-            if j != end and self.cap0 < 0:
-                fronts.skip(j)
-                continue
-            thr = int(self.thr[j])
-            need = T - bound - (0 if j == end else int(self.fam.t_bnd[j])
-                                + int(self.knapsack(j, np.int64(self.cap0))))
-            src = self.sources(j, (keyc[:j] <= thr) & (smax[:j] >= need))
-            out = self._pareto_target(j, src, bound, fronts, smax, cmin) if src.size else None
-            if out is None:
-                fronts.skip(j)
-                continue
-            ns, nc, e = out
-            fronts.append(j, ns, nc, e)
-            keyc[j], smax[j], cmin[j] = int(nc[0]) - int(self.two_mL[j]), int(ns[-1]), int(nc[0])
+        need = T - bound - self.fam.t_bnd - self.ks0    # s_max + dt + knapsack ≥ T − bound
+        need[end] = T - bound
+        if self.cap0 < 0:
+            need[:end] = _INF                           # no checkpoint fits: only ∅ → V
+        for lo, tgt, src in self.chunks(keyc, smax, need):
+            out = self._pareto_chunk(lo, tgt, src, bound, fronts, smax, cmin)
+            if out is not None:
+                self._store(fronts, *out, keyc, smax, cmin, self.two_mL)
+        fronts.ptr = np.maximum.accumulate(fronts.ptr)  # empty fronts: ptr[j+1] = ptr[j]
         return fronts
 
-    def _s_floor(self, j: int, bound: int, nc: np.ndarray) -> np.ndarray:
-        """Least ``saved`` at ``L_j`` with ckpt ``nc`` whose bound fits (``T + 1``: none)."""
-        if j == self.end:
-            return np.full(nc.size, self.T - bound, np.int64)
-        cap = self.cap0 - nc
-        fits = cap >= 0
-        return np.where(fits, self.T - bound - self.knapsack(j, np.maximum(cap, 0)), self.T + 1)
-
-    def _pareto_target(self, j, src, bound, fronts, smax, cmin):
-        """The bounded front of ``L_j`` from its candidate sources, or ``None`` if empty."""
-        dt, dm = self.deltas(j, src)
-        s_lo = self._s_floor(j, bound, cmin[src] + dm)      # at the source's best corner
+    def _pareto_chunk(self, lo, tgt, src, bound, fronts, smax, cmin):
+        """Bounded fronts of a chunk's targets from its pairs: (state, ns, nc, pred) or None."""
+        dt, dm = self.deltas(tgt, src)
+        s_lo = self._s_floor(tgt, bound, cmin[src] + dm)    # at the source's best corner
         keep = smax[src] + dt >= s_lo
         if not keep.any():
             return None
-        src, dt, dm, s_lo = src[keep], dt[keep], dm[keep], s_lo[keep]
-        room = self.thr[j] + self.two_mL[src]
+        tgt, src, dt, dm, s_lo = tgt[keep], src[keep], dt[keep], dm[keep], s_lo[keep]
+        room = self.thr[tgt] + self.two_mL[src]
         size = fronts.size
         starts = np.searchsorted(fronts.glob_s[:size], src * fronts.span_s
                                  + np.clip(s_lo - dt, 0, self.T + 1), side="left")
@@ -473,15 +565,18 @@ class _ExactSearch:
         if total == 0:
             return None
         e = np.repeat(starts - np.cumsum(cnt) + cnt, cnt) + np.arange(total)
-        ns = fronts.s[e] + np.repeat(dt, cnt)
-        nc = fronts.c[e] + np.repeat(dm, cnt)
-        ok = ns >= self._s_floor(j, bound, nc)
+        pair = np.repeat(np.arange(cnt.size), cnt)
+        ns = fronts.s[e] + dt[pair]
+        nc = fronts.c[e] + dm[pair]
+        st = tgt[pair]
+        ok = ns >= self._s_floor(st, bound, nc)
         if not ok.any():
             return None
-        ns, nc, e = _best_per_saved(ns[ok], nc[ok], e[ok])
-        later_min = np.r_[np.minimum.accumulate(nc[::-1])[::-1][1:], np.iinfo(np.int64).max]
-        pareto = nc < later_min
-        return ns[pareto], nc[pareto], e[pareto]
+        width = self.T + 2                              # (state, saved) as one key
+        key, nc, e = _best_per_saved((st[ok] - lo) * width + ns[ok], nc[ok], e[ok])
+        st, ns = lo + key // width, key % width
+        keep = _segment_pareto(st, ns, nc)
+        return st[keep], ns[keep], nc[keep], e[keep]
 
     def time_fronts(self) -> _Fronts:
         """Iterative deepening on the recompute bound from the root's lower bound.
@@ -498,37 +593,59 @@ class _ExactSearch:
             bound, step = bound + step, 2 * step
 
     # --------------------------------------------------------------- memory-centric
-    def lexmin(self) -> _Fronts:
+    def lexmin(self, cbound: int = _INF) -> _Fronts:
         """Memory-centric fronts reduced to one entry per state: least ckpt, then most saved.
 
         Feasibility reads only ``c`` and both ``c`` and ``saved`` add along a chain, so the
         lexicographic minimum of ``(c, −saved)`` at a state extends to the lexicographic
         minimum at V — which is the front entry the memory-centric plan takes. Every
         candidate with that value comes from its source's own minimum, so breaking ties by the
-        smallest source id gives the full DP's predecessor (first arrival) too.
+        smallest source id gives the full DP's predecessor (first arrival) too. Entries above
+        ``cbound`` (at least the optimum's ckpt) are dropped: ckpt only grows.
         """
         L = self.L
         fronts = _Fronts.empty(L)
         fronts.span = self.span
         fronts.append(0, np.zeros(1, np.int64), np.zeros(1, np.int64), np.full(1, -1, np.int64))
-        INF = np.iinfo(np.int64).max // 4
-        keyc = np.full(L, INF, np.int64)
+        keyc = np.full(L, _INF, np.int64)
+        smax = np.full(L, -_INF, np.int64)
+        cmin = np.zeros(L, np.int64)
         entry = np.full(L, -1, np.int64)
-        keyc[0], entry[0] = -int(self.two_mL[0]), 0
-        for j in range(1, L):
-            src = self.sources(j, keyc[:j] <= self.thr[j])
-            if src.size == 0:
-                fronts.skip(j)
+        keyc[0], smax[0], entry[0] = -int(self.two_mL[0]), 0, 0
+        for _lo, tgt, src in self.chunks(keyc):
+            dt, dm = self.deltas(tgt, src)
+            nc = cmin[src] + dm
+            ok = nc <= cbound
+            if not ok.any():
                 continue
-            dt, dm = self.deltas(j, src)
-            nc = fronts.c[entry[src]] + dm
-            best = nc == nc.min()
-            ns = fronts.s[entry[src[best]]] + dt[best]
-            k = int(np.argmax(ns))                      # first of the largest: least source id
-            entry[j] = fronts.size
-            fronts.append(j, ns[k:k + 1], nc[best][:1], entry[src[best][k:k + 1]])
-            keyc[j] = int(nc[best][0]) - int(self.two_mL[j])
+            tgt, src, nc, ns = tgt[ok], src[ok], nc[ok], smax[src[ok]] + dt[ok]
+            first = self._lexmin_pick(tgt, nc, ns)
+            st = tgt[first]
+            entry[st] = fronts.size + np.arange(st.size)
+            self._store(fronts, st, ns[first], nc[first], entry[src[first]], keyc, smax, cmin,
+                        self.two_mL)
+        fronts.ptr = np.maximum.accumulate(fronts.ptr)
         return fronts
+
+    @staticmethod
+    def _lexmin_pick(tgt, nc, ns):
+        """Per run of equal ``tgt`` (ascending; sources ascending within): the index of the
+        least ``nc``, then the largest ``ns``, then the first (least source id)."""
+        starts = np.flatnonzero(np.r_[True, tgt[1:] != tgt[:-1]])
+        seg = np.repeat(np.arange(starts.size), np.diff(np.r_[starts, tgt.size]))
+        best = nc == np.minimum.reduceat(nc, starts)[seg]
+        s = np.where(best, ns, -_INF)
+        best &= s == np.maximum.reduceat(s, starts)[seg]
+        idx = np.flatnonzero(best)
+        return idx[np.r_[True, tgt[idx][1:] != tgt[idx][:-1]]]
+
+    def memory_fronts(self, upper: int | None = None) -> _Fronts:
+        """:meth:`lexmin` pruned at ``upper`` (a feasible plan's ckpt), unpruned if that fails."""
+        if upper is not None:
+            fronts = self.lexmin(upper)
+            if _has_end(fronts):
+                return fronts
+        return self.lexmin()
 
 
 def solve(graph, budget, family: str = "approx", strategy: str = "time", units: str = "bytes",
@@ -581,10 +698,25 @@ def bounded_fronts(fam: Family, g: DPGraph, b_units: int, strategy: str) -> _Fro
     """
     if fam.kind == "exact":
         search = _ExactSearch(fam, g, b_units)
-        return search.time_fronts() if strategy == "time" else search.lexmin()
+        if strategy == "time":
+            return search.time_fronts()
+        return search.memory_fronts(_approx_memory_upper(g, b_units))
     if fam.num_sets <= 4096:
         return run_dp(fam, g.t, g.m, b_units)
     return _objective_bounded(fam, g, b_units, strategy)
+
+
+def _approx_memory_upper(g: DPGraph, b_units: int) -> int | None:
+    """The approximate DP's memory-centric ckpt: a feasible exact-family plan's, so an upper
+    bound on the exact optimum (``L_v`` sets are lower sets). ``None`` when it has no plan."""
+    try:
+        fam = approx_family(g)
+    except HGraphError:                    # several sinks: no approximate family
+        return None
+    fronts = run_dp(fam, g.t, g.m, b_units)
+    end = fam.num_sets - 1
+    lo, hi = fronts.ptr[end], fronts.ptr[end + 1]
+    return int(fronts.c[lo]) if hi > lo else None
 
 
 def _objective_bounded(fam: Family, g: DPGraph, b_units: int, strategy: str) -> _Fronts:
