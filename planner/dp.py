@@ -613,6 +613,9 @@ class _ExactSearch:
         entry = np.full(L, -1, np.int64)
         keyc[0], smax[0], entry[0] = -int(self.two_mL[0]), 0, 0
         for _lo, tgt, src in self.chunks(keyc):
+            tgt, src = self._lexmin_candidates(tgt, src, cmin, cbound)
+            if tgt.size == 0:
+                continue
             dt, dm = self.deltas(tgt, src)
             nc = cmin[src] + dm
             ok = nc <= cbound
@@ -626,6 +629,20 @@ class _ExactSearch:
                         self.two_mL)
         fronts.ptr = np.maximum.accumulate(fronts.ptr)
         return fronts
+
+    def _lexmin_candidates(self, tgt, src, cmin, cbound):
+        """Pairs that may hold their target's least ``c + dm``, before computing ``dm``.
+
+        ``∂L_j ∩ L_i ⊆ ∂L_i``, so ``m(∂L_j) − m(∂L_i) ≤ dm ≤ m(∂L_j)``: a pair whose lower
+        end exceeds ``cbound`` or another pair's upper end (same target) cannot win, nor tie.
+        """
+        m_bnd = self.fam.m_bnd
+        hi = cmin[src] + m_bnd[tgt]
+        lo = hi - np.minimum(m_bnd[src], m_bnd[tgt])
+        starts = np.flatnonzero(np.r_[True, tgt[1:] != tgt[:-1]])
+        seg = np.repeat(np.arange(starts.size), np.diff(np.r_[starts, tgt.size]))
+        ok = (lo <= cbound) & (lo <= np.minimum.reduceat(hi, starts)[seg])
+        return tgt[ok], src[ok]
 
     @staticmethod
     def _lexmin_pick(tgt, nc, ns):
