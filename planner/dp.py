@@ -15,10 +15,40 @@ come in (source id, source saved) order — the peak sort only serves its ``brea
 computes each front in one vectorized step ("pull": all feasible sources of ``j`` at once) and
 breaks ties the same way, by the smallest (source id, source saved).
 
-Speed: sources are filtered first by a per-source key (``min ckpt − 2·m(L)``, the same test as
-the reference's ``break`` on the cheapest entry), then by the bitset subset test
-``(Li & ~Lj) == 0`` on ``uint64`` words, and only the feasible prefix of each source front is
-expanded (``c + peak ≤ B``); everything is NumPy over arrays, one Python step per state.
+Speed, approximate family (N + 1 sets): sources are filtered first by a per-source key
+(``min ckpt − 2·m(L)``, the same test as the reference's ``break`` on the cheapest entry), then
+by one membership bit, and only the feasible prefix of each source front is expanded
+(``c + peak ≤ B``); everything is NumPy over arrays, one Python step per state.
+
+Speed, exact family (every lower set; GoogLeNet: 27,358 sets, 121M inclusion pairs, where the
+unpruned DP would expand ~10^10 entries). :class:`_ExactSearch` computes only what the
+strategy's plan can depend on, and keeps the reference's plan and tie-breaks exactly:
+
+* Time-centric: A*-style pruning by an admissible lower bound on the final recompute. The last
+  block holds a sink, so all checkpoints together fit in ``cap0 = B − 2·m(sink)``; an entry
+  ``(s, c)`` of ``L_j`` can therefore still save at most the fractional knapsack of the
+  non-sink nodes outside ``L_j`` (value ``t``, weight ``m``, capacity ``cap0 − c``), so its
+  plans recompute at least ``T − s − knapsack_j(cap0 − c)``. Entries above a bound ``g`` are
+  dropped — before expansion too, per (source, target) pair at the source's best corner
+  ``(s_max + dt, c_min + dm)``, which also cuts each source front to a suffix of large
+  enough ``saved``. ``g`` starts at the root's bound and grows by 2, 4, 8, … until V is
+  reached (on GoogLeNet the root bound is within ~13 of the optimum; failed passes are cheap).
+* Memory-centric: the plan is V's least-ckpt entry (most saved among those). Feasibility
+  reads only ``c`` and both quantities add along a chain, so one entry per state — the
+  lexicographic minimum of ``(c, −saved)``, ties to the least source id — reproduces it
+  with its predecessors; pairs are pruned by the approximate DP's ckpt (its chain is a
+  chain of the exact family, so an upper bound) and by ``m(∂L_j) − m(∂L_i) ≤ dm ≤ m(∂L_j)``.
+* Why pruning keeps the plan: a dropped entry's bound exceeds ``g`` ≥ the optimum, so it
+  neither reaches the optimum nor weakly dominates an entry that does; every entry on the
+  optimal chain, and every candidate with the same value (the first-arrival tie-break),
+  survives with the same predecessor. ``tests/test_dp_conformance.py`` checks this against
+  the unpruned DP on random DAGs.
+* Work per pass: the inclusion matrix (``L_i ⊆ L_j`` as packed bits, built once per family
+  from the cover relation and reused by every budget) gives a state's sources as one row; a
+  whole size level of targets (sources lie in smaller levels) is handled at once, in
+  chunks: pairs by ``nonzero``, ``dt``/``dm`` by 16-bit weighted-popcount tables on
+  ``∂L_j ∩ L_i``, knapsack bounds by one ``searchsorted`` over all states' prefix sums, the
+  per-(state, saved) minimum and per-state Pareto cut by segmented array operations.
 
 Example::
 
