@@ -130,7 +130,7 @@ class Family:
         return self.cache["members"]
 
     def subset_matrix(self) -> np.ndarray | None:
-        """Packed bits [L, ⌈L/8⌉] (little bit order): bit i of row j iff ``L_i ⊆ L_j``.
+        """Packed bits [L, 8·⌈L/64⌉] (little bit order): bit i of row j iff ``L_i ⊆ L_j``.
 
         Built once per family and reused by every budget and strategy, so the DP reads the
         sources of a state as one row instead of testing every smaller set's bitset. Only for
@@ -218,10 +218,10 @@ def _subset_matrix(sets: np.ndarray, size: np.ndarray) -> np.ndarray:
     covers (~|family| · width), not a test per pair.
     """
     L, W = sets.shape
-    nbytes = (L + 7) // 8
-    sub = np.zeros((L, nbytes), np.uint8)
+    words = (L + 63) // 64
+    sub = np.zeros((L, words), np.uint64)                  # uint64 words: 8× fewer ORs
     ids = np.arange(L)
-    sub[ids, ids // 8] = (1 << (ids % 8)).astype(np.uint8)
+    sub[ids, ids // 64] = _ONE << (ids % 64).astype(np.uint64)
     bounds = np.flatnonzero(np.r_[True, size[1:] != size[:-1], True])
     bits = _bits_to_bool(sets, 64 * W)
     for (a, b), (pa, pb) in zip(zip(bounds[1:-1], bounds[2:]), zip(bounds[:-2], bounds[1:-1])):
@@ -237,8 +237,9 @@ def _subset_matrix(sets: np.ndarray, size: np.ndarray) -> np.ndarray:
         hit = prev[order][pos] == keys
         tgt, src = a + r[hit], pa + order[pos[hit]]        # tgt ascending (np.nonzero order)
         starts = np.flatnonzero(np.r_[True, tgt[1:] != tgt[:-1]])
-        sub[tgt[starts]] |= np.bitwise_or.reduceat(sub[src], starts, axis=0)
-    return sub
+        w = (int(pb) + 63) // 64                           # sources' bits all lie below pb
+        sub[tgt[starts], :w] |= np.bitwise_or.reduceat(sub[src, :w], starts, axis=0)
+    return sub.astype("<u8").view(np.uint8)
 
 
 def _family(kind: str, g: DPGraph, sets: np.ndarray, order_key) -> Family:
