@@ -53,6 +53,12 @@ def add_arguments(parser) -> None:
                              f"(default {DEFAULT_MAX_LOWER_SETS:,})")
     parser.add_argument("--fallback", action="store_true",
                         help="exact DP: fall back to the approximate family above --max-lower-sets")
+    parser.add_argument("--dp-window", type=int, default=None,
+                        help="approximate DP: reach a state only from the W states before it "
+                             "(default: off up to 4,096 activations, 32 above; 0: off)")
+    parser.add_argument("--dp-front-cap", type=int, default=None,
+                        help="approximate DP: keep at most K entries per Pareto front "
+                             "(default: off up to 4,096 activations, 128 above; 0: off)")
 
 
 def main(args) -> int:
@@ -68,13 +74,17 @@ def main(args) -> int:
         if getattr(args, flag, None) is not None:
             raise HGraphError(f"--{flag.replace('_', '-')} does not apply to the plan job "
                               f"(its analyses run to completion)")
+    for flag in ("dp_window", "dp_front_cap"):
+        if getattr(args, flag) is not None and getattr(args, flag) < 0:
+            raise HGraphError(f"--{flag.replace('_', '-')} must be >= 0, got {getattr(args, flag)}")
     if args.max_lower_sets < 1:
         raise HGraphError(f"--max-lower-sets must be >= 1, got {args.max_lower_sets}")
     p = planner.plan(args.graph, budget=budget, solver=args.solver, strategy=args.strategy,
                      units=args.units, tasks=args.tasks, blocks=args.blocks, mode=args.mode,
                      runtime=common.runtime_of(args), address=args.address,
                      max_lower_sets=args.max_lower_sets, fallback=args.fallback,
-                     checkpoint_every=args.checkpoint_every, inject_failure=args.inject_failure)
+                     checkpoint_every=args.checkpoint_every, inject_failure=args.inject_failure,
+                     dp_window=args.dp_window, dp_front_cap=args.dp_front_cap)
     if args.execute:
         p.report["execute"] = _execute(p)
     if args.out:

@@ -113,11 +113,20 @@ def _check_choice(name, value, choices):
 class _Solver:
     """One solver on one graph: solves at a budget, reusing what does not depend on it."""
 
-    def __init__(self, g, ag, solver, strategy, units, opts, max_lower_sets, fallback):
+    def __init__(self, g, ag, solver, strategy, units, opts, max_lower_sets, fallback,
+                 dp_window=None, dp_front_cap=None, level=None):
         self.g, self.ag, self.solver, self.strategy, self.units = g, ag, solver, strategy, units
         self.opts, self.max_lower_sets, self.fallback = opts, max_lower_sets, fallback
         self._families = {}          # comp_ratio -> (DPGraph, Family)
         self.engine_supersteps = 0
+        from planner import approx_scale
+
+        # big graphs: segment-local sets (planner.approx_scale); window/cap only when asked or
+        # above approx_scale.EXACT_LIMIT nodes (reported as dp_window / dp_front_cap)
+        self.scale = solver == "approx" and (ag.n > approx_scale.EXACT_LIMIT
+                                             or bool(dp_window) or bool(dp_front_cap))
+        self.window, self.front_cap = approx_scale.plan_options(ag.n, dp_window, dp_front_cap)
+        self.level = level
 
     def _family(self, ratio):
         if ratio not in self._families:
@@ -125,7 +134,13 @@ class _Solver:
 
             ag = self.ag
             dg = DPGraph(m=ag.bytes // ratio, t=ag.t, src=ag.src, dst=ag.dst)
-            if self.solver == "approx":
+            if self.scale:
+                from planner import approx_scale
+
+                stats = programs.local_stats(dg, opts=self.opts, level=self.level)
+                self.engine_supersteps += stats.supersteps
+                fam = approx_scale.family(dg, stats=stats)
+            elif self.solver == "approx":
                 stats = programs.lower_set_stats(dg, opts=self.opts)
                 self.engine_supersteps += stats.supersteps
                 fam = programs.approx_family(dg, stats=stats)
@@ -149,6 +164,17 @@ class _Solver:
             return "OK", chain, model
         u = scale_units(budget_bytes, int(self.ag.bytes.sum()), self.units)
         dg, fam = self._family(u.ratio)
+        if self.scale:
+            from planner import approx_scale
+
+            r = approx_scale.solve(fam, dg, u.budget, strategy=self.strategy, comp_ratio=u.ratio,
+                                   window=self.window, front_cap=self.front_cap)
+            model = dict(blocks=r.blocks, model_recompute_cost=r.model_recompute_cost,
+                         model_peak_bytes=r.model_peak_bytes, n_lower_sets=r.n_lower_sets,
+                         comp_ratio=r.comp_ratio, family="approx", fell_back=False,
+                         dp_window=self.window, dp_front_cap=self.front_cap,
+                         dp_exact=self.window is None and self.front_cap is None)
+            return r.status, r.groups, model
         r = dp.solve_family(fam, dg, u.budget, strategy=self.strategy, comp_ratio=u.ratio,
                             units=self.units)
         model = dict(blocks=r.blocks, model_recompute_cost=r.model_recompute_cost,
@@ -190,7 +216,12 @@ def _replay(g, ag, s: _Solver, dp_budget: int, check: bool):
     status, chain, model = s.solve(dp_budget)
     if status != "OK":
         return None
-    schedule = emit.emit(g, chain, ag)
+    if isinstance(chain, np.ndarray):           # block indices (planner.approx_scale)
+        from planner import emit_scale
+
+        schedule = emit_scale.emit_groups(g, chain, ag)
+    else:
+        schedule = emit.emit(g, chain, ag)
     sim = simulate.replay(g, schedule, check=check)
     if sim.violations:
         raise HGraphError(f"internal error: the emitted schedule fails the simulator: "
@@ -217,7 +248,8 @@ def plan(graph_or_path, budget="100%", solver: str = "approx", strategy: str = "
          runtime: str = "local", address: str | None = None,
          max_lower_sets: int = DEFAULT_MAX_LOWER_SETS, fallback: bool = False,
          check: bool = True, checkpoint_every: int | None = None,
-         inject_failure: int | None = None) -> Plan:
+         inject_failure: int | None = None, dp_window: int | None = None,
+         dp_front_cap: int | None = None) -> Plan:
     """Plan recomputation for a graph under ``budget``; see the module docstring.
 
     ``budget``: bytes (int), or text as ``--budget`` takes it (``"2GB"``, ``"800MiB"``,
@@ -228,6 +260,10 @@ def plan(graph_or_path, budget="100%", solver: str = "approx", strategy: str = "
     ``tasks``/``blocks``/``mode``/``runtime``/``address`` say where the engine analyses run;
     the plan is the same for all of them. ``checkpoint_every``/``inject_failure`` pass through
     to every engine run (fault tolerance; the plan is the same after a recovery).
+    ``dp_window``/``dp_front_cap``: the approximate DP's scale options
+    (:mod:`planner.approx_scale`); None: exact up to ``approx_scale.EXACT_LIMIT`` activations,
+    the module's defaults above; 0: off. Whatever is used is in the report (``dp_window``,
+    ``dp_front_cap``, ``dp_exact``) for graphs planned on the scale path.
     """
     t0 = time.perf_counter()
     _check_choice("solver", solver, SOLVERS)
@@ -243,7 +279,8 @@ def plan(graph_or_path, budget="100%", solver: str = "approx", strategy: str = "
     from planner import programs
 
     dg_bytes = DPGraph(m=ag.bytes, t=ag.t, src=ag.src, dst=ag.dst)
-    depth = int(programs.levels(dg_bytes, opts=opts).max(initial=-1)) + 1
+    level, level_steps = programs.levels(dg_bytes, opts=opts, with_supersteps=True)
+    depth = int(level.max(initial=-1)) + 1
     act_sum = int(ag.bytes.sum())
     base_sched = base_tl = None
     if ag.n <= BASELINE_SCHEDULE_LIMIT:
@@ -256,7 +293,9 @@ def plan(graph_or_path, budget="100%", solver: str = "approx", strategy: str = "
     b = budget if isinstance(budget, Budget) else Budget.parse(budget)
     budget_bytes = b.resolve(baseline_peak)
 
-    s = _Solver(g, ag, solver, strategy, units, opts, max_lower_sets, fallback)
+    s = _Solver(g, ag, solver, strategy, units, opts, max_lower_sets, fallback,
+                dp_window=dp_window, dp_front_cap=dp_front_cap, level=level)
+    s.engine_supersteps += level_steps
     found = _fit(g, ag, s, budget_bytes, units, check)
     if found is None:
         # the smallest budget the DP finds a chain at (bisection), and what that chain replays to

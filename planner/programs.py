@@ -99,11 +99,18 @@ class Levels(hgraph.VertexProgram):
 
 
 def levels(g: DPGraph, *, opts: EngineOptions | None = None, tasks=1, blocks=1, mode="hybrid",
-           runtime="local", address=None) -> np.ndarray:
-    """int64 [n]: topological level of each node of the activation graph ``g`` (src -> dst)."""
+           runtime="local", address=None, with_supersteps: bool = False):
+    """int64 [n]: topological level of each node of the activation graph ``g`` (src -> dst).
+
+    Runs :class:`BlockLevels` (block-local relaxation, a few supersteps instead of the depth);
+    ``with_supersteps=True`` returns ``(levels, supersteps)``.
+    """
     o = _opts(opts, tasks, blocks, mode, runtime, address)
-    eg = hgraph.Graph.from_edges(g.src, g.dst, n=g.n)
-    return np.asarray(o.run(Levels(), eg).values, dtype=np.int64)
+    eg = hgraph.Graph.from_edges(g.src, g.dst, n=g.n,
+                                 columns={"preds": _padded_preds(g.n, g.src, g.dst)})
+    res = o.run(BlockLevels(), eg)
+    lv = np.asarray(res.values, dtype=np.int64)
+    return (lv, res.supersteps) if with_supersteps else lv
 
 
 # --------------------------------------------------------------------------- lower sets

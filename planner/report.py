@@ -40,6 +40,13 @@ def decisions(g, ag, chain, sim) -> list:
     block = np.zeros(n, np.int64)
     ckpt = np.zeros(n, bool)
     prev = np.zeros(n, bool)
+    if isinstance(chain, np.ndarray):          # block index of every node (planner.emit_scale)
+        grp = chain.astype(np.int64)
+        block = grp + 1
+        later = np.full(n, -1, np.int64)
+        np.maximum.at(later, ag.src, grp[ag.dst])
+        ckpt = later > grp
+        chain = []
     for i, nodes in enumerate(chain, 1):
         mask = np.zeros(n, bool)
         mask[np.asarray(nodes, dtype=np.int64)] = True
@@ -99,6 +106,7 @@ def build(g, ag, chain, sim, *, solver, strategy, units, budget, budget_bytes, b
         "n_lower_sets": int(model["n_lower_sets"]),
         "family": model["family"],
         "fell_back": bool(model["fell_back"]),
+        **{k: model[k] for k in ("dp_window", "dp_front_cap", "dp_exact") if k in model},
         "engine": dict(engine),
         "decisions": decisions(g, ag, chain, sim),
     }
