@@ -392,6 +392,25 @@ def test_bounded_exact_search_keeps_the_plan(seed, single_sink):
     assert checked >= 8
 
 
+def test_bounded_exact_search_without_inclusion_matrix(monkeypatch):
+    """Past the matrix's size cap the search tests bitsets per pair: same plans."""
+    from planner import dp_families
+
+    g = _random_exact_case(4)
+    monkeypatch.setattr(dp_families, "SUBSET_MATRIX_MAX_BYTES", 0)
+    fam = exact_family(g)
+    assert fam.subset_matrix() is None
+    total = int(g.m.sum())
+    checked = 0
+    for frac in (1.0, 1.7, 3.0, 5.0):
+        for strategy in ("time", "memory"):
+            want = _unpruned_plan(fam, g, int(frac * total), strategy)
+            r = solve_family(fam, g, int(frac * total), strategy=strategy)
+            assert (None if r.impossible else (r.chain_ids, r.saved, r.ckpt_bytes)) == want
+            checked += want is not None
+    assert checked >= 4
+
+
 def test_subset_matrix_is_inclusion():
     g = _random_exact_case(3)
     fam = exact_family(g)
