@@ -424,34 +424,43 @@ class _ExactSearch:
         self.thr = self.B - self.two_mL - fam.mAB           # c_i − 2·m(L_i) ≤ thr_j: feasible
         self.sub = fam.subset_matrix()
         self.span = int(g.m.sum()) + 1                      # > any ckpt
-        words = fam.sets.shape[1]
-        self.tab_t = _bit_weights(g.n, g.t, words)
-        self.tab_m = _bit_weights(g.n, g.m, words)
         has_succ = np.zeros(g.n, bool)
         has_succ[g.src] = True
         sinks = np.flatnonzero(~has_succ)
         # c_final + 2·m(last block) ≤ B, and the last block holds a sink: room for checkpoints
         self.cap0 = self.B - 2 * int(g.m[sinks].min()) if sinks.size else self.B
-        self._knapsack_tables(fam.members(g.n), np.flatnonzero(has_succ))
+        tables = self._tables(fam, g, has_succ)
+        self.tab_t, self.tab_m = tables["tab_t"], tables["tab_m"]
+        self.k_m, self.k_t, self.k_div = tables["k_m"], tables["k_t"], tables["k_div"]
+        self.cm, self.ct, self.flat_cm = tables["cm"], tables["ct"], tables["flat_cm"]
+        self.ks0 = self.knapsack(np.arange(self.L), np.full(self.L, max(self.cap0, 0)))
         self.levels = np.flatnonzero(np.r_[True, fam.size[1:] != fam.size[:-1], True])
 
     # --------------------------------------------------------------- per-state quantities
-    def _knapsack_tables(self, members: np.ndarray, items: np.ndarray):
-        """Per state: prefix sums of ``m`` and ``t`` over the checkpointable nodes outside it,
-        in exact ``t/m`` order, plus one flat sorted copy of the ``m`` sums for pair lookups."""
-        order = _ratio_order(self.m, self.t, items)
-        self.k_m, self.k_t = self.m[order], self.t[order]
-        self.k_div = np.maximum(self.k_m, 1)
-        outside = ~members[order].T                         # [L, items]
+    def _tables(self, fam: Family, g: DPGraph, has_succ: np.ndarray) -> dict:
+        """Budget-free tables, kept on the family for the next budget (same ``m`` and ``t``):
+        16-bit weighted-popcount tables, and per state the prefix sums of ``m`` and ``t`` over
+        the checkpointable nodes outside it in exact ``t/m`` order (plus one flat sorted copy
+        of the ``m`` sums for pair lookups)."""
+        key = (g.m.tobytes(), g.t.tobytes(), has_succ.tobytes())
+        cached = fam.cache.get("search_tables")
+        if cached is not None and cached["key"] == key:
+            return cached
+        words = fam.sets.shape[1]
+        order = _ratio_order(g.m, g.t, np.flatnonzero(has_succ))
+        k_m, k_t = g.m[order], g.t[order]
+        outside = ~fam.members(g.n)[order].T                # [L, items]
         z = np.zeros((self.L, 1), np.int64)
-        self.cm = np.hstack([z, np.cumsum(outside * self.k_m, axis=1)])
-        self.ct = np.hstack([z, np.cumsum(outside * self.k_t, axis=1)])
-        N = self.k_m.size
-        self.flat_cm = None
+        cm = np.hstack([z, np.cumsum(outside * k_m, axis=1)])
+        ct = np.hstack([z, np.cumsum(outside * k_t, axis=1)])
+        flat_cm = None
         if self.L * self.span < (1 << 62):                  # row·span + cm: globally sorted
-            self.flat_cm = (np.arange(self.L)[:, None] * self.span + self.cm[:, 1:]).ravel()
-        self.ks0 = self.knapsack(np.arange(self.L), np.full(self.L, max(self.cap0, 0)))
-        self.N = N
+            flat_cm = (np.arange(self.L)[:, None] * self.span + cm[:, 1:]).ravel()
+        tables = dict(key=key, tab_t=_bit_weights(g.n, g.t, words),
+                      tab_m=_bit_weights(g.n, g.m, words), k_m=k_m, k_t=k_t,
+                      k_div=np.maximum(k_m, 1), cm=cm, ct=ct, flat_cm=flat_cm)
+        fam.cache["search_tables"] = tables
+        return tables
 
     def knapsack(self, states: np.ndarray, cap: np.ndarray) -> np.ndarray:
         """Most ``t`` that checkpoints of total ``m ≤ cap`` (≥ 0) outside ``L_state`` can hold.
