@@ -164,11 +164,24 @@ class _Fronts:
 
 
 def _best_per_saved(ns, nc, e):
-    """For each distinct ``ns``: the least ``nc``, ties to the least entry ``e`` (first arrival)."""
-    order = np.lexsort((e, nc, ns))
-    ns, nc, e = ns[order], nc[order], e[order]
-    first = np.r_[True, ns[1:] != ns[:-1]]
-    return ns[first], nc[first], e[first]
+    """For each distinct ``ns``: the least ``nc``, ties to the least entry ``e`` (first arrival).
+
+    Dense buckets over the ``ns`` range when it is narrow, a lexsort otherwise."""
+    lo, hi = int(ns.min()), int(ns.max())
+    width = hi - lo + 1
+    if width > 4 * ns.size + 1024:
+        order = np.lexsort((e, nc, ns))
+        ns, nc, e = ns[order], nc[order], e[order]
+        first = np.r_[True, ns[1:] != ns[:-1]]
+        return ns[first], nc[first], e[first]
+    k = ns - lo
+    best = np.full(width, _INF, np.int64)
+    np.minimum.at(best, k, nc)
+    win = nc == best[k]
+    beste = np.full(width, _INF, np.int64)
+    np.minimum.at(beste, k[win], e[win])
+    present = np.flatnonzero(best < _INF)
+    return present + lo, best[present], beste[present]
 
 
 def _thin(nc: np.ndarray, cap: int) -> np.ndarray:

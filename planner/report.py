@@ -42,7 +42,7 @@ def decisions(g, ag, chain, sim) -> list:
     prev = np.zeros(n, bool)
     if isinstance(chain, np.ndarray):          # block index of every node (planner.emit_scale)
         grp = chain.astype(np.int64)
-        block = grp + 1
+        block = grp + 2          # as below, where a chain's leading ∅ takes number 1
         later = np.full(n, -1, np.int64)
         np.maximum.at(later, ag.src, grp[ag.dst])
         ckpt = later > grp
