@@ -384,13 +384,25 @@ def _ratio_order(m: np.ndarray, t: np.ndarray, items: np.ndarray) -> np.ndarray:
     return np.array(sorted(items.tolist(), key=key), dtype=np.int64)
 
 
+#: Per-state knapsack tables (two int64 [L, items] arrays) up to this many cells; past it
+#: the bound uses one table over all nodes, capped by the compute outside the set.
+KNAPSACK_TABLE_MAX_CELLS = 1 << 23
+
+
+def _chunk_bits(words: int) -> int:
+    """Chunk width of the weighted-popcount tables: 16 bits while they stay small, else 8."""
+    return 16 if words <= 8 else 8
+
+
 def _bit_weights(n: int, w: np.ndarray, words: int) -> np.ndarray:
-    """[4·words, 65536] tables: entry ``[p, x]`` = Σ ``w`` over the set bits of 16-bit chunk
-    ``p`` = ``x`` of a bitset row (a weighted popcount by 4·words lookups)."""
-    tab = np.zeros((4 * words, 1 << 16), np.int64)
-    x = np.arange(1 << 16)
+    """[64·words / k, 2^k] tables (``k`` = :func:`_chunk_bits`): entry ``[p, x]`` = Σ ``w``
+    over the set bits of chunk ``p`` = ``x`` of a bitset row — a weighted popcount by one
+    lookup per chunk."""
+    k = _chunk_bits(words)
+    tab = np.zeros((64 * words // k, 1 << k), np.int64)
+    x = np.arange(1 << k)
     for v in range(n):
-        tab[v // 16] += w[v] * ((x >> (v % 16)) & 1)
+        tab[v // k] += w[v] * ((x >> (v % k)) & 1)
     return tab
 
 
@@ -449,13 +461,16 @@ class _ExactSearch:
         words = fam.sets.shape[1]
         order = _ratio_order(g.m, g.t, np.flatnonzero(has_succ))
         k_m, k_t = g.m[order], g.t[order]
-        outside = ~fam.members(g.n)[order].T                # [L, items]
-        z = np.zeros((self.L, 1), np.int64)
+        if self.L * max(order.size, 1) <= KNAPSACK_TABLE_MAX_CELLS:
+            outside = ~fam.members(g.n)[order].T            # [L, items]
+        else:                                               # one row: every item counts
+            outside = np.ones((1, order.size), bool)
+        z = np.zeros((outside.shape[0], 1), np.int64)
         cm = np.hstack([z, np.cumsum(outside * k_m, axis=1)])
         ct = np.hstack([z, np.cumsum(outside * k_t, axis=1)])
         flat_cm = None
-        if self.L * self.span < (1 << 62):                  # row·span + cm: globally sorted
-            flat_cm = (np.arange(self.L)[:, None] * self.span + cm[:, 1:]).ravel()
+        if cm.shape[0] * self.span < (1 << 62):             # row·span + cm: globally sorted
+            flat_cm = (np.arange(cm.shape[0])[:, None] * self.span + cm[:, 1:]).ravel()
         tables = dict(key=key, tab_t=_bit_weights(g.n, g.t, words),
                       tab_m=_bit_weights(g.n, g.m, words), k_m=k_m, k_t=k_t,
                       k_div=np.maximum(k_m, 1), cm=cm, ct=ct, flat_cm=flat_cm)
@@ -471,18 +486,24 @@ class _ExactSearch:
         N = self.k_m.size
         if N == 0:
             return np.zeros(states.size, np.int64)
+        per_state = self.cm.shape[0] == self.L
+        rows = states if per_state else np.zeros_like(states)
         cap = np.minimum(cap, self.span - 1)               # past m(V) nothing more fits
         if self.flat_cm is not None:
-            k = np.searchsorted(self.flat_cm, states * self.span + cap, side="right") - states * N
+            k = np.searchsorted(self.flat_cm, rows * self.span + cap, side="right") - rows * N
         else:
-            k = (self.cm[states, 1:] <= cap[:, None]).sum(axis=1)
+            k = (self.cm[rows, 1:] <= cap[:, None]).sum(axis=1)
         kk = np.minimum(k, N - 1)
-        frac = (cap - self.cm[states, k]) * self.k_t[kk] // self.k_div[kk]
-        return self.ct[states, k] + np.where(k < N, frac, 0)
+        frac = (cap - self.cm[rows, k]) * self.k_t[kk] // self.k_div[kk]
+        best = self.ct[rows, k] + np.where(k < N, frac, 0)
+        if not per_state:                                  # nothing inside L can be saved again
+            best = np.minimum(best, self.T - self.fam.tL[states])
+        return best
 
     def deltas(self, tgt: np.ndarray, src: np.ndarray):
         """``(dt, dm)`` of each pair ``L_src → L_tgt``: ``t``, ``m`` of ``∂L_tgt \\ L_src``."""
-        inside = (self.fam.bnd[tgt] & self.fam.sets[src]).astype("<u8").view(np.uint16)
+        chunk = np.uint16 if _chunk_bits(self.fam.sets.shape[1]) == 16 else np.uint8
+        inside = (self.fam.bnd[tgt] & self.fam.sets[src]).astype("<u8").view(chunk)
         dt = self.fam.t_bnd[tgt]
         dm = self.fam.m_bnd[tgt]
         for p in range(inside.shape[1]):

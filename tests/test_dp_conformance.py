@@ -392,12 +392,15 @@ def test_bounded_exact_search_keeps_the_plan(seed, single_sink):
     assert checked >= 8
 
 
-def test_bounded_exact_search_without_inclusion_matrix(monkeypatch):
-    """Past the matrix's size cap the search tests bitsets per pair: same plans."""
-    from planner import dp_families
+def test_bounded_exact_search_big_family_fallbacks(monkeypatch):
+    """Past their size caps the search tests bitsets per pair (no inclusion matrix), uses one
+    global knapsack table and 8-bit popcount chunks: same plans."""
+    from planner import dp, dp_families
 
     g = _random_exact_case(4)
     monkeypatch.setattr(dp_families, "SUBSET_MATRIX_MAX_BYTES", 0)
+    monkeypatch.setattr(dp, "KNAPSACK_TABLE_MAX_CELLS", 0)
+    monkeypatch.setattr(dp, "_chunk_bits", lambda words: 8)
     fam = exact_family(g)
     assert fam.subset_matrix() is None
     total = int(g.m.sum())
