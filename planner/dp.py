@@ -422,13 +422,12 @@ class _ExactSearch:
     States are processed a size level at a time (sources of a set are smaller sets, so a
     level's fronts depend only on earlier levels), in chunks of targets, every step one NumPy
     operation over all (source, target) pairs or candidate entries of the chunk. It holds
-    what every pass reads: the family's inclusion matrix, 16-bit weighted-popcount tables for
+    what every pass reads: the family's inclusion matrix, weighted-popcount tables for
     ``dt``/``dm`` and, per state, the cumulative tables of the checkpoint knapsack.
     """
 
     def __init__(self, fam: Family, g: DPGraph, budget: int, cells: int = 1 << 22):
         self.fam, self.B, self.cells = fam, int(budget), cells
-        self.t, self.m = g.t, g.m
         self.T = int(g.t.sum())
         self.L = fam.num_sets
         self.end = self.L - 1
@@ -451,7 +450,7 @@ class _ExactSearch:
     # --------------------------------------------------------------- per-state quantities
     def _tables(self, fam: Family, g: DPGraph, has_succ: np.ndarray) -> dict:
         """Budget-free tables, kept on the family for the next budget (same ``m`` and ``t``):
-        16-bit weighted-popcount tables, and per state the prefix sums of ``m`` and ``t`` over
+        weighted-popcount tables, and per state the prefix sums of ``m`` and ``t`` over
         the checkpointable nodes outside it in exact ``t/m`` order (plus one flat sorted copy
         of the ``m`` sums for pair lookups)."""
         key = (g.m.tobytes(), g.t.tobytes(), has_succ.tobytes())
@@ -491,8 +490,11 @@ class _ExactSearch:
         cap = np.minimum(cap, self.span - 1)               # past m(V) nothing more fits
         if self.flat_cm is not None:
             k = np.searchsorted(self.flat_cm, rows * self.span + cap, side="right") - rows * N
-        else:
-            k = (self.cm[rows, 1:] <= cap[:, None]).sum(axis=1)
+        else:                                              # row·span would overflow: per row
+            k = np.empty(rows.size, np.int64)
+            for r in np.unique(rows):
+                at = rows == r
+                k[at] = np.searchsorted(self.cm[r, 1:], cap[at], side="right")
         kk = np.minimum(k, N - 1)
         frac = (cap - self.cm[rows, k]) * self.k_t[kk] // self.k_div[kk]
         best = self.ct[rows, k] + np.where(k < N, frac, 0)
