@@ -406,6 +406,12 @@ def _bit_weights(n: int, w: np.ndarray, words: int) -> np.ndarray:
     return tab
 
 
+def _nonzero2(mask: np.ndarray):
+    """``np.nonzero`` of a 2-D mask, by one flat scan (2–3× faster than the 2-D form)."""
+    flat = np.flatnonzero(mask)
+    return np.divmod(flat, mask.shape[1])
+
+
 def _segment_pareto(seg: np.ndarray, ns: np.ndarray, nc: np.ndarray) -> np.ndarray:
     """Pareto mask over entries sorted by (seg, ns): keep if every later entry of the segment
     costs strictly more. One suffix minimum over all segments: each segment's costs are
@@ -552,8 +558,8 @@ class _ExactSearch:
             else:
                 rows = ((self.sub[lo:hi][:, live >> 3] >> (live & 7).astype(np.uint8)) & 1)
                 rows = rows.view(bool)
-            return np.nonzero(rows & ok)
-        r, c = np.nonzero(ok)
+            return _nonzero2(rows & ok)
+        r, c = _nonzero2(ok)
         sets = self.fam.sets
         sub = np.all((sets[live[c]] & ~sets[lo + r]) == 0, axis=1)
         return r[sub], c[sub]
