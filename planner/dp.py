@@ -510,16 +510,21 @@ class _ExactSearch:
 
     def deltas(self, tgt: np.ndarray, src: np.ndarray):
         """``(dt, dm)`` of each pair ``L_src → L_tgt``: ``t``, ``m`` of ``∂L_tgt \\ L_src``."""
-        chunk = np.uint16 if _chunk_bits(self.fam.sets.shape[1]) == 16 else np.uint8
-        inside = (self.fam.bnd[tgt] & self.fam.sets[src]).astype("<u8").view(chunk)
+        bits = _chunk_bits(self.fam.sets.shape[1])
+        per_word, mask = 64 // bits, np.uint64((1 << bits) - 1)
+        bnd, sets = self.fam.bnd, self.fam.sets
         dt = self.fam.t_bnd[tgt]
         dm = self.fam.m_bnd[tgt]
-        for p in range(inside.shape[1]):
-            nz = np.flatnonzero(inside[:, p])
-            if nz.size:
-                x = inside[nz, p]
-                dt[nz] -= self.tab_t[p, x]
-                dm[nz] -= self.tab_m[p, x]
+        for w in range(sets.shape[1]):
+            word = bnd[tgt, w] & sets[src, w]               # ∂L_j ∩ L_i, one word
+            nz = np.flatnonzero(word)
+            if nz.size == 0:
+                continue
+            word = word[nz]
+            for k in range(per_word):
+                x = ((word >> np.uint64(k * bits)) & mask).astype(np.intp)
+                dt[nz] -= self.tab_t[w * per_word + k, x]
+                dm[nz] -= self.tab_m[w * per_word + k, x]
         return dt, dm
 
     def chunks(self, keyc: np.ndarray, smax: np.ndarray | None = None,
