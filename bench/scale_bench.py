@@ -12,6 +12,10 @@ Run::
 
     python3 bench/scale_bench.py                                  # 100k nodes, 4 Ray tasks
     python3 bench/scale_bench.py --nodes 100000 --ladder 1000,2000,4000 --stages --limit 900
+
+Graphs above ``planner.approx_scale.EXACT_LIMIT`` activations are planned on the scale path
+(segment-local sets, a few engine supersteps, the approximate DP with the reported
+``dp_window``/``dp_front_cap`` options); smaller ones by the exact approximate DP.
 """
 
 from __future__ import annotations
@@ -51,8 +55,9 @@ def run_child(argv, limit: float) -> dict:
 
 
 def stages(path: str, tasks: int, runtime: str, budget: str) -> dict:
-    """Time the pieces of one plan in-process (engine analyses, DP, emit, replay)."""
-    from planner import cg, dp, emit, programs, simulate
+    """Time the pieces of one plan in-process, as :func:`planner.plan` runs them on a graph of
+    this size (engine analyses, DP, emit, replay)."""
+    from planner import approx_scale, cg, emit, emit_scale, programs, simulate
     from planner.activation_graph import ActivationGraph
     from planner.budget import parse_budget
     from planner.dp_families import DPGraph
@@ -65,19 +70,31 @@ def stages(path: str, tasks: int, runtime: str, budget: str) -> dict:
     dg = DPGraph(m=ag.bytes, t=ag.t, src=ag.src, dst=ag.dst)
     opts = programs.EngineOptions(tasks=tasks, runtime=runtime)
     t = time.perf_counter()
-    lv = programs.levels(dg, opts=opts)
+    lv, steps = programs.levels(dg, opts=opts, with_supersteps=True)
     out["levels_s"], out["depth"] = time.perf_counter() - t, int(lv.max()) + 1
-    t = time.perf_counter()
-    st = programs.lower_set_stats(dg, opts=opts)
-    out["lower_set_stats_s"], out["supersteps"] = time.perf_counter() - t, st.supersteps
-    fam = programs.approx_family(dg, stats=st)
     b = parse_budget(budget, baseline=int(ag.bytes.sum()))
+    window, cap = approx_scale.plan_options(ag.n)
     t = time.perf_counter()
-    r = dp.solve_family(fam, dg, b)
+    if ag.n > approx_scale.EXACT_LIMIT:
+        st = programs.local_stats(dg, opts=opts, level=lv)
+        out["lower_set_stats_s"], out["supersteps"] = time.perf_counter() - t, steps + st.supersteps
+        fam = approx_scale.family(dg, stats=st)
+        t = time.perf_counter()
+        r = approx_scale.solve(fam, dg, b, window=window, front_cap=cap)
+        chain, emitter = r.groups, emit_scale.emit_groups
+    else:
+        from planner import dp
+
+        st = programs.lower_set_stats(dg, opts=opts)
+        out["lower_set_stats_s"], out["supersteps"] = time.perf_counter() - t, steps + st.supersteps
+        fam = programs.approx_family(dg, stats=st)
+        t = time.perf_counter()
+        r = dp.solve_family(fam, dg, b)
+        chain, emitter = r.chain, emit.emit
     out["dp_s"], out["dp_status"] = time.perf_counter() - t, r.status
     if r.status == "OK":
         t = time.perf_counter()
-        s = emit.emit(g, r.chain, ag)
+        s = emitter(g, chain, ag)
         out["emit_s"] = time.perf_counter() - t
         t = time.perf_counter()
         out["replay_peak"] = simulate.replay(g, s).peak_bytes
@@ -105,9 +122,11 @@ def main(argv=None) -> int:
     for n in sizes:
         layers = synth.layers_for_nodes(n)
         path = work / f"cg_synth_{n}.txt"
+        t = time.perf_counter()
         subprocess.run([sys.executable, "-m", "hgraph", "graph", "synth", "--layers", str(layers),
                         "--out", str(path)], check=True, capture_output=True,
                        env=dict(os.environ, PYTHONPATH=str(ROOT)))
+        synth_s = time.perf_counter() - t
         rep = work / f"report_{n}.json"
         res = run_child(["hgraph", "submit", "plan", "--graph", str(path), "--solver", "approx",
                          "--tasks", str(args.tasks), "--runtime", args.runtime, "--budget",
@@ -117,10 +136,17 @@ def main(argv=None) -> int:
         elif res["rc"] == 0:
             r = json.loads(rep.read_text())
             status = "OK"
-            detail = (f"{r['nodes']:,} activations, peak {r['peak_bytes'] / r['baseline_peak_bytes']:.3f}"
-                      f" of baseline, overhead {100 * r['overhead']:.1f}%, {r['blocks']} blocks")
+            dp_opts = ("exact DP" if r.get("dp_exact", True) else
+                       f"dp_window {r['dp_window']}, dp_front_cap {r['dp_front_cap']}")
+            detail = (f"{r['nodes']:,} activations, depth {r['depth']:,}, "
+                      f"{r['engine']['supersteps']} supersteps, budget {r['budget_bytes']:,} B, "
+                      f"peak {r['peak_bytes']:,} B = {r['peak_bytes'] / r['budget_bytes']:.4f} of "
+                      f"budget ({'fits' if r['within_budget'] else 'OVER'}), recompute "
+                      f"{r['recompute_cost']:,} = {100 * r['overhead']:.1f}% of a forward pass "
+                      f"(model {r['model_recompute_cost']:,}), {r['blocks']:,} blocks, {dp_opts}")
         else:
             status, detail = f"rc={res['rc']}", " ".join(res["stderr_tail"])
+        detail += f"; synth {synth_s:.1f} s"
         row = {"nodes": n, "layers": layers, "status": status, **res}
         if args.stages and n != args.nodes:
             row["stages"] = stages(str(path), args.tasks, args.runtime, args.budget)
