@@ -1,8 +1,10 @@
 """The driver API: :func:`plan` a recomputation schedule for a graph under a memory budget.
 
 The main walk (DESIGN.md): read the graph → engine analyses (:mod:`planner.programs`: levels and,
-for the approximate DP, the lower-set statistics, over ``tasks`` workers) → the DP on the
-driver (:mod:`planner.dp`) or Chen's chain (:mod:`planner.chen`) → the schedule
+for the approximate DP, the segment-local lower-set statistics, over ``tasks`` workers, in a
+few supersteps) → the DP on the driver (:mod:`planner.dp`; above
+``approx_scale.EXACT_LIMIT`` activations :mod:`planner.approx_scale`, whose window / front
+cap are reported) or Chen's chain (:mod:`planner.chen`) → the schedule
 (:mod:`planner.emit`) → an independent replay (:mod:`planner.simulate`) that checks it and
 measures its peak and recomputation → the report fields (:mod:`planner.report`).
 
@@ -141,7 +143,8 @@ class _Solver:
                 self.engine_supersteps += stats.supersteps
                 fam = approx_scale.family(dg, stats=stats)
             elif self.solver == "approx":
-                stats = programs.lower_set_stats(dg, opts=self.opts)
+                stats = programs.dense_lower_set_stats(
+                    programs.local_stats(dg, opts=self.opts, level=self.level), dg.n)
                 self.engine_supersteps += stats.supersteps
                 fam = programs.approx_family(dg, stats=stats)
             else:

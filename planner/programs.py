@@ -859,3 +859,13 @@ def local_stats(g: DPGraph, *, opts: EngineOptions | None = None, tasks=1, block
                       size=seg.sstart + agg["size"], mL=pm[seg.sstart] + agg["mL"],
                       tL=pt[seg.sstart] + agg["tL"], t_bnd=agg["t_bnd"], m_bnd=agg["m_bnd"],
                       mAB=agg["mAB"], supersteps=steps)
+
+
+def dense_lower_set_stats(ls: LocalStats, n: int) -> LowerSetStats:
+    """:class:`LowerSetStats` (row bitsets and all) from :func:`local_stats` — equal to what
+    :func:`lower_set_stats` computes, at a few supersteps instead of the graph's depth."""
+    from planner.approx_scale import dense_sets
+
+    sets, bnd = dense_sets(ls, n)
+    return LowerSetStats(sets=sets, bnd=bnd, size=ls.size, mL=ls.mL, tL=ls.tL, t_bnd=ls.t_bnd,
+                         m_bnd=ls.m_bnd, mAB=ls.mAB, supersteps=ls.supersteps, chunks=1)

@@ -61,7 +61,12 @@ def test_local_stats_equal_dense_for_any_engine(engine):
 def test_local_stats_equal_dense_on_reference_graphs():
     for name in REFERENCE:
         _, g = _dg(name)
-        _stats_equal(programs.local_stats(g, tasks=2), g)
+        ls = programs.local_stats(g, tasks=2)
+        _stats_equal(ls, g)
+        fam = programs.approx_family(g, stats=programs.dense_lower_set_stats(ls, g.n))
+        ref = approx_family(g)
+        for f in ("sets", "bnd", "size", "mL", "tL", "t_bnd", "m_bnd", "mAB", "node"):
+            assert np.array_equal(getattr(fam, f), getattr(ref, f)), (name, f)
 
 
 def test_few_supersteps_on_deep_graphs():
