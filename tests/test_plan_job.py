@@ -151,3 +151,18 @@ def test_plan_survives_a_worker_failure():
     hurt = planner.plan(g, budget="80%", tasks=2, checkpoint_every=2, inject_failure=3)
     assert hurt.schedule.dumps() == clean.schedule.dumps()
     assert main(["submit", "plan", "--graph", str(SAMPLE), "--budget", "2GB", "--stats", "s.json"]) == 2
+
+
+def test_dp_scale_flags_reach_the_report(tmp_path):
+    from planner import synth
+
+    graph, rep = tmp_path / "g.txt", tmp_path / "r.json"
+    cg.write(synth.build(layers=6, heads=2), graph)
+    assert main(["submit", "plan", "--graph", str(graph), "--tasks", "2", "--budget", "50%",
+                 "--dp-window", "6", "--dp-front-cap", "12", "--report", str(rep),
+                 "--progress", "off"]) == 0
+    r = json.loads(rep.read_text())
+    assert (r["dp_window"], r["dp_front_cap"], r["dp_exact"]) == (6, 12, False)
+    assert r["within_budget"] and r["engine"]["supersteps"] < 40
+    assert main(["submit", "plan", "--graph", str(graph), "--budget", "50%",
+                 "--dp-window", "-1"]) == 2

@@ -56,3 +56,9 @@ def test_planner_plans_a_synth_graph():
     p = planner.plan(g, budget="50%", tasks=2)
     assert p.peak_bytes <= p.budget_bytes and p.recompute_cost > 0
     assert simulate.replay(g, p.schedule).ok
+
+
+def test_layers_for_a_hundred_thousand_nodes():
+    layers = synth.layers_for_nodes(100_000)
+    nodes = 4 + layers * synth.nodes_per_layer(4)
+    assert 100_000 <= nodes < 100_000 + synth.nodes_per_layer(4)
