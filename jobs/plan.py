@@ -55,10 +55,10 @@ def add_arguments(parser) -> None:
                         help="exact DP: fall back to the approximate family above --max-lower-sets")
     parser.add_argument("--dp-window", type=int, default=None,
                         help="approximate DP: reach a state only from the W states before it "
-                             "(default: off up to 2,500 activations, 8 above; 0: off)")
+                             "(default: off up to 2,500 activations, above: 8, memory-centric 4096; 0: off)")
     parser.add_argument("--dp-front-cap", type=int, default=None,
                         help="approximate DP: keep at most K entries per Pareto front "
-                             "(default: off up to 2,500 activations, 32 above; 0: off)")
+                             "(default: off up to 2,500 activations, above: 32, memory-centric 4; 0: off)")
 
 
 def main(args) -> int:

@@ -127,7 +127,8 @@ class _Solver:
         # above approx_scale.EXACT_LIMIT nodes (reported as dp_window / dp_front_cap)
         self.scale = solver == "approx" and (ag.n > approx_scale.EXACT_LIMIT
                                              or bool(dp_window) or bool(dp_front_cap))
-        self.window, self.front_cap = approx_scale.plan_options(ag.n, dp_window, dp_front_cap)
+        self.window, self.front_cap = approx_scale.plan_options(ag.n, dp_window, dp_front_cap,
+                                                                strategy)
         self.level = level
 
     def _family(self, ratio):

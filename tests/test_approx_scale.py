@@ -143,3 +143,5 @@ def test_plan_options():
                                               approx_scale.DEFAULT_FRONT_CAP)
     assert approx_scale.plan_options(big, 0, 0) == (None, None)
     assert approx_scale.plan_options(small, 5, None) == (5, None)
+    assert approx_scale.plan_options(big, strategy="memory") == (approx_scale.MEMORY_WINDOW,
+                                                                 approx_scale.MEMORY_FRONT_CAP)
