@@ -89,109 +89,21 @@ def normalize_chain(ag: ActivationGraph, chain) -> list:
 
 
 def emit(g, chain, ag: ActivationGraph | None = None, optimize: bool = True) -> Schedule:
-    """The reference schedule of ``chain`` on ``g`` (optimizer on unless ``optimize=False``)."""
+    """The reference schedule of ``chain`` on ``g`` (optimizer on unless ``optimize=False``).
+
+    The chain is checked (strictly increasing lower sets ending at V) and turned into the block
+    index of every node; :func:`planner.emit_scale.emit_groups` then emits in time linear in
+    the graph (one emitter for every size, equal op for op to the reference's).
+    """
+    from planner.emit_scale import emit_groups
+
     ag = ag if ag is not None else ActivationGraph.from_cg(g)
-    masks = normalize_chain(ag, chain)
-    k = len(masks)
-    n = ag.n
-    nf = len(g.forward)
-    node_of_var = ag.node_of_var
-    is_act = g.is_activation
-    var = ag.var.tolist()
-
-    # group index (0-based) of each node, and the functions of each group in topsor order
-    grp = np.zeros(n, dtype=np.int64)
-    prev = np.zeros(n, dtype=bool)
-    bounds = []
-    for i, m in enumerate(masks):
+    grp = np.zeros(ag.n, dtype=np.int64)
+    prev = np.zeros(ag.n, dtype=bool)
+    for i, m in enumerate(normalize_chain(ag, chain)):
         grp[m & ~prev] = i
-        bounds.append(ag.boundary(m))
         prev = m
-    order = topsor(g)
-    topo_pos = np.empty(nf, dtype=np.int64)
-    topo_pos[order] = np.arange(nf)
-    node_of_func = node_of_var[[f.outputs[0] for f in g.forward]]
-    fgrp = grp[node_of_func]
-    by_group = [[] for _ in range(k)]
-    for f in order[np.argsort(fgrp[order], kind="stable")].tolist():
-        by_group[fgrp[f]].append(f)
-
-    # blocks that may run in group i: consumers of Vi nodes and producers of Vi nodes
-    cand = [set() for _ in range(k)]
-    for f in range(nf):
-        cand[fgrp[f]].add(f)
-    for a_node, y_node in zip(ag.src.tolist(), ag.dst.tolist()):
-        cand[grp[a_node]].add(int(ag.func[y_node]))
-
-    ops = []
-    append = ops.append
-    live = set()                 # nodes whose forward value is live
-    grp_l = grp.tolist()
-    nfunc = node_of_func.tolist()
-    nvar = node_of_var.tolist()
-    act = is_act.tolist()
-    tpos = topo_pos.tolist()
-    for i in range(k):
-        for f in by_group[i]:
-            append(Op("compute", f))
-            live.add(nfunc[f])
-        for v in np.flatnonzero((grp == i) & ~bounds[i]).tolist():
-            if v in live:
-                append(Op("forget", var[v], (), "forward"))
-                live.discard(v)
-
-    ran = [False] * nf
-    has_output_tag = [any(tag == "output" for _, tag in bw.inputs) for bw in g.backward]
-    glive = set()                # nodes whose gradient is live
-    empty = np.zeros(n, dtype=bool)
-    for i in range(k - 1, -1, -1):
-        for f in by_group[i]:
-            v = nfunc[f]
-            if v not in live:
-                append(Op("compute", f))
-                live.add(v)
-        for f in sorted(cand[i], key=tpos.__getitem__, reverse=True):
-            outs = g.backward[f].outputs
-            idx = []
-            some_in = False
-            first = not ran[f]
-            for j, v in enumerate(outs):
-                if act[v]:
-                    if grp_l[nvar[v]] == i:
-                        idx.append(j)
-                        some_in = True
-                elif first:
-                    idx.append(j)
-            y = nfunc[f]
-            if not (some_in or (len(idx) == len(outs) and grp_l[y] == i)):
-                continue
-            exception = has_output_tag[f] and y not in live
-            if exception:
-                append(Op("compute", f))
-            append(Op("compute", f + nf, tuple(idx)))
-            ran[f] = True
-            if exception:
-                append(Op("forget", var[y], (), "forward"))
-        glive.update(np.flatnonzero(grp == i).tolist())
-        if i > 0:
-            lower = masks[i - 1]
-            keep = lower | ag.to_mask(ag.below(lower))
-            a = ag.to_mask(ag.above(lower))
-        else:
-            keep = a = empty
-        if live:
-            lv = np.fromiter(sorted(live), dtype=np.int64, count=len(live))
-            for v in lv[~keep[lv]].tolist():
-                append(Op("forget", var[v], (), "forward"))
-                live.discard(v)
-        if glive:
-            gv = np.fromiter(sorted(glive), dtype=np.int64, count=len(glive))
-            for v in gv[~a[gv]].tolist():
-                append(Op("forget", var[v], (), "backward"))
-                glive.discard(v)
-    if optimize:
-        ops = hoist_forgets(g, ops)
-    return Schedule(ops)
+    return emit_groups(g, grp, ag, optimize=optimize)
 
 
 def hoist_forgets(g, ops: list) -> list:
