@@ -1,14 +1,15 @@
 """The reference schedule of a chain given as block indices, in time linear in the graph.
 
-:func:`planner.emit.emit` takes the chain as lower sets and does O(n) work per block (masks,
-boundaries, the sorted live set), which is quadratic on deep graphs (10^5 nodes, ~3·10^4
-blocks). A strictly increasing chain is the same thing as ``groups`` — the block index of
+The emitter behind :func:`planner.emit.emit` (which takes the chain as lower sets, checks it and
+calls :func:`emit_groups`). Working from lower sets directly costs O(n) per block (masks,
+boundaries, the sorted live set) — quadratic on deep graphs (10^5 nodes, ~3·10^4 blocks).
+A strictly increasing chain is the same thing as ``groups`` — the block index of
 every node (``L_i = {groups ≤ i}``) — and every per-block set the emitter reads follows from
 per-node numbers: a node of block i is a checkpoint iff a successor lies in a later block;
 ``A(L_{i-1})`` is the nodes of blocks ≥ i with a predecessor in a block < i; ``B(L_{i-1})``
 their predecessors in blocks ≥ i. Forward values and gradients still live at step i are
 tracked in small sets (what survives a step is in ``B``/``A``), so the whole emission is
-O(n + E + ops). The output equals :func:`planner.emit.emit`'s op for op (tested).
+O(n + E + ops). tests/test_emit checks the output against the reference's schedule files.
 
 Example::
 
