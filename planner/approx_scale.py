@@ -34,7 +34,8 @@ only optimality (within the family) is given up.
 Example::
 
     >>> import numpy as np
-    >>> from planner.dp_families import DPGraph
+    >>> from planner.dp import _best_per_saved
+from planner.dp_families import DPGraph
     >>> from planner import approx_scale
     >>> g = DPGraph(m=np.array([4, 2, 2, 1]), t=np.array([10, 1, 1, 1]),
     ...             src=np.array([0, 0, 1, 2]), dst=np.array([1, 2, 3, 3]))   # a diamond
@@ -51,6 +52,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from hgraph.errors import HGraphError
+from planner.dp import _best_per_saved
 from planner.dp_families import DPGraph
 
 __all__ = ["ScaleFamily", "family", "run_dp", "solve", "ScaleResult", "plan_options",
@@ -175,29 +177,6 @@ class _Fronts:
         self.glob[sl] = j * self.span + c
         self.size += k
         self.ptr[j + 1] = self.size
-
-
-def _best_per_saved(ns, nc, e):
-    """For each distinct ``ns``: the least ``nc``, ties to the least entry ``e`` (first arrival).
-
-    Dense buckets over the ``ns`` range when it is narrow, a lexsort otherwise."""
-    lo, hi = int(ns.min()), int(ns.max())
-    width = hi - lo + 1
-    if ns.size <= 4096 or width > 4 * ns.size + 1024:
-        order = np.lexsort((e, nc, ns))
-        ns, nc, e = ns[order], nc[order], e[order]
-        first = np.empty(ns.size, bool)
-        first[0] = True
-        np.not_equal(ns[1:], ns[:-1], out=first[1:])
-        return ns[first], nc[first], e[first]
-    k = ns - lo
-    best = np.full(width, _INF, np.int64)
-    np.minimum.at(best, k, nc)
-    win = nc == best[k]
-    beste = np.full(width, _INF, np.int64)
-    np.minimum.at(beste, k[win], e[win])
-    present = np.flatnonzero(best < _INF)
-    return present + lo, best[present], beste[present]
 
 
 def _thin(nc: np.ndarray, cap: int) -> np.ndarray:

@@ -197,8 +197,8 @@ class _Fronts:
         z = lambda: np.zeros(capacity, np.int64)  # noqa: E731
         return cls(z(), z(), z(), z(), np.zeros(n_states + 1, np.int64), z(), z())
 
-    def append(self, j: int, s, c, pred):
-        k = np.size(s)
+    def _reserve(self, k: int) -> None:
+        """Room for ``k`` more entries (capacity doubles, so appends are amortised O(1))."""
         if self.size + k > self.s.size:
             cap = max(2 * self.s.size, self.size + k)
             for name in ("s", "c", "pred", "state", "glob", "glob_s"):
@@ -206,6 +206,10 @@ class _Fronts:
                 new = np.zeros(cap, np.int64)
                 new[:self.size] = arr[:self.size]
                 setattr(self, name, new)
+
+    def append(self, j: int, s, c, pred):
+        k = np.size(s)
+        self._reserve(k)
         sl = slice(self.size, self.size + k)
         self.s[sl], self.c[sl], self.pred[sl], self.state[sl] = s, c, pred, j
         self.glob[sl] = j * self.span + c
@@ -220,13 +224,7 @@ class _Fronts:
         Returns the first and last index (within the call) of each state's run.
         """
         k = states.size
-        if self.size + k > self.s.size:
-            cap = max(2 * self.s.size, self.size + k)
-            for name in ("s", "c", "pred", "state", "glob", "glob_s"):
-                arr = getattr(self, name)
-                new = np.zeros(cap, np.int64)
-                new[:self.size] = arr[:self.size]
-                setattr(self, name, new)
+        self._reserve(k)
         sl = slice(self.size, self.size + k)
         self.s[sl], self.c[sl], self.pred[sl], self.state[sl] = s, c, pred, states
         self.glob[sl] = states * self.span + c
@@ -248,11 +246,12 @@ def _best_per_saved(ns, nc, e):
     """For each distinct ``ns``: the least ``nc``, ties to the least entry ``e`` (first arrival).
 
     Returns the winners sorted by ``ns``. Dense buckets over the ``ns`` range when it is
-    narrow (the usual case: saved values are bounded by T(V)), a lexsort otherwise.
+    narrow and the input large (saved values are bounded by T(V)), a lexsort otherwise; both
+    give the same winners.
     """
     lo, hi = int(ns.min()), int(ns.max())
     width = hi - lo + 1
-    if width > 4 * ns.size + 1024:
+    if ns.size <= 4096 or width > 4 * ns.size + 1024:
         order = np.lexsort((e, nc, ns))
         ns, nc, e = ns[order], nc[order], e[order]
         first = np.r_[True, ns[1:] != ns[:-1]]
