@@ -119,6 +119,8 @@ def test_results_csv_row(row):
 
 @pytest.mark.parametrize("row", _slow_rows())
 def test_results_csv_row_slow(row):
+    if row is None:
+        shared_path("reference", "results.csv")
     _check_row(row)
 
 

@@ -14,6 +14,8 @@ timeout, so a hung cluster is an error, not a hang.
 
 from __future__ import annotations
 
+import time
+
 from hgraph.errors import HGraphError
 from hgraph.runtime.local import WorkerLost
 from hgraph.worker import Worker
@@ -147,8 +149,25 @@ class RayRuntime:
             self.kill(t)
         self.actors = [self._start(t) for t in range(self.tasks)]
 
-    def kill(self, task: int):
-        self.ray.kill(self.actors[task], no_restart=True)
+    def kill(self, task: int, wait_s: float = 30.0):
+        """Kill task ``task``'s actor and wait until it is gone (at most ``wait_s`` seconds).
+
+        ``ray.kill`` only sends the request: on a loaded machine the next calls could still
+        run on the doomed actor, and a short job might finish before the loss shows — the
+        injected failure would then test nothing.
+        """
+        ray = self.ray
+        actor = self.actors[task]
+        ray.kill(actor, no_restart=True)
+        deadline = time.monotonic() + wait_s
+        while time.monotonic() < deadline:
+            try:
+                ray.get(actor.pid.remote(), timeout=1.0)
+            except (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError):
+                return
+            except ray.exceptions.GetTimeoutError:
+                pass
+            time.sleep(0.05)
 
     def values(self):
         ray = self.ray
