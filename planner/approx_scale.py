@@ -34,15 +34,14 @@ only optimality (within the family) is given up.
 Example::
 
     >>> import numpy as np
-    >>> from planner.dp import _best_per_saved
-from planner.dp_families import DPGraph
+    >>> from planner.dp_families import DPGraph
     >>> from planner import approx_scale
     >>> g = DPGraph(m=np.array([4, 2, 2, 1]), t=np.array([10, 1, 1, 1]),
     ...             src=np.array([0, 0, 1, 2]), dst=np.array([1, 2, 3, 3]))   # a diamond
     >>> fam = approx_scale.family(g)
     >>> r = approx_scale.solve(fam, g, budget=20)
     >>> r.status, r.groups.tolist()
-    ('OK', [0, 1, 2, 3])
+    ('OK', [0, 0, 1, 1])
 """
 
 from __future__ import annotations
@@ -52,7 +51,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from hgraph.errors import HGraphError
-from planner.dp import _best_per_saved
+from planner.dp import _best_per_saved, expand_fronts
 from planner.dp_families import DPGraph
 
 __all__ = ["ScaleFamily", "family", "run_dp", "solve", "ScaleResult", "plan_options",
@@ -274,9 +273,7 @@ def run_dp(fam: ScaleFamily, g: DPGraph, budget: int, window: int | None = None,
         if total == 0:
             fronts.ptr[j + 1] = fronts.size
             continue
-        e = np.repeat(starts - np.cumsum(cnt) + cnt, cnt) + np.arange(total)
-        ns = fronts.s[e] + np.repeat(dt, cnt)
-        nc = fronts.c[e] + np.repeat(dm, cnt)
+        e, ns, nc = expand_fronts(fronts, starts, cnt, dt, dm)
         ns, nc, e = _best_per_saved(ns, nc, e)
         later_min = np.empty_like(nc)
         later_min[-1] = _INF
