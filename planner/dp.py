@@ -267,6 +267,14 @@ def _best_per_saved(ns, nc, e):
     return present + lo, best[present], beste[present]
 
 
+def expand_fronts(fronts: _Fronts, starts, cnt, dt, dm):
+    """Every candidate of one target: ``cnt[k]`` front entries of source k from ``starts[k]``,
+    each shifted by that transition's ``(dt[k], dm[k])``; returns (entry ids, saved, ckpt)."""
+    total = int(cnt.sum())
+    e = np.repeat(starts - np.cumsum(cnt) + cnt, cnt) + np.arange(total)
+    return e, fronts.s[e] + np.repeat(dt, cnt), fronts.c[e] + np.repeat(dm, cnt)
+
+
 def run_dp(fam: Family, t: np.ndarray, m: np.ndarray, budget: int,
            max_recompute: int | None = None, max_ckpt: int | None = None) -> _Fronts:
     """Pareto fronts of every state of ``fam`` under ``budget`` (all quantities in DP units).
@@ -340,9 +348,7 @@ def run_dp(fam: Family, t: np.ndarray, m: np.ndarray, budget: int,
         if total == 0:
             fronts.ptr[j + 1] = fronts.size
             continue
-        e = np.repeat(starts - np.cumsum(cnt) + cnt, cnt) + np.arange(total)
-        ns = fronts.s[e] + np.repeat(dt, cnt)
-        nc = fronts.c[e] + np.repeat(dm, cnt)
+        e, ns, nc = expand_fronts(fronts, starts, cnt, dt, dm)
         if not use_offset:
             ok = nc - np.repeat(dm, cnt) <= np.repeat(room, cnt)
             e, ns, nc = e[ok], ns[ok], nc[ok]

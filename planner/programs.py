@@ -148,12 +148,10 @@ class _Descendants(hgraph.VertexProgram):
 _D, _OUT_REV, _OUT_FWD, _BND, _A, _B = range(6)
 
 
-class _SetStats(hgraph.VertexProgram):
-    """Three supersteps over the bidirectional graph (weight 1: reverse edge, 2: forward edge).
-
-    0: send ``~D`` backwards and ``D`` forwards; 1: ``∂`` and ``A`` columns, send ``A``
-    backwards; 2: ``B`` columns and the per-set sums as array aggregators.
-    """
+class _SetStatsBase(hgraph.VertexProgram):
+    """What both lower-set statistics programs share: six bitset sections per vertex
+    (``words`` uint64 each), OR-combined two-section messages, three supersteps, and the
+    per-set sums as array aggregators."""
 
     value_dtype = message_dtype = np.uint64
     combiner = np.bitwise_or
@@ -162,14 +160,26 @@ class _SetStats(hgraph.VertexProgram):
     aggregators = {"size": "sum", "mL": "sum", "tL": "sum", "t_bnd": "sum", "m_bnd": "sum",
                    "mAB": "sum"}
 
-    def __init__(self, words: int, width: int):
-        self.words, self.width = words, width
+    def __init__(self, words: int):
+        self.words = words
         self.value_shape = (6 * words,)
         self.message_shape = (2 * words,)
-        self._valid = _valid_mask(words, width)
 
     def _sec(self, values, k):
         return values[:, k * self.words:(k + 1) * self.words]
+
+
+class _SetStats(_SetStatsBase):
+    """Three supersteps over the bidirectional graph (weight 1: reverse edge, 2: forward edge).
+
+    0: send ``~D`` backwards and ``D`` forwards; 1: ``∂`` and ``A`` columns, send ``A``
+    backwards; 2: ``B`` columns and the per-set sums as array aggregators.
+    """
+
+    def __init__(self, words: int, width: int):
+        super().__init__(words)
+        self.width = width
+        self._valid = _valid_mask(words, width)
 
     def init(self, block):
         w = self.words
@@ -685,7 +695,7 @@ class _LocalDescendants(hgraph.VertexProgram):
 _REV, _FWD, _REV_X, _FWD_X = 1.0, 2.0, 3.0, 4.0
 
 
-class _LocalSetStats(hgraph.VertexProgram):
+class _LocalSetStats(_SetStatsBase):
     """:class:`_SetStats` over segment-local columns: ``∂``, ``A``, ``B`` of every ``L_v``.
 
     A separator plays two roles: first node of its own segment (columns of that segment) and
@@ -696,20 +706,9 @@ class _LocalSetStats(hgraph.VertexProgram):
     segment's base).
     """
 
-    value_dtype = message_dtype = np.uint64
-    combiner = np.bitwise_or
-    always_update = True
-    max_supersteps = 3
-    aggregators = {"size": "sum", "mL": "sum", "tL": "sum", "t_bnd": "sum", "m_bnd": "sum",
-                   "mAB": "sum"}
-
     def __init__(self, words: int, n: int):
-        self.words, self.n = words, n
-        self.value_shape = (6 * words,)
-        self.message_shape = (2 * words,)
-
-    def _sec(self, values, k):
-        return values[:, k * self.words:(k + 1) * self.words]
+        super().__init__(words)
+        self.n = n
 
     def init(self, block):
         w = self.words
