@@ -126,6 +126,9 @@ def submit(*words: str) -> None:
 def main(graph: str, cg: str, outdir: str) -> None:
     out = Path(outdir)
     temp_dir = tempfile.mkdtemp(prefix="hgc", dir="/tmp")
+    # ray.cluster_utils.Cluster records the head's address in Ray's *default* temp dir whatever
+    # temp_dir says, and fails on a machine where no Ray ever ran (no /tmp/ray yet).
+    Path(tempfile.gettempdir(), "ray").mkdir(exist_ok=True)
     t0 = time.perf_counter()
     cluster = Cluster(initialize_head=True, head_node_args={
         "num_cpus": 1, "include_dashboard": False, "temp_dir": temp_dir,
