@@ -108,6 +108,8 @@ class Master:
                     pending_failure = self.failures[-1]
                     continue
                 row = {"superstep": superstep, "mode": mode}
+                if switcher is not None and switcher.prediction:
+                    row["predicted"] = dict(switcher.prediction)   # what chose this row's mode
                 for key in COUNTERS:
                     row[key] = int(sum(s.get(key, 0) for s in worker_stats))
                 row["seconds"] = time.perf_counter() - t0
@@ -118,7 +120,6 @@ class Master:
                 aggregates = self._reduce(worker_stats)
                 if switcher is not None:
                     switcher.observe(row)
-                    row["predicted"] = {k: int(v) for k, v in switcher.last_prediction.items()}
                 inbound = [[outs[src][dst] for src in range(tasks)] for dst in range(tasks)]
                 if pending_failure is not None:
                     row["failure"] = {k: pending_failure[k] for k in ("superstep", "worker", "resumed_at")}

@@ -355,9 +355,9 @@ class Worker:
             out[t] = data
             if t != self.task:
                 stats["bytes"] += len(data)
-                stats["push_fixed"] += wire.BLOCK_HEADER_BYTES
+                stats["push_fixed"] += wire.PUSH_BLOCK_HEADER_BYTES
                 stats["push_var"] += int(b - a) * (self.id_bytes + self.value_bytes)
-                stats["pull_fixed"] += wire.BLOCK_HEADER_BYTES + pull_fixed
+                stats["pull_fixed"] += wire.PULL_BLOCK_HEADER_BYTES + pull_fixed
                 stats["pull_var"] += pull_var
         return out
 
