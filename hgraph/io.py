@@ -9,7 +9,10 @@ Formats:
   is recognised when a neighbour list holds a non-integer token (``4.0``) — use
   ``fmt="adjacency-weighted"`` / ``"adjacency-unweighted"`` to say it explicitly.
 
-Vertices are ``0..max id`` (or the ``n`` given). A malformed file raises
+Vertices are ``0..max id`` (or the ``n`` given): ids are dense, so the largest id sizes every
+per-vertex array. Without ``n``, an id of more than :data:`ID_SPACE_PER_ID` times the number of
+ids in the file (and at least :data:`MIN_ID_SPACE`) is refused: it is almost surely a stray
+value, and would otherwise allocate memory for every id below it. A malformed file raises
 :class:`hgraph.errors.InputError` naming the file, the line and the problem.
 
 Parsing does not loop in Python per line: the bytes are scanned with NumPy to find the tokens and
@@ -130,6 +133,30 @@ def _check_weights(tokens: _Tokens, index: np.ndarray) -> np.ndarray:
     return weights
 
 
+#: Vertex ids are dense: a file whose largest id is ``k`` makes the ``k + 1`` vertices ``0..k``,
+#: each with its slots in every per-vertex array, whether the file names it or not. So that a
+#: stray huge id is one clear line instead of an allocation of terabytes, the largest id may be at
+#: most :data:`ID_SPACE_PER_ID` times the number of ids the file names (which keeps the vertex
+#: arrays within a constant factor of the file), and any id below :data:`MIN_ID_SPACE` is fine.
+ID_SPACE_PER_ID = 16
+MIN_ID_SPACE = 2**20
+
+
+def _check_id_space(tokens: _Tokens, index: np.ndarray, ids: np.ndarray) -> None:
+    """Refuse, naming the line, an id that would size the graph far beyond what the file holds
+    (``index``: the token index of each of ``ids``, every vertex id the file names)."""
+    limit = max(MIN_ID_SPACE, ID_SPACE_PER_ID * len(ids))
+    if len(ids) == 0 or int(ids.max()) < limit:
+        return
+    at = int(np.argmax(ids))
+    top = int(ids[at])
+    tokens.fail_line(int(tokens.line[index[at]]),
+                     f"vertex id {top} would make {top + 1:,} vertices (ids are dense: every id "
+                     f"0..{top} gets a vertex); a file naming {len(ids):,} ids may use ids below "
+                     f"{limit:,} ({ID_SPACE_PER_ID} per id named, at least {MIN_ID_SPACE:,}): "
+                     f"renumber the vertices 0..n-1")
+
+
 def _graph(path, src, dst, weights, n):
     top = int(max(src.max(initial=-1), dst.max(initial=-1))) + 1
     if n is not None and top > n:
@@ -149,6 +176,8 @@ def load_edgelist(path, n: int | None = None) -> Graph:
     first = tokens.first[used]
     src = _check_ids(tokens, first, "source id")
     dst = _check_ids(tokens, first + 1, "destination id")
+    if n is None:
+        _check_id_space(tokens, np.concatenate((first, first + 1)), np.concatenate((src, dst)))
     weighted = count[used] == 3
     weights = np.ones(len(used))
     if weighted.any():
@@ -195,6 +224,8 @@ def load_adjacency(path, weighted: bool | None = None, n: int | None = None) -> 
     src = vids[owner]
     dst = _check_ids(tokens, dst_index, "neighbour id")
     weights = _check_weights(tokens, dst_index + 1) if weighted else None
+    if n is None:
+        _check_id_space(tokens, np.concatenate((first, dst_index)), np.concatenate((vids, dst)))
     top = int(max(vids.max(initial=-1), dst.max(initial=-1))) + 1
     return _graph(path, src, dst, weights, n if n is not None else top)
 

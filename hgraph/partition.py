@@ -46,6 +46,30 @@ def block_index(bounds: np.ndarray, ids: np.ndarray) -> np.ndarray:
     return np.searchsorted(bounds, ids, side="right") - 1
 
 
+#: The most VBlocks (tasks x blocks) a partition may have: the block matrices
+#: (:attr:`Partition.pair_edges`, ``dependency``) are dense, (tasks x blocks)^2 entries of 9 bytes,
+#: so 10,000 VBlocks already take 0.9 GB.
+MAX_VBLOCKS = 10_000
+
+
+def fit_to_vertices(n: int, tasks: int, blocks: int) -> tuple[int, int]:
+    """``(tasks, blocks)`` with at most one VBlock per vertex: a task or a block beyond the
+    ``n`` vertices would own no vertex and only cost memory (the block matrices grow with the
+    square of tasks x blocks), and the result is the same for any tasks and blocks. So tasks are
+    cut to ``n``, then blocks to ``n // tasks``; more VBlocks than :data:`MAX_VBLOCKS` on a graph
+    big enough to fill them is refused with one line."""
+    if tasks < 1 or blocks < 1:
+        raise HGraphError(f"tasks and blocks must be >= 1, got tasks={tasks} blocks={blocks}")
+    tasks = min(tasks, max(n, 1))
+    blocks = min(blocks, max(n // tasks, 1))
+    if tasks * blocks > MAX_VBLOCKS:
+        raise HGraphError(f"tasks x blocks = {tasks:,} x {blocks:,} = {tasks * blocks:,} VBlocks: "
+                          f"the engine's block matrices are dense, (tasks x blocks)^2 entries "
+                          f"({9 * (tasks * blocks) ** 2 / 2**30:,.1f} GiB); use at most "
+                          f"{MAX_VBLOCKS:,} VBlocks")
+    return tasks, blocks
+
+
 @dataclass
 class TaskSlice:
     """What one worker holds: its VBlocks and the out-edges of its vertices (local CSR)."""
@@ -72,14 +96,16 @@ class TaskSlice:
 
 
 class Partition:
-    """Bounds of tasks and VBlocks over ``graph`` plus the block dependency matrix."""
+    """Bounds of tasks and VBlocks over ``graph`` plus the block dependency matrix.
+
+    ``tasks`` and ``blocks`` are what :func:`fit_to_vertices` makes of the request (at most one
+    VBlock per vertex); ``requested`` is the request."""
 
     def __init__(self, graph, tasks: int = 1, blocks: int = 1):
-        if int(tasks) < 1 or int(blocks) < 1:
-            raise HGraphError(f"tasks and blocks must be >= 1, got tasks={tasks} blocks={blocks}")
-        self.graph = graph
-        self.tasks, self.blocks = int(tasks), int(blocks)
         n = graph.n
+        self.requested = (int(tasks), int(blocks))
+        self.tasks, self.blocks = fit_to_vertices(n, int(tasks), int(blocks))
+        self.graph = graph
         total = self.tasks * self.blocks
         self.block_bounds = even_bounds(n, total)
         self.task_bounds = self.block_bounds[:: self.blocks].copy()

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 
@@ -101,3 +105,96 @@ def test_partition_blocks_and_dependency():
     assert (s.start, s.stop) == (5, 10) and s.out_indices.tolist() == [6, 0]
     route = p.route_table(np.array([True, False, False, False]))
     assert route[:, 0].tolist() == [False, True, False, True] and not route[:, 1].any()
+
+
+# --- issue 11 item 3: memory errors as tracebacks -------------------------------------------
+
+ROOT = EXAMPLES.parent
+
+
+def _job(*words, timeout=300):
+    """A job as a user runs it (a subprocess, so a traceback or a MemoryError would show)."""
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    return subprocess.run([sys.executable, "-m", *map(str, words)], capture_output=True,
+                          text=True, timeout=timeout, cwd=ROOT, env=env)
+
+
+@pytest.mark.parametrize("text, fmt, line", [
+    ("# ids are dense\n0 1\n1 99999999999\n", "edgelist", 3),
+    ("0\t1:99999999999\n1\t0\n", "adjacency", 1),
+    ("0\t1:2.0:5:1.0\n99999999999\t0:1.0\n", "adjacency", 2),
+])
+def test_a_huge_vertex_id_is_refused_naming_its_line(tmp_path, text, fmt, line):
+    """A stray id of 99999999999 used to allocate 745 GiB (numpy _ArrayMemoryError)."""
+    p = tmp_path / "huge.txt"
+    p.write_text(text)
+    with pytest.raises(InputError) as info:
+        hgraph.io.load(p, fmt=fmt)
+    assert info.value.line == line
+    assert "vertex id 99999999999" in info.value.problem and "dense" in info.value.problem
+    assert f"below {hgraph.io.MIN_ID_SPACE:,}" in info.value.problem
+
+
+def test_the_id_space_bound_grows_with_the_file(tmp_path):
+    """Ids may be sparse (16 per id named, at least 2^20): a 2^20-vertex file with few edges
+    loads, as does a file whose ids are sparse but within 16 per id; one beyond is refused."""
+    p = tmp_path / "sparse.edges"
+    p.write_text(f"0 1\n1 {hgraph.io.MIN_ID_SPACE - 1}\n")
+    assert hgraph.io.load(p).n == hgraph.io.MIN_ID_SPACE
+    m = hgraph.io.MIN_ID_SPACE // 8                 # 2m ids named: bound 32m = 4 x MIN_ID_SPACE
+    src = np.arange(m)
+    q = tmp_path / "wide.edges"
+    np.savetxt(q, np.column_stack([src, (src * 31) % (32 * m)]), fmt="%d")
+    assert hgraph.io.load(q).n == int(((src * 31) % (32 * m)).max()) + 1
+    with open(q, "a") as handle:
+        handle.write(f"0 {32 * m + 2}\n")            # 2m + 2 ids: the bound is 32m + 32
+    assert hgraph.io.load(q).n == 32 * m + 3
+    with open(q, "a") as handle:
+        handle.write(f"0 {40 * m}\n")
+    with pytest.raises(InputError) as info:
+        hgraph.io.load(q)
+    assert info.value.line == m + 2
+    assert hgraph.io.load(q, n=40 * m + 1).n == 40 * m + 1   # an explicit n is the caller's word
+
+
+def test_cli_refuses_a_huge_vertex_id_in_one_line(tmp_path):
+    p = tmp_path / "huge.edges"
+    p.write_text("0 1\n1 99999999999\n")
+    proc = _job("jobs.sssp", "--graph", p, "--progress", "off")
+    assert proc.returncode == 2, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr
+    assert lines[0].startswith(f"hgraph: error: {p}:2: vertex id 99999999999")
+
+
+def test_more_tasks_and_blocks_than_vertices_are_cut_to_the_vertices():
+    """``--tasks 100000`` on a small graph used to allocate a 74.5 GiB block matrix. Tasks are
+    cut to one per vertex, then blocks to fill the rest; the result is the same as for any tasks."""
+    g = hgraph.io.load(EXAMPLES / "tiny.edges")                   # 8 vertices
+    for (tasks, blocks), fitted in {(100_000, 1): (8, 1), (4, 4): (4, 2), (3, 5): (3, 2),
+                                    (2, 2): (2, 2), (1, 10**9): (1, 8)}.items():
+        p = Partition(g, tasks=tasks, blocks=blocks)
+        assert (p.tasks, p.blocks) == fitted and p.requested == (tasks, blocks)
+        assert p.num_blocks <= g.n and p.pair_edges.shape == (p.num_blocks, p.num_blocks)
+    empty = Partition(hgraph.Graph.from_edges([], [], n=0), tasks=5, blocks=5)
+    assert (empty.tasks, empty.blocks) == (1, 1)
+    from hgraph.examples import SSSP
+
+    one = hgraph.run(SSSP(0), g, tasks=1)
+    many = hgraph.run(SSSP(0), g, tasks=100_000, blocks=3)
+    assert one.values.tobytes() == many.values.tobytes()
+
+
+def test_too_many_vblocks_for_the_block_matrices_are_refused():
+    g = hgraph.Graph.from_edges([0], [1], n=20_000)
+    with pytest.raises(HGraphError, match=r"20,000 VBlocks.*at most 10,000"):
+        Partition(g, tasks=20_000)
+    assert Partition(g, tasks=100, blocks=100).num_blocks == 10_000
+
+
+def test_cli_runs_tasks_beyond_the_vertex_count(tmp_path):
+    out = tmp_path / "dist.tsv"
+    proc = _job("jobs.sssp", "--graph", EXAMPLES / "tiny.edges", "--tasks", 100000,
+                "--progress", "off", "--out", out)
+    assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr
+    assert out.read_text().splitlines()[:3] == ["0\t0.0", "1\t3.0", "2\t1.0"]
