@@ -12,7 +12,10 @@ with :class:`ray.cluster_utils.Cluster`, joins it, and runs ``hgraph submit`` jo
   back afterwards so every scenario starts with 3 nodes).
 
 The runtime pins each worker actor (softly) to its own node, round robin, so the jobs span
-three nodes. Node loss comes from a hook on :meth:`hgraph.runtime.ray_actors.RayRuntime.step` — the point
+three nodes. Soft affinity is a preference, not a guarantee: under CPU load Ray once placed all
+three workers on the head node, and the node faults then had no worker node to remove. So this
+process makes the runtime's affinity hard (:class:`HardNodeAffinity`): every worker starts on the
+node the runtime chose, among the nodes alive at that moment (a replacement too). Node loss comes from a hook on :meth:`hgraph.runtime.ray_actors.RayRuntime.step` — the point
 ``--inject-failure`` uses, but taking down a whole node — and recoveries are counted on
 :meth:`hgraph.master.Master._recover`, so a fault that never fired cannot pass for a recovery.
 
@@ -44,6 +47,7 @@ sys.path.insert(0, str(ROOT))
 
 import ray  # noqa: E402
 from ray.cluster_utils import Cluster  # noqa: E402
+from ray.util import scheduling_strategies  # noqa: E402
 
 import hgraph.master  # noqa: E402
 from hgraph.cli import main as hgraph_main  # noqa: E402
@@ -51,6 +55,20 @@ from hgraph.runtime import ray_actors  # noqa: E402
 
 NODES = 3
 FAULT_SUPERSTEP = 3
+
+
+class HardNodeAffinity(scheduling_strategies.NodeAffinitySchedulingStrategy):
+    """Node affinity that never falls back to another node (``soft`` is ignored): installed in
+    place of Ray's class, which the runtime imports when it starts an actor."""
+
+    made = 0      # how many placements it made (the test checks it was used at all)
+
+    def __init__(self, node_id: str, soft: bool = False, **kwargs):
+        super().__init__(node_id, soft=False, **kwargs)
+        HardNodeAffinity.made += 1
+
+
+scheduling_strategies.NodeAffinitySchedulingStrategy = HardNodeAffinity
 
 
 class Faults:
@@ -126,10 +144,11 @@ def submit(*words: str) -> None:
 def main(graph: str, cg: str, outdir: str) -> None:
     out = Path(outdir)
     temp_dir = tempfile.mkdtemp(prefix="hgc", dir="/tmp")
-    # ray.cluster_utils.Cluster records the head's address in Ray's *default* temp dir whatever
-    # temp_dir says, and fails on a machine where no Ray ever ran (no /tmp/ray yet).
-    system_tmp = os.environ.get("RAY_TMPDIR") or os.environ.get("TMPDIR") or "/tmp"   # Ray's rule
-    Path(system_tmp, "ray").mkdir(exist_ok=True)
+    # ray.cluster_utils.Cluster records the head's address in <RAY_TMPDIR>/ray/ray_current_cluster
+    # whatever the nodes' temp_dir, and fails where that folder does not exist (no /tmp/ray on a
+    # fresh machine): point it at our own folder, so that it is removed with the rest at the end.
+    os.environ["RAY_TMPDIR"] = temp_dir
+    os.makedirs(os.path.join(temp_dir, "ray"), exist_ok=True)
     t0 = time.perf_counter()
     cluster = Cluster(initialize_head=True, head_node_args={
         "num_cpus": 1, "include_dashboard": False, "temp_dir": temp_dir,
@@ -177,6 +196,7 @@ def main(graph: str, cg: str, outdir: str) -> None:
                 cluster.add_node(num_cpus=1, object_store_memory=100 * 2**20)
                 cluster.wait_for_nodes()
     finally:
+        summary["hard_affinity_placements"] = HardNodeAffinity.made
         (out / "summary.json").write_text(json.dumps(summary, indent=1))
         ray.shutdown()
         cluster.shutdown()

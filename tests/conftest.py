@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import tempfile
 from pathlib import Path
 
@@ -31,12 +32,18 @@ def shared_path(*parts: str) -> Path:
 
 @pytest.fixture(scope="session")
 def ray_session():
-    """An embedded Ray for the whole session, with a short temp dir (Unix-socket path limit)."""
+    """An embedded Ray for the whole session, with a short temp dir (Unix-socket path limit)
+    that is removed, Ray's session logs and all, when the session ends."""
     import ray
 
+    temp_dir = None
     if not ray.is_initialized():
         temp_dir = tempfile.mkdtemp(prefix="hgr", dir="/tmp")
         ray.init(address="local", num_cpus=4, include_dashboard=False, log_to_driver=False,
                  object_store_memory=200 * 2**20, _temp_dir=temp_dir, logging_level="ERROR")
-    yield ray
-    ray.shutdown()
+    try:
+        yield ray
+    finally:
+        ray.shutdown()
+        if temp_dir is not None:
+            shutil.rmtree(temp_dir, ignore_errors=True)
