@@ -28,6 +28,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import sys
 import tempfile
 import time
@@ -135,6 +136,41 @@ class Faults:
                            f"{[n['NodeID'] for n in ray.nodes() if n['Alive']]}")
 
 
+def start_cluster(temp_dir: str, attempts: int = 3) -> Cluster:
+    """The 3-node cluster. Ray gives a node 30 s to register with the GCS ("The current node
+    timed out during startup"), which a loaded 2-core machine can miss: then the processes of
+    the attempt (found by the temp folder in their command line) are stopped and it starts again."""
+    for attempt in range(1, attempts + 1):
+        cluster = Cluster()
+        try:
+            cluster.add_node(num_cpus=1, include_dashboard=False, temp_dir=temp_dir,
+                             object_store_memory=100 * 2**20)
+            for _ in range(NODES - 1):
+                cluster.add_node(num_cpus=1, object_store_memory=100 * 2**20)
+            cluster.wait_for_nodes()
+            return cluster
+        except Exception as err:  # noqa: BLE001 - Ray raises a bare Exception for the timeout
+            print(f"cluster start {attempt}/{attempts} failed: {err}", file=sys.stderr)
+            cluster.shutdown()
+            stop_processes_of(temp_dir)
+            if attempt == attempts:
+                raise
+    raise AssertionError("unreachable")
+
+
+def stop_processes_of(temp_dir: str) -> None:
+    """SIGKILL this process's Ray processes: those whose command line names ``temp_dir``."""
+    needle = temp_dir.encode()
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            if needle in (entry / "cmdline").read_bytes():
+                os.kill(int(entry.name), signal.SIGKILL)
+        except (OSError, ProcessLookupError):
+            continue
+
+
 def submit(*words: str) -> None:
     code = hgraph_main(["submit", *words, "--progress", "off"])
     if code != 0:
@@ -150,12 +186,7 @@ def main(graph: str, cg: str, outdir: str) -> None:
     os.environ["RAY_TMPDIR"] = temp_dir
     os.makedirs(os.path.join(temp_dir, "ray"), exist_ok=True)
     t0 = time.perf_counter()
-    cluster = Cluster(initialize_head=True, head_node_args={
-        "num_cpus": 1, "include_dashboard": False, "temp_dir": temp_dir,
-        "object_store_memory": 100 * 2**20})
-    for _ in range(NODES - 1):
-        cluster.add_node(num_cpus=1, object_store_memory=100 * 2**20)
-    cluster.wait_for_nodes()
+    cluster = start_cluster(temp_dir)
     ray.init(address=cluster.address, log_to_driver=False, logging_level="ERROR")
     summary = {"start_seconds": time.perf_counter() - t0, "address": cluster.address, "runs": {}}
     faults = Faults(cluster)
