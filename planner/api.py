@@ -233,11 +233,14 @@ def _replay(g, ag, s: _Solver, dp_budget: int, check: bool):
     return chain, model, schedule, sim
 
 
-def _smallest(ok, hi: int) -> int:
-    """Bisection: the smallest budget (bytes) with ``ok(budget)``; ``ok`` is monotone."""
+def _smallest(ok, hi: int, top: int) -> int | None:
+    """Bisection: the smallest budget (bytes) with ``ok(budget)`` (``ok`` is monotone), or
+    None when even ``top`` fails. ``hi`` doubles until ``ok(hi)``, never past ``top``."""
     lo = 0
     while not ok(hi):
-        lo, hi = hi, hi * 2
+        if hi >= top:
+            return None
+        lo, hi = hi, min(2 * hi, top)
     while hi - lo > 1:
         mid = (lo + hi) // 2
         if ok(mid):
@@ -245,6 +248,14 @@ def _smallest(ok, hi: int) -> int:
         else:
             lo = mid
     return hi
+
+
+def _options_text(solver: str, strategy: str, units: str, s: "_Solver") -> str:
+    """The options a plan was asked with, as the one-line error names them."""
+    parts = [f"--solver {solver}", f"--strategy {strategy}", f"--units {units}"]
+    if s.scale:
+        parts += [f"--dp-window {s.window or 0}", f"--dp-front-cap {s.front_cap or 0}"]
+    return " ".join(parts)
 
 
 def plan(graph_or_path, budget="100%", solver: str = "approx", strategy: str = "time",
@@ -303,7 +314,16 @@ def plan(graph_or_path, budget="100%", solver: str = "approx", strategy: str = "
     found = _fit(g, ag, s, budget_bytes, units, check)
     if found is None:
         # the smallest budget the DP finds a chain at (bisection), and what that chain replays to
-        dp_min = _smallest(lambda x: s.solve(x)[0] == "OK", max(2 * act_sum, budget_bytes + 1, 1))
+        # every DP transition's peak (ckpt + 2·Δm + m(A) + m(B)) is at most 5·m(V): at that
+        # budget all of them fit, so if the solver's options allow a plan at all, it is there
+        top = max(5 * act_sum, budget_bytes + 1, 1)
+        dp_min = _smallest(lambda x: s.solve(x)[0] == "OK",
+                           max(2 * act_sum, budget_bytes + 1, 1), top)
+        if dp_min is None:
+            raise HGraphError(
+                f"no budget gives a plan with {_options_text(solver, strategy, units, s)} on "
+                f"{g.name}: not even {top:,} bytes ({format_bytes(top)}), where every block "
+                f"fits; widen or drop the DP window", exit_code=3)
         smallest = dp_min
         if units == "bytes" and solver != "chen":
             at_min = _replay(g, ag, s, dp_min, check)

@@ -166,3 +166,21 @@ def test_dp_scale_flags_reach_the_report(tmp_path):
     assert r["within_budget"] and r["engine"]["supersteps"] < 40
     assert main(["submit", "plan", "--graph", str(graph), "--budget", "50%",
                  "--dp-window", "-1"]) == 2
+
+
+def test_no_plan_with_the_chosen_options_is_one_line(tmp_path):
+    """--dp-window 1 on parallel branches has no plan at any budget: the smallest-budget search
+    stops at the budget where every block fits and names the options (on main: OverflowError
+    after doubling the budget past int64)."""
+    from planner import synth
+
+    graph = tmp_path / "s2.txt"
+    cg.write(synth.build(layers=2, heads=4), graph)
+    with pytest.raises(HGraphError, match="--dp-window 1") as info:
+        planner.plan(cg.read(graph), budget="100%", dp_window=1)
+    assert info.value.exit_code == 3 and not isinstance(info.value, InfeasibleError)
+    proc = _run("hgraph", "submit", "plan", "--graph", str(graph), "--budget", "100%",
+                "--dp-window", "1", "--out", str(tmp_path / "s.txt"))
+    assert proc.returncode == 3 and "Traceback" not in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1 and "--dp-window 1" in proc.stderr
+    assert not (tmp_path / "s.txt").exists()
