@@ -184,3 +184,17 @@ def test_no_plan_with_the_chosen_options_is_one_line(tmp_path):
     assert proc.returncode == 3 and "Traceback" not in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1 and "--dp-window 1" in proc.stderr
     assert not (tmp_path / "s.txt").exists()
+
+
+def test_more_engine_blocks_than_nodes_gives_the_same_plan():
+    """The zoo mlp has 15 activations: tasks × blocks = 16 leaves engine blocks empty (on main:
+    ValueError: cannot reshape array of size 0 in the lower-set statistics)."""
+    from planner.execute import export, zoo
+
+    g = export.to_cg(zoo.build("mlp"))
+    assert len(g.forward) < 16
+    one = planner.plan(g, budget="100%")
+    for tasks, blocks in ((4, 4), (16, 2)):
+        p = planner.plan(g, budget="100%", tasks=tasks, blocks=blocks)
+        assert p.schedule.dumps() == one.schedule.dumps()
+        assert _stable(p.report) == _stable(one.report)
