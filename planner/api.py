@@ -19,7 +19,10 @@ Example::
 ``p.schedule.write("sch.txt")`` writes the schedule in the reference's format.
 
 An infeasible budget raises :class:`hgraph.errors.InfeasibleError` whose message gives the
-smallest feasible budget for that solver (``err.min_budget_bytes``).
+smallest feasible budget for that solver (``err.min_budget_bytes``). A plan is never worse than
+not planning: in bytes units, when the no-recomputation schedule fits the budget, the DP solvers
+keep everything (time-centric always; memory-centric when the DP's plan would not peak lower);
+``units="reference"`` and Chen's solver keep the reference's behaviour.
 """
 
 from __future__ import annotations
@@ -155,6 +158,15 @@ def _replay(g, ag, s: Solver, dp_budget: int, check: bool):
     return groups, model, schedule, sim
 
 
+def _keep_everything(g, ag, schedule, check: bool):
+    """(groups, model, schedule, sim) of the no-recomputation schedule: one block, nothing
+    recomputed, every value freed after its last use."""
+    sim = simulate.replay(g, schedule, check=check)
+    model = dict(blocks=1, model_recompute_cost=0, model_peak_bytes=int(sim.peak_bytes),
+                 n_lower_sets=0, comp_ratio=1, family="keep_everything", fell_back=False)
+    return np.zeros(ag.n, np.int64), model, schedule, sim
+
+
 def _smallest(ok, hi: int, top: int) -> int | None:
     """Bisection: the smallest budget (bytes) with ``ok(budget)`` (``ok`` is monotone), or
     None when even ``top`` fails. ``hi`` doubles until ``ok(hi)``, never past ``top``."""
@@ -231,7 +243,13 @@ def plan(graph_or_path, budget="100%", solver: str = "approx", strategy: str = "
     s = Solver(g, solver, strategy, units, opts, max_lower_sets, fallback,
                dp_window=dp_window, dp_front_cap=dp_front_cap, level=level, ag=ag)
     s.engine_supersteps += level_steps
-    found = _fit(g, ag, s, budget_bytes, units, check)
+    fits_all = (units == "bytes" and solver != "chen" and base_sched is not None
+                and baseline_peak <= budget_bytes)
+    # a plan is never worse than not planning: time-centric, nothing beats zero recomputation
+    found = None if fits_all and strategy == "time" else _fit(g, ag, s, budget_bytes, units,
+                                                              check)
+    if fits_all and (found is None or found[3].peak_bytes >= baseline_peak):
+        found = _keep_everything(g, ag, base_sched, check)
     if found is None:
         # the smallest budget the DP finds a chain at (bisection), and what that chain replays to
         # every DP transition's peak (ckpt + 2·Δm + m(A) + m(B)) is at most 5·m(V): at that

@@ -65,15 +65,8 @@ class Fronts:
                 setattr(self, name, new)
 
     def append(self, j: int, s, c, pred):
-        k = np.size(s)
-        self._reserve(k)
-        sl = slice(self.size, self.size + k)
-        self.s[sl], self.c[sl], self.pred[sl], self.state[sl] = s, c, pred, j
-        self.glob[sl] = j * self.span + c
-        if self.span_s:
-            self.glob_s[sl] = j * self.span_s + s
-        self.size += k
-        self.ptr[j + 1] = self.size
+        """Append state ``j``'s front (``saved`` ascending; at least one entry)."""
+        self.extend(np.full(np.size(s), j, np.int64), s, c, pred)
 
     def extend(self, states, s, c, pred):
         """Append entries of several states at once (sorted by state, then saved).
