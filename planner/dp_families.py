@@ -42,6 +42,9 @@ from planner.analyses.local_stats import local_stats
 from planner.bitsets import pack, unpack
 from planner.lower_sets import DEFAULT_MAX_LOWER_SETS
 
+__all__ = ["DEFAULT_MAX_LOWER_SETS", "DPGraph", "Family", "approx_family", "exact_family",
+           "SUBSET_MATRIX_MAX_BYTES"]
+
 
 #: Largest inclusion matrix :meth:`Family.subset_matrix` builds (GoogLeNet's is 94 MB).
 SUBSET_MATRIX_MAX_BYTES = 512 * 2**20
@@ -297,7 +300,8 @@ def _lower_set_levels(g: DPGraph, limit: int):
 
 def exact_family(g: DPGraph, max_lower_sets: int = DEFAULT_MAX_LOWER_SETS,
                  fallback: bool = False, opts=None) -> Family:
-    """Every lower set, numbered by size (DPfix). Past ``max_lower_sets``: error, or approx if ``fallback``."""
+    """Every lower set, numbered by size (DPfix). Past ``max_lower_sets``: an error, or the
+    approximate family if ``fallback`` (built on the engine with ``opts``)."""
     levels = []
     total = 0
     for level in _lower_set_levels(g, max_lower_sets):

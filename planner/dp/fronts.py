@@ -64,26 +64,33 @@ class Fronts:
                 new[:self.size] = arr[:self.size]
                 setattr(self, name, new)
 
-    def append(self, j: int, s, c, pred):
-        """Append state ``j``'s front (``saved`` ascending; at least one entry)."""
-        self.extend(np.full(np.size(s), j, np.int64), s, c, pred)
-
-    def extend(self, states, s, c, pred):
-        """Append entries of several states at once (sorted by state, then saved).
-
-        Returns the first and last index (within the call) of each state's run.
-        """
-        k = states.size
+    def _write(self, states, s, c, pred) -> int:
+        """Store ``k`` entries after the last one (``states``: one state or one per entry)."""
+        k = np.size(s)
         self._reserve(k)
         sl = slice(self.size, self.size + k)
         self.s[sl], self.c[sl], self.pred[sl], self.state[sl] = s, c, pred, states
         self.glob[sl] = states * self.span + c
         if self.span_s:
             self.glob_s[sl] = states * self.span_s + s
+        self.size += k
+        return k
+
+    def append(self, j: int, s, c, pred):
+        """Append state ``j``'s front (``saved`` ascending)."""
+        self._write(j, s, c, pred)
+        self.ptr[j + 1] = self.size
+
+    def extend(self, states, s, c, pred):
+        """Append entries of several states at once (sorted by state, then saved).
+
+        Returns the first and last index (within the call) of each state's run.
+        """
+        start = self.size
+        k = self._write(states, s, c, pred)
         first = np.flatnonzero(np.r_[True, states[1:] != states[:-1]])
         last = np.r_[first[1:], k] - 1
-        self.ptr[states[first] + 1] = self.size + last + 1
-        self.size += k
+        self.ptr[states[first] + 1] = start + last + 1
         return first, last
 
 

@@ -13,8 +13,8 @@ reported approximations (``dp_window``, ``dp_front_cap`` in the plan's report):
   order (blocks of at most ~W nodes on near-chain graphs — the optimum's blocks are a few nodes);
 * ``front_cap = K``: each front keeps at most K entries — always its cheapest and its
   largest-saved one, and either entries spread over its checkpoint range or those with the
-  best Lagrangian score ``saved − λ·ckpt``; :func:`planner.dp.solve.solve_family` runs a pass of each kind (a few λ)
-  and keeps the best chain.
+  best Lagrangian score ``saved − λ·ckpt``; :func:`planner.dp.solve.solve_family` runs a pass
+  of each kind (a few λ) and keeps the best chain.
 
 Measured on synthetic transformers at a 50 % budget (model recompute, share of T(V)): exact
 45.6 % at 2,000 and 4,000 nodes; window 8 / cap 32: the exact optimum at 2,000 nodes (922;
