@@ -1,7 +1,7 @@
 """Planner DP time per graph and solver beside the reference's wall_s (results.csv), as ratios.
 
 For every DP2fix (approx) and DPfix (exact) row of ../shared/reference/results.csv this solves
-the same graph, budget and strategy with ``planner.dp.solve(..., units="reference")`` — family
+the same graph, budget and strategy with ``planner.solver.Solver(..., units="reference").dp(budget)`` — family
 construction included, the cg.txt parse excluded — checks the row's model numbers, and prints
 our seconds next to the reference's ``wall_s`` (g++ -O3, one core). Rows where the reference
 timed out (TIMEOUT / SKIPPED) are run in a child process with the same 150 s limit; they have
@@ -28,7 +28,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from planner import cg  # noqa: E402
-from planner.dp import solve  # noqa: E402
+from planner.solver import Solver  # noqa: E402
 
 SHARED = ROOT.parent / "shared"
 FAMILY = {"DP2fix": "approx", "DPfix": "exact"}
@@ -39,7 +39,7 @@ def _solve(path_or_graph, budget, family, strategy):
     """(wall s, CPU s, status, model numbers); CPU time shows what a shared machine hides."""
     g = cg.read(path_or_graph) if isinstance(path_or_graph, str) else path_or_graph
     t0, c0 = time.perf_counter(), time.process_time()
-    r = solve(g, budget, family=family, strategy=strategy, units="reference")
+    r = Solver(g, solver=family, strategy=strategy, units="reference").dp(budget)
     return (time.perf_counter() - t0, time.process_time() - c0, r.status,
             tuple(getattr(r, k) for k in KEYS))
 

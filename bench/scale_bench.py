@@ -13,7 +13,7 @@ Run::
     python3 bench/scale_bench.py                                  # 100k nodes, 4 Ray tasks
     python3 bench/scale_bench.py --nodes 100000 --ladder 1000,2000,4000 --stages --limit 900
 
-Graphs above ``planner.approx_scale.EXACT_LIMIT`` activations are planned on the scale path
+Graphs above ``planner.dp.scale.EXACT_LIMIT`` activations are planned on the scale path
 (segment-local sets, a few engine supersteps, the approximate DP with the reported
 ``dp_window``/``dp_front_cap`` options); smaller ones by the exact approximate DP.
 """
@@ -64,10 +64,15 @@ def run_child(argv, limit: float) -> dict:
 def stages(path: str, tasks: int, runtime: str, budget: str) -> dict:
     """Time the pieces of one plan in-process, as :func:`planner.plan` runs them on a graph of
     this size (engine analyses, DP, emit, replay)."""
-    from planner import approx_scale, cg, emit, emit_scale, programs, simulate
+    from planner import cg, emit, simulate
     from planner.activation_graph import ActivationGraph
+    from planner.analyses.engine import EngineOptions
+    from planner.analyses.levels import levels
+    from planner.analyses.local_stats import local_stats
     from planner.budget import parse_budget
-    from planner.dp_families import DPGraph
+    from planner.dp import scale
+    from planner.dp.solve import solve_family
+    from planner.dp_families import DPGraph, approx_family
 
     out = {}
     t = time.perf_counter()
@@ -75,33 +80,23 @@ def stages(path: str, tasks: int, runtime: str, budget: str) -> dict:
     out["read_s"] = time.perf_counter() - t
     ag = ActivationGraph.from_cg(g)
     dg = DPGraph(m=ag.bytes, t=ag.t, src=ag.src, dst=ag.dst)
-    opts = programs.EngineOptions(tasks=tasks, runtime=runtime)
+    opts = EngineOptions(tasks=tasks, runtime=runtime)
     t = time.perf_counter()
-    lv, steps = programs.levels(dg, opts=opts, with_supersteps=True)
+    lv, steps = levels(dg, opts=opts, with_supersteps=True)
     out["levels_s"], out["depth"] = time.perf_counter() - t, int(lv.max()) + 1
     b = parse_budget(budget, baseline=int(ag.bytes.sum()))
-    window, cap = approx_scale.plan_options(ag.n)
+    big = ag.n > scale.EXACT_LIMIT
+    window, cap = scale.plan_options(ag.n)
     t = time.perf_counter()
-    if ag.n > approx_scale.EXACT_LIMIT:
-        st = programs.local_stats(dg, opts=opts, level=lv)
-        out["lower_set_stats_s"], out["supersteps"] = time.perf_counter() - t, steps + st.supersteps
-        fam = approx_scale.family(dg, stats=st)
-        t = time.perf_counter()
-        r = approx_scale.solve(fam, dg, b, window=window, front_cap=cap)
-        chain, emitter = r.groups, emit_scale.emit_groups
-    else:
-        from planner import dp
-
-        st = programs.lower_set_stats(dg, opts=opts)
-        out["lower_set_stats_s"], out["supersteps"] = time.perf_counter() - t, steps + st.supersteps
-        fam = programs.approx_family(dg, stats=st)
-        t = time.perf_counter()
-        r = dp.solve_family(fam, dg, b)
-        chain, emitter = r.chain, emit.emit
+    st = local_stats(dg, opts=opts, level=lv)
+    out["lower_set_stats_s"], out["supersteps"] = time.perf_counter() - t, steps + st.supersteps
+    fam = approx_family(dg, stats=st, dense=not big)
+    t = time.perf_counter()
+    r = solve_family(fam, dg, b, window=window, front_cap=cap)
     out["dp_s"], out["dp_status"] = time.perf_counter() - t, r.status
     if r.status == "OK":
         t = time.perf_counter()
-        s = emitter(g, chain, ag)
+        s = emit.emit_groups(g, r.groups, ag)
         out["emit_s"] = time.perf_counter() - t
         t = time.perf_counter()
         out["replay_peak"] = simulate.replay(g, s).peak_bytes

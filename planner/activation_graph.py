@@ -17,10 +17,10 @@ bit ``i`` = node ``i``); every helper accepts both and returns the same kind it 
 
 Example::
 
-    >>> from planner import cg                                            # doctest: +SKIP
-    >>> ag = ActivationGraph.from_cg(cg.read("../shared/graphs/cg_vgg19.txt"))  # doctest: +SKIP
-    >>> ag.n, ag.num_edges, int(ag.t.sum())                               # doctest: +SKIP
-    (46, 45, 190)
+    >>> from planner import synth
+    >>> ag = ActivationGraph.from_cg(synth.build(layers=2, heads=2))
+    >>> ag.n, ag.num_edges, int(ag.t.sum())
+    (40, 53, 40)
 """
 
 from __future__ import annotations
@@ -221,22 +221,6 @@ class ActivationGraph:
         red = np.logical_or.reduceat(cut, starts[has], axis=1)
         out[:, has] = red
         return out
-
-    def ancestors_bits(self) -> list:
-        """Per node, the bitset of its proper ancestors (for the DP2 family L_v = anc(v) ∪ {v}).
-
-        Memory is O(n²/8) bytes: fine for thousands of nodes, not for 10⁵.
-        """
-        order = self.topological_order().tolist()
-        pred = self.pred_bits
-        anc = [0] * self.n
-        pi, pp = self.pred_indices.tolist(), self.pred_indptr.tolist()
-        for v in order:
-            a = pred[v]
-            for u in pi[pp[v]:pp[v + 1]]:
-                a |= anc[u]
-            anc[v] = a
-        return anc
 
     def topological_order(self) -> np.ndarray:
         """Nodes in a topological order (Kahn's algorithm; smallest ready node first is not

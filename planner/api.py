@@ -1,23 +1,28 @@
 """The driver API: :func:`plan` a recomputation schedule for a graph under a memory budget.
 
-The main walk (DESIGN.md): read the graph → engine analyses (:mod:`planner.programs`: levels and,
+The main walk (DESIGN.md): read the graph → engine analyses (:mod:`planner.analyses`: levels and,
 for the approximate DP, the segment-local lower-set statistics, over ``tasks`` workers, in a
-few supersteps) → the DP on the driver (:mod:`planner.dp`; above
-``approx_scale.EXACT_LIMIT`` activations :mod:`planner.approx_scale`, whose window / front
-cap are reported) or Chen's chain (:mod:`planner.chen`) → the schedule
-(:mod:`planner.emit`) → an independent replay (:mod:`planner.simulate`) that checks it and
-measures its peak and recomputation → the report fields (:mod:`planner.report`).
+few supersteps) → the DP on the driver through :class:`planner.solver.Solver` (:mod:`planner.dp`;
+above ``planner.dp.scale.EXACT_LIMIT`` activations with a window / front cap, reported) or
+Chen's chain (:mod:`planner.chen`) → the schedule (:mod:`planner.emit`) → an independent replay
+(:mod:`planner.simulate`) that checks it and measures its peak and recomputation → the report
+fields (:mod:`planner.report`).
 
 Example::
 
-    >>> import planner                                                      # doctest: +SKIP
-    >>> p = planner.plan("jobs/data/cg_resnet50.txt", budget="60%", tasks=2)  # doctest: +SKIP
-    >>> p.peak_bytes <= p.budget_bytes, p.overhead                          # doctest: +SKIP
-    (True, 0.12...)
-    >>> p.schedule.write("sch.txt")                                         # doctest: +SKIP
+    >>> import planner
+    >>> from planner import synth
+    >>> p = planner.plan(synth.build(layers=2, heads=2), budget="60%", tasks=2)  # or a cg.txt path
+    >>> p.peak_bytes <= p.budget_bytes, p.overhead, p.blocks
+    (True, 0.625, 12)
+
+``p.schedule.write("sch.txt")`` writes the schedule in the reference's format.
 
 An infeasible budget raises :class:`hgraph.errors.InfeasibleError` whose message gives the
-smallest feasible budget for that solver (``err.min_budget_bytes``).
+smallest feasible budget for that solver (``err.min_budget_bytes``). A plan is never worse than
+not planning: in bytes units, when the no-recomputation schedule fits the budget, the DP solvers
+keep everything (time-centric always; memory-centric when the DP's plan would not peak lower);
+``units="reference"`` and Chen's solver keep the reference's behaviour.
 """
 
 from __future__ import annotations
@@ -29,12 +34,16 @@ from pathlib import Path
 import numpy as np
 
 from hgraph.errors import HGraphError, InfeasibleError
-from planner import cg, simulate
+from planner import cg, report as report_mod, simulate
 from planner.activation_graph import ActivationGraph
+from planner.analyses.engine import EngineOptions
+from planner.analyses.levels import levels
 from planner.budget import Budget, format_bytes
+from planner.dp.subsets import groups_to_chain
 from planner.dp_families import DEFAULT_MAX_LOWER_SETS, DPGraph
-from planner.programs import EngineOptions
-from planner.units import scale_units
+from planner.emit import emit_groups
+from planner.fixed_schedules import checkpoint_schedule
+from planner.solver import Solver
 
 __all__ = ["Plan", "plan", "SOLVERS", "STRATEGIES", "UNITS", "baseline_schedule",
            "lower_bound_bytes", "BASELINE_SCHEDULE_LIMIT"]
@@ -53,13 +62,14 @@ class Plan:
 
     ``timeline``/``baseline_timeline``: live bytes after each op of the plan / of the
     no-recomputation schedule (None when the graph is too large for one); ``chain``: the lower
-    sets (activation-node index arrays) behind the schedule.
+    sets (activation-node index arrays) behind the schedule, ``groups`` the block of every node.
     """
 
     schedule: object
     report: dict
     graph: object = None
     chain: list = field(default_factory=list)
+    groups: np.ndarray | None = None
     timeline: np.ndarray | None = None
     baseline_timeline: np.ndarray | None = None
 
@@ -72,8 +82,6 @@ class Plan:
 
 def baseline_schedule(g):
     """No recomputation: every value kept through the forward pass, freed after its last use."""
-    from planner.execute.executor import checkpoint_schedule
-
     return checkpoint_schedule(g, keep=np.flatnonzero(g.is_activation))
 
 
@@ -112,88 +120,12 @@ def _check_choice(name, value, choices):
         raise HGraphError(f"unknown {name} {value!r}; expected one of {', '.join(choices)}")
 
 
-class _Solver:
-    """One solver on one graph: solves at a budget, reusing what does not depend on it."""
-
-    def __init__(self, g, ag, solver, strategy, units, opts, max_lower_sets, fallback,
-                 dp_window=None, dp_front_cap=None, level=None):
-        self.g, self.ag, self.solver, self.strategy, self.units = g, ag, solver, strategy, units
-        self.opts, self.max_lower_sets, self.fallback = opts, max_lower_sets, fallback
-        self._families = {}          # comp_ratio -> (DPGraph, Family)
-        self.engine_supersteps = 0
-        from planner import approx_scale
-
-        # big graphs: segment-local sets (planner.approx_scale); window/cap only when asked or
-        # above approx_scale.EXACT_LIMIT nodes (reported as dp_window / dp_front_cap)
-        self.scale = solver == "approx" and (ag.n > approx_scale.EXACT_LIMIT
-                                             or bool(dp_window) or bool(dp_front_cap))
-        self.window, self.front_cap = approx_scale.plan_options(ag.n, dp_window, dp_front_cap,
-                                                                strategy)
-        self.level = level
-
-    def _family(self, ratio):
-        if ratio not in self._families:
-            from planner import dp_families, programs
-
-            ag = self.ag
-            dg = DPGraph(m=ag.bytes // ratio, t=ag.t, src=ag.src, dst=ag.dst)
-            if self.scale:
-                from planner import approx_scale
-
-                stats = programs.local_stats(dg, opts=self.opts, level=self.level)
-                self.engine_supersteps += stats.supersteps
-                fam = approx_scale.family(dg, stats=stats)
-            elif self.solver == "approx":
-                stats = programs.dense_lower_set_stats(
-                    programs.local_stats(dg, opts=self.opts, level=self.level), dg.n)
-                self.engine_supersteps += stats.supersteps
-                fam = programs.approx_family(dg, stats=stats)
-            else:
-                fam = dp_families.exact_family(dg, max_lower_sets=self.max_lower_sets,
-                                               fallback=self.fallback)
-            self._families[ratio] = (dg, fam)
-        return self._families[ratio]
-
-    def solve(self, budget_bytes: int):
-        """(status, chain as node-index arrays, model dict) at ``budget_bytes``."""
-        from planner import chen, dp
-
-        if self.solver == "chen":
-            p = chen.solve(self.g, budget=max(1, budget_bytes), units=self.units, ag=self.ag,
-                           lower_set_limit=self.max_lower_sets)
-            chain = [np.flatnonzero(mask) for mask in p.chain]
-            model = dict(blocks=p.blocks, model_recompute_cost=p.model_recompute_cost,
-                         model_peak_bytes=p.model_peak_bytes, n_lower_sets=p.n_lower_sets,
-                         comp_ratio=p.ratio, family="chen", fell_back=False)
-            return "OK", chain, model
-        u = scale_units(budget_bytes, int(self.ag.bytes.sum()), self.units)
-        dg, fam = self._family(u.ratio)
-        if self.scale:
-            from planner import approx_scale
-
-            r = approx_scale.solve(fam, dg, u.budget, strategy=self.strategy, comp_ratio=u.ratio,
-                                   window=self.window, front_cap=self.front_cap)
-            model = dict(blocks=r.blocks, model_recompute_cost=r.model_recompute_cost,
-                         model_peak_bytes=r.model_peak_bytes, n_lower_sets=r.n_lower_sets,
-                         comp_ratio=r.comp_ratio, family="approx", fell_back=False,
-                         dp_window=self.window, dp_front_cap=self.front_cap,
-                         dp_exact=self.window is None and self.front_cap is None)
-            return r.status, r.groups, model
-        r = dp.solve_family(fam, dg, u.budget, strategy=self.strategy, comp_ratio=u.ratio,
-                            units=self.units)
-        model = dict(blocks=r.blocks, model_recompute_cost=r.model_recompute_cost,
-                     model_peak_bytes=r.model_peak_bytes, n_lower_sets=r.n_lower_sets,
-                     comp_ratio=r.comp_ratio, family=r.family, fell_back=r.fell_back)
-        return r.status, [np.asarray(c) for c in r.chain], model
-
-
-
 #: Re-solves with a tighter DP budget when the simulated peak exceeds the budget (bytes units).
 FIT_TRIES = 8
 
 
-def _fit(g, ag, s: _Solver, budget_bytes: int, units: str, check: bool):
-    """(chain, model, schedule, sim) whose *simulated* peak fits ``budget_bytes``, or None.
+def _fit(g, ag, s: Solver, budget_bytes: int, units: str, check: bool):
+    """(groups, model, schedule, sim) whose *simulated* peak fits ``budget_bytes``, or None.
 
     The DP's model leaves out what its chain does not decide (gradients of parameters, which
     accumulate; the backward of the loss), so in exact bytes a chain at the model's limit can
@@ -213,31 +145,36 @@ def _fit(g, ag, s: _Solver, budget_bytes: int, units: str, check: bool):
     return None
 
 
-def _replay(g, ag, s: _Solver, dp_budget: int, check: bool):
-    """(chain, model, schedule, sim) of the solver's chain at ``dp_budget``, or None."""
-    from planner import emit
-
-    status, chain, model = s.solve(dp_budget)
+def _replay(g, ag, s: Solver, dp_budget: int, check: bool):
+    """(groups, model, schedule, sim) of the solver's chain at ``dp_budget``, or None."""
+    status, groups, model = s.solve(dp_budget)
     if status != "OK":
         return None
-    if isinstance(chain, np.ndarray):           # block indices (planner.approx_scale)
-        from planner import emit_scale
-
-        schedule = emit_scale.emit_groups(g, chain, ag)
-    else:
-        schedule = emit.emit(g, chain, ag)
+    schedule = emit_groups(g, groups, ag)
     sim = simulate.replay(g, schedule, check=check)
     if sim.violations:
         raise HGraphError(f"internal error: the emitted schedule fails the simulator: "
                           f"{sim.violations[0]}")
-    return chain, model, schedule, sim
+    return groups, model, schedule, sim
 
 
-def _smallest(ok, hi: int) -> int:
-    """Bisection: the smallest budget (bytes) with ``ok(budget)``; ``ok`` is monotone."""
+def _keep_everything(g, ag, schedule, check: bool):
+    """(groups, model, schedule, sim) of the no-recomputation schedule: one block, nothing
+    recomputed, every value freed after its last use."""
+    sim = simulate.replay(g, schedule, check=check)
+    model = dict(blocks=1, model_recompute_cost=0, model_peak_bytes=int(sim.peak_bytes),
+                 n_lower_sets=0, comp_ratio=1, family="keep_everything", fell_back=False)
+    return np.zeros(ag.n, np.int64), model, schedule, sim
+
+
+def _smallest(ok, hi: int, top: int) -> int | None:
+    """Bisection: the smallest budget (bytes) with ``ok(budget)`` (``ok`` is monotone), or
+    None when even ``top`` fails. ``hi`` doubles until ``ok(hi)``, never past ``top``."""
     lo = 0
     while not ok(hi):
-        lo, hi = hi, hi * 2
+        if hi >= top:
+            return None
+        lo, hi = hi, min(2 * hi, top)
     while hi - lo > 1:
         mid = (lo + hi) // 2
         if ok(mid):
@@ -245,6 +182,14 @@ def _smallest(ok, hi: int) -> int:
         else:
             lo = mid
     return hi
+
+
+def _options_text(solver: str, strategy: str, units: str, s: "Solver") -> str:
+    """The options a plan was asked with, as the one-line error names them."""
+    parts = [f"--solver {solver}", f"--strategy {strategy}", f"--units {units}"]
+    if s.scale:
+        parts += [f"--dp-window {s.window or 0}", f"--dp-front-cap {s.front_cap or 0}"]
+    return " ".join(parts)
 
 
 def plan(graph_or_path, budget="100%", solver: str = "approx", strategy: str = "time",
@@ -265,7 +210,7 @@ def plan(graph_or_path, budget="100%", solver: str = "approx", strategy: str = "
     the plan is the same for all of them. ``checkpoint_every``/``inject_failure`` pass through
     to every engine run (fault tolerance; the plan is the same after a recovery).
     ``dp_window``/``dp_front_cap``: the approximate DP's scale options
-    (:mod:`planner.approx_scale`); None: exact up to ``approx_scale.EXACT_LIMIT`` activations,
+    (:mod:`planner.dp.scale`); None: exact up to ``planner.dp.scale.EXACT_LIMIT`` activations,
     the module's defaults above; 0: off. Whatever is used is in the report (``dp_window``,
     ``dp_front_cap``, ``dp_exact``) for graphs planned on the scale path.
     """
@@ -280,10 +225,8 @@ def plan(graph_or_path, budget="100%", solver: str = "approx", strategy: str = "
                          address=address, checkpoint_every=checkpoint_every,
                          inject_failure=inject_failure)
     ag = ActivationGraph.from_cg(g)
-    from planner import programs
-
     dg_bytes = DPGraph(m=ag.bytes, t=ag.t, src=ag.src, dst=ag.dst)
-    level, level_steps = programs.levels(dg_bytes, opts=opts, with_supersteps=True)
+    level, level_steps = levels(dg_bytes, opts=opts, with_supersteps=True)
     depth = int(level.max(initial=-1)) + 1
     act_sum = int(ag.bytes.sum())
     base_sched = base_tl = None
@@ -297,13 +240,28 @@ def plan(graph_or_path, budget="100%", solver: str = "approx", strategy: str = "
     b = budget if isinstance(budget, Budget) else Budget.parse(budget)
     budget_bytes = b.resolve(baseline_peak)
 
-    s = _Solver(g, ag, solver, strategy, units, opts, max_lower_sets, fallback,
-                dp_window=dp_window, dp_front_cap=dp_front_cap, level=level)
+    s = Solver(g, solver, strategy, units, opts, max_lower_sets, fallback,
+               dp_window=dp_window, dp_front_cap=dp_front_cap, level=level, ag=ag)
     s.engine_supersteps += level_steps
-    found = _fit(g, ag, s, budget_bytes, units, check)
+    fits_all = (units == "bytes" and solver != "chen" and base_sched is not None
+                and baseline_peak <= budget_bytes)
+    # a plan is never worse than not planning: time-centric, nothing beats zero recomputation
+    found = None if fits_all and strategy == "time" else _fit(g, ag, s, budget_bytes, units,
+                                                              check)
+    if fits_all and (found is None or found[3].peak_bytes >= baseline_peak):
+        found = _keep_everything(g, ag, base_sched, check)
     if found is None:
         # the smallest budget the DP finds a chain at (bisection), and what that chain replays to
-        dp_min = _smallest(lambda x: s.solve(x)[0] == "OK", max(2 * act_sum, budget_bytes + 1, 1))
+        # every DP transition's peak (ckpt + 2·Δm + m(A) + m(B)) is at most 5·m(V): at that
+        # budget all of them fit, so if the solver's options allow a plan at all, it is there
+        top = max(5 * act_sum, budget_bytes + 1, 1)
+        dp_min = _smallest(lambda x: s.solve(x)[0] == "OK",
+                           max(2 * act_sum, budget_bytes + 1, 1), top)
+        if dp_min is None:
+            raise HGraphError(
+                f"no budget gives a plan with {_options_text(solver, strategy, units, s)} on "
+                f"{g.name}: not even {top:,} bytes ({format_bytes(top)}), where every block "
+                f"fits; widen or drop the DP window", exit_code=3)
         smallest = dp_min
         if units == "bytes" and solver != "chen":
             at_min = _replay(g, ag, s, dp_min, check)
@@ -318,23 +276,13 @@ def plan(graph_or_path, budget="100%", solver: str = "approx", strategy: str = "
             f"no-recomputation peak)")
         err.min_budget_bytes = smallest
         raise err
-    chain, model, schedule, sim = found
-    from planner import report as report_mod
-
+    groups, model, schedule, sim = found
     rep = report_mod.build(
-        g, ag, chain, sim, solver=solver, strategy=strategy, units=units, budget=b,
+        g, ag, groups, sim, solver=solver, strategy=strategy, units=units, budget=b,
         budget_bytes=budget_bytes, baseline_peak=baseline_peak, baseline_kind=baseline_kind,
         lower_bound=lower_bound_bytes(g), model=model, depth=depth,
         engine=dict(tasks=opts.tasks, blocks=opts.blocks, mode=opts.mode, runtime=opts.runtime,
                     supersteps=s.engine_supersteps),
         seconds=time.perf_counter() - t0)
-    return Plan(schedule=schedule, report=rep, graph=g, chain=chain, timeline=sim.timeline,
-                baseline_timeline=base_tl)
-
-
-def engine_timeline(p: Plan, **engine) -> np.ndarray:
-    """The plan's memory timeline recomputed on the engine (:func:`planner.programs.timeline`)."""
-    from planner import programs
-
-    return programs.timeline(p.graph, p.schedule, **engine)
-
+    return Plan(schedule=schedule, report=rep, graph=g, chain=groups_to_chain(groups),
+                groups=groups, timeline=sim.timeline, baseline_timeline=base_tl)

@@ -11,8 +11,12 @@ activation graph. Which lower sets it may use is the *family*:
   clear :class:`~hgraph.errors.HGraphError` past ``max_lower_sets`` — unless the caller asked to
   fall back to the approximate family.
 
-Sets are rows of a ``uint64`` bitset matrix (``words`` per set); alongside each set the family
-holds what the transition formula of FORMAT.md §4.2 reads: ``|L|``, ``m(L)``, the boundary
+Sets are held in one of two ways (the DP reads either, :mod:`planner.dp.subsets`): rows of a
+``uint64`` bitset matrix (``sets``/``bnd``, ``words`` per set), or, for the approximate family on
+big graphs, segment-local bits (``local``, :class:`planner.analyses.local_stats.LocalStats`).
+The approximate family is always built from the engine's statistics
+(:mod:`planner.analyses.local_stats`); the exact one enumerates lower sets here. Alongside each
+set the family holds what the transition formula of FORMAT.md §4.2 reads: ``|L|``, ``m(L)``, the boundary
 ``∂L = {v ∈ L : some successor ∉ L}`` (its ``t`` and ``m`` sums) and ``m(A(L)) + m(B(L))`` with
 ``A(L)`` the successors outside ``L`` and ``B(L)`` the predecessors of ``A(L)`` outside ``L``
 (``A ∩ B`` counted twice, as the reference does).
@@ -23,8 +27,8 @@ Example::
     >>> from planner.dp_families import DPGraph, approx_family, exact_family
     >>> g = DPGraph(m=np.array([4, 2, 2, 1]), t=np.array([10, 1, 1, 1]),
     ...             src=np.array([0, 0, 1, 2]), dst=np.array([1, 2, 3, 3]))   # a diamond
-    >>> approx_family(g).num_sets, exact_family(g).num_sets
-    (5, 6)
+    >>> approx_family(g).num_sets, approx_family(g, dense=False).num_sets, exact_family(g).num_sets
+    (5, 5, 6)
 """
 
 from __future__ import annotations
@@ -34,9 +38,13 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from hgraph.errors import HGraphError
+from planner.analyses.local_stats import local_stats
+from planner.bitsets import pack, unpack
+from planner.lower_sets import DEFAULT_MAX_LOWER_SETS
 
-#: Default cap on the exact family's size; the user can raise it (``max_lower_sets``).
-DEFAULT_MAX_LOWER_SETS = 200_000
+__all__ = ["DEFAULT_MAX_LOWER_SETS", "DPGraph", "Family", "approx_family", "exact_family",
+           "SUBSET_MATRIX_MAX_BYTES"]
+
 
 #: Largest inclusion matrix :meth:`Family.subset_matrix` builds (GoogLeNet's is 94 MB).
 SUBSET_MATRIX_MAX_BYTES = 512 * 2**20
@@ -104,29 +112,33 @@ class DPGraph:
 
 @dataclass
 class Family:
-    """Lower sets in DP order (id 0 is ∅, the last is V) with the quantities transitions read."""
+    """Lower sets in DP order (id 0 is ∅, the last is V) with the quantities transitions read.
+
+    Sets are dense bitsets (``sets``/``bnd``) or segment-local (``local``), never both.
+    """
 
     kind: str
-    sets: np.ndarray        # uint64 [L, words]
     size: np.ndarray        # int64 [L]: |L|
     mL: np.ndarray          # int64 [L]: m(L)
     tL: np.ndarray          # int64 [L]: t(L)
-    bnd: np.ndarray         # uint64 [L, words]: ∂L
     t_bnd: np.ndarray       # int64 [L]: t(∂L)
     m_bnd: np.ndarray       # int64 [L]: m(∂L)
     mAB: np.ndarray         # int64 [L]: m(A(L)) + m(B(L))
-    fell_back: bool = False
+    sets: np.ndarray | None = None   # uint64 [L, words]: the sets (dense)
+    bnd: np.ndarray | None = None    # uint64 [L, words]: ∂L (dense)
     node: np.ndarray | None = None   # approx only: int64 [L], the v of L_v (-1 for ∅)
+    local: object = None             # approx only: LocalStats behind segment-local sets
+    fell_back: bool = False
     cache: dict = field(default_factory=dict, repr=False, compare=False)   # budget-free tables
 
     @property
     def num_sets(self) -> int:
-        return int(self.sets.shape[0])
+        return int(self.size.size)
 
     def members(self, n: int) -> np.ndarray:
         """bool [n, L]: row v says which sets hold node v (node-major, for per-node gathers)."""
         if "members" not in self.cache:
-            self.cache["members"] = np.ascontiguousarray(_bits_to_bool(self.sets, n).T)
+            self.cache["members"] = np.ascontiguousarray(unpack(self.sets, n).T)
         return self.cache["members"]
 
     def subset_matrix(self) -> np.ndarray | None:
@@ -142,22 +154,6 @@ class Family:
             ok = self.kind == "exact" and L * ((L + 7) // 8) <= SUBSET_MATRIX_MAX_BYTES
             self.cache["subsets"] = _subset_matrix(self.sets, self.size) if ok else None
         return self.cache["subsets"]
-
-
-def _bits_to_bool(sets: np.ndarray, n: int) -> np.ndarray:
-    """uint64 bitsets [L, W] -> bool [L, n] (bit k of word w is node 64w + k)."""
-    as_bytes = sets.astype("<u8").view(np.uint8).reshape(sets.shape[0], -1)
-    return np.unpackbits(as_bytes, axis=1, bitorder="little")[:, :n].astype(bool)
-
-
-def _bool_to_bits(x: np.ndarray) -> np.ndarray:
-    """bool [L, n] -> uint64 bitsets [L, W]."""
-    L, n = x.shape
-    words = max(1, (n + 63) // 64)
-    padded = np.zeros((L, words * 64), dtype=bool)
-    padded[:, :n] = x
-    packed = np.packbits(padded, axis=1, bitorder="little")
-    return packed.view("<u8").astype(np.uint64).reshape(L, words)
 
 
 def _weighted(x: np.ndarray, w: np.ndarray) -> np.ndarray:
@@ -183,7 +179,7 @@ def _set_stats(g: DPGraph, sets: np.ndarray, chunk: int = 4096):
     dst_groups = np.flatnonzero(np.r_[True, dst_d[1:] != dst_d[:-1]]) if dst_d.size else np.zeros(0, int)
     for lo in range(0, L, chunk):
         hi = min(L, lo + chunk)
-        x = _bits_to_bool(sets[lo:hi], n)
+        x = unpack(sets[lo:hi], n)
         size[lo:hi] = x.sum(axis=1)
         mL[lo:hi] = _weighted(x, g.m)
         tL[lo:hi] = _weighted(x, g.t)
@@ -196,7 +192,7 @@ def _set_stats(g: DPGraph, sets: np.ndarray, chunk: int = 4096):
             a[:, dst_d[dst_groups]] = np.logical_or.reduceat(leaving[:, by_dst], dst_groups, axis=1)
             feeds_a = a[:, g.dst] & ~x[:, g.src]             # pred outside L of a node of A
             bb[:, src_s[src_groups]] = np.logical_or.reduceat(feeds_a[:, by_src], src_groups, axis=1)
-        bnd[lo:hi] = _bool_to_bits(b)
+        bnd[lo:hi] = pack(b, sets.shape[1])
         t_bnd[lo:hi] = _weighted(b, g.t)
         m_bnd[lo:hi] = _weighted(b, g.m)
         mAB[lo:hi] = _weighted(a, g.m) + _weighted(bb, g.m)
@@ -223,7 +219,7 @@ def _subset_matrix(sets: np.ndarray, size: np.ndarray) -> np.ndarray:
     ids = np.arange(L)
     sub[ids, ids // 64] = _ONE << (ids % 64).astype(np.uint64)
     bounds = np.flatnonzero(np.r_[True, size[1:] != size[:-1], True])
-    bits = _bits_to_bool(sets, 64 * W)
+    bits = unpack(sets, 64 * W)
     for (a, b), (pa, pb) in zip(zip(bounds[1:-1], bounds[2:]), zip(bounds[:-2], bounds[1:-1])):
         if size[pa] != size[a] - 1:
             continue
@@ -242,54 +238,32 @@ def _subset_matrix(sets: np.ndarray, size: np.ndarray) -> np.ndarray:
     return sub.astype("<u8").view(np.uint8)
 
 
-def _family(kind: str, g: DPGraph, sets: np.ndarray, order_key) -> Family:
-    size, mL, tL, bnd, t_bnd, m_bnd, mAB = _set_stats(g, sets)
-    order = order_key(size, mL)
-    return Family(kind, sets[order], size[order], mL[order], tL[order], bnd[order],
-                  t_bnd[order], m_bnd[order], mAB[order])
+def approx_family(g: DPGraph, stats=None, dense: bool = True, opts=None, **engine) -> Family:
+    """∅ plus every ``L_v``, numbered by (m(L), |L|, v) — the reference DP2 with a strict order.
 
-
-def ancestor_sets(g: DPGraph) -> np.ndarray:
-    """uint64 [n, W]: row v is ``L_v = {v} ∪ ancestors(v)``, built level by level."""
-    W = g.words
-    anc = np.zeros((g.n, W), dtype=np.uint64)
-    ids = np.arange(g.n)
-    anc[ids, ids // 64] = _ONE << (ids % 64).astype(np.uint64)
-    level = g.topological_levels()
-    if g.src.size == 0:
-        return anc
-    edge_level = level[g.dst]
-    order = np.argsort(edge_level, kind="stable")
-    el = edge_level[order]
-    bounds = np.flatnonzero(np.r_[True, el[1:] != el[:-1], True])
-    for a, b in zip(bounds[:-1], bounds[1:]):
-        e = order[a:b]
-        np.bitwise_or.at(anc, g.dst[e], anc[g.src[e]])
-    return anc
-
-
-def approx_family(g: DPGraph) -> Family:
-    """∅ plus every ``L_v``, numbered by (m(L), |L|, v) — the reference DP2 with a strict order."""
+    ``stats``: the engine's :class:`~planner.analyses.local_stats.LocalStats` (computed with
+    ``opts``/``engine`` keywords when not given). ``dense``: hold the sets as n-bit rows (the
+    DP's one-bit subset test; n² bits) or segment-local (big graphs).
+    """
     sinks = np.flatnonzero(np.bincount(g.src, minlength=g.n) == 0)
     if sinks.size != 1:
         raise HGraphError(f"the approximate DP needs a single sink (the loss); this graph has "
                           f"{sinks.size} nodes without successors")
-    sets = np.vstack([np.zeros((1, g.words), np.uint64), ancestor_sets(g)])
-    size, mL, tL, bnd, t_bnd, m_bnd, mAB = _set_stats(g, sets)
+    if stats is None:
+        stats = local_stats(g, opts=opts, **engine)
+    z = np.zeros(1, np.int64)
+    size, mL = np.r_[z, stats.size], np.r_[z, stats.mL]
     order = np.lexsort((np.arange(size.size), size, mL))
-    return Family("approx", sets[order], size[order], mL[order], tL[order], bnd[order],
-                  t_bnd[order], m_bnd[order], mAB[order],
-                  node=np.arange(-1, g.n, dtype=np.int64)[order])
-
-
-def count_lower_sets(g: DPGraph, limit: int) -> int:
-    """Number of lower sets, or ``limit + 1`` as soon as it is known to exceed ``limit``."""
-    total = 0
-    for level in _lower_set_levels(g, limit):
-        total += level.shape[0]
-        if total > limit:
-            return limit + 1
-    return total
+    cols = dict(size=size[order], mL=mL[order], tL=np.r_[z, stats.tL][order],
+                t_bnd=np.r_[z, stats.t_bnd][order], m_bnd=np.r_[z, stats.m_bnd][order],
+                mAB=np.r_[z, stats.mAB][order],
+                node=np.arange(-1, g.n, dtype=np.int64)[order])
+    if not dense:
+        return Family("approx", local=stats, **cols)
+    sets, bnd = stats.dense_sets()
+    zw = np.zeros((1, sets.shape[1]), np.uint64)
+    return Family("approx", sets=np.vstack([zw, sets])[order], bnd=np.vstack([zw, bnd])[order],
+                  **cols)
 
 
 def _lower_set_levels(g: DPGraph, limit: int):
@@ -325,8 +299,9 @@ def _lower_set_levels(g: DPGraph, limit: int):
 
 
 def exact_family(g: DPGraph, max_lower_sets: int = DEFAULT_MAX_LOWER_SETS,
-                 fallback: bool = False) -> Family:
-    """Every lower set, numbered by size (DPfix). Past ``max_lower_sets``: error, or approx if ``fallback``."""
+                 fallback: bool = False, opts=None) -> Family:
+    """Every lower set, numbered by size (DPfix). Past ``max_lower_sets``: an error, or the
+    approximate family if ``fallback`` (built on the engine with ``opts``)."""
     levels = []
     total = 0
     for level in _lower_set_levels(g, max_lower_sets):
@@ -334,15 +309,13 @@ def exact_family(g: DPGraph, max_lower_sets: int = DEFAULT_MAX_LOWER_SETS,
         total += level.shape[0]
         if total > max_lower_sets:
             if fallback:
-                fam = approx_family(g)
+                fam = approx_family(g, opts=opts)
                 fam.fell_back = True
                 return fam
             raise HGraphError(
                 f"exact DP: the graph has more than {max_lower_sets:,} lower sets "
                 f"({g.n} nodes); raise the limit (max_lower_sets / --max-lower-sets), "
                 f"or use the approximate solver")
-    sets = np.vstack(levels)
-
-    def order(size, mL):
-        return np.arange(size.size)       # levels come out by size already
-    return _family("exact", g, sets, order)
+    sets = np.vstack(levels)            # levels come out by size already: the DPfix order
+    size, mL, tL, bnd, t_bnd, m_bnd, mAB = _set_stats(g, sets)
+    return Family("exact", size, mL, tL, t_bnd, m_bnd, mAB, sets=sets, bnd=bnd)

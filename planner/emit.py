@@ -17,17 +17,30 @@ op for op:
 Chains may be given as bool masks, bitset ints or lists of node indices (activation-graph nodes,
 not var ids); a leading ∅ is optional and dropped, the last set must be V.
 
-:func:`recover_chain` reads the chain back from a reference schedule (checkpoints are implicit
-there); ``emit(recover_chain(s)) == s`` holds for all 47 schedules in ../shared/reference.
+``topsor`` and the optimizer are :mod:`planner.reference_order`. :func:`emit_groups` takes the
+chain as ``groups``, the block index of every node (``L_i = {groups ≤ i}``), the form the DP
+returns; :func:`emit` takes lower sets, checks them and converts.
 
-``topsor`` is the reference's order: a DFS over all N variables from var 0..N-1, out-edges in
-insertion order (forward blocks in file order, inputs in order), reverse postorder.
+Working from lower sets directly costs O(n) per block (masks,
+boundaries, the sorted live set) — quadratic on deep graphs (10^5 nodes, ~3·10^4 blocks).
+A strictly increasing chain is the same thing as ``groups`` — the block index of
+every node (``L_i = {groups ≤ i}``) — and every per-block set the emitter reads follows from
+per-node numbers: a node of block i is a checkpoint iff a successor lies in a later block;
+``A(L_{i-1})`` is the nodes of blocks ≥ i with a predecessor in a block < i; ``B(L_{i-1})``
+their predecessors in blocks ≥ i. Forward values and gradients still live at step i are
+tracked in small sets (what survives a step is in ``B``/``A``), so the whole emission is
+O(n + E + ops). tests/test_emit checks the output against the reference's schedule files.
+
 
 Example::
 
-    >>> from planner import cg, chen                                      # doctest: +SKIP
-    >>> g = cg.read("../shared/graphs/cg_vgg19.txt")                      # doctest: +SKIP
-    >>> sched = emit(g, chen.solve(g, budget=10**11).chain)               # doctest: +SKIP
+    >>> from planner import synth
+    >>> from planner.activation_graph import ActivationGraph
+    >>> g = synth.build(layers=1, heads=1)
+    >>> n = ActivationGraph.from_cg(g).n
+    >>> one_block = emit_groups(g, np.zeros(n, np.int64))        # keep everything
+    >>> one_block.dumps() == emit(g, [np.arange(n)]).dumps()
+    True
 """
 
 from __future__ import annotations
@@ -35,42 +48,10 @@ from __future__ import annotations
 import numpy as np
 
 from planner.activation_graph import ActivationGraph
+from planner.reference_order import hoist_forgets, topsor
 from planner.schedule import Op, Schedule
 
-__all__ = ["topsor", "normalize_chain", "emit", "hoist_forgets", "recover_chain"]
-
-
-def topsor(g) -> np.ndarray:
-    """Forward function indices in the reference's DFS topological order of their outputs."""
-    n = g.num_vars
-    out = [[] for _ in range(n)]
-    for f in g.forward:
-        y = f.outputs[0]
-        for a, _ in f.inputs:
-            out[a].append(y)
-    seen = bytearray(n)
-    post = []
-    for root in range(n):
-        if seen[root]:
-            continue
-        seen[root] = 1
-        stack = [(root, 0)]
-        while stack:
-            u, k = stack[-1]
-            nxt = out[u]
-            while k < len(nxt) and seen[nxt[k]]:
-                k += 1
-            if k < len(nxt):
-                stack[-1] = (u, k + 1)
-                w = nxt[k]
-                seen[w] = 1
-                stack.append((w, 0))
-            else:
-                stack.pop()
-                post.append(u)
-    order = np.asarray(post[::-1], dtype=np.int64)
-    prod = g.producer[order]
-    return prod[prod >= 0]
+__all__ = ["normalize_chain", "groups_of_chain", "emit", "emit_groups"]
 
 
 def normalize_chain(ag: ActivationGraph, chain) -> list:
@@ -88,179 +69,131 @@ def normalize_chain(ag: ActivationGraph, chain) -> list:
     return masks
 
 
-def emit(g, chain, ag: ActivationGraph | None = None, optimize: bool = True) -> Schedule:
-    """The reference schedule of ``chain`` on ``g`` (optimizer on unless ``optimize=False``).
-
-    The chain is checked (strictly increasing lower sets ending at V) and turned into the block
-    index of every node; :func:`planner.emit_scale.emit_groups` then emits in time linear in
-    the graph (one emitter for every size, equal op for op to the reference's).
-    """
-    from planner.emit_scale import emit_groups
-
-    ag = ag if ag is not None else ActivationGraph.from_cg(g)
+def groups_of_chain(ag: ActivationGraph, chain) -> np.ndarray:
+    """Block index of every node for a chain of lower sets (checked by :func:`normalize_chain`)."""
     grp = np.zeros(ag.n, dtype=np.int64)
     prev = np.zeros(ag.n, dtype=bool)
     for i, m in enumerate(normalize_chain(ag, chain)):
         grp[m & ~prev] = i
         prev = m
-    return emit_groups(g, grp, ag, optimize=optimize)
+    return grp
 
 
-def hoist_forgets(g, ops: list) -> list:
-    """The reference's optimizer: move each forget up to just after the last earlier compute
-    that reads or produces the same value (forgets pass other forgets).
-
-    Equivalent to the reference's bubbling walk, in linear time: a forget lands right after its
-    anchor compute (or at the front), and forgets sharing an anchor end up in reverse order.
-    """
-    nf = len(g.forward)
-    n = g.num_vars
-    fkeys = [[a for a, _ in f.inputs] + f.outputs for f in g.forward]
-    bkeys = [[a + n if tag == "gradient" else a for a, tag in bw.inputs] for bw in g.backward]
-    bouts = [[v + n for v in bw.outputs] for bw in g.backward]
-    last = {}                      # key (var, or var + N for a gradient) -> last compute touching it
-    computes = []
-    attached = [[]]                # attached[c + 1]: forgets anchored after compute c
-    for op in ops:
-        if op.kind == "compute":
-            c = len(computes)
-            computes.append(op)
-            attached.append([])
-            f = op.index
-            if f < nf:
-                for key in fkeys[f]:
-                    last[key] = c
-            else:
-                for key in bkeys[f - nf]:
-                    last[key] = c
-                outs = bouts[f - nf]
-                for j in op.grads:
-                    last[outs[j]] = c
-        else:
-            key = op.index if op.which == "forward" else op.index + n
-            attached[last.get(key, -1) + 1].append(op)
-    out = list(reversed(attached[0]))
-    for c, op in enumerate(computes):
-        out.append(op)
-        out.extend(reversed(attached[c + 1]))
-    return out
-
-
-def recover_chain(g, schedule, ag: ActivationGraph | None = None, search: bool = True,
-                  max_passes: int = 3) -> list:
-    """The chain of lower sets behind a reference schedule (best effort; for cross-checks).
-
-    Checkpoints are implicit in a schedule, but the backward phase shows the blocks: block i's
-    recomputations (forward computes that are not a ReLU-exception pair ``compute f`` +
-    ``compute f+M/2``) come right before its backward computes, and a backward compute lists the
-    gradients of the activations of its own block. So the activation gradients produced between
-    two recomputation runs form a block. A block whose nodes are all checkpoints has no
-    recomputation and merges with its neighbour: inside a segment, the recomputed nodes' block is
-    taken whole and every later split point that leaves a lower set is used (these blocks hold
-    only checkpoints). With ``search`` (the default) the split points
-    inside segments that keep lower sets are toggled greedily (up to ``max_passes`` sweeps) while
-    that lengthens the agreement of :func:`emit`'s output with ``schedule`` (common prefix +
-    suffix). Callers compare ``emit(recover_chain(s)) == s`` to know whether it succeeded.
-
-    Returns bool masks (∅ excluded, ending with V).
-    """
+def emit(g, chain, ag: ActivationGraph | None = None, optimize: bool = True) -> Schedule:
+    """The reference schedule of ``chain`` on ``g`` (optimizer on unless ``optimize=False``):
+    :func:`emit_groups` of the chain's block indices."""
     ag = ag if ag is not None else ActivationGraph.from_cg(g)
+    return emit_groups(g, groups_of_chain(ag, chain), ag, optimize=optimize)
+
+
+def emit_groups(g, groups: np.ndarray, ag: ActivationGraph | None = None,
+                optimize: bool = True) -> Schedule:
+    """The reference schedule of the chain ``L_i = {groups ≤ i}`` (see the module docstring)."""
+    ag = ag if ag is not None else ActivationGraph.from_cg(g)
+    grp = np.asarray(groups, dtype=np.int64)
+    n = ag.n
+    k = int(grp.max(initial=-1)) + 1
     nf = len(g.forward)
-    ops = schedule.ops if hasattr(schedule, "ops") else list(schedule)
-    comps = [op for op in ops if op.kind == "compute"]
-    first_bw = nf                           # the forward phase computes each function once
-    sinks = ag.sinks.tolist()
-    segments = []
-    current = []
-    prev_backward = True
-    produced = np.zeros(ag.n, dtype=bool)
-    recomputed = np.zeros(ag.n, dtype=bool)
-    i = first_bw
-    if (len(comps) > first_bw + 1 and comps[first_bw].index < nf
-            and comps[first_bw + 1].index < nf
-            and ag.node_of_var[g.forward[comps[first_bw].index].outputs[0]] in sinks):
-        segments.append([])                 # the last block is the loss alone
-        i += 1
-    while i < len(comps):
-        op = comps[i]
-        if op.index < nf:
-            nxt = comps[i + 1] if i + 1 < len(comps) else None
-            y = int(ag.node_of_var[g.forward[op.index].outputs[0]])
-            if nxt is not None and nxt.index == op.index + nf and produced[y]:
-                pass                    # ReLU-exception pair: y's block was processed already
-            else:
-                recomputed[y] = True
-                if prev_backward and current:
-                    segments.append(current)
-                    current = []
-            prev_backward = False
-        else:
-            bw = g.functions[op.index]
-            for j in op.grads:
-                v = ag.node_of_var[bw.outputs[j]]
-                if v >= 0:
-                    current.append(int(v))
-                    produced[v] = True
-            prev_backward = True
-        i += 1
-    if current:
-        segments.append(current)
-    if segments:                # sinks (the loss) get no gradient: they belong to the last block
-        segments[0] = np.flatnonzero(~produced).tolist() + segments[0]
-    boundaries = []                         # lower sets between segments, highest first
-    candidates = []                         # lower sets inside segments (split points)
-    structured = set()                      # the recomputed block whole, the rest one by one
-    done = np.zeros(ag.n, dtype=bool)
-    for seg in segments:
-        top = ~done
-        boundaries.append(top)
-        seg = list(dict.fromkeys(seg))
-        below = top.copy()
-        below[seg] = False
-        last_rec = max((q for q, v in enumerate(seg) if recomputed[v]), default=-1)
-        for p in range(1, len(seg)):
-            low = below.copy()
-            low[seg[p:]] = True
-            if ag.is_lower_set(low):
-                if p > last_rec:
-                    structured.add(len(candidates))
-                candidates.append(low)
-        done = ~below
-    boundaries = [b for b in boundaries if b.any()]
+    node_of_var = ag.node_of_var
+    is_act = g.is_activation
+    var = ag.var.tolist()
+    src, dst = ag.src, ag.dst
+    # per node: the latest block among successors, the earliest among predecessors
+    max_succ = np.full(n, -1, np.int64)
+    np.maximum.at(max_succ, src, grp[dst])
+    min_pred = np.full(n, k, np.int64)
+    np.minimum.at(min_pred, dst, grp[src])
+    ckpt = max_succ > grp                                   # ∂L_i ∩ V_i
+    order = topsor(g)
+    topo_pos = np.empty(nf, dtype=np.int64)
+    topo_pos[order] = np.arange(nf)
+    node_of_func = node_of_var[[f.outputs[0] for f in g.forward]]
+    fgrp = grp[node_of_func]
+    sorted_f = order[np.argsort(fgrp[order], kind="stable")]
+    fb = np.searchsorted(fgrp[sorted_f], np.arange(k + 1))
+    by_node = np.argsort(grp, kind="stable")                # id order inside a block
+    nb = np.searchsorted(grp[by_node], np.arange(k + 1))
+    # blocks that may run in group i: consumers of Vi nodes and producers of Vi nodes
+    cand = [set() for _ in range(k)]
+    for f in range(nf):
+        cand[fgrp[f]].add(f)
+    for a_node, y_node in zip(src.tolist(), ag.func[dst].tolist()):
+        cand[grp[a_node]].add(y_node)
+    succ_ptr, succ_idx = ag.succ_indptr, ag.succ_indices
+    grp_l = grp.tolist()
+    min_pred_l = min_pred.tolist()
 
-    def chain_of(chosen):
-        sets = boundaries + [candidates[c] for c in sorted(chosen)]
-        return sorted(sets, key=lambda m: int(m.sum()))
+    ops = []
+    append = ops.append
+    live = set()
+    nfunc = node_of_func.tolist()
+    nvar = node_of_var.tolist()
+    act = is_act.tolist()
+    tpos = topo_pos.tolist()
+    ck = ckpt.tolist()
+    for i in range(k):
+        for f in sorted_f[fb[i]:fb[i + 1]].tolist():
+            append(Op("compute", f))
+            live.add(nfunc[f])
+        for v in by_node[nb[i]:nb[i + 1]].tolist():
+            if not ck[v] and v in live:
+                append(Op("forget", var[v], (), "forward"))
+                live.discard(v)
 
-    if not search or not candidates:
-        return chain_of(structured)
-    want = schedule.dumps().split("\n")
-
-    def score(chosen):
-        got = emit(g, chain_of(chosen), ag).dumps().split("\n")
-        if got == want:
-            return None
-        pre = next(i for i, (x, y) in enumerate(zip(got + [None], want + [""])) if x != y)
-        suf = next(i for i, (x, y) in enumerate(zip(got[::-1] + [None], want[::-1] + [""]))
-                   if x != y)
-        return pre + suf
-
-    chosen, best = set(), score(set())
-    for start in (structured, set(range(len(candidates)))):
-        sc = score(start)
-        if sc is None or (best is not None and sc > best):
-            chosen, best = set(start), sc
-    for _ in range(max_passes):
-        if best is None:
-            break
-        improved = False
-        for c in range(len(candidates)):
-            trial = chosen ^ {c}
-            sc = score(trial)
-            if sc is None or sc > best:
-                chosen, best, improved = trial, sc, True
-                if sc is None:
-                    break
-        if not improved:
-            break
-    return chain_of(chosen)
+    ran = [False] * nf
+    has_output_tag = [any(tag == "output" for _, tag in bw.inputs) for bw in g.backward]
+    upper = set()                # live forward values of nodes in blocks ≥ i
+    glive = set()                # nodes whose gradient is live
+    for i in range(k - 1, -1, -1):
+        for f in sorted_f[fb[i]:fb[i + 1]].tolist():
+            v = nfunc[f]
+            if v not in live:
+                append(Op("compute", f))
+                live.add(v)
+        for f in sorted(cand[i], key=tpos.__getitem__, reverse=True):
+            outs = g.backward[f].outputs
+            idx = []
+            some_in = False
+            first = not ran[f]
+            for j, v in enumerate(outs):
+                if act[v]:
+                    if grp_l[nvar[v]] == i:
+                        idx.append(j)
+                        some_in = True
+                elif first:
+                    idx.append(j)
+            y = nfunc[f]
+            if not (some_in or (len(idx) == len(outs) and grp_l[y] == i)):
+                continue
+            exception = has_output_tag[f] and y not in live
+            if exception:
+                append(Op("compute", f))
+            append(Op("compute", f + nf, tuple(idx)))
+            ran[f] = True
+            if exception:
+                append(Op("forget", var[y], (), "forward"))
+        block = by_node[nb[i]:nb[i + 1]].tolist()
+        glive.update(block)
+        upper.update(v for v in block if v in live)
+        # (d) forget live values of blocks ≥ i unless in B(L_{i-1}); (e) gradients not in A
+        for v in sorted(upper):
+            if v not in live:
+                upper.discard(v)
+                continue
+            in_b = False
+            if i > 0:
+                for w in succ_idx[succ_ptr[v]:succ_ptr[v + 1]].tolist():
+                    if grp_l[w] >= i and min_pred_l[w] <= i - 1:
+                        in_b = True
+                        break
+            if not in_b:
+                append(Op("forget", var[v], (), "forward"))
+                live.discard(v)
+                upper.discard(v)
+        for v in sorted(glive):
+            if not (i > 0 and min_pred_l[v] <= i - 1):
+                append(Op("forget", var[v], (), "backward"))
+                glive.discard(v)
+    if optimize:
+        ops = hoist_forgets(g, ops)
+    return Schedule(ops)

@@ -5,12 +5,13 @@
   ``0..n-1`` in order, give each new child the next id and push it), so ``dfs_id`` reproduces the
   reference's discovery ids; the returned family is **sorted by size |L|** (the DPfix order), ties
   kept in discovery order (a stable sort). ∅ is row 0 and V is the last row.
-* :func:`ancestor_sets` -- the approximate family (DP2.cpp, §4.5): ∅ and ``L_v = anc(v) ∪ {v}``,
-  sorted by m(L) with ties broken by |L| (the DP2fix strict order), then by node id.
+* :func:`articulation_sets` -- Chen's family (§4.6): the lower sets with one boundary node.
+
+This enumeration reproduces the reference's DFS discovery ids (Chen's chain depends on them);
+the DP's own families are :mod:`planner.dp_families`, with the same default limit.
 
 Both return a :class:`LowerSets`: ``masks`` (bool [K, n]), ``bits`` (list of Python-int bitsets),
-``size``, ``m`` and ``t`` sums (int64 [K]) and ``dfs_id`` (the reference id; for the approximate
-family, the node whose ancestor set it is, -1 for ∅).
+``size``, ``m`` and ``t`` sums (int64 [K]) and ``dfs_id`` (the reference id).
 
 Example (a diamond 0 -> {1, 2} -> 3)::
 
@@ -33,11 +34,10 @@ import numpy as np
 
 from hgraph.errors import HGraphError
 
-__all__ = ["LowerSets", "all_lower_sets", "count_lower_sets", "ancestor_sets",
-           "articulation_sets", "DEFAULT_LIMIT"]
+__all__ = ["LowerSets", "all_lower_sets", "articulation_sets", "DEFAULT_MAX_LOWER_SETS"]
 
-#: Default cap on the exact family's size (the user can raise it).
-DEFAULT_LIMIT = 1_000_000
+#: Default cap on the exact family's size, for every enumeration (``--max-lower-sets``).
+DEFAULT_MAX_LOWER_SETS = 200_000
 
 
 @dataclass
@@ -123,7 +123,8 @@ def _family(ag, bits, dfs_id):
                      np.asarray(dfs_id, dtype=np.int64))
 
 
-def all_lower_sets(ag, limit: int | None = DEFAULT_LIMIT, order: str = "size") -> LowerSets:
+def all_lower_sets(ag, limit: int | None = DEFAULT_MAX_LOWER_SETS,
+                   order: str = "size") -> LowerSets:
     """Every lower set of ``ag``; ``order="size"`` (DPfix, stable) or ``"dfs"`` (DP.cpp ids).
 
     Raises HGraphError (exit 3) when there are more than ``limit`` sets (``None``: no limit).
@@ -138,21 +139,6 @@ def all_lower_sets(ag, limit: int | None = DEFAULT_LIMIT, order: str = "size") -
     perm = np.argsort(fam.size, kind="stable")
     return LowerSets(fam.masks[perm], [dfs[i] for i in perm.tolist()], fam.size[perm],
                      fam.m[perm], fam.t[perm], ids[perm])
-
-
-def count_lower_sets(ag, limit: int | None = None) -> int:
-    """Number of lower sets (enumerates them)."""
-    return len(_dfs_enumerate(ag, limit))
-
-
-def ancestor_sets(ag) -> LowerSets:
-    """The DP2 family: ∅ plus ``anc(v) ∪ {v}`` for each node, sorted by (m, |L|, node)."""
-    anc = ag.ancestors_bits()
-    bits = [0] + [anc[v] | (1 << v) for v in range(ag.n)]
-    fam = _family(ag, bits, np.arange(-1, ag.n))
-    perm = np.lexsort((fam.dfs_id, fam.size, fam.m))
-    return LowerSets(fam.masks[perm], [bits[i] for i in perm.tolist()], fam.size[perm],
-                     fam.m[perm], fam.t[perm], fam.dfs_id[perm])
 
 
 def articulation_sets(ag, family: LowerSets | None = None) -> LowerSets:

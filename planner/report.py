@@ -1,6 +1,6 @@
 """The plan's report: JSON fields, a short terminal summary table, a memory-timeline plot.
 
-:func:`build` turns a solved chain and its simulated replay into the report dict (keys below);
+:func:`build` turns a solved plan (its blocks) and its simulated replay into the report dict (keys below);
 :func:`write_json` / :func:`plot` write files atomically (temporary name, then rename);
 :func:`summary_table` renders the few numbers a user looks at first (rich).
 
@@ -17,9 +17,15 @@ object per activation (``var``, ``function``, ``bytes``, ``block``, ``decision``
 
 Example::
 
-    >>> import planner                                                      # doctest: +SKIP
-    >>> p = planner.plan("jobs/data/cg_resnet50.txt", budget="50%")          # doctest: +SKIP
-    >>> write_json(p.report, "r.json"); plot(p, "t.png")                    # doctest: +SKIP
+    >>> import json, os, tempfile
+    >>> import planner
+    >>> from planner import synth
+    >>> p = planner.plan(synth.build(layers=2, heads=2), budget="60%")
+    >>> with tempfile.TemporaryDirectory() as d:
+    ...     write_json(p.report, os.path.join(d, "r.json")); plot(p, os.path.join(d, "t.png"))
+    ...     back = json.load(open(os.path.join(d, "r.json")))
+    >>> back["peak_bytes"] == p.peak_bytes, len(back["decisions"])
+    (True, 40)
 """
 
 from __future__ import annotations
@@ -34,26 +40,15 @@ from planner.budget import format_bytes
 __all__ = ["build", "decisions", "write_json", "summary_table", "print_summary", "plot"]
 
 
-def decisions(g, ag, chain, sim) -> list:
-    """Per-activation decision (keep / recompute) with the reason, from the chain and the replay."""
+def decisions(g, ag, groups, sim) -> list:
+    """Per-activation decision (keep / recompute) with the reason, from the plan's blocks
+    (``groups``: 0-based block index of every node; reported from 1) and the replay."""
     n = ag.n
-    block = np.zeros(n, np.int64)
-    ckpt = np.zeros(n, bool)
-    prev = np.zeros(n, bool)
-    if isinstance(chain, np.ndarray):          # block index of every node (planner.emit_scale)
-        grp = chain.astype(np.int64)
-        block = grp + 2          # as below, where a chain's leading ∅ takes number 1
-        later = np.full(n, -1, np.int64)
-        np.maximum.at(later, ag.src, grp[ag.dst])
-        ckpt = later > grp
-        chain = []
-    for i, nodes in enumerate(chain, 1):
-        mask = np.zeros(n, bool)
-        mask[np.asarray(nodes, dtype=np.int64)] = True
-        new = mask & ~prev
-        block[new] = i
-        ckpt |= ag.to_mask(ag.boundary(mask)) & new
-        prev = mask
+    grp = np.asarray(groups, dtype=np.int64)
+    block = grp + 1
+    later = np.full(n, -1, np.int64)
+    np.maximum.at(later, ag.src, grp[ag.dst])
+    ckpt = later > grp                         # on its block's boundary: a later block reads it
     computes = np.asarray(sim.computes, dtype=np.int64)[ag.func]
     out = []
     var, func, nbytes, t = ag.var.tolist(), ag.func.tolist(), ag.bytes.tolist(), ag.t.tolist()
@@ -74,7 +69,7 @@ def decisions(g, ag, chain, sim) -> list:
     return out
 
 
-def build(g, ag, chain, sim, *, solver, strategy, units, budget, budget_bytes, baseline_peak,
+def build(g, ag, groups, sim, *, solver, strategy, units, budget, budget_bytes, baseline_peak,
           baseline_kind, lower_bound, model, depth, engine, seconds) -> dict:
     """The report dict of a plan (see the module docstring for the keys)."""
     forward = int(sim.forward_cost)
@@ -108,7 +103,7 @@ def build(g, ag, chain, sim, *, solver, strategy, units, budget, budget_bytes, b
         "fell_back": bool(model["fell_back"]),
         **{k: model[k] for k in ("dp_window", "dp_front_cap", "dp_exact") if k in model},
         "engine": dict(engine),
-        "decisions": decisions(g, ag, chain, sim),
+        "decisions": decisions(g, ag, groups, sim),
     }
 
 

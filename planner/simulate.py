@@ -31,10 +31,13 @@ Validity (each problem is one line in ``violations``):
 
 Example::
 
-    >>> from planner import cg, simulate                                  # doctest: +SKIP
-    >>> from planner.schedule import Schedule                             # doctest: +SKIP
-    >>> r = simulate.replay(cg.read("cg_vgg19.txt"), Schedule.read("s.txt"))   # doctest: +SKIP
-    >>> r.peak_bytes, r.recompute_cost, r.violations                      # doctest: +SKIP
+    >>> import planner
+    >>> from planner import simulate, synth
+    >>> g = synth.build(layers=2, heads=2)
+    >>> p = planner.plan(g, budget="60%")
+    >>> r = simulate.replay(g, p.schedule)           # e.g. of Schedule.read("s.txt")
+    >>> r.peak_bytes == p.peak_bytes, r.recompute_cost, r.violations
+    (True, 25, [])
 """
 
 from __future__ import annotations

@@ -1,5 +1,9 @@
 """The Kusumoto DP (planner.dp) against the reference's results.csv and against a plain oracle.
 
+Every row goes through the product's own path, :class:`planner.solver.Solver` (the one that
+:func:`planner.plan` uses: units by :func:`planner.units.scale_units`, the activation graph of
+:class:`planner.activation_graph.ActivationGraph`, families from the engine analyses).
+
 * Conformance: every DP2fix / DPfix row of results.csv (reference units) gives the same
   model_recompute_cost, model_peak_bytes, ckpt_bytes, blocks and n_lower_sets, and IMPOSSIBLE
   where the row says so; the time-centric recompute is never above the published DP / DP2 rows.
@@ -26,8 +30,12 @@ import pytest
 from conftest import shared_path
 from hgraph.errors import HGraphError
 from planner import cg
-from planner.dp import _activation_arrays, reference_ratio, run_dp, solve, solve_family
+from planner.activation_graph import ActivationGraph
+from planner.dp.loop import run_dp
+from planner.dp.solve import solve_family
 from planner.dp_families import DPGraph, _subset_matrix, approx_family, exact_family
+from planner.solver import Solver
+from planner.units import scale_units
 
 SOLVER_FAMILY = {"DP2fix": "approx", "DPfix": "exact"}
 PUBLISHED = {"approx": "DP2", "exact": "DP"}
@@ -45,20 +53,14 @@ def _graph(name):
 
 
 @functools.lru_cache(maxsize=None)
-def _family(name, family, ratio):
-    bytes_, t, src, dst = _activation_arrays(_graph(name))
-    g = DPGraph(m=bytes_ // ratio, t=t, src=src, dst=dst)
-    fam = exact_family(g) if family == "exact" else approx_family(g)
-    return g, fam
+def _solver(name, family):
+    """The product's solver for a graph (families are kept per scaling ratio across rows)."""
+    return Solver(_graph(name), solver=family, units="reference")
 
 
 def _solve_row(row):
-    family = SOLVER_FAMILY[row["solver"]]
-    bytes_, *_ = _activation_arrays(_graph(row["graph"]))
-    ratio, b_units = reference_ratio(int(row["budget_bytes"]), int(bytes_.sum()))
-    g, fam = _family(row["graph"], family, ratio)
-    return solve_family(fam, g, b_units, strategy=row["strategy"], comp_ratio=ratio,
-                        units="reference")
+    return _solver(row["graph"], SOLVER_FAMILY[row["solver"]]).dp(int(row["budget_bytes"]),
+                                                                   strategy=row["strategy"])
 
 
 def _check_row(row):
@@ -186,9 +188,13 @@ def test_googlenet_exact_every_budget(label, strategy):
         assert sim.peak_bytes <= budget
 
 
+def _dpgraph(name):
+    ag = ActivationGraph.from_cg(_graph(name))
+    return DPGraph(m=ag.bytes, t=ag.t, src=ag.src, dst=ag.dst)
+
+
 def test_exact_family_limit_refuses_or_falls_back():
-    bytes_, t, src, dst = _activation_arrays(_graph("googlenet"))
-    g = DPGraph(m=bytes_, t=t, src=src, dst=dst)
+    g = _dpgraph("googlenet")
     with pytest.raises(HGraphError, match="more than 1,000 lower sets"):
         exact_family(g, max_lower_sets=1000)
     fam = exact_family(g, max_lower_sets=1000, fallback=True)
@@ -197,8 +203,8 @@ def test_exact_family_limit_refuses_or_falls_back():
     with pytest.raises(HGraphError, match="single sink"):
         approx_family(two_sinks)
     with pytest.raises(HGraphError):
-        solve(_graph("unet"), 10**11, family="exact", max_lower_sets=100)
-    r = solve(_graph("unet"), 10**11, family="exact", max_lower_sets=100, fallback=True)
+        Solver(_graph("unet"), "exact", max_lower_sets=100).dp(10**11)
+    r = Solver(_graph("unet"), "exact", max_lower_sets=100, fallback=True).dp(10**11)
     assert r.fell_back and r.n_lower_sets == 61 and r.status == "OK"
 
 
@@ -397,12 +403,13 @@ def test_bounded_exact_search_keeps_the_plan(seed, single_sink):
 def test_bounded_exact_search_big_family_fallbacks(monkeypatch):
     """Past their size caps the search tests bitsets per pair (no inclusion matrix), uses one
     global knapsack table and 8-bit popcount chunks: same plans."""
-    from planner import dp, dp_families
+    from planner import dp_families
+    from planner.dp import exact_search, knapsack
 
     g = _random_exact_case(4)
     monkeypatch.setattr(dp_families, "SUBSET_MATRIX_MAX_BYTES", 0)
-    monkeypatch.setattr(dp, "KNAPSACK_TABLE_MAX_CELLS", 0)
-    monkeypatch.setattr(dp, "_chunk_bits", lambda words: 8)
+    monkeypatch.setattr(knapsack, "KNAPSACK_TABLE_MAX_CELLS", 0)
+    monkeypatch.setattr(exact_search, "_chunk_bits", lambda words: 8)
     fam = exact_family(g)
     assert fam.subset_matrix() is None
     total = int(g.m.sum())
@@ -433,14 +440,62 @@ def test_bytes_units_plans_fit(name):
     from planner import emit, simulate
 
     g = _graph(name)
-    bytes_, *_ = _activation_arrays(g)
-    S = int(bytes_.sum())
+    solvers = {family: Solver(g, family) for family in ("approx", "exact")}
+    S = solvers["approx"].act_sum
     for frac in (0.4, 0.7, 1.0):
-        for family in ("approx", "exact"):
-            r = solve(g, int(frac * S), family=family, units="bytes")
+        for family, solver in solvers.items():
+            r = solver.dp(int(frac * S))
             if r.impossible:
                 continue
             assert r.comp_ratio == 1 and r.model_peak_bytes <= int(frac * S)
             sch = emit.emit(g, r.chain)
             sim = simulate.replay(g, sch, mode="exact")
             assert not sim.violations
+
+
+# ----------------------------------------------------------------------- one unit path
+def _reference_ratio(budget, act_sum):
+    """DP.cpp's two start-up loops, transcribed (FORMAT.md §2.1): (comp_ratio, scaled budget)."""
+    b, ratio = int(budget), 1
+    while b > 1e8:
+        b //= 10
+        ratio *= 10
+    mem = int(act_sum) // ratio
+    while mem > 1e8:
+        mem //= 10
+        b //= 10
+        ratio *= 10
+    return ratio, b
+
+
+def _reference_arrays(g):
+    """(bytes, t, src, dst) read off the forward functions as the reference does: the k-th
+    activation by variable id, cost 10 for Conv*, 1 otherwise."""
+    forward = [f for f in g.functions if f.direction == "forward"]
+    acts = np.sort(np.array([f.outputs[0] for f in forward], dtype=np.int64))
+    node_of = np.full(len(g.var_bytes), -1, dtype=np.int64)
+    node_of[acts] = np.arange(acts.size)
+    t = np.ones(acts.size, dtype=np.int64)
+    src, dst = [], []
+    for f in forward:
+        v = node_of[f.outputs[0]]
+        t[v] = 10 if f.type.startswith("Conv") else 1
+        ins = node_of[np.array([a for a, _tag in f.inputs], dtype=np.int64)]
+        src += ins[ins >= 0].tolist()
+        dst += [v] * int((ins >= 0).sum())
+    return np.asarray(g.var_bytes, np.int64)[acts], t, src, dst
+
+
+@pytest.mark.parametrize("name", ["vgg19", "resnet50", "googlenet", "unet", "densenet"])
+def test_the_product_units_and_graph_are_the_references(name):
+    """The one unit path (scale_units on ActivationGraph) equals the reference's own loops."""
+    g = _graph(name)
+    bytes_, t, src, dst = _reference_arrays(g)
+    want = DPGraph(m=bytes_, t=t, src=src, dst=dst)
+    got = _dpgraph(name)
+    for field_ in ("m", "t", "src", "dst"):
+        assert np.array_equal(getattr(got, field_), getattr(want, field_)), field_
+    S = int(bytes_.sum())
+    for budget in [int(r["budget_bytes"]) for r in _rows() if r["graph"] == name] + [1, S, 7 * S]:
+        u = scale_units(budget, S, "reference")
+        assert (u.ratio, u.budget) == _reference_ratio(budget, S), budget

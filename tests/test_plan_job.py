@@ -166,3 +166,55 @@ def test_dp_scale_flags_reach_the_report(tmp_path):
     assert r["within_budget"] and r["engine"]["supersteps"] < 40
     assert main(["submit", "plan", "--graph", str(graph), "--budget", "50%",
                  "--dp-window", "-1"]) == 2
+
+
+def test_no_plan_with_the_chosen_options_is_one_line(tmp_path):
+    """--dp-window 1 on parallel branches has no plan at any budget (below the no-recomputation
+    peak, where keeping everything is the plan): the smallest-budget search
+    stops at the budget where every block fits and names the options (on main: OverflowError
+    after doubling the budget past int64)."""
+    from planner import synth
+
+    graph = tmp_path / "s2.txt"
+    cg.write(synth.build(layers=2, heads=4), graph)
+    with pytest.raises(HGraphError, match="--dp-window 1") as info:
+        planner.plan(cg.read(graph), budget="90%", dp_window=1)
+    assert info.value.exit_code == 3 and not isinstance(info.value, InfeasibleError)
+    proc = _run("hgraph", "submit", "plan", "--graph", str(graph), "--budget", "90%",
+                "--dp-window", "1", "--out", str(tmp_path / "s.txt"))
+    assert proc.returncode == 3 and "Traceback" not in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1 and "--dp-window 1" in proc.stderr
+    assert not (tmp_path / "s.txt").exists()
+
+
+def test_more_engine_blocks_than_nodes_gives_the_same_plan():
+    """The zoo mlp has 15 activations: tasks × blocks = 16 leaves engine blocks empty (on main:
+    ValueError: cannot reshape array of size 0 in the lower-set statistics)."""
+    from planner.execute import export, zoo
+
+    g = export.to_cg(zoo.build("mlp"))
+    assert len(g.forward) < 16
+    one = planner.plan(g, budget="100%")
+    for tasks, blocks in ((4, 4), (16, 2)):
+        p = planner.plan(g, budget="100%", tasks=tasks, blocks=blocks)
+        assert p.schedule.dumps() == one.schedule.dumps()
+        assert _stable(p.report) == _stable(one.report)
+
+
+@pytest.mark.parametrize("solver", ["approx", "exact"])
+def test_a_plan_is_never_worse_than_not_planning(solver):
+    """At or above the no-recomputation peak: keep everything, zero recompute (issue 11 item 4;
+    on main the zoo mlp at 1000% recomputed 5 of 15 functions at 102.9% of the baseline)."""
+    from planner.execute import export, zoo
+
+    g = export.to_cg(zoo.build("mlp"))
+    for budget in ("100%", "150%", "1000%"):
+        p = planner.plan(g, budget=budget, solver=solver)
+        assert (p.recompute_cost, p.recomputed, p.blocks) == (0, 0, 1), budget
+        assert p.peak_bytes == p.baseline_peak_bytes <= p.budget_bytes
+        m = planner.plan(g, budget=budget, solver=solver, strategy="memory")
+        assert m.peak_bytes < m.baseline_peak_bytes or m.recompute_cost == 0, budget
+    with pytest.raises(InfeasibleError):               # below it the DP plans, or says so
+        planner.plan(g, budget="99%", solver=solver)
+    ref = planner.plan(g, budget="1000%", solver=solver, units="reference")
+    assert ref.family == solver                    # the reference's own DP plan, unchanged

@@ -13,9 +13,9 @@
 
 Example::
 
-    >>> from planner.execute import zoo, export, executor, plans      # doctest: +SKIP
-    >>> g = export.to_cg(zoo.build("resnet"))                          # doctest: +SKIP
-    >>> s = plans.feasible_budgets(g, count=1)[0][1]                   # doctest: +SKIP
-    >>> executor.evaluate(g, s, allocators=("static",))["gradients_match"]   # doctest: +SKIP
+    >>> from planner.execute import zoo, export, executor, plans
+    >>> g = export.to_cg(zoo.build("mlp"))
+    >>> s = plans.feasible_budgets(g, count=1)[0][1]
+    >>> executor.evaluate(g, s, allocators=("static",))["gradients_match"]
     True
 """

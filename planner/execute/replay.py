@@ -25,7 +25,6 @@ from __future__ import annotations
 
 from planner.execute import executor
 
-PAGE = 4096
 
 
 def replay(g, schedule, *, allocator: str = "pool", backend=None, recycle: bool = False,
@@ -33,31 +32,3 @@ def replay(g, schedule, *, allocator: str = "pool", backend=None, recycle: bool 
     """Run ``schedule`` on ``g`` with stand-in kernels and return the measurements."""
     return executor.run(g, schedule, allocator=allocator, backend=backend, recycle=recycle,
                         kernels="stand-in", touch=touch)
-
-
-def run_standin(g, tl, alloc, be, touch: str) -> None:
-    """Execute a timeline with stand-in kernels (called by :func:`executor.run`)."""
-    if touch not in ("full", "page"):
-        raise ValueError(f"touch must be 'full' or 'page', got {touch!r}")
-    xp = be.xp
-    arrays = {}
-    for s, step in enumerate(tl.steps):
-        for b in step.frees_before:
-            alloc.free(b)
-            del arrays[b]
-        if step.op.kind == "compute":
-            # the stand-in: one byte from every buffer read, mixed into every buffer written
-            mark = (s + sum(int(arrays[b][:1].sum()) if tl.nbytes[b] else 0 for b in step.reads[:1])) % 251
-            for _, b, accumulate in step.writes:
-                if accumulate:
-                    out = arrays[b]
-                else:
-                    out = arrays[b] = alloc.alloc(b, int(tl.nbytes[b]))
-                if out.size:
-                    (out if touch == "full" else out[:PAGE]).fill(mark)
-            for b in step.reads[1:]:
-                if tl.nbytes[b]:
-                    arrays[b][:1].sum()
-        for b in step.frees_after:
-            alloc.free(b)
-            del arrays[b]

@@ -1,0 +1,89 @@
+"""The approximate DP at scale: two explicit, reported approximations and when they apply.
+
+**Exactness and the two scale options.** With ``window=None`` and ``front_cap=None`` (the
+default) the fronts, the chain and every model number equal the DP's
+(tested on the reference graphs and synthetic ones). That DP is inherently quadratic in
+*time*, though: the Pareto front of a state holds up to ~n/4 (saved, ckpt) entries on a deep
+transformer at half the activation memory (measured: mean n/4, max n/2) and the feasible
+source window spans a quarter of the graph, so n = 100,000 means ~10^9 front entries and far
+more candidate relaxations. For such graphs :func:`plan_options` turns on two explicit,
+reported approximations (``dp_window``, ``dp_front_cap`` in the plan's report):
+
+* ``window = W``: a state is reached only from the ``W`` states just before it in the family
+  order (blocks of at most ~W nodes on near-chain graphs — the optimum's blocks are a few nodes);
+* ``front_cap = K``: each front keeps at most K entries — always its cheapest and its
+  largest-saved one, and either entries spread over its checkpoint range or those with the
+  best Lagrangian score ``saved − λ·ckpt``; :func:`planner.dp.solve.solve_family` runs a pass
+  of each kind (a few λ) and keeps the best chain.
+
+Measured on synthetic transformers at a 50 % budget (model recompute, share of T(V)): exact
+45.6 % at 2,000 and 4,000 nodes; window 8 / cap 32: the exact optimum at 2,000 nodes (922;
+at 30 % / 80 %: 1,306 / 777 against 1,302 / 777), 45.6 % at 8,000 and ~45.7 % at 100,000.
+
+Every chain the capped DP returns is still a chain of the approximate family whose every
+transition passed the reference's peak test, so the plan is valid and the replay checks it;
+only optimality (within the family) is given up.
+
+Example::
+
+    >>> plan_options(1000), plan_options(10_000), plan_options(10_000, window=0, front_cap=0)
+    ((None, None), (8, 32), (None, None))
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+__all__ = ["EXACT_LIMIT", "DEFAULT_WINDOW", "DEFAULT_FRONT_CAP", "MEMORY_WINDOW",
+           "MEMORY_FRONT_CAP", "LAMBDAS", "plan_options", "thin", "thin_lagrange"]
+
+#: Graphs up to this many activations run the exact approximate DP (no window, no cap): the
+#: reference's own limit (MAX_N = 2500); the exact DP takes ~10 s there, ~2 min at 4,000.
+EXACT_LIMIT = 2500
+DEFAULT_WINDOW = 8
+DEFAULT_FRONT_CAP = 32
+#: Memory-centric plans want blocks as large as the budget allows: a wide window, thin fronts
+#: (synthetic transformer at 40 %: the exact chain at 2,000 nodes; 6 blocks at 8,000).
+MEMORY_WINDOW = 4096
+MEMORY_FRONT_CAP = 4
+def plan_options(n: int, window=None, front_cap=None,
+                 strategy: str = "time") -> tuple[int | None, int | None]:
+    """``(window, front_cap)`` for an ``n``-node graph: given values win; "auto" (None) means
+    exact up to :data:`EXACT_LIMIT` nodes and the strategy's defaults above it; 0 means off."""
+    big = n > EXACT_LIMIT
+    dw, dk = (DEFAULT_WINDOW, DEFAULT_FRONT_CAP) if strategy == "time" else \
+        (MEMORY_WINDOW, MEMORY_FRONT_CAP)
+    w = (dw if big else None) if window is None else (int(window) or None)
+    k = (dk if big else None) if front_cap is None else (int(front_cap) or None)
+    return w, k
+
+
+def thin(nc: np.ndarray, cap: int) -> np.ndarray:
+    """Indices of at most ~``cap`` entries of a front (``nc`` ascending), spread over its ckpt
+    range: for each of ``cap`` levels the largest entry at or below it. Levels are denser
+    towards the large-ckpt (large-saved) end, where time-centric chains run (on a 2,000-node
+    synthetic transformer at 50 %: recompute 936 with window 32 / cap 128 against the exact
+    922; evenly spaced levels gave 1,036 at 32 / 64)."""
+    x = np.linspace(0.0, 1.0, cap) ** 0.5          # denser towards the largest-saved end
+    levels = int(nc[0]) + x * (int(nc[-1]) - int(nc[0]))
+    idx = np.searchsorted(nc, levels, side="right") - 1
+    return np.unique(np.r_[0, np.clip(idx, 0, nc.size - 1), nc.size - 1])
+
+
+def thin_lagrange(ns: np.ndarray, nc: np.ndarray, cap: int, lam: float) -> np.ndarray:
+    """Indices of at most ``cap`` entries of a front: ``cap/2`` with the largest Lagrangian
+    score ``saved − lam·ckpt`` (additive along a chain, so the chain that is best for ``lam``
+    stays in every front it passes through) and ``cap/2`` spread as :func:`thin` does (so a
+    ``lam`` that checkpoints too eagerly still leaves cheaper entries to continue from)."""
+    score = ns - lam * nc.astype(np.float64)
+    keep = np.zeros(ns.size, bool)
+    half = cap // 2
+    keep[np.argpartition(-score, half - 1)[:half]] = True
+    keep[thin(nc, cap - half)] = True
+    return np.flatnonzero(keep)
+
+
+#: Lagrange multipliers tried by a capped time-centric solve, in units of T(V)/m(V).
+LAMBDAS = (0.1, 0.25, 0.6, 1.5)
+
+

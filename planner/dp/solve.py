@@ -1,0 +1,198 @@
+"""Solve the DP on a family at one budget: pick the search, run it, read the plan back.
+
+* approximate family, no scale option: the loop of :mod:`planner.dp.loop` (for families over
+  4,096 sets bounded by the objective, :func:`objective_bounded`, which keeps the plan);
+* approximate family with a window or front cap (:mod:`planner.dp.scale`): one pass with
+  thinned fronts and, time-centric, one per Lagrange multiplier; the best chain wins;
+* exact family: :class:`~planner.dp.exact_search.ExactSearch`.
+
+Time-centric plans take V's entry with the largest ``saved`` (least recomputation),
+memory-centric ones the smallest ``ckpt``. The result names the chain as family states and as
+``groups`` (block index of each node), with the model's numbers in bytes.
+
+Example::
+
+    >>> import numpy as np
+    >>> from planner.dp_families import DPGraph, approx_family
+    >>> g = DPGraph(m=np.array([4, 2, 2, 1]), t=np.array([10, 1, 1, 1]),
+    ...             src=np.array([0, 0, 1, 2]), dst=np.array([1, 2, 3, 3]))   # a diamond
+    >>> r = solve_family(approx_family(g), g, 20)
+    >>> r.status, r.groups.tolist(), r.model_recompute_cost, r.model_peak_bytes
+    ('OK', [0, 0, 1, 1], 2, 17)
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from hgraph.errors import HGraphError
+from planner.dp.exact_search import ExactSearch
+from planner.dp.fronts import Fronts, end_entry, has_end, path
+from planner.dp.loop import run_dp
+from planner.dp.scale import LAMBDAS
+from planner.dp.subsets import groups, groups_to_chain
+from planner.dp_families import approx_family
+
+__all__ = ["DPResult", "solve_family", "bounded_fronts", "objective_bounded",
+           "STRATEGIES", "UNITS"]
+
+STRATEGIES = ("time", "memory")
+UNITS = ("bytes", "reference")
+#: Approximate families up to this many sets run the loop unbounded.
+UNBOUNDED_MAX_SETS = 4096
+
+
+@dataclass
+class DPResult:
+    """A solved (or impossible) DP. Memory fields are bytes (DP units × ``comp_ratio``)."""
+
+    status: str                       # "OK" | "IMPOSSIBLE"
+    family: str
+    strategy: str
+    units: str
+    budget_bytes: int
+    budget_units: int                 # the budget the DP compared against (DP units)
+    comp_ratio: int                   # 1 in bytes units
+    n_lower_sets: int
+    forward_cost: int                 # T(V)
+    chain_ids: list = field(default_factory=list)   # family states ∅ = L0, L1, …, Lk = V
+    groups: np.ndarray | None = None  # block index of every node
+    blocks: int = 0
+    saved: int = 0
+    model_recompute_cost: int = 0
+    model_peak_bytes: int = 0
+    ckpt_bytes: int = 0
+    fell_back: bool = False
+    window: int | None = None
+    front_cap: int | None = None
+    seconds: float = 0.0
+
+    @property
+    def impossible(self) -> bool:
+        return self.status == "IMPOSSIBLE"
+
+    @property
+    def chain(self) -> list:
+        """[L0=∅, L1, …, Lk=V], each a sorted int array of nodes (empty when IMPOSSIBLE)."""
+        return [] if self.groups is None else groups_to_chain(self.groups)
+
+
+def solve_family(fam, g, budget_units: int, strategy: str = "time", comp_ratio: int = 1,
+                 units: str = "bytes", window: int | None = None,
+                 front_cap: int | None = None) -> DPResult:
+    """The DP on ``fam`` (of the graph ``g`` in DP units) at ``budget_units``."""
+    if strategy not in STRATEGIES:
+        raise HGraphError(f"unknown strategy {strategy!r}; expected one of {', '.join(STRATEGIES)}")
+    t0 = time.perf_counter()
+    b = int(budget_units)
+    if window is None and front_cap is None:
+        fronts = bounded_fronts(fam, g, b, strategy)
+        entry = end_entry(fronts, strategy)
+    else:
+        fronts, entry = _scale_passes(fam, g, b, strategy, window, front_cap)
+    res = DPResult(status="IMPOSSIBLE", family=fam.kind, strategy=strategy, units=units,
+                   budget_bytes=b * comp_ratio, budget_units=b, comp_ratio=comp_ratio,
+                   n_lower_sets=fam.num_sets, forward_cost=int(g.t.sum()),
+                   fell_back=fam.fell_back, window=window, front_cap=front_cap)
+    if entry is not None:
+        _read_plan(res, fam, fronts, entry, g.n)
+    res.seconds = time.perf_counter() - t0
+    return res
+
+
+def _scale_passes(fam, g, budget: int, strategy: str, window, front_cap):
+    """With a front cap, a time-centric solve runs one pass with fronts thinned over their ckpt
+    range (the only pass of a memory-centric solve) and one per multiplier of
+    :data:`~planner.dp.scale.LAMBDAS` (× T(V)/m(V)), and keeps the best chain (most saved,
+    then least ckpt); every pass's chains pass the peak test. Without a cap: one pass."""
+    fronts = run_dp(fam, g.t, g.m, budget, window=window, front_cap=front_cap)
+    entry = end_entry(fronts, strategy)
+    if front_cap is not None and front_cap >= 4 and strategy == "time":
+        lam0 = float(g.t.sum()) / max(1.0, float(g.m.sum()))
+        for mult in LAMBDAS:
+            f2 = run_dp(fam, g.t, g.m, budget, window=window, front_cap=front_cap,
+                        lam=mult * lam0)
+            e2 = end_entry(f2, strategy)
+            if e2 is not None and (entry is None or (f2.s[e2], -f2.c[e2]) >
+                                   (fronts.s[entry], -fronts.c[entry])):
+                fronts, entry = f2, e2
+    return fronts, entry
+
+
+def _read_plan(res: DPResult, fam, fronts: Fronts, entry: int, n: int) -> None:
+    entries = np.asarray(path(fronts, entry))
+    st = fronts.state[entries]
+    steps = fronts.c[entries[:-1]] + 2 * (fam.mL[st[1:]] - fam.mL[st[:-1]]) + fam.mAB[st[1:]]
+    res.status = "OK"
+    res.chain_ids = st.tolist()
+    res.groups = groups(fam, res.chain_ids, n)
+    res.blocks = len(res.chain_ids) - 1
+    res.saved = int(fronts.s[entries[-1]])
+    res.model_recompute_cost = res.forward_cost - res.saved
+    res.model_peak_bytes = int(steps.max(initial=0)) * res.comp_ratio
+    res.ckpt_bytes = int(fronts.c[entries[-1]]) * res.comp_ratio
+
+
+def bounded_fronts(fam, g, b_units: int, strategy: str) -> Fronts:
+    """The DP's fronts, as far as the chosen strategy's plan needs them.
+
+    The exact family is searched by :class:`~planner.dp.exact_search.ExactSearch`
+    (knapsack-bounded fronts for time-centric plans, one entry per state for memory-centric
+    ones); the approximate family runs the loop, bounded by :func:`objective_bounded` when big.
+    """
+    if fam.kind == "exact":
+        search = ExactSearch(fam, g, b_units)
+        if strategy == "time":
+            return search.time_fronts()
+        return search.memory_fronts(_approx_memory_upper(fam, g, b_units))
+    if fam.num_sets <= UNBOUNDED_MAX_SETS:
+        return run_dp(fam, g.t, g.m, b_units)
+    return objective_bounded(fam, g, b_units, strategy)
+
+
+def _approx_memory_upper(exact, g, b_units: int) -> int | None:
+    """The approximate DP's memory-centric ckpt: a feasible exact-family plan's, so an upper
+    bound on the exact optimum (``L_v`` sets are lower sets). ``None`` when it has no plan."""
+    key = g.m.tobytes()
+    cached = exact.cache.get("approx")
+    if cached is None or cached[0] != key:
+        try:
+            fam = approx_family(g)
+        except HGraphError:                # several sinks: no approximate family
+            fam = None
+        cached = exact.cache["approx"] = (key, fam)
+    fam = cached[1]
+    if fam is None:
+        return None
+    fronts = run_dp(fam, g.t, g.m, b_units)
+    entry = end_entry(fronts, "memory")
+    return None if entry is None else int(fronts.c[entry])
+
+
+def objective_bounded(fam, g, b_units: int, strategy: str) -> Fronts:
+    """:func:`~planner.dp.loop.run_dp` pruned by a bound on the strategy's objective, raised
+    until V is reached.
+
+    Time-centric plans minimise the recompute, which only grows along a chain; memory-centric
+    ones the checkpoint memory, likewise. A DP that drops entries above a bound ``g`` therefore
+    returns the exact optimum (with the reference's tie-breaks) as soon as it reaches V at all:
+    start small, multiply by 4 until it does (at the largest bound nothing is pruned, so an
+    empty V front there is IMPOSSIBLE).
+    """
+    if strategy == "time":
+        top, bound = int(g.t.sum()), 16
+        while True:
+            fronts = run_dp(fam, g.t, g.m, b_units, max_recompute=bound)
+            if has_end(fronts) or bound >= top:
+                return fronts
+            bound = min(top, bound * 4)
+    top = int(g.m.sum())
+    bound = 0
+    while True:
+        fronts = run_dp(fam, g.t, g.m, b_units, max_ckpt=bound)
+        if has_end(fronts) or bound >= top:
+            return fronts
+        bound = min(top, max(bound * 4, top // 1024, 1))

@@ -1,0 +1,124 @@
+"""How the DP reads its sets: dense bitsets or segment-local bits, behind one interface.
+
+A transition ``L_i → L_j`` needs two things from the set representation: whether ``L_i ⊆ L_j``,
+and ``(dt, dm)`` — the ``t`` and ``m`` of ``∂L_j \\ L_i`` (the new block's checkpoints; only
+the part of ``∂L_j`` already inside ``L_i`` is not new). :func:`transitions` returns, for a
+family, the function that answers both for one target and many sources at once; the DP loop
+(:mod:`planner.dp.loop`) never looks at how the sets are held.
+
+* dense (``fam.sets``): n-bit rows; on the approximate family ``L_i ⊆ L_j ⟺ v_i ∈ L_j`` (one
+  bit), on the exact one a row test;
+* segment-local (``fam.local``): ``L_v`` is "all positions before its segment" plus local bits
+  (:mod:`planner.analyses.local_stats`), so the test and ``∂L_j ∩ L_i`` read a position and
+  at most a segment's bits — never an n-bit row.
+
+Example::
+
+    >>> import numpy as np
+    >>> from planner.dp_families import DPGraph, approx_family
+    >>> g = DPGraph(m=np.array([4, 2, 2, 1]), t=np.array([10, 1, 1, 1]),
+    ...             src=np.array([0, 0, 1, 2]), dst=np.array([1, 2, 3, 3]))   # a diamond
+    >>> for dense in (True, False):
+    ...     fam = approx_family(g, dense=dense)          # ∅, {0}, {0,1}, {0,2}, V
+    ...     src, dt, dm = transitions(fam, g.t, g.m)(2, np.arange(2))   # into {0, 1}
+    ...     print(src.tolist(), dm.tolist(), groups(fam, [0, 2, 4], g.n).tolist())
+    [0, 1] [6, 2] [0, 0, 1, 1]
+    [0, 1] [6, 2] [0, 0, 1, 1]
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from planner.bitsets import nodes, unpack
+
+__all__ = ["transitions", "groups", "groups_to_chain"]
+
+_ONE = np.uint64(1)
+
+
+def transitions(fam, t: np.ndarray, m: np.ndarray):
+    """``f(j, src) -> (src', dt, dm)``: the sources of ``src`` that are subsets of ``L_j``
+    (order kept), with each transition's ``dt``/``dm``."""
+    if fam.sets is not None:
+        return _dense(fam, t, m)
+    return _local(fam, t, m)
+
+
+def _dense(fam, t, m):
+    sets, node = fam.sets, fam.node
+
+    def step(j, src):
+        if node is not None:                 # approx: L_i ⊆ L_j ⟺ v_i ∈ L_j
+            v = node[src]
+            sub = v < 0
+            vv = v[~sub]
+            sub[~sub] = ((sets[j][vv // 64] >> (vv % 64).astype(np.uint64)) & _ONE) == 1
+        else:
+            sub = np.all((sets[src] & ~sets[j]) == 0, axis=1)
+        src = src[sub]
+        bn = nodes(fam.bnd[j])               # ∂Lj ∩ Li = ∂Lj ∩ ∂Li: subtract what Li holds
+        if bn.size == 0:
+            zero = np.zeros(src.size, np.int64)
+            return src, zero, zero.copy()
+        member = ((sets[src[:, None], (bn // 64)[None, :]] >> (bn % 64).astype(np.uint64))
+                  & _ONE).astype(np.int64)
+        return src, fam.t_bnd[j] - member @ t[bn], fam.m_bnd[j] - member @ m[bn]
+    return step
+
+
+def _local(fam, t, m):
+    st = fam.local
+    seg = st.seg
+    pos, sstart, loc = seg.pos, seg.sstart, seg.loc
+    lloc, bndloc = st.lloc, st.bndloc
+    t_pos, m_pos = t[seg.node_at], m[seg.node_at]
+    node = fam.node
+
+    def step(j, src):
+        vj = int(node[j])
+        sj = int(sstart[vj])
+        v = node[src]
+        vv = np.maximum(v, 0)
+        same = (v >= 0) & (sstart[vv] == sj)
+        lv = loc[vv]
+        bit = ((lloc[vj][lv // 64] >> (lv % 64).astype(np.uint64)) & _ONE) == _ONE
+        sub = (v < 0) | (pos[vv] <= sj) | (same & bit)
+        src, v, same = src[sub], vv[sub], same[sub]
+        # only a source of the same segment holds any of ∂Lj
+        dt = np.full(src.size, int(fam.t_bnd[j]), np.int64)
+        dm = np.full(src.size, int(fam.m_bnd[j]), np.int64)
+        if same.any() and bndloc[vj].any():
+            bn = nodes(bndloc[vj])
+            rows = v[same]
+            member = ((lloc[rows[:, None], (bn // 64)[None, :]] >> (bn % 64).astype(np.uint64))
+                      & _ONE).astype(np.int64)
+            dt[same] -= member @ t_pos[sj + bn]
+            dm[same] -= member @ m_pos[sj + bn]
+        return src, dt, dm
+    return step
+
+
+def groups(fam, states: list, n: int) -> np.ndarray:
+    """Block index (0-based) of every node for a chain of family states ∅ ⊊ L1 ⊊ … ⊊ V: the
+    first set of the chain that holds it."""
+    states = np.asarray(states[1:], dtype=np.int64)
+    if fam.sets is not None:
+        return np.argmax(unpack(fam.sets[states], n), axis=0)
+    # segment-local: a vectorized binary search (membership is monotone along a chain)
+    vs = fam.node[states]
+    lo = np.zeros(n, np.int64)
+    hi = np.full(n, vs.size - 1, np.int64)
+    every = np.arange(n)
+    while np.any(lo < hi):
+        mid = (lo + hi) // 2
+        inside = fam.local.member(every, vs[mid])
+        hi = np.where(inside, mid, hi)
+        lo = np.where(inside, lo, mid + 1)
+    return lo
+
+
+def groups_to_chain(grp: np.ndarray) -> list:
+    """The chain as sorted node arrays (∅ first) from block indices."""
+    k = int(grp.max(initial=-1)) + 1
+    return [np.zeros(0, np.int64)] + [np.flatnonzero(grp <= i) for i in range(k)]

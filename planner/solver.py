@@ -1,0 +1,102 @@
+"""One solver on one graph: memory units, the DP family per scaling ratio, a solve per budget.
+
+This is the one path from a graph and a budget in bytes to a chain: the budget and the
+activation sizes go through :func:`planner.units.scale_units` (bytes, or the reference's
+scaled ints), the family is built once per scaling ratio and reused across budgets (the
+smallest-budget search solves many), and the DP runs on it (:mod:`planner.dp.solve`), or
+Chen's chain (:mod:`planner.chen`). :func:`planner.plan` and the conformance tests both go
+through here.
+
+Example::
+
+    >>> import numpy as np
+    >>> from planner import synth
+    >>> s = Solver(synth.build(layers=1, heads=2))
+    >>> r = s.dp(s.act_sum)                       # half the no-recomputation model peak
+    >>> r.status, r.model_peak_bytes <= s.act_sum, r.comp_ratio
+    ('OK', True, 1)
+"""
+
+from __future__ import annotations
+
+from planner import chen
+from planner.activation_graph import ActivationGraph
+from planner.analyses.engine import EngineOptions
+from planner.analyses.local_stats import local_stats
+from planner.dp import scale
+from planner.dp.solve import solve_family
+from planner.dp_families import DEFAULT_MAX_LOWER_SETS, DPGraph, approx_family, exact_family
+from planner.emit import groups_of_chain
+from planner.units import scale_units
+
+__all__ = ["Solver"]
+
+
+class Solver:
+    """Solves ``g`` at any budget with fixed options, reusing what does not depend on it.
+
+    ``solver``: ``"approx"``, ``"exact"`` or ``"chen"``; ``units``: ``"bytes"`` or
+    ``"reference"``; ``opts``: how the engine analyses run; ``level``: topological levels if
+    already known. Above :data:`planner.dp.scale.EXACT_LIMIT` activations, or when a window /
+    front cap is asked for, the approximate family is held segment-locally.
+    """
+
+    def __init__(self, g, solver: str = "approx", strategy: str = "time", units: str = "bytes",
+                 opts: EngineOptions | None = None, max_lower_sets: int = DEFAULT_MAX_LOWER_SETS,
+                 fallback: bool = False, dp_window=None, dp_front_cap=None, level=None,
+                 ag: ActivationGraph | None = None):
+        self.g, self.solver, self.strategy, self.units = g, solver, strategy, units
+        self.ag = ag if ag is not None else ActivationGraph.from_cg(g)
+        self.opts = opts if opts is not None else EngineOptions()
+        self.max_lower_sets, self.fallback, self.level = max_lower_sets, fallback, level
+        self.act_sum = int(self.ag.bytes.sum())
+        self._families = {}          # comp_ratio -> (DPGraph, Family)
+        self.engine_supersteps = 0
+        n = self.ag.n
+        self.scale = solver == "approx" and (n > scale.EXACT_LIMIT or bool(dp_window)
+                                             or bool(dp_front_cap))
+        self.window, self.front_cap = scale.plan_options(n, dp_window, dp_front_cap, strategy)
+        if not self.scale:
+            self.window = self.front_cap = None
+
+    def family(self, ratio: int):
+        """(DPGraph in units of ``ratio``, its family), built once per ratio."""
+        if ratio not in self._families:
+            ag = self.ag
+            dg = DPGraph(m=ag.bytes // ratio, t=ag.t, src=ag.src, dst=ag.dst)
+            if self.solver == "approx":
+                stats = local_stats(dg, opts=self.opts, level=self.level)
+                self.engine_supersteps += stats.supersteps
+                fam = approx_family(dg, stats=stats, dense=not self.scale)
+            else:
+                fam = exact_family(dg, max_lower_sets=self.max_lower_sets,
+                                   fallback=self.fallback, opts=self.opts)
+            self._families[ratio] = (dg, fam)
+        return self._families[ratio]
+
+    def dp(self, budget_bytes: int, strategy: str | None = None):
+        """The DP's :class:`~planner.dp.solve.DPResult` at ``budget_bytes`` (approx / exact)."""
+        u = scale_units(budget_bytes, self.act_sum, self.units)
+        dg, fam = self.family(u.ratio)
+        return solve_family(fam, dg, u.budget, strategy=strategy or self.strategy,
+                            comp_ratio=u.ratio, units=self.units, window=self.window,
+                            front_cap=self.front_cap)
+
+    def solve(self, budget_bytes: int):
+        """(status, block index of every node, model dict) at ``budget_bytes``."""
+        if self.solver == "chen":
+            p = chen.solve(self.g, budget=max(1, budget_bytes), units=self.units, ag=self.ag,
+                           lower_set_limit=self.max_lower_sets)
+            grp = groups_of_chain(self.ag, p.chain)
+            model = dict(blocks=p.blocks, model_recompute_cost=p.model_recompute_cost,
+                         model_peak_bytes=p.model_peak_bytes, n_lower_sets=p.n_lower_sets,
+                         comp_ratio=p.ratio, family="chen", fell_back=False)
+            return "OK", grp, model
+        r = self.dp(budget_bytes)
+        model = dict(blocks=r.blocks, model_recompute_cost=r.model_recompute_cost,
+                     model_peak_bytes=r.model_peak_bytes, n_lower_sets=r.n_lower_sets,
+                     comp_ratio=r.comp_ratio, family=r.family, fell_back=r.fell_back)
+        if self.scale:
+            model.update(dp_window=self.window, dp_front_cap=self.front_cap,
+                         dp_exact=self.window is None and self.front_cap is None)
+        return r.status, r.groups, model

@@ -1,0 +1,63 @@
+"""Engine analyses (planner.analyses) equal their NumPy references, for any tasks/blocks/mode."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from planner import cg
+from planner.activation_graph import ActivationGraph
+from planner.analyses.levels import levels
+from planner.analyses.local_stats import local_stats
+from planner.dp_families import DPGraph, approx_family
+from tests.conftest import shared_path
+from tests.family_oracle import family_arrays, stats_arrays
+
+MATRIX = [dict(tasks=1, blocks=1, mode="push"), dict(tasks=2, blocks=2, mode="pull"),
+          dict(tasks=4, blocks=1, mode="hybrid")]
+
+
+def _dpgraph(name):
+    ag = ActivationGraph.from_cg(cg.read(shared_path("graphs", f"cg_{name}.txt")))
+    return DPGraph(m=ag.bytes, t=ag.t, src=ag.src, dst=ag.dst)
+
+
+def _random_dag(n, p, seed):
+    rng = np.random.default_rng(seed)
+    src, dst = np.nonzero(np.triu(rng.random((n, n - 1)) < p, k=1))
+    sinks = np.setdiff1d(np.arange(n - 1), src)          # one loss: every other sink feeds n-1
+    src, dst = np.r_[src, sinks], np.r_[dst, np.full(sinks.size, n - 1)]
+    return DPGraph(m=rng.integers(0, 1000, n), t=rng.integers(1, 11, n), src=src, dst=dst)
+
+
+def _assert_family_equal(fam, want: dict, fields):
+    for name in fields:
+        assert np.array_equal(getattr(fam, name), want[name]), name
+
+
+@pytest.mark.parametrize("engine", MATRIX)
+def test_levels_match_numpy(engine):
+    g = _dpgraph("resnet50")
+    assert np.array_equal(levels(g, **engine), g.topological_levels())
+
+
+@pytest.mark.parametrize("engine", MATRIX)
+def test_approx_family_from_engine_equals_numpy(engine):
+    """Both set representations of the one family construction equal the NumPy reference."""
+    for g in (_dpgraph("resnet50"), _random_dag(150, 0.03, seed=engine["tasks"])):
+        want = family_arrays(g)
+        _assert_family_equal(approx_family(g, **engine), want, want)
+        local = approx_family(g, dense=False, **engine)
+        _assert_family_equal(local, want, [k for k in want if k not in ("sets", "bnd")])
+        assert local.sets is None and local.local is not None
+
+
+def test_more_blocks_than_vertices():
+    """tasks × blocks above the number of nodes leaves blocks empty: the same statistics."""
+    g = _random_dag(9, 0.3, seed=5)
+    want = stats_arrays(g)
+    for tasks, blocks in ((1, 1), (4, 4), (8, 3)):
+        ls = local_stats(g, tasks=tasks, blocks=blocks)
+        for k in ("size", "mL", "tL", "t_bnd", "m_bnd", "mAB"):
+            assert np.array_equal(getattr(ls, k), want[k]), (tasks, blocks, k)
+        assert np.array_equal(levels(g, tasks=tasks, blocks=blocks), g.topological_levels())
