@@ -7,7 +7,10 @@ from scipy.sparse import csr_matrix
 from scipy.sparse.csgraph import dijkstra
 
 from hgraph.cost_model import HybridSwitcher
-from hgraph.examples import hybrid_comparison, powerlaw_graph
+from hgraph.algorithms import hybrid_comparison
+
+
+from hgraph.generators import powerlaw_graph
 
 
 def _row(messages, push, pull, pull_fixed=0):
@@ -53,7 +56,7 @@ def test_hybrid_acceptance_powerlaw_sssp():
 
 def test_powerlaw_sssp_matches_dijkstra():
     g = powerlaw_graph(20_000, 150_000, seed=2)
-    from hgraph.examples import SSSP
+    from hgraph.algorithms import SSSP
     import hgraph
 
     source = int(np.argmax(g.out_degree))

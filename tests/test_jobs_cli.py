@@ -1,6 +1,6 @@
 """The named engine jobs through the CLI, end to end: results, output files, errors, progress.
 
-Most runs call :func:`hgraph.cli.main` in-process (fast); the checks about what a user sees —
+Most runs call :func:`jobs.cli.main` in-process (fast); the checks about what a user sees —
 one line, an exit code, no traceback, ``python -m jobs.NAME`` — run real subprocesses.
 """
 
@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from hgraph.cli import main
+from jobs.cli import main
 from jobs.common import read_values
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -11,7 +11,7 @@ import sys
 import pytest
 
 import planner
-from hgraph.cli import main
+from jobs.cli import main
 from hgraph.errors import HGraphError, InfeasibleError
 from planner import cg, simulate
 from planner.schedule import Schedule
