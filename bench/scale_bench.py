@@ -123,7 +123,7 @@ def main(argv=None) -> int:
         layers = synth.layers_for_nodes(n)
         path = work / f"cg_synth_{n}.txt"
         t = time.perf_counter()
-        subprocess.run([sys.executable, "-m", "hgraph", "graph", "synth", "--layers", str(layers),
+        subprocess.run([sys.executable, "-m", "jobs", "graph", "synth", "--layers", str(layers),
                         "--out", str(path)], check=True, capture_output=True,
                        env=dict(os.environ, PYTHONPATH=str(ROOT)))
         synth_s = time.perf_counter() - t

@@ -22,7 +22,6 @@ import contextlib
 import json
 import os
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
 
@@ -30,7 +29,7 @@ import numpy as np
 
 from hgraph.errors import HGraphError
 from hgraph.fileio import atomic_write, check_writable
-from jobs.flags import add_common_arguments
+from jobs.flags import add_common_arguments, add_recovery_arguments
 
 #: Stats fields every superstep row carries (the engine may add more, e.g. failures).
 STATS_FIELDS = ("superstep", "mode", "active", "messages", "bytes", "seconds")
@@ -41,8 +40,10 @@ STATS_FIELDS = ("superstep", "mode", "active", "messages", "bytes", "seconds")
 
 
 def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
-    """The engine flags (:func:`jobs.flags.add_common_arguments`) plus ``--out``."""
+    """The engine flags (:func:`jobs.flags.add_common_arguments`), ``--max-recoveries`` and
+    ``--out``."""
     add_common_arguments(parser)
+    add_recovery_arguments(parser)
     parser.add_argument("--out", default=None, help="write vid<TAB>value lines (sorted by vid) here")
 
 

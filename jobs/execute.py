@@ -22,7 +22,6 @@ import sys
 
 from hgraph.errors import HGraphError
 from hgraph.fileio import write_text
-from jobs import common
 
 NAME = "execute"
 HELP = "run a schedule on a graph (CuPy or NumPy) and report predicted vs measured peak memory"

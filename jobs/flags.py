@@ -1,8 +1,9 @@
 """Command-line flags shared by the jobs and tools: one leaf module, importing nothing of the app.
 
 ``add_common_arguments`` gives every engine job the same engine flags (``--graph --tasks --blocks
---mode --runtime --address --max-supersteps --checkpoint-every --max-recoveries
---inject-failure --stats --progress``); ``positive_int`` is the ``type=`` for every count.
+--mode --runtime --address --max-supersteps --checkpoint-every --inject-failure --stats
+--progress``); ``add_recovery_arguments`` the recovery limit of the jobs that run
+:func:`hgraph.run` themselves; ``positive_int`` is the ``type=`` for every count.
 """
 
 from __future__ import annotations
@@ -45,9 +46,14 @@ def add_common_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-supersteps", type=positive_int, default=None)
     parser.add_argument("--checkpoint-every", type=positive_int, default=None, metavar="K",
                         help="checkpoint worker state every K supersteps")
-    parser.add_argument("--max-recoveries", type=nonnegative_int, default=3, metavar="N",
-                        help="fail the job when a worker is lost after N recoveries (default 3)")
     parser.add_argument("--inject-failure", type=positive_int, default=None, metavar="SUPERSTEP",
                         help="kill one worker at this superstep (testing fault recovery)")
     parser.add_argument("--stats", default=None, help="write per-superstep stats (JSON list) here")
     parser.add_argument("--progress", choices=["auto", "bar", "plain", "off"], default="auto")
+
+
+def add_recovery_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--max-recoveries N``: the engine's ``max_recoveries`` (a job that loses a worker more
+    often fails with one line naming the worker and the superstep)."""
+    parser.add_argument("--max-recoveries", type=nonnegative_int, default=3, metavar="N",
+                        help="fail the job when a worker is lost after N recoveries (default 3)")

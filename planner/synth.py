@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import json
 
-from planner import cg
 from planner.cg import ComputationalGraph, Function
 
 __all__ = ["build", "nodes_per_layer", "layers_for_nodes"]

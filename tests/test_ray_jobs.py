@@ -162,7 +162,7 @@ def run_cli(*words: str, env_extra: dict | None = None, limit: float = 60.0):
     env = dict(os.environ, RAY_AUTH_MODE="disabled", **(env_extra or {}))
     env.pop("RAY_ADDRESS", None)
     t0 = time.monotonic()
-    proc = subprocess.run([sys.executable, "-m", "hgraph", *words], cwd=ROOT, env=env,
+    proc = subprocess.run([sys.executable, "-m", "jobs", *words], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=limit)
     return proc, time.monotonic() - t0
 
