@@ -51,6 +51,8 @@ HELP = ("start (up --nodes N) or stop (down) a multi-node Ray cluster on this ma
 START_TIMEOUT_S = 90.0
 STOP_GRACE_S = 3.0
 LOOPBACK = "127.0.0.1"
+#: Ray's switch that keeps a process's Ray on 127.0.0.1 (see :mod:`cluster.ray_node`).
+LOOPBACK_ONLY_ENV = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
 
 
 def default_state_dir() -> Path:
@@ -159,6 +161,8 @@ def auth_mode(host: str) -> str:
 def _env(host: str) -> dict:
     env = dict(os.environ)
     env["RAY_AUTH_MODE"] = auth_mode(host)
+    if _is_loopback(host):
+        env[LOOPBACK_ONLY_ENV] = "0"   # every Ray process of the node stays on loopback
     env.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     env.pop("RAY_ADDRESS", None)
     # Ray Jobs run `python3 ...` through the PATH of the node: make it this interpreter.

@@ -106,6 +106,8 @@ def ensure_ray(address: str | None = None, *, num_cpus: int | None = None,
     if address != "auto":
         host, port = split_host_port(address)
         probe(host, port, what="the Ray cluster", timeout=probe_timeout)
+        if _loopback_only(host, port):
+            _stay_on_loopback(ray)
     try:
         ray.init(address=address, log_to_driver=False, logging_level="ERROR")
     except (ConnectionError, ValueError, RuntimeError) as err:
@@ -113,6 +115,46 @@ def ensure_ray(address: str | None = None, *, num_cpus: int | None = None,
         if "auth" in str(err).lower() or "token" in str(err).lower():
             hint = " (set RAY_AUTH_MODE to the cluster's auth mode)"
         raise HGraphError(f"cannot join the Ray cluster at {address}: {_first_line(err)}{hint}") from None
+
+
+#: Ray's switch that keeps a process's Ray on 127.0.0.1 instead of the machine's network address.
+LOOPBACK_ONLY_ENV = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
+LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
+
+
+def _network_address() -> str | None:
+    """This machine's address as other hosts see it (the one Ray turns 127.0.0.1 into)."""
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+            sock.connect(("192.0.2.1", 9))      # TEST-NET: no packet is sent for a UDP connect
+            return sock.getsockname()[0]
+    except OSError:
+        return None
+
+
+def _loopback_only(host: str, port: int) -> bool:
+    """A GCS at a loopback address that does not answer on the network address: a cluster bound
+    to loopback (``--node-ip-address 127.0.0.1`` kept by ``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0``)."""
+    if host not in LOOPBACK_HOSTS and not host.startswith("127."):
+        return False
+    network = _network_address()
+    if network is None or network.startswith("127."):
+        return False
+    try:
+        probe(network, port, what="", timeout=1.0)
+    except HGraphError:
+        return True
+    return False
+
+
+def _stay_on_loopback(ray) -> None:
+    """Join a loopback-bound cluster as a loopback node: Ray would otherwise rewrite 127.0.0.1 to
+    the network address, where nothing listens, and retry for minutes. Ray reads the switch at
+    import, so the already-imported constant is set too."""
+    os.environ[LOOPBACK_ONLY_ENV] = "0"
+    constants = getattr(getattr(ray, "_private", None), "ray_constants", None)
+    if constants is not None and hasattr(constants, "ENABLE_RAY_CLUSTER"):
+        constants.ENABLE_RAY_CLUSTER = False
 
 
 def _check_same_cluster(ray, address: str) -> None:
