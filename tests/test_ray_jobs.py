@@ -332,6 +332,17 @@ def test_cluster_up_listens_on_loopback_only(head_state):
     assert head_state["gcs_address"].startswith("127.0.0.1:")
 
 
+def test_engine_joins_the_loopback_cluster_by_its_gcs_address(head_state, graph, tmp_path):
+    """Ray rewrites 127.0.0.1 to the network address, where a loopback cluster does not listen;
+    the engine still joins it (own process: this session may hold the embedded Ray)."""
+    expected = local_run("sssp", "--graph", str(graph), "--source", "3", out=tmp_path / "local.tsv")
+    proc, seconds = run_cli("submit", "sssp", "--graph", str(graph), "--source", "3", "--tasks", "2",
+                            "--address", head_state["gcs_address"], "--progress", "off",
+                            "--out", str(tmp_path / "joined.tsv"), limit=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert (tmp_path / "joined.tsv").read_bytes() == expected
+
+
 class _FakePopen:
     """Records what `hgraph cluster up` would start, starts nothing."""
 
