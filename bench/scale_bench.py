@@ -23,7 +23,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import signal
 import subprocess
 import sys
@@ -32,15 +31,20 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from proctree import TreeSampler  # noqa: E402  (bench/ is not a package)
 
 
 def run_child(argv, limit: float) -> dict:
-    """Run ``python -m ARGV`` with a wall-clock limit; wall seconds, max RSS (MiB), exit code."""
+    """Run ``python -m ARGV`` with a wall-clock limit: wall seconds, exit code, and the peak
+    memory of the child's whole process tree (driver + Ray's processes and workers, summed, from
+    :mod:`proctree`: ``tree_pss_mib`` what the tree costs, ``tree_rss_mib`` an upper bound)."""
     env = dict(os.environ, RAY_AUTH_MODE=os.environ.get("RAY_AUTH_MODE", "disabled"),
                RAY_USAGE_STATS_ENABLED="0", PYTHONPATH=str(ROOT))
     t0 = time.perf_counter()
     proc = subprocess.Popen([sys.executable, "-m", *argv], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, env=env, start_new_session=True)
+    sampler = TreeSampler(proc.pid).start()
     timed_out = False
     try:
         out, err = proc.communicate(timeout=limit)
@@ -49,8 +53,11 @@ def run_child(argv, limit: float) -> dict:
         os.killpg(proc.pid, signal.SIGKILL)         # the child's own session: it and its Ray
         out, err = proc.communicate()
     wall = time.perf_counter() - t0
-    rss = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
-    return {"rc": proc.returncode, "timed_out": timed_out, "seconds": wall, "max_rss_mib": rss,
+    sampler.stop()
+    return {"rc": proc.returncode, "timed_out": timed_out, "seconds": wall,
+            "tree_pss_mib": sampler.peak_pss_bytes / 2**20,
+            "tree_rss_mib": sampler.peak_rss_bytes / 2**20,
+            "processes": sampler.peak_processes,
             "stderr_tail": err.strip().splitlines()[-1:] if err else []}
 
 
@@ -117,7 +124,8 @@ def main(argv=None) -> int:
 
     work = Path(args.workdir or tempfile.mkdtemp(prefix="hgraph-scale-"))
     sizes = [int(x) for x in args.ladder.split(",") if x.strip()] + [args.nodes]
-    print(f"{'nodes':>8} {'layers':>6} {'status':>10} {'seconds':>9} {'max RSS MiB':>12}  detail")
+    print(f"{'nodes':>8} {'layers':>6} {'status':>10} {'seconds':>9} {'tree PSS MiB':>12} "
+          f"{'tree RSS MiB':>12}  detail")
     rows = []
     for n in sizes:
         layers = synth.layers_for_nodes(n)
@@ -153,9 +161,10 @@ def main(argv=None) -> int:
             detail += "  " + " ".join(f"{k}={v:.2f}" if isinstance(v, float) else f"{k}={v}"
                                       for k, v in row["stages"].items())
         rows.append(row)
-        print(f"{n:>8,} {layers:>6} {status:>10} {res['seconds']:>9.1f} {res['max_rss_mib']:>12.0f}  "
-              f"{detail}", flush=True)
-    print("(max RSS: largest child so far, from getrusage(RUSAGE_CHILDREN))")
+        print(f"{n:>8,} {layers:>6} {status:>10} {res['seconds']:>9.1f} {res['tree_pss_mib']:>12.0f} "
+              f"{res['tree_rss_mib']:>12.0f}  {detail}", flush=True)
+    print("(tree PSS / RSS: peak of the summed memory of the planning process and every process it "
+          "started, Ray's included, sampled every 0.25 s from /proc)")
     return 0
 
 

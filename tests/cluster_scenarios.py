@@ -126,6 +126,10 @@ def submit(*words: str) -> None:
 def main(graph: str, cg: str, outdir: str) -> None:
     out = Path(outdir)
     temp_dir = tempfile.mkdtemp(prefix="hgc", dir="/tmp")
+    # ray.cluster_utils.Cluster records the head's address in Ray's *default* temp dir whatever
+    # temp_dir says, and fails on a machine where no Ray ever ran (no /tmp/ray yet).
+    system_tmp = os.environ.get("RAY_TMPDIR") or os.environ.get("TMPDIR") or "/tmp"   # Ray's rule
+    Path(system_tmp, "ray").mkdir(exist_ok=True)
     t0 = time.perf_counter()
     cluster = Cluster(initialize_head=True, head_node_args={
         "num_cpus": 1, "include_dashboard": False, "temp_dir": temp_dir,
