@@ -136,7 +136,7 @@ def main(argv=None) -> int:
                        env=dict(os.environ, PYTHONPATH=str(ROOT)))
         synth_s = time.perf_counter() - t
         rep = work / f"report_{n}.json"
-        res = run_child(["hgraph", "submit", "plan", "--graph", str(path), "--solver", "approx",
+        res = run_child(["jobs", "submit", "plan", "--graph", str(path), "--solver", "approx",
                          "--tasks", str(args.tasks), "--runtime", args.runtime, "--budget",
                          args.budget, "--report", str(rep), "--progress", "off"], args.limit)
         if res["timed_out"]:
