@@ -118,7 +118,7 @@ def main(argv=None) -> int:
     from scipy.sparse.csgraph import dijkstra
 
     import hgraph
-    from hgraph.examples import SSSP
+    from hgraph.algorithms import SSSP
     from hgraph.progress import mode_runs
 
     n, m = args.vertices, args.edges
@@ -173,7 +173,7 @@ def main(argv=None) -> int:
     }
 
     if not args.no_ray:
-        from cluster.connect import ensure_ray
+        from hgraph.runtime.ray_connect import ensure_ray
 
         t0 = time.perf_counter()
         ensure_ray()

@@ -1,6 +1,6 @@
 """Hybrid benchmark: sssp on a power-law graph in push, pull and hybrid mode, through the CLI.
 
-The graph (default 200,000 vertices, 2,000,000 edges, :func:`hgraph.examples.powerlaw_graph`)
+The graph (default 200,000 vertices, 2,000,000 edges, :func:`hgraph.generators.powerlaw_graph`)
 is written as an edge list and each mode runs as ``hgraph submit sssp --graph FILE --source S
 --tasks 4 --blocks 2 --mode MODE --stats FILE`` — the product path, stats file included. The
 source is a median-degree vertex, so the frontier starts small (push is cheaper), floods the
@@ -25,8 +25,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from hgraph.cli import main as hgraph_main  # noqa: E402
-from hgraph.examples import powerlaw_graph  # noqa: E402
+from jobs.cli import main as hgraph_main  # noqa: E402
+from hgraph.generators import powerlaw_graph  # noqa: E402
 
 MODES = ("push", "pull", "hybrid")
 

@@ -126,12 +126,12 @@ def main(argv=None) -> int:
         layers = synth.layers_for_nodes(n)
         path = work / f"cg_synth_{n}.txt"
         t = time.perf_counter()
-        subprocess.run([sys.executable, "-m", "hgraph", "graph", "synth", "--layers", str(layers),
+        subprocess.run([sys.executable, "-m", "jobs", "graph", "synth", "--layers", str(layers),
                         "--out", str(path)], check=True, capture_output=True,
                        env=dict(os.environ, PYTHONPATH=str(ROOT)))
         synth_s = time.perf_counter() - t
         rep = work / f"report_{n}.json"
-        res = run_child(["hgraph", "submit", "plan", "--graph", str(path), "--solver", "approx",
+        res = run_child(["jobs", "submit", "plan", "--graph", str(path), "--solver", "approx",
                          "--tasks", str(args.tasks), "--runtime", args.runtime, "--budget",
                          args.budget, "--report", str(rep), "--progress", "off"], args.limit)
         if res["timed_out"]:

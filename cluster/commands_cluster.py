@@ -8,8 +8,17 @@ node "drains" for up to 30 s on SIGTERM; a throwaway cluster need not wait for t
 stops the Ray processes it started and nothing else. It never runs ``ray stop``, which kills every Ray
 process on the machine, including other people's.
 
-Token auth is off on this cluster (``RAY_AUTH_MODE=disabled``); the head's dashboard (Ray Jobs)
-listens on 127.0.0.1 only.
+**What it exposes.** By default every node binds to loopback (``127.0.0.1``): the GCS, the
+raylets, the object stores, the agents and the dashboard (Ray Jobs) are reachable from this
+machine only, and token auth defaults to off (``RAY_AUTH_MODE=disabled``) unless the
+environment already sets ``RAY_AUTH_MODE`` (that setting is kept, e.g. ``token``). ``--listen
+HOST`` binds the nodes and the dashboard to HOST instead: anyone who reaches HOST can then
+submit jobs, i.e. run code as you, unless token auth is on — so with ``--listen`` token auth is
+left at Ray's default (on) unless ``RAY_AUTH_MODE`` says otherwise.
+
+``ray start --node-ip-address 127.0.0.1`` alone does not do it: Ray rewrites a loopback node
+address to the machine's network address (and then listens on every interface).
+:mod:`cluster.ray_node` starts the nodes with that rewrite turned off.
 
 Example::
 
@@ -30,16 +39,20 @@ import sys
 import time
 from pathlib import Path
 
-from cluster.connect import probe
 from hgraph.errors import HGraphError
 from hgraph.fileio import write_text
+from hgraph.runtime.ray_connect import probe
 
 NAME = "cluster"
-HELP = "start (up --nodes N) or stop (down) a multi-node Ray cluster on this machine"
+HELP = ("start (up --nodes N) or stop (down) a multi-node Ray cluster on this machine, bound to "
+        "loopback unless --listen HOST")
 
 #: Seconds `up` waits for the cluster to come up, and `down` for processes to end.
 START_TIMEOUT_S = 90.0
 STOP_GRACE_S = 3.0
+LOOPBACK = "127.0.0.1"
+#: Ray's switch that keeps a process's Ray on 127.0.0.1 (see :mod:`cluster.ray_node`).
+LOOPBACK_ONLY_ENV = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
 
 
 def default_state_dir() -> Path:
@@ -55,6 +68,12 @@ def add_arguments(parser) -> None:
     parser.add_argument("--dashboard-port", type=int, default=8265,
                         help="Ray Jobs / dashboard port (default 8265)")
     parser.add_argument("--no-dashboard", action="store_true", help="no dashboard (no Ray Jobs)")
+    parser.add_argument("--listen", default=LOOPBACK, metavar="HOST",
+                        help="address every node and the dashboard (Ray Jobs) bind to; default "
+                             f"{LOOPBACK}: reachable from this machine only. Another HOST exposes "
+                             "the cluster to that network: anyone reaching it can run code as you "
+                             "unless token auth is on (Ray's default, kept unless RAY_AUTH_MODE is "
+                             "set; on loopback RAY_AUTH_MODE defaults to disabled)")
     parser.add_argument("--state-dir", default=None,
                         help="where the state file and Ray's temp folder live (default "
                              "$HGRAPH_CLUSTER_DIR or /tmp/hgc-UID)")
@@ -64,8 +83,10 @@ def main(args) -> int:
     state_dir = Path(args.state_dir) if args.state_dir else default_state_dir()
     if args.action == "up":
         state = up(state_dir, nodes=args.nodes, cpus_per_node=args.cpus_per_node, port=args.port,
-                   dashboard_port=None if args.no_dashboard else args.dashboard_port)
-        print(f"Ray cluster up: {len(state['processes'])} nodes")
+                   dashboard_port=None if args.no_dashboard else args.dashboard_port,
+                   listen=args.listen)
+        print(f"Ray cluster up: {len(state['processes'])} nodes, listening on {state['listen']}"
+              f" (token auth: {state['auth_mode']})")
         print(f"  join (engine):   --address {state['gcs_address']}")
         if state.get("jobs_address"):
             print(f"  Ray Jobs:        --address {state['jobs_address']}")
@@ -111,14 +132,37 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def _ray_executable() -> str:
+def _is_loopback(host: str) -> bool:
+    return host in ("localhost", "::1") or host.startswith("127.")
+
+
+def _ray_start(host: str) -> list[str]:
+    """The command that starts a node bound to ``host`` (see the module docstring)."""
+    if _is_loopback(host):
+        return [sys.executable, "-m", "cluster.ray_node", "start"]
     exe = Path(sys.executable).parent / "ray"
-    return str(exe) if exe.exists() else "ray"
+    return [str(exe) if exe.exists() else "ray", "start"]
 
 
-def _env() -> dict:
+def _reach(host: str) -> str:
+    """The address to connect to a node bound to ``host`` from this machine."""
+    return LOOPBACK if host in ("0.0.0.0", "::", "") else host
+
+
+def auth_mode(host: str) -> str:
+    """The ``RAY_AUTH_MODE`` the nodes get: the user's, else disabled on loopback, else Ray's
+    default (token)."""
+    mode = os.environ.get("RAY_AUTH_MODE")
+    if mode:
+        return mode
+    return "disabled" if _is_loopback(host) else "token"
+
+
+def _env(host: str) -> dict:
     env = dict(os.environ)
-    env["RAY_AUTH_MODE"] = "disabled"
+    env["RAY_AUTH_MODE"] = auth_mode(host)
+    if _is_loopback(host):
+        env[LOOPBACK_ONLY_ENV] = "0"   # every Ray process of the node stays on loopback
     env.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     env.pop("RAY_ADDRESS", None)
     # Ray Jobs run `python3 ...` through the PATH of the node: make it this interpreter.
@@ -126,16 +170,17 @@ def _env() -> dict:
     return env
 
 
-def _spawn(argv: list[str], log: Path) -> dict:
+def _spawn(argv: list[str], log: Path, env: dict) -> dict:
     with open(log, "ab") as handle:
         proc = subprocess.Popen(argv, stdout=handle, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                env=_env(), start_new_session=True)
+                                env=env, start_new_session=True)
     return {"pid": proc.pid, "sid": proc.pid, "argv": argv, "log": str(log)}
 
 
 def up(state_dir: Path, *, nodes: int = 3, cpus_per_node: int = 2, port: int = 6390,
-       dashboard_port: int | None = 8265) -> dict:
-    """Start the cluster and return its state (also written to the state file)."""
+       dashboard_port: int | None = 8265, listen: str = LOOPBACK) -> dict:
+    """Start the cluster bound to ``listen`` and return its state (also written to the state
+    file)."""
     if nodes < 1:
         raise HGraphError(f"--nodes must be >= 1, got {nodes}")
     state_dir = Path(state_dir)
@@ -144,33 +189,36 @@ def up(state_dir: Path, *, nodes: int = 3, cpus_per_node: int = 2, port: int = 6
         raise HGraphError(f"a cluster from {state_path(state_dir)} is still running; "
                           "`hgraph cluster down` first")
     for what, p in (("GCS", port), ("dashboard", dashboard_port)):
-        if p is not None and _port_open(p):
+        if p is not None and _port_open(p, _reach(listen)):
             raise HGraphError(f"port {p} ({what}) is already in use on this machine; pick another")
     state_dir.mkdir(parents=True, exist_ok=True)
     temp_dir = state_dir / "r"
-    ray = _ray_executable()
-    head = [ray, "start", "--head", "--block", f"--port={port}", f"--num-cpus={cpus_per_node}",
-            f"--temp-dir={temp_dir}", "--disable-usage-stats"]
+    start = _ray_start(listen)
+    bind = [f"--node-ip-address={listen}"]
+    head = [*start, "--head", "--block", f"--port={port}", f"--num-cpus={cpus_per_node}",
+            f"--temp-dir={temp_dir}", "--disable-usage-stats", *bind]
     if dashboard_port is None:
         head.append("--include-dashboard=false")
     else:
-        head += ["--include-dashboard=true", "--dashboard-host=127.0.0.1",
+        head += ["--include-dashboard=true", f"--dashboard-host={listen}",
                  f"--dashboard-port={dashboard_port}"]
-    gcs = f"127.0.0.1:{port}"
-    state = {"gcs_address": gcs, "processes": [],
-             "jobs_address": None if dashboard_port is None else f"http://127.0.0.1:{dashboard_port}",
+    reach = _reach(listen)
+    gcs = f"{reach}:{port}"
+    env = _env(listen)
+    state = {"gcs_address": gcs, "processes": [], "listen": listen, "auth_mode": env["RAY_AUTH_MODE"],
+             "jobs_address": None if dashboard_port is None else f"http://{reach}:{dashboard_port}",
              "temp_dir": str(temp_dir), "started": time.time()}
     try:
         # One node at a time: on a small machine, nodes starting together time out.
         for i in range(nodes):
-            argv = head if i == 0 else [ray, "start", "--block", f"--address={gcs}",
-                                        f"--num-cpus={cpus_per_node}", "--disable-usage-stats"]
+            argv = head if i == 0 else [*start, "--block", f"--address={gcs}",
+                                        f"--num-cpus={cpus_per_node}", "--disable-usage-stats", *bind]
             argv = argv + _agent_port_flags(head=i == 0)
-            state["processes"].append(_spawn(argv, state_dir / f"node-{i}.log"))
+            state["processes"].append(_spawn(argv, state_dir / f"node-{i}.log", env))
             write_text(state_path(state_dir), json.dumps(state, indent=1))
             _wait_started(i, state)
         if dashboard_port is not None:
-            _wait_port(dashboard_port, state, "the dashboard")
+            _wait_port(dashboard_port, state, "the dashboard", reach)
     except BaseException:
         down(state_dir)
         raise
@@ -200,9 +248,9 @@ def _agent_port_flags(head: bool) -> list[str]:
     return flags
 
 
-def _port_open(port: int) -> bool:
+def _port_open(port: int, host: str = LOOPBACK) -> bool:
     try:
-        probe("127.0.0.1", port, what="", timeout=1.0)
+        probe(host, port, what="", timeout=1.0)
         return True
     except HGraphError:
         return False
@@ -214,9 +262,9 @@ def _check_running(state: dict) -> None:
             raise HGraphError(f"Ray node {i} exited while starting; see {p['log']}")
 
 
-def _wait_port(port: int, state: dict, what: str) -> None:
+def _wait_port(port: int, state: dict, what: str, host: str = LOOPBACK) -> None:
     deadline = time.monotonic() + START_TIMEOUT_S
-    while not _port_open(port):
+    while not _port_open(port, host):
         _check_running(state)
         if time.monotonic() > deadline:
             raise HGraphError(f"{what} did not open port {port} within {START_TIMEOUT_S:g} s")

@@ -2,12 +2,15 @@
 
 Prints the job's log so far (result-file blocks shown as one line each). ``--follow`` keeps
 streaming until the job ends (within ``--timeout`` seconds) and exits non-zero, with the job's
-error line, when it failed. ``--fetch`` writes the job's result files to the paths named when it
-was submitted — the way to collect the results of ``hgraph submit ... --detach``.
+error line, when it failed. ``--fetch`` writes the job's result files under ``--to DIR`` (default:
+the current directory), at the paths named when it was submitted, made relative (an absolute
+path loses its root; a path with ``..`` is refused): the job's metadata comes from the cluster,
+so it must not be able to write anywhere else. This is the way to collect the results of
+``hgraph submit ... --detach``.
 
 Example::
 
-    hgraph logs raysubmit_8Wb3... --address http://127.0.0.1:8265 --follow --fetch
+    hgraph logs raysubmit_8Wb3... --address http://127.0.0.1:8265 --follow --fetch --to results/
 """
 
 from __future__ import annotations
@@ -24,7 +27,11 @@ def add_arguments(parser) -> None:
                         help="Ray Jobs address http://HOST:8265 (default: RAY_ADDRESS)")
     parser.add_argument("--follow", action="store_true", help="stream until the job ends")
     parser.add_argument("--fetch", action="store_true",
-                        help="write the job's result files to the paths given at submission")
+                        help="write the job's result files, at the paths given at submission, "
+                             "under --to DIR")
+    parser.add_argument("--to", default=".", metavar="DIR",
+                        help="with --fetch: the directory the result files go under (default: "
+                             "the current one; absolute paths lose their root, '..' is refused)")
     parser.add_argument("--timeout", type=float, default=3600.0, metavar="SECONDS",
                         help="with --follow: give up after this long (default 3600)")
 
@@ -35,7 +42,8 @@ def main(args) -> int:
 
     client = jobs_api.connect(args.address)
     if args.follow:
-        return jobs_api.follow(client, args.job_id, timeout=args.timeout, fetch=args.fetch)
+        return jobs_api.follow(client, args.job_id, timeout=args.timeout, fetch=args.fetch,
+                               to=args.to)
     info = jobs_api.job_info(client, args.job_id)
     sys.stdout.write(ship_outputs.strip(jobs_api.job_logs(client, args.job_id)))
     sys.stdout.flush()
@@ -43,5 +51,5 @@ def main(args) -> int:
         status = str(getattr(info.status, "value", info.status))
         if status != "SUCCEEDED":
             raise HGraphError(f"Ray job {args.job_id} is {status}: no result files to fetch", exit_code=1)
-        jobs_api.fetch_outputs(client, args.job_id, info)
+        jobs_api.fetch_outputs(client, args.job_id, info, to=args.to)
     return 0

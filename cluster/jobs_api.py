@@ -18,14 +18,15 @@
    the job's log as a checksummed block; the client decodes them and writes them, atomically, to
    the paths the user named. This needs nothing but the dashboard address, so it works for a
    remote cluster as well as a local one. The user's paths are also kept in the job's metadata,
-   so ``hgraph logs JOB_ID --fetch`` writes the results of a detached job later.
+   so ``hgraph logs JOB_ID --fetch [--to DIR]`` writes the results of a detached job later —
+   under DIR (default: the current directory) only, since the metadata comes from the cluster.
 4. **Waiting.** ``--wait`` (the default) streams the job's log (result blocks hidden) until the job
    ends, within ``--job-timeout`` seconds; a failed job is one error line (the job's own last
    ``error:`` line when it printed one) and a non-zero exit. ``--detach`` prints the job id and
    returns; ``hgraph status JOB_ID`` / ``hgraph logs JOB_ID`` follow it.
 
 Every network step has a timeout: the dashboard address is probed with a TCP connect first
-(:func:`cluster.connect.probe`), so a bad or unreachable address is one line, never a hang.
+(:func:`hgraph.runtime.ray_connect.probe`), so a bad or unreachable address is one line, never a hang.
 """
 
 from __future__ import annotations
@@ -43,9 +44,9 @@ import time
 from pathlib import Path
 
 from cluster import ship_outputs
-from cluster.connect import is_jobs_address, probe, split_host_port
 from hgraph.errors import HGraphError
-from hgraph.fileio import write_bytes
+from hgraph.fileio import check_writable, write_bytes
+from hgraph.runtime.ray_connect import is_dashboard_address, probe, split_host_port
 
 #: Packages a job needs on the cluster.
 PACKAGES = ("hgraph", "planner", "jobs", "cluster")
@@ -87,10 +88,10 @@ def add_submit_arguments(parser: argparse.ArgumentParser) -> None:
 def wants_ray_job(args: argparse.Namespace) -> bool:
     """True when ``hgraph submit`` should go through the Jobs API rather than run here."""
     address = getattr(args, "address", None) or ""
-    if is_jobs_address(address):
+    if is_dashboard_address(address):
         return True
     if getattr(args, "detach", None) is not None:
-        if not address and is_jobs_address(os.environ.get("RAY_ADDRESS", "")):
+        if not address and is_dashboard_address(os.environ.get("RAY_ADDRESS", "")):
             return True
         raise HGraphError("--detach/--wait submit a Ray Job: give --address http://HOST:8265")
     return False
@@ -101,7 +102,7 @@ def jobs_address(address: str | None) -> str:
     address = (address or os.environ.get("RAY_ADDRESS") or "").strip()
     if not address:
         raise HGraphError("no Ray Jobs address: give --address http://HOST:8265 or set RAY_ADDRESS")
-    if not is_jobs_address(address):
+    if not is_dashboard_address(address):
         raise HGraphError(f"{address} is not a Ray Jobs address; expected http://HOST:8265")
     return address.rstrip("/")
 
@@ -161,8 +162,8 @@ def rewrite_argv(module, argv: list[str]) -> tuple[list[str], list[tuple[Path, s
 
     Returns ``(job_argv, inputs, outputs)``: ``job_argv`` holds :class:`Staged` words where a
     path is rewritten; ``inputs`` are (local file, path relative to the working_dir);
-    ``outputs`` map a result file's name (relative to the job's output folder) to the absolute
-    path the user asked for.
+    ``outputs`` map a result file's name (relative to the job's output folder) to the path the
+    user asked for, as typed (relative to the current directory unless absolute).
     """
     actions = _job_parser(module)._option_string_actions  # noqa: SLF001
     job_argv: list[str] = []
@@ -173,7 +174,7 @@ def rewrite_argv(module, argv: list[str]) -> tuple[list[str], list[tuple[Path, s
     def convert(dest: str | None, value: str) -> str:
         if dest in OUTPUT_DESTS and value != "-":
             name = f"{len(outputs)}-{Path(value).name}"
-            outputs[name] = str(Path(value).resolve())
+            outputs[name] = value
             return _Output(name)
         if dest not in OUTPUT_DESTS and value and os.path.isfile(value):
             rel = f"{INPUTS_DIR}/{len(inputs)}-{Path(value).name}"
@@ -256,14 +257,13 @@ def entrypoint(name: str, job_argv: list[str], outputs: dict[str, str], python: 
 def submit(args: argparse.Namespace, argv: list[str]) -> int:
     """``hgraph submit JOB ... --address http://...``; ``argv`` are the words after JOB."""
     name = args.job
-    module = args._module  # noqa: SLF001 - set by hgraph.cli
+    module = args._module  # noqa: SLF001 - set by jobs.cli
     url = jobs_address(args.address)
     client = connect(url)
     job_argv, inputs, outputs = rewrite_argv(module, argv)
-    from jobs.common import check_output
-
-    for target in outputs.values():
-        check_output(target, "output")
+    targets = {name: str(Path(path).resolve()) for name, path in outputs.items()}
+    for target in targets.values():
+        check_writable(target, "output")
     python = args.python or os.environ.get("HGRAPH_JOB_PYTHON") or "python3"
     staging = stage(inputs)
     command = entrypoint(name, job_argv, outputs, python)
@@ -282,7 +282,7 @@ def submit(args: argparse.Namespace, argv: list[str]) -> int:
         print(f"hgraph: follow it with `hgraph status {job_id} --address {url}` and "
               f"`hgraph logs {job_id} --address {url} --follow --fetch`", file=sys.stderr)
         return 0
-    return follow(client, job_id, timeout=args.job_timeout, fetch=True)
+    return follow(client, job_id, timeout=args.job_timeout, fetch=True, targets=targets)
 
 
 #: Seconds a submission keeps retrying while the head says no job agent is up yet.
@@ -327,8 +327,9 @@ def job_logs(client, job_id: str) -> str:
 
 
 def follow(client, job_id: str, *, timeout: float | None, fetch: bool, stream=None,
-           echo: bool = True) -> int:
-    """Stream the job's log until it ends (within ``timeout``); fetch results; the exit code."""
+           echo: bool = True, targets: dict[str, str] | None = None, to=None) -> int:
+    """Stream the job's log until it ends (within ``timeout``); fetch results (``targets`` or
+    ``to``: see :func:`fetch_outputs`); the exit code."""
     stream = stream or sys.stdout
     deadline = None if timeout is None else time.monotonic() + timeout
     shown = 0
@@ -350,7 +351,7 @@ def follow(client, job_id: str, *, timeout: float | None, fetch: bool, stream=No
     if status != "SUCCEEDED":
         raise HGraphError(failure_line(job_id, info, text), exit_code=_exit_code(info))
     if fetch:
-        fetch_outputs(client, job_id, info)
+        fetch_outputs(client, job_id, info, targets=targets, to=to)
     return 0
 
 
@@ -375,18 +376,48 @@ def failure_line(job_id: str, info, log_text: str) -> str:
     return f"Ray job {job_id} {status}: {reason}{suffix}"
 
 
-def fetch_outputs(client, job_id: str, info=None) -> list[str]:
-    """Write the result files shipped in the job's log to the paths recorded at submission."""
+def fetch_outputs(client, job_id: str, info=None, *, targets: dict[str, str] | None = None,
+                  to=None) -> list[str]:
+    """Write the result files shipped in the job's log; returns the paths written.
+
+    ``targets`` (result name -> local path) is what this process asked for when it submitted
+    the job and waited. Without it the names come from the job's metadata, which the cluster
+    hands back and anyone able to submit a job controls: each is then written under the
+    directory ``to`` (default: the current one) by :func:`safe_target`, never outside it.
+    """
     info = info or job_info(client, job_id)
-    wanted = json.loads((info.metadata or {}).get(METADATA_KEY, "{}"))
-    if not wanted:
+    if targets is None:
+        recorded = json.loads((info.metadata or {}).get(METADATA_KEY, "{}"))
+        root = Path(to if to is not None else ".")
+        targets = {rel: str(safe_target(root, path, job_id)) for rel, path in recorded.items()}
+    if not targets:
         return []
     shipped = ship_outputs.parse(job_logs(client, job_id))
     written = []
-    for rel, target in wanted.items():
+    for rel, target in targets.items():
         if rel not in shipped:
             raise HGraphError(f"Ray job {job_id} ended without sending back {target}", exit_code=1)
         write_bytes(target, shipped[rel])
         written.append(target)
         print(f"hgraph: wrote {target}", file=sys.stderr)
     return written
+
+
+def safe_target(root: Path, recorded: str, job_id: str = "?") -> Path:
+    """Where a result file the job's metadata names as ``recorded`` goes under ``root``.
+
+    An absolute path loses its root (``/tmp/d.tsv`` -> ``ROOT/tmp/d.tsv``); a path with a
+    ``..`` part, or one that resolves outside ``root`` (through a symbolic link), is refused
+    with one line."""
+    parts = Path(str(recorded)).parts
+    if Path(str(recorded)).is_absolute():
+        parts = parts[1:]
+    if not parts or ".." in parts:
+        raise HGraphError(f"Ray job {job_id}: refusing to write result file {recorded!r}: "
+                          "it is not a plain path below the target directory")
+    base = root.resolve()
+    target = base.joinpath(*parts)
+    if not target.parent.resolve().is_relative_to(base) or target.is_symlink():
+        raise HGraphError(f"Ray job {job_id}: refusing to write result file {recorded!r}: "
+                          f"it leads outside {root}")
+    return target

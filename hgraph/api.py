@@ -11,8 +11,7 @@ import numpy as np
 from hgraph.errors import HGraphError
 from hgraph.master import MODES, Master
 from hgraph.partition import Partition
-
-RUNTIMES = ("local", "ray")
+from hgraph.runtime import RUNTIMES, create
 
 
 @dataclass
@@ -44,7 +43,7 @@ def run(program, graph, tasks: int = 1, blocks: int = 1, mode: str = "hybrid",
         runtime: str = "local", address: str | None = None, max_supersteps: int | None = None,
         checkpoint_every: int | None = None, checkpoint_dir=None,
         inject_failure: int | None = None, progress: Callable[[dict], Any] | None = None,
-        timeout: float | None = 600.0) -> Result:
+        timeout: float | None = 600.0, max_recoveries: int = 3) -> Result:
     """Run ``program`` (a :class:`hgraph.VertexProgram`) on ``graph`` (a :class:`hgraph.Graph`).
 
     The graph is range-partitioned over ``tasks`` workers of ``blocks`` VBlocks each. ``mode``
@@ -52,7 +51,7 @@ def run(program, graph, tasks: int = 1, blocks: int = 1, mode: str = "hybrid",
     (block-pull: each destination VBlock gets one reply per source task that has a responding
     vertex with an edge into it) or ``"hybrid"`` (the master picks the cheaper of the two every
     superstep from measured counters). ``runtime="local"`` runs the workers in this process;
-    ``"ray"`` runs one Ray actor per task — on the cluster at ``address`` (GCS ``HOST:PORT``) or
+    ``"ray"`` runs one Ray actor per task (:mod:`hgraph.runtime` holds the registry of names) — on the cluster at ``address`` (GCS ``HOST:PORT``) or
     ``RAY_ADDRESS``, else on an embedded local Ray. The result is the same, bit for bit, for any
     ``tasks``, ``blocks``, ``mode`` and ``runtime``.
 
@@ -60,7 +59,9 @@ def run(program, graph, tasks: int = 1, blocks: int = 1, mode: str = "hybrid",
     ``max_supersteps`` also applies). ``checkpoint_every=K`` checkpoints every K supersteps into
     ``checkpoint_dir`` (default: a new temporary directory); when a worker dies the job resumes
     from the last checkpoint. ``inject_failure=S`` kills one worker at superstep S (once) to
-    exercise that. ``progress`` is called with each superstep's stats row. ``timeout`` bounds every
+    exercise that. ``max_recoveries`` bounds the recoveries of one job: a worker that dies every
+    time (out of memory, say) fails the job with one :class:`~hgraph.errors.HGraphError` line
+    naming the worker and the superstep instead of replaying forever. ``progress`` is called with each superstep's stats row. ``timeout`` bounds every
     wait on a Ray worker (seconds).
 
     Example — single-source shortest paths::
@@ -96,21 +97,17 @@ def run(program, graph, tasks: int = 1, blocks: int = 1, mode: str = "hybrid",
         raise HGraphError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
     if runtime not in RUNTIMES:
         raise HGraphError(f"runtime must be one of {', '.join(RUNTIMES)}, got {runtime!r}")
+    if int(max_recoveries) < 0:
+        raise HGraphError(f"max_recoveries must be >= 0, got {max_recoveries}")
     if int(tasks) < 1 or int(blocks) < 1:
         raise HGraphError(f"tasks and blocks must be >= 1, got tasks={tasks}, blocks={blocks}")
     partition = Partition(graph, tasks=int(tasks), blocks=int(blocks))
-    if runtime == "local":
-        from hgraph.runtime.local import LocalRuntime
-
-        rt = LocalRuntime(program, partition)
-    else:
-        from hgraph.runtime.ray_actors import RayRuntime
-
-        rt = RayRuntime(program, partition, address=address, timeout=timeout)
+    rt = create(runtime, program, partition, address=address, timeout=timeout)
     try:
         master = Master(program, partition, rt, mode=mode, max_supersteps=max_supersteps,
                         checkpoint_every=checkpoint_every, checkpoint_dir=checkpoint_dir,
-                        inject_failure=inject_failure, progress=progress)
+                        inject_failure=inject_failure, progress=progress,
+                        max_recoveries=int(max_recoveries))
         values, stats, aggregates, supersteps, switcher = master.run()
     finally:
         rt.close()

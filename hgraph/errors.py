@@ -32,3 +32,12 @@ class InfeasibleError(HGraphError):
     """No plan fits the request (for example a memory budget below the smallest feasible one)."""
 
     exit_code = 3
+
+
+class WorkerLost(Exception):
+    """A worker (task) died mid-job. Raised by a runtime; the master recovers from the last
+    checkpoint (not a user error: it is caught, never shown, unless recovery gives up)."""
+
+    def __init__(self, tasks, cause: str = ""):
+        self.tasks = sorted(set(tasks))
+        super().__init__(f"worker(s) {self.tasks} lost{': ' + cause if cause else ''}")

@@ -10,8 +10,11 @@ from __future__ import annotations
 
 import contextlib
 import os
+import secrets
 import tempfile
 from pathlib import Path
+
+from hgraph.errors import HGraphError
 
 
 @contextlib.contextmanager
@@ -52,9 +55,31 @@ def _mode_for(path: Path) -> int:
     try:
         return path.stat().st_mode & 0o7777
     except FileNotFoundError:
-        umask = os.umask(0)
-        os.umask(umask)
-        return 0o666 & ~umask
+        return 0o666 & ~process_umask(path.parent)
+
+
+def process_umask(directory: Path | str = ".") -> int:
+    """This process's umask, read without changing it.
+
+    ``os.umask`` can only read the mask by setting it, which for a moment changes it for every
+    thread (Ray's included). Linux states it in ``/proc/self/status`` (``Umask:``); elsewhere a
+    probe file is created in ``directory`` with mode 0o666 and the kernel's masking is read back
+    (its read/write bits: all that matters for files created 0o666).
+    """
+    try:
+        with open("/proc/self/status", encoding="ascii") as status:
+            for line in status:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    probe = os.path.join(str(directory or "."), f".umask-probe.{os.getpid()}.{secrets.token_hex(6)}")
+    fd = os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+    try:
+        return 0o666 & ~os.fstat(fd).st_mode & 0o777
+    finally:
+        os.close(fd)
+        os.unlink(probe)
 
 
 def write_text(path, text: str) -> None:
@@ -65,3 +90,24 @@ def write_text(path, text: str) -> None:
 def write_bytes(path, data: bytes) -> None:
     with atomic_write(path, "wb") as handle:
         handle.write(data)
+
+
+def check_writable(path, flag: str = "output") -> None:
+    """Fail before a run, not after it, when an output path cannot be a file (one line naming
+    ``flag`` and the path). ``-`` (stdout) and existing devices or pipes pass."""
+    if path is None or str(path) == "-":
+        return
+    p = Path(path)
+    if p.is_dir():
+        raise HGraphError(f"{flag} {p}: is a directory, expected an output file")
+    if p.exists() and not p.is_file():
+        return  # a device or pipe, written directly
+    parent = p.resolve().parent
+    while not parent.exists():
+        parent = parent.parent
+    try:  # probe: can a file be created where the output (or its new folders) will go?
+        fd, probe = tempfile.mkstemp(prefix=".hgraph-probe.", dir=parent)
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as err:
+        raise HGraphError(f"{flag} {p}: cannot create a file in {parent}: {err.strerror}") from None

@@ -15,6 +15,8 @@ and stores it, with the in-flight message blocks and its own state, in a checkpo
 (:mod:`hgraph.checkpoint`). When a worker is lost the runtime replaces it, every worker is
 restored to the last checkpoint (or to superstep 0 when there is none) and the supersteps after it
 are replayed; the computation is deterministic, so the result equals a failure-free run.
+A job recovers at most ``max_recoveries`` times: the next loss fails it with one line naming
+the worker and the superstep (a worker that dies every time would otherwise replay forever).
 """
 
 from __future__ import annotations
@@ -27,8 +29,7 @@ import numpy as np
 
 from hgraph.checkpoint import CheckpointStore
 from hgraph.cost_model import HybridSwitcher
-from hgraph.errors import HGraphError
-from hgraph.runtime.local import WorkerLost
+from hgraph.errors import HGraphError, WorkerLost
 from hgraph.worker import finish_aggregates, reduce_aggregates
 
 MODES = ("push", "pull", "hybrid")
@@ -59,7 +60,7 @@ class Master:
     def __init__(self, program, partition, runtime, *, mode: str = "hybrid",
                  max_supersteps: int | None = None, checkpoint_every: int | None = None,
                  checkpoint_dir=None, inject_failure: int | None = None,
-                 progress: Callable[[dict], Any] | None = None):
+                 progress: Callable[[dict], Any] | None = None, max_recoveries: int = 3):
         if mode not in MODES:
             raise HGraphError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
         limits = [m for m in (max_supersteps, getattr(program, "max_supersteps", None)) if m is not None]
@@ -79,6 +80,7 @@ class Master:
             directory = checkpoint_dir or tempfile.mkdtemp(prefix="hgraph-ckpt-")
             self.store = CheckpointStore(directory)
         self.checkpoint_dir = None if self.store is None else str(self.store.directory)
+        self.max_recoveries = max_recoveries
         self.failures: list[dict] = []
 
     # ------------------------------------------------------------------ the loop
@@ -172,7 +174,14 @@ class Master:
         stats[-1]["checkpoint_seconds"] = time.perf_counter() - t0
 
     def _recover(self, lost: WorkerLost, superstep, switcher, t0):
-        """Replace lost workers, restore all to the last checkpoint; returns the loop state."""
+        """Replace lost workers, restore all to the last checkpoint; returns the loop state.
+
+        Past ``max_recoveries`` recoveries the job fails instead (one line, exit status 1)."""
+        if len(self.failures) >= self.max_recoveries:
+            worker = ", ".join(map(str, lost.tasks)) or "?"
+            raise HGraphError(f"worker {worker} lost at superstep {superstep} after "
+                              f"{len(self.failures)} recoveries (the limit, max_recoveries="
+                              f"{self.max_recoveries}); giving up", exit_code=1)
         tasks = self.partition.tasks
         checkpoint = self.store.load() if self.store is not None else None
         if checkpoint is None:

@@ -1,8 +1,8 @@
 """``hgraph submit cc``: weakly connected components by min-label propagation.
 
 Every vertex starts with its own id as label and repeatedly takes the smallest label among its
-neighbours, ignoring edge direction: the job runs :class:`hgraph.examples.MinLabel` on the graph
-with every edge also reversed (:func:`hgraph.examples.symmetrize`). ``--out`` gets each vertex's
+neighbours, ignoring edge direction: the job runs :class:`hgraph.algorithms.MinLabel` on the graph
+with every edge also reversed (:func:`hgraph.algorithms.symmetrize`). ``--out`` gets each vertex's
 component label, the smallest vertex id in its component — the partition
 ``scipy.sparse.csgraph.connected_components(directed=True, connection="weak")`` finds.
 
@@ -13,7 +13,7 @@ Example::
 
 from __future__ import annotations
 
-from hgraph.examples import MinLabel, symmetrize
+from hgraph.algorithms import MinLabel, symmetrize
 from jobs import common
 
 NAME = "cc"
@@ -31,4 +31,6 @@ def main(args) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(common.module_main(NAME))
+    from jobs.cli import module_main
+
+    raise SystemExit(module_main(NAME))

@@ -11,7 +11,7 @@ vertex program, how its values print — and hands the rest to :func:`run_engine
   object per superstep, both written atomically (a failed run leaves no half-written file and
   keeps an earlier one).
 
-:func:`module_main` makes ``python -m jobs.NAME ARGS`` behave exactly like
+:func:`jobs.cli.module_main` makes ``python -m jobs.NAME ARGS`` behave exactly like
 ``hgraph submit NAME ARGS`` — the entry point a Ray Job runs.
 """
 
@@ -22,14 +22,14 @@ import contextlib
 import json
 import os
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
 
 import numpy as np
 
 from hgraph.errors import HGraphError
-from hgraph.fileio import atomic_write
+from hgraph.fileio import atomic_write, check_writable
+from jobs.flags import add_common_arguments, add_recovery_arguments
 
 #: Stats fields every superstep row carries (the engine may add more, e.g. failures).
 STATS_FIELDS = ("superstep", "mode", "active", "messages", "bytes", "seconds")
@@ -40,10 +40,10 @@ STATS_FIELDS = ("superstep", "mode", "active", "messages", "bytes", "seconds")
 
 
 def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
-    """The engine flags (:func:`hgraph.cli.add_common_arguments`) plus ``--out``."""
-    from hgraph.cli import add_common_arguments
-
+    """The engine flags (:func:`jobs.flags.add_common_arguments`), ``--max-recoveries`` and
+    ``--out``."""
     add_common_arguments(parser)
+    add_recovery_arguments(parser)
     parser.add_argument("--out", default=None, help="write vid<TAB>value lines (sorted by vid) here")
 
 
@@ -103,6 +103,7 @@ def run_program(args: argparse.Namespace, program, graph, *, progress_total: int
             max_supersteps=max_supersteps,
             checkpoint_every=getattr(args, "checkpoint_every", None),
             inject_failure=getattr(args, "inject_failure", None),
+            max_recoveries=getattr(args, "max_recoveries", 3),
             progress=reporter,
         )
     finally:
@@ -121,7 +122,7 @@ def run_engine_job(args: argparse.Namespace, make_program: Callable[[Any], Any],
     ``output(result, graph)`` turns the engine's values into one value per vertex for ``--out``.
     """
     for flag in ("out", "stats"):
-        check_output(getattr(args, flag, None), f"--{flag}")
+        check_writable(getattr(args, flag, None), f"--{flag}")
     graph = load_graph(args.graph)
     if prepare_graph is not None:
         graph = prepare_graph(graph)
@@ -157,26 +158,6 @@ def format_values(values: np.ndarray) -> Iterable[str]:
     if values.dtype.kind == "f":
         return map(repr, values.astype(np.float64).tolist())
     return map(str, values.tolist())
-
-
-def check_output(path, flag: str = "output") -> None:
-    """Fail before the run, not after it, when an output path cannot be a file."""
-    if path is None or str(path) == "-":
-        return
-    p = Path(path)
-    if p.is_dir():
-        raise HGraphError(f"{flag} {p}: is a directory, expected an output file")
-    if p.exists() and not p.is_file():
-        return  # a device or pipe, written directly
-    parent = p.resolve().parent
-    while not parent.exists():
-        parent = parent.parent
-    try:  # probe: can a file be created where the output (or its new folders) will go?
-        fd, probe = tempfile.mkstemp(prefix=".hgraph-probe.", dir=parent)
-        os.close(fd)
-        os.unlink(probe)
-    except OSError as err:
-        raise HGraphError(f"{flag} {p}: cannot create a file in {parent}: {err.strerror}") from None
 
 
 @contextlib.contextmanager
@@ -252,12 +233,3 @@ def check_vertex(name: str, vid: int, graph) -> int:
     if not 0 <= vid < graph.n:
         raise HGraphError(f"{name} {vid} is not a vertex of the graph (vertices are 0..{graph.n - 1})")
     return vid
-
-
-def module_main(name: str, argv: Sequence[str] | None = None) -> int:
-    """``python -m jobs.NAME ARGS`` == ``hgraph submit NAME ARGS`` (same flags, errors, exit codes)."""
-    from hgraph.cli import main
-
-    if argv is None:
-        argv = sys.argv[1:]
-    return main(["submit", name, *argv])

@@ -22,7 +22,6 @@ import sys
 
 from hgraph.errors import HGraphError
 from hgraph.fileio import write_text
-from jobs import common
 
 NAME = "execute"
 HELP = "run a schedule on a graph (CuPy or NumPy) and report predicted vs measured peak memory"
@@ -30,7 +29,7 @@ ALLOCATORS = ("naive", "pool", "static")
 
 
 def add_arguments(parser) -> None:
-    from planner.execute import zoo_cli
+    from jobs.graph_zoo import add_size_arguments
 
     parser.add_argument("--graph", default=None, help="cg.txt to run (or --model)")
     parser.add_argument("--schedule", default=None,
@@ -44,7 +43,7 @@ def add_arguments(parser) -> None:
                              "(auto: last-use for real kernels, schedule for replay)")
     parser.add_argument("--seed", type=int, default=0, help="parameter/input initialisation seed")
     parser.add_argument("--model", default=None, help="build this zoo model instead of --graph")
-    zoo_cli.add_size_arguments(parser)
+    add_size_arguments(parser)
     parser.add_argument("--runtime", choices=["local", "ray"], default=None,
                         help="ray: run in a GPU actor when the cluster has GPUs")
     parser.add_argument("--address", default=None, help="Ray cluster address (HOST:PORT)")
@@ -82,12 +81,12 @@ def main(args) -> int:
     options = {"allocators": allocators, "recycle": recycle, "seed": args.seed}
     report = None
     if args.runtime == "ray" or args.address:
-        from cluster.connect import ensure_ray
-        from planner.execute import gpu_worker
+        from hgraph.runtime.ray_connect import ensure_ray
+        from jobs import gpu_actor
 
         ensure_ray(args.address)
-        if gpu_worker.cluster_gpus() >= 1:
-            report = gpu_worker.evaluate_on_gpu(cg.dumps(g), schedule.dumps(), options)
+        if gpu_actor.cluster_gpus() >= 1:
+            report = gpu_actor.evaluate_on_gpu(cg.dumps(g), schedule.dumps(), options)
             report["ray_actor"] = True
         else:
             print("hgraph: the Ray cluster has no GPU; executing here", file=sys.stderr)
@@ -113,4 +112,6 @@ def main(args) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(common.module_main(NAME))
+    from jobs.cli import module_main
+
+    raise SystemExit(module_main(NAME))

@@ -6,7 +6,7 @@ spread evenly — :func:`networkx.pagerank`'s model with uniform teleport. Start
 the job runs exactly ``--iterations`` iterations (supersteps 1..k); ``--out`` gets each
 vertex's rank.
 
-The vertex program is :class:`hgraph.examples.PageRank`: a value is the pair (rank,
+The vertex program is :class:`hgraph.algorithms.PageRank`: a value is the pair (rank,
 rank / out-weight), the second part being what a vertex sends, so a message needs only the
 source value and the edge weight (as in HybridGraph's b-pull); the dangling mass is an exact-sum
 aggregator, so the ranks are bit-identical for any ``--tasks``/``--blocks``/``--mode``.
@@ -21,7 +21,7 @@ from __future__ import annotations
 import numpy as np
 
 from hgraph.errors import HGraphError
-from hgraph.examples import PageRank, pagerank
+from hgraph.algorithms import PageRank, pagerank
 from jobs import common
 
 NAME = "pagerank"
@@ -58,4 +58,6 @@ def main(args) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(common.module_main(NAME))
+    from jobs.cli import module_main
+
+    raise SystemExit(module_main(NAME))

@@ -21,6 +21,7 @@ from __future__ import annotations
 import sys
 
 from hgraph.errors import HGraphError
+from hgraph.fileio import check_writable
 from jobs import common
 
 NAME = "plan"
@@ -30,7 +31,7 @@ __all__ = ["NAME", "HELP", "add_arguments", "main"]
 
 
 def add_arguments(parser) -> None:
-    from hgraph.cli import add_common_arguments
+    from jobs.flags import add_common_arguments
     from planner.dp_families import DEFAULT_MAX_LOWER_SETS
 
     add_common_arguments(parser)
@@ -69,7 +70,7 @@ def main(args) -> int:
     budget = Budget.parse(args.budget)          # bad values fail before any work
     for flag, path in (("--out", args.out), ("--report", args.report), ("--plot", args.plot)):
         if path is not None and path != "-":
-            common.check_output(path, flag)
+            check_writable(path, flag)
     for flag in ("max_supersteps", "stats"):
         if getattr(args, flag, None) is not None:
             raise HGraphError(f"--{flag.replace('_', '-')} does not apply to the plan job "
@@ -112,4 +113,6 @@ def _execute(p) -> dict:
 
 
 if __name__ == "__main__":
-    raise SystemExit(common.module_main(NAME))
+    from jobs.cli import module_main
+
+    raise SystemExit(module_main(NAME))

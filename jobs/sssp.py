@@ -2,7 +2,7 @@
 
 Edge weights come from the graph file (1.0 for an unweighted edge); ``--out`` gets each vertex's
 distance from ``--source`` (``inf`` when unreachable). Weights must be non-negative for the
-result to equal Dijkstra's. The vertex program is :class:`hgraph.examples.SSSP` (one copy, the
+result to equal Dijkstra's. The vertex program is :class:`hgraph.algorithms.SSSP` (one copy, the
 one the engine's tests check against SciPy).
 
 Example::
@@ -15,7 +15,7 @@ from __future__ import annotations
 import numpy as np
 
 from hgraph.errors import HGraphError
-from hgraph.examples import SSSP
+from hgraph.algorithms import SSSP
 from jobs import common
 
 NAME = "sssp"
@@ -40,4 +40,6 @@ def main(args) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(common.module_main(NAME))
+    from jobs.cli import module_main
+
+    raise SystemExit(module_main(NAME))

@@ -1,4 +1,4 @@
-"""``hgraph graph synth``: deep transformer-like training graphs in the cg.txt format.
+"""Deep transformer-like training graphs in the cg.txt format (``hgraph graph synth`` writes them).
 
 The reference graphs stop at ~1,000 variables; the planner is meant to scale far past that, so
 this tool writes graphs of any depth with the structure that matters for planning: a residual
@@ -13,8 +13,6 @@ a Concat, 2 Linears + GELU for the MLP and 2 Adds: ``12 + 3·heads`` activations
 
 Example::
 
-    hgraph graph synth --layers 24 --hidden 1024 --seq 512 --batch 8 --heads 4 --out cg.txt
-
     >>> g = build(layers=2, heads=2)
     >>> len(g.forward), g.num_vars > len(g.forward)
     (40, True)
@@ -24,13 +22,9 @@ from __future__ import annotations
 
 import json
 
-from planner import cg
 from planner.cg import ComputationalGraph, Function
 
-NAME = "synth"
-HELP = "write a deep transformer-like training graph (cg.txt format) for planning at scale"
-
-__all__ = ["NAME", "HELP", "build", "nodes_per_layer", "layers_for_nodes", "add_arguments", "main"]
+__all__ = ["build", "nodes_per_layer", "layers_for_nodes"]
 
 F32 = 4
 #: Functions whose backward retains the forward output (Chainer's get_retained_outputs).
@@ -125,44 +119,3 @@ def build(layers: int = 12, hidden: int = 256, seq: int = 128, batch: int = 8, h
     logits = linear(x, "/predictor/head", hidden, vocab)
     b.fn("SoftmaxCrossEntropy", [logits, labels], F32)
     return b.graph()
-
-
-def add_arguments(parser) -> None:
-    parser.add_argument("--layers", type=_pos, default=None,
-                        help="transformer layers (or give --nodes)")
-    parser.add_argument("--nodes", type=_pos, default=None,
-                        help="at least this many activations (sets --layers)")
-    parser.add_argument("--hidden", type=_pos, default=256)
-    parser.add_argument("--seq", type=_pos, default=128)
-    parser.add_argument("--batch", type=_pos, default=8)
-    parser.add_argument("--heads", type=_pos, default=4)
-    parser.add_argument("--vocab", type=_pos, default=1000)
-    parser.add_argument("--out", required=True, help="cg.txt to write")
-
-
-def _pos(text: str) -> int:
-    import argparse
-
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
-    return value
-
-
-def main(args) -> int:
-    from hgraph.errors import HGraphError
-
-    if args.layers is None and args.nodes is None:
-        raise HGraphError("give --layers L or --nodes N")
-    layers = args.layers if args.layers is not None else layers_for_nodes(args.nodes, args.heads)
-    g = build(layers=layers, hidden=args.hidden, seq=args.seq, batch=args.batch,
-              heads=args.heads, vocab=args.vocab)
-    cg.write(g, args.out)
-    import sys
-
-    print(f"{args.out}: {layers} layers, {len(g.forward):,} activations, {g.num_vars:,} variables, "
-          f"{int(g.var_bytes[g.is_activation].sum()):,} activation bytes", file=sys.stderr)
-    return 0

@@ -51,7 +51,7 @@ from ray.cluster_utils import Cluster  # noqa: E402
 from ray.util import scheduling_strategies  # noqa: E402
 
 import hgraph.master  # noqa: E402
-from hgraph.cli import main as hgraph_main  # noqa: E402
+from jobs.cli import main as hgraph_main  # noqa: E402
 from hgraph.runtime import ray_actors  # noqa: E402
 
 NODES = 3

@@ -7,7 +7,8 @@ import pytest
 
 import hgraph
 from hgraph.checkpoint import CheckpointStore
-from hgraph.examples import SSSP, pagerank, random_graph
+from hgraph.algorithms import SSSP, pagerank
+from hgraph.generators import random_graph
 from hgraph.worker import Worker
 from hgraph.partition import Partition
 from tests.conftest import RAY_TIMEOUT
@@ -116,3 +117,53 @@ def test_ray_actor_lost_while_results_are_collected_replays(graph, tmp_path, mon
                       checkpoint_dir=tmp_path, timeout=RAY_TIMEOUT)
     assert fired and hurt.values.tobytes() == clean.values.tobytes()
     assert len(hurt.failures) == 1 and hurt.failures[0]["worker"] == 1
+
+
+class _AlwaysLosesWorker1:
+    """A runtime whose worker 1 dies at superstep 2 every time (out of memory, say)."""
+
+    def __new__(cls, program, partition, **options):
+        from hgraph.errors import WorkerLost
+        from hgraph.runtime.local import LocalRuntime
+
+        class Flaky(LocalRuntime):
+            def step(self, superstep, mode, aggregates, final, inbound):
+                if superstep == 2:
+                    raise WorkerLost([1], "out of memory")
+                return super().step(superstep, mode, aggregates, final, inbound)
+
+        return Flaky(program, partition, **options)
+
+
+@pytest.mark.parametrize("every", [None, 1])
+def test_a_worker_that_dies_every_time_fails_after_max_recoveries(graph, monkeypatch, every):
+    import hgraph.runtime
+    from hgraph.errors import HGraphError
+
+    monkeypatch.setitem(hgraph.runtime.RUNTIMES, "flaky", _AlwaysLosesWorker1)
+    seen = []
+    with pytest.raises(HGraphError) as info:
+        hgraph.run(SSSP(0), graph, tasks=2, runtime="flaky", max_recoveries=2,
+                   checkpoint_every=every, progress=seen.append)
+    message = str(info.value)
+    assert "\n" not in message and info.value.exit_code == 1
+    assert message.startswith("worker 1 lost at superstep 2 after 2 recoveries")
+    assert [row["superstep"] for row in seen].count(1) == (3 if every is None else 1)
+    with pytest.raises(HGraphError, match="max_recoveries must be >= 0"):
+        hgraph.run(SSSP(0), graph, runtime="flaky", max_recoveries=-1)
+
+
+def test_default_allows_three_recoveries(graph, monkeypatch):
+    import hgraph.runtime
+    from hgraph.errors import HGraphError
+
+    monkeypatch.setitem(hgraph.runtime.RUNTIMES, "flaky", _AlwaysLosesWorker1)
+    with pytest.raises(HGraphError, match="after 3 recoveries"):
+        hgraph.run(SSSP(0), graph, tasks=2, runtime="flaky")
+
+
+def test_unknown_runtime_is_one_line(graph):
+    from hgraph.errors import HGraphError
+
+    with pytest.raises(HGraphError, match="runtime must be one of local, ray"):
+        hgraph.run(SSSP(0), graph, runtime="nope")

@@ -18,8 +18,8 @@ import sys
 
 import pytest
 
-from hgraph.cli import main as hgraph_main
-from hgraph.examples import random_graph
+from jobs.cli import main as hgraph_main
+from hgraph.generators import random_graph
 from tests.conftest import ROOT
 
 CG = ROOT / "jobs" / "data" / "cg_resnet50.txt"

@@ -12,7 +12,8 @@ from scipy.sparse.csgraph import connected_components, dijkstra
 
 import hgraph
 from hgraph.errors import HGraphError
-from hgraph.examples import SSSP, MinLabel, pagerank, random_graph, symmetrize
+from hgraph.algorithms import SSSP, MinLabel, pagerank, symmetrize
+from hgraph.generators import random_graph
 
 TASKS = (1, 2, 3, 4)
 BLOCKS = (1, 3)

@@ -135,15 +135,15 @@ def test_execute_job_report(tmp_path):
 def test_ray_worker_runs_the_executor_in_an_actor(ray_session):
     import os
 
-    from planner.execute import gpu_worker
+    from jobs import gpu_actor
     g = export.to_cg(zoo.build("mlp", depth=1))
     s = plans.feasible_budgets(g, count=1)[0][1]
-    rep = gpu_worker.evaluate_on_gpu(cg.dumps(g), s.dumps(), {"allocators": ("static",)}, timeout=120,
+    rep = gpu_actor.evaluate_on_gpu(cg.dumps(g), s.dumps(), {"allocators": ("static",)}, timeout=120,
                                      num_gpus=0, backend="numpy")
     assert rep["worker_pid"] != os.getpid()
     assert rep["gradients_match"] is True and rep["allocator"] == "static"
     assert rep["measured_peak_bytes"] <= rep["predicted_peak_bytes"]
-    assert gpu_worker.cluster_gpus() == ray_session.cluster_resources().get("GPU", 0.0)
+    assert gpu_actor.cluster_gpus() == ray_session.cluster_resources().get("GPU", 0.0)
 
 
 @pytest.mark.parametrize("name", sorted(zoo.MODELS))
@@ -170,7 +170,7 @@ def test_executor_gradient_is_the_loss_derivative(name):
     (["--model", "resnet", "--seq", "4"], "use --image, not --seq"),
 ])
 def test_execute_job_bad_input_is_one_line(capsys, argv, message):
-    from hgraph.cli import main
+    from jobs.cli import main
     if argv[-1:] == ["cupy"] and backend.gpu_available()[0]:
         pytest.skip("CuPy works here")
     assert main(["submit", "execute", *argv]) == 2
@@ -180,7 +180,7 @@ def test_execute_job_bad_input_is_one_line(capsys, argv, message):
 
 
 def test_execute_job_with_model_and_report(tmp_path, capsys):
-    from hgraph.cli import main
+    from jobs.cli import main
     out = tmp_path / "r.json"
     assert main(["submit", "execute", "--model", "unet", "--depth", "1", "--image", "8", "--backend", "numpy",
                  "--allocator", "static", "--free", "schedule", "--report", str(out)]) == 0

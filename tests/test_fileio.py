@@ -59,3 +59,32 @@ def test_new_files_get_umask_permissions_and_old_files_keep_theirs(tmp_path):
         assert kept.stat().st_mode & 0o777 == 0o640
     finally:
         os.umask(old)
+
+
+def test_new_files_get_the_umask_without_changing_it(tmp_path, monkeypatch):
+    """The process umask is read, never set (setting it, even for a moment, races other threads)."""
+    from hgraph.fileio import process_umask
+
+    old = os.umask(0o027)
+    try:
+        def no_umask(_mask):
+            raise AssertionError("os.umask called: it changes the process state")
+
+        monkeypatch.setattr(os, "umask", no_umask)
+        write_text(tmp_path / "new.txt", "x")
+        assert (tmp_path / "new.txt").stat().st_mode & 0o777 == 0o640
+        assert process_umask(tmp_path) == 0o027
+        # Without /proc: a probe file created with 0o666 shows the kernel's masking, and goes.
+        real_open = open
+
+        def no_proc(path, *args, **kwargs):
+            if str(path).startswith("/proc/"):
+                raise OSError("no /proc here")
+            return real_open(path, *args, **kwargs)
+
+        monkeypatch.setattr("builtins.open", no_proc)
+        assert 0o666 & ~process_umask(tmp_path) == 0o640
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["new.txt"]
+    finally:
+        monkeypatch.undo()
+        os.umask(old)

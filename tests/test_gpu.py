@@ -46,10 +46,10 @@ def test_gpu_actor(request):
     pytest.importorskip("ray", reason="ray is not installed here")
     request.getfixturevalue("ray_session")
     from planner import cg
-    from planner.execute import gpu_worker
-    if gpu_worker.cluster_gpus() < 1:
+    from jobs import gpu_actor
+    if gpu_actor.cluster_gpus() < 1:
         pytest.skip("the Ray session has no GPU resource")
     g = export.to_cg(zoo.build("transformer"))
     s = plans.feasible_budgets(g, count=1)[0][1]
-    rep = gpu_worker.evaluate_on_gpu(cg.dumps(g), s.dumps(), {"allocators": ("pool",)}, timeout=300)
+    rep = gpu_actor.evaluate_on_gpu(cg.dumps(g), s.dumps(), {"allocators": ("pool",)}, timeout=300)
     assert rep["backend"] == "cupy" and rep["gradients_match"] is True

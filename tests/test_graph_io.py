@@ -178,7 +178,7 @@ def test_more_tasks_and_blocks_than_vertices_are_cut_to_the_vertices():
         assert p.num_blocks <= g.n and p.pair_edges.shape == (p.num_blocks, p.num_blocks)
     empty = Partition(hgraph.Graph.from_edges([], [], n=0), tasks=5, blocks=5)
     assert (empty.tasks, empty.blocks) == (1, 1)
-    from hgraph.examples import SSSP
+    from hgraph.algorithms import SSSP
 
     one = hgraph.run(SSSP(0), g, tasks=1)
     many = hgraph.run(SSSP(0), g, tasks=100_000, blocks=3)

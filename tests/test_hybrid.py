@@ -11,7 +11,8 @@ from scipy.sparse.csgraph import dijkstra
 
 import hgraph
 from hgraph.cost_model import HybridSwitcher
-from hgraph.examples import SSSP, hybrid_comparison, powerlaw_graph
+from hgraph.algorithms import SSSP, hybrid_comparison
+from hgraph.generators import powerlaw_graph
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 

@@ -1,6 +1,6 @@
 """The named engine jobs through the CLI, end to end: results, output files, errors, progress.
 
-Most runs call :func:`hgraph.cli.main` in-process (fast); the checks about what a user sees —
+Most runs call :func:`jobs.cli.main` in-process (fast); the checks about what a user sees —
 one line, an exit code, no traceback, ``python -m jobs.NAME`` — run real subprocesses.
 """
 
@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from hgraph.cli import main
+from jobs.cli import main
 from jobs.common import read_values
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -65,7 +65,7 @@ def submit(*argv) -> int:
 
 
 def run_cli(*argv, check=False):
-    """``python -m hgraph ARGV`` in a subprocess; returns the CompletedProcess."""
+    """``python -m ARGV`` in a subprocess (``jobs`` is the ``hgraph`` command); returns the CompletedProcess."""
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     proc = subprocess.run([sys.executable, "-m", *map(str, argv)], capture_output=True, text=True,
                           cwd=ROOT, env=env, timeout=120)
@@ -225,7 +225,7 @@ def test_malformed_graph_names_file_and_line(tmp_path):
     bad.write_text("# ok\n0 1\n1 two\n")
     out = tmp_path / "out.tsv"
     out.write_text("earlier good result\n")
-    proc = run_cli("hgraph", "submit", "sssp", "--graph", bad, "--out", out)
+    proc = run_cli("jobs", "submit", "sssp", "--graph", bad, "--out", out)
     line = _one_line_error(proc, 2)
     assert f"{bad}:3" in line
     assert out.read_text() == "earlier good result\n", "--out must be untouched on failure"
@@ -234,12 +234,12 @@ def test_malformed_graph_names_file_and_line(tmp_path):
 
 def test_missing_file_and_absurd_arguments_are_one_line(tmp_path):
     missing = tmp_path / "nope.edges"
-    line = _one_line_error(run_cli("hgraph", "submit", "cc", "--graph", missing), 2)
+    line = _one_line_error(run_cli("jobs", "submit", "cc", "--graph", missing), 2)
     assert str(missing) in line
-    line = _one_line_error(run_cli("hgraph", "submit", "sssp", "--graph",
+    line = _one_line_error(run_cli("jobs", "submit", "sssp", "--graph",
                                    EXAMPLES / "tiny.edges", "--tasks", "0"), 2)
     assert "--tasks" in line
-    line = _one_line_error(run_cli("hgraph", "submit", "sssp", "--graph",
+    line = _one_line_error(run_cli("jobs", "submit", "sssp", "--graph",
                                    EXAMPLES / "tiny.edges", "--mode", "sideways"), 2)
     assert "--mode" in line
 
@@ -288,7 +288,7 @@ def test_python_m_jobs_module_equals_hgraph_submit(tmp_path):
 
 def test_plain_progress_lines_on_a_pipe(tmp_path):
     stats = tmp_path / "s.json"
-    proc = run_cli("hgraph", "submit", "sssp", "--graph", EXAMPLES / "tiny.edges",
+    proc = run_cli("jobs", "submit", "sssp", "--graph", EXAMPLES / "tiny.edges",
                    "--stats", stats, check=True)  # --progress auto, stderr is a pipe
     rows = json.loads(stats.read_text())
     lines = [line for line in proc.stderr.splitlines() if line.startswith("superstep ")]
@@ -312,6 +312,33 @@ def test_injected_failure_recovers_to_the_same_output_and_is_shown(graph_file, t
     assert len(failures) == 1 and failures[0]["failure"]["superstep"] == 3
     assert [row["superstep"] for row in rows] == list(range(len(rows)))
     assert "lost at superstep 3" in capsys.readouterr().err
+
+
+def test_a_worker_that_dies_every_time_fails_in_one_line(graph_file, tmp_path, monkeypatch, capsys):
+    """--max-recoveries N: past N recoveries the job fails with one line naming the worker and the
+    superstep, a non-zero exit and no output file (here worker 1 dies at superstep 2 every time)."""
+    import hgraph.runtime
+    from hgraph.errors import WorkerLost
+    from hgraph.runtime.local import LocalRuntime
+
+    class AlwaysLosesWorker1(LocalRuntime):
+        def step(self, superstep, mode, aggregates, final, inbound):
+            if superstep == 2:
+                raise WorkerLost([1], "out of memory")
+            return super().step(superstep, mode, aggregates, final, inbound)
+
+    monkeypatch.setitem(hgraph.runtime.RUNTIMES, "local", AlwaysLosesWorker1)
+    out = tmp_path / "d.tsv"
+    capsys.readouterr()
+    code = main(["submit", "sssp", "--graph", str(graph_file[0]), "--tasks", "2", "--progress", "off",
+                 "--checkpoint-every", "1", "--max-recoveries", "2", "--out", str(out)])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 1 and not out.exists()
+    assert len(err) == 1 and err[0].startswith("hgraph: error: worker 1 lost at superstep 2 after "
+                                               "2 recoveries"), err
+    with pytest.raises(SystemExit) as bad:
+        main(["submit", "sssp", "--graph", str(graph_file[0]), "--max-recoveries", "-1"])
+    assert bad.value.code == 2
 
 
 def test_make_reporter_kinds():

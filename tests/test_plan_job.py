@@ -11,7 +11,7 @@ import sys
 import pytest
 
 import planner
-from hgraph.cli import main
+from jobs.cli import main
 from hgraph.errors import HGraphError, InfeasibleError
 from planner import cg, simulate
 from planner.schedule import Schedule
@@ -136,12 +136,12 @@ def test_errors_are_one_line_and_keep_old_outputs(tmp_path):
     assert rep.read_text() == "old\n"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["r.json"]
     for budget, fragment in (("lots", "bad --budget"), ("5XB", "unknown unit")):
-        proc = _run("hgraph", "submit", "plan", "--graph", str(SAMPLE), "--budget", budget)
+        proc = _run("jobs", "submit", "plan", "--graph", str(SAMPLE), "--budget", budget)
         assert proc.returncode == 2 and fragment in proc.stderr
         assert len(proc.stderr.strip().splitlines()) == 1 and "Traceback" not in proc.stderr
     bad = tmp_path / "bad.txt"
     bad.write_text("3 2\n0 10 _\n")
-    proc = _run("hgraph", "submit", "plan", "--graph", str(bad), "--budget", "1GB")
+    proc = _run("jobs", "submit", "plan", "--graph", str(bad), "--budget", "1GB")
     assert proc.returncode == 2 and str(bad) in proc.stderr and "Traceback" not in proc.stderr
 
 

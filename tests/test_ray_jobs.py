@@ -9,6 +9,7 @@ unreachable or silent cluster each give one error line and a non-zero exit, with
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import os
 import shutil
@@ -19,12 +20,13 @@ import tempfile
 import threading
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
 from cluster import commands_cluster
-from hgraph.cli import main as hgraph_main
-from hgraph.examples import random_graph
+from jobs.cli import main as hgraph_main
+from hgraph.generators import random_graph
 from tests.conftest import ROOT
 
 JOB_TIMEOUT = "240"
@@ -47,18 +49,24 @@ def graph(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def head():
-    """A 1-node Ray cluster with the dashboard; yields its Ray Jobs address."""
+def head_state():
+    """A 1-node Ray cluster with the dashboard (`hgraph cluster up`); yields its state."""
     state_dir = Path(tempfile.mkdtemp(prefix="hgj", dir="/tmp"))   # short: Unix-socket paths
     state = commands_cluster.up(state_dir, nodes=1, cpus_per_node=2, port=free_port(),
                                 dashboard_port=free_port())
     try:
-        yield state["jobs_address"]
+        yield state
     finally:
         commands_cluster.down(state_dir)
         for p in state["processes"]:
             assert not commands_cluster._alive(p["pid"]) or _zombie(p["pid"])
         shutil.rmtree(state_dir, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def head(head_state):
+    """The Ray Jobs address of :func:`head_state`'s cluster."""
+    return head_state["jobs_address"]
 
 
 def _zombie(pid: int) -> bool:
@@ -88,18 +96,19 @@ def test_submission_returns_the_same_output_as_a_local_run(head, graph, tmp_path
     assert "hgraph-output-begin" not in captured.out  # result blocks are hidden
 
 
-def test_detached_job_status_logs_and_fetch(head, graph, tmp_path, capsys):
+def test_detached_job_status_logs_and_fetch(head, graph, tmp_path, capsys, monkeypatch):
     expected = local_run("pagerank", "--graph", str(graph), "--iterations", "10",
                          out=tmp_path / "local.tsv")
-    out = tmp_path / "ray.tsv"
+    monkeypatch.chdir(tmp_path)
     assert hgraph_main(["submit", "pagerank", "--graph", str(graph), "--iterations", "10",
-                        "--address", head, "--detach", "--out", str(out)]) == 0
+                        "--address", head, "--detach", "--out", "sub/ray.tsv"]) == 0
     job_id = capsys.readouterr().out.strip().splitlines()[-1]
     assert job_id.startswith("raysubmit_")
-    assert not out.exists()
+    assert not (tmp_path / "sub" / "ray.tsv").exists()
     assert hgraph_main(["logs", job_id, "--address", head, "--follow", "--fetch",
-                        "--timeout", JOB_TIMEOUT]) == 0
-    assert out.read_bytes() == expected
+                        "--to", "fetched", "--timeout", JOB_TIMEOUT]) == 0
+    assert (tmp_path / "fetched" / "sub" / "ray.tsv").read_bytes() == expected
+    assert not (tmp_path / "sub" / "ray.tsv").exists()
     capsys.readouterr()
     assert hgraph_main(["status", job_id, "--address", head]) == 0
     line = capsys.readouterr().out.strip()
@@ -153,7 +162,7 @@ def run_cli(*words: str, env_extra: dict | None = None, limit: float = 60.0):
     env = dict(os.environ, RAY_AUTH_MODE="disabled", **(env_extra or {}))
     env.pop("RAY_ADDRESS", None)
     t0 = time.monotonic()
-    proc = subprocess.run([sys.executable, "-m", "hgraph", *words], cwd=ROOT, env=env,
+    proc = subprocess.run([sys.executable, "-m", "jobs", *words], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=limit)
     return proc, time.monotonic() - t0
 
@@ -197,7 +206,7 @@ def test_submission_rewrites_paths_and_drops_submitter_flags(graph, tmp_path):
              "--job-timeout=30", "--out", str(tmp_path / "d.tsv"), "--stats=-"]
     argv, inputs, outputs = jobs_api.rewrite_argv(sssp, words)
     assert inputs == [(graph, "_hgraph_inputs/0-g.tsv")]
-    assert outputs == {"0-d.tsv": str((tmp_path / "d.tsv").resolve())}
+    assert outputs == {"0-d.tsv": str(tmp_path / "d.tsv")}   # as typed; fetched under --to
     assert argv == ["--graph", "_hgraph_inputs/0-g.tsv", "--source", "3", "--out", "0-d.tsv",
                     "--stats", "-", "--runtime", "ray"]
     command = jobs_api.entrypoint("sssp", argv, outputs, "python3")
@@ -259,7 +268,7 @@ def test_cluster_command_without_a_cluster(tmp_path):
 
 def test_embedded_ray_has_laptop_settings(tmp_path):
     """No address: a local Ray with a bounded object store and no dashboard (own process)."""
-    code = ("from cluster.connect import ensure_ray, EMBEDDED_OBJECT_STORE_BYTES as B\n"
+    code = ("from hgraph.runtime.ray_connect import ensure_ray, EMBEDDED_OBJECT_STORE_BYTES as B\n"
             "ensure_ray(num_cpus=2)\n"
             "import ray\n"
             "store = int(ray.cluster_resources()['object_store_memory'])\n"
@@ -274,10 +283,169 @@ def test_embedded_ray_has_laptop_settings(tmp_path):
 
 
 def test_a_process_joins_one_cluster(ray_session):
-    from cluster.connect import ensure_ray
+    from hgraph.runtime.ray_connect import ensure_ray
     from hgraph.errors import HGraphError
 
     with pytest.raises(HGraphError, match="already connected to the Ray cluster at .*; it cannot "
                                           "also join 127.0.0.1:1$"):
         ensure_ray("127.0.0.1:1")
     ensure_ray(ray_session.get_runtime_context().gcs_address)   # the same one: fine
+
+
+def _listening_addresses(pids) -> list[ipaddress.IPv4Address | ipaddress.IPv6Address]:
+    """The local addresses of the TCP sockets in LISTEN state that ``pids`` hold (/proc)."""
+    inodes = set()
+    for pid in pids:
+        try:
+            fds = list(Path(f"/proc/{pid}/fd").iterdir())
+        except OSError:
+            continue
+        for fd in fds:
+            try:
+                link = os.readlink(fd)
+            except OSError:
+                continue
+            if link.startswith("socket:["):
+                inodes.add(link[len("socket:["):-1])
+    found = []
+    for table, width in (("/proc/net/tcp", 8), ("/proc/net/tcp6", 32)):
+        for line in Path(table).read_text().splitlines()[1:]:
+            fields = line.split()
+            if fields[3] != "0A" or fields[9] not in inodes:     # 0A: LISTEN
+                continue
+            raw = bytes.fromhex(fields[1].split(":")[0])
+            packed = b"".join(raw[i:i + 4][::-1] for i in range(0, len(raw), 4))
+            found.append(ipaddress.ip_address(packed))
+    return found
+
+
+def _loopback(address) -> bool:
+    mapped = getattr(address, "ipv4_mapped", None)
+    return address.is_loopback or (mapped is not None and mapped.is_loopback)
+
+
+def test_cluster_up_listens_on_loopback_only(head_state):
+    pids = commands_cluster._session_members({p["sid"] for p in head_state["processes"]})
+    addresses = _listening_addresses(pids)
+    assert len(addresses) >= 3                     # GCS, raylet, dashboard at least
+    assert [str(a) for a in addresses if not _loopback(a)] == []
+    assert head_state["gcs_address"].startswith("127.0.0.1:")
+
+
+def test_engine_joins_the_loopback_cluster_by_its_gcs_address(head_state, graph, tmp_path):
+    """Ray rewrites 127.0.0.1 to the network address, where a loopback cluster does not listen;
+    the engine still joins it (own process: this session may hold the embedded Ray)."""
+    expected = local_run("sssp", "--graph", str(graph), "--source", "3", out=tmp_path / "local.tsv")
+    proc, seconds = run_cli("submit", "sssp", "--graph", str(graph), "--source", "3", "--tasks", "2",
+                            "--address", head_state["gcs_address"], "--progress", "off",
+                            "--out", str(tmp_path / "joined.tsv"), limit=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert (tmp_path / "joined.tsv").read_bytes() == expected
+
+
+class _FakePopen:
+    """Records what `hgraph cluster up` would start, starts nothing."""
+
+    started: list = []
+
+    def __init__(self, argv, env=None, **_):
+        self.pid = 4_000_000 + len(self.started)       # above any real pid: nothing to signal
+        _FakePopen.started.append((list(argv), dict(env or {})))
+
+
+def _dry_up(monkeypatch, tmp_path, **options):
+    _FakePopen.started = []
+    monkeypatch.setattr(commands_cluster.subprocess, "Popen", _FakePopen)
+    monkeypatch.setattr(commands_cluster, "_wait_started", lambda *a, **k: None)
+    monkeypatch.setattr(commands_cluster, "_wait_port", lambda *a, **k: None)
+    monkeypatch.setattr(commands_cluster, "_port_open", lambda *a, **k: False)
+    state_dir = tmp_path / f"s{len(list(tmp_path.iterdir()))}"
+    commands_cluster.up(state_dir, nodes=2, port=6399, dashboard_port=8299, **options)
+    commands_cluster.down(state_dir)
+    return _FakePopen.started
+
+
+def test_cluster_up_binds_loopback_and_keeps_the_users_auth(monkeypatch, tmp_path):
+    monkeypatch.delenv("RAY_AUTH_MODE", raising=False)
+    started = _dry_up(monkeypatch, tmp_path)
+    assert len(started) == 2
+    for argv, env in started:
+        assert "--node-ip-address=127.0.0.1" in argv
+        assert env["RAY_AUTH_MODE"] == "disabled"        # defaulted for loopback only
+    assert "--dashboard-host=127.0.0.1" in started[0][0]
+    monkeypatch.setenv("RAY_AUTH_MODE", "token")
+    assert {env["RAY_AUTH_MODE"] for _, env in _dry_up(monkeypatch, tmp_path)} == {"token"}
+
+
+def test_cluster_up_listen_exposes_only_what_it_is_told(monkeypatch, tmp_path, capsys):
+    monkeypatch.delenv("RAY_AUTH_MODE", raising=False)
+    started = _dry_up(monkeypatch, tmp_path, listen="10.1.2.3")
+    for argv, env in started:
+        assert "--node-ip-address=10.1.2.3" in argv
+        assert env["RAY_AUTH_MODE"] == "token"           # Ray's default kept off loopback
+    assert "--dashboard-host=10.1.2.3" in started[0][0]
+    with pytest.raises(SystemExit):
+        hgraph_main(["cluster", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "--listen HOST" in text and "127.0.0.1: reachable from this machine only" in text
+    assert "exposes the cluster" in text
+
+
+class _FakeJobsClient:
+    def __init__(self, metadata: dict, log: str):
+        self.metadata, self.log = metadata, log
+
+    def get_job_info(self, job_id):
+        return SimpleNamespace(status="SUCCEEDED", message="", driver_exit_code=0,
+                               metadata={"hgraph_job": "sssp", "hgraph_outputs": json.dumps(self.metadata)})
+
+    def get_job_logs(self, job_id):
+        return self.log
+
+
+def _shipped_log(tmp_path, names: dict[str, bytes], monkeypatch) -> str:
+    import io
+
+    from cluster import ship_outputs
+
+    work = tmp_path / "job"
+    work.mkdir()
+    for name, data in names.items():
+        (work / name).write_bytes(data)
+    monkeypatch.chdir(work)
+    buf = io.StringIO()
+    ship_outputs.ship(list(names), out=buf)
+    return "superstep 0\n" + buf.getvalue()
+
+
+def test_fetch_writes_only_under_the_directory_named(tmp_path, monkeypatch, capsys):
+    from cluster import jobs_api
+
+    outside = tmp_path / "outside" / "a.tsv"
+    log = _shipped_log(tmp_path, {"0-a.tsv": b"A\n", "1-b.tsv": b"B\n"}, monkeypatch)
+    client = _FakeJobsClient({"0-a.tsv": str(outside), "1-b.tsv": "sub/b.tsv"}, log)
+    monkeypatch.setattr(jobs_api, "connect", lambda address, **_: client)
+    dest = tmp_path / "dest"
+    assert hgraph_main(["logs", "raysubmit_x", "--address", "http://127.0.0.1:1", "--fetch",
+                        "--to", str(dest)]) == 0
+    assert not outside.exists()
+    assert (dest / outside.relative_to("/")).read_bytes() == b"A\n"   # the root is stripped
+    assert (dest / "sub" / "b.tsv").read_bytes() == b"B\n"
+    monkeypatch.chdir(tmp_path)                                         # default: the current dir
+    assert hgraph_main(["logs", "raysubmit_x", "--address", "http://127.0.0.1:1", "--fetch"]) == 0
+    assert (tmp_path / "sub" / "b.tsv").read_bytes() == b"B\n" and not outside.exists()
+
+
+def test_fetch_refuses_a_path_that_climbs_out(tmp_path, monkeypatch, capsys):
+    from cluster import jobs_api
+
+    log = _shipped_log(tmp_path, {"0-a.tsv": b"A\n"}, monkeypatch)
+    client = _FakeJobsClient({"0-a.tsv": "../../escaped.tsv"}, log)
+    monkeypatch.setattr(jobs_api, "connect", lambda address, **_: client)
+    dest = tmp_path / "dest"
+    capsys.readouterr()
+    assert hgraph_main(["logs", "raysubmit_x", "--address", "http://127.0.0.1:1", "--fetch",
+                        "--to", str(dest)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "refusing to write result file '../../escaped.tsv'" in err[0]
+    assert not (tmp_path / "escaped.tsv").exists() and not list(tmp_path.rglob("escaped.tsv"))

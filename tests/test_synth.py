@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import planner
-from hgraph.cli import main
+from jobs.cli import main
 from planner import cg, simulate, synth
 from planner.activation_graph import ActivationGraph
 from planner.execute.executor import plain_schedule

@@ -111,11 +111,11 @@ def test_zoo_sizes_and_errors():
 
 def test_zoo_cli_writes_cg(tmp_path):
     out = tmp_path / "cg.txt"
-    r = subprocess.run([sys.executable, "-m", "hgraph.cli", "graph", "zoo", "transformer", "--depth", "1",
+    r = subprocess.run([sys.executable, "-m", "jobs.cli", "graph", "zoo", "transformer", "--depth", "1",
                         "--seq", "8", "--out", str(out)], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
     g = cg.read(out)
     assert cg.dumps(g) == export.dumps(zoo.build("transformer", depth=1, seq=8))
-    r = subprocess.run([sys.executable, "-m", "hgraph.cli", "graph", "zoo", "unet", "--image", "10",
+    r = subprocess.run([sys.executable, "-m", "jobs.cli", "graph", "zoo", "unet", "--image", "10",
                         "--out", str(out)], capture_output=True, text=True)
     assert r.returncode == 2 and "divisible" in r.stderr and "Traceback" not in r.stderr

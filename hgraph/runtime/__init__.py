@@ -1,0 +1,76 @@
+"""Runtimes: where a job's workers live. One protocol, a registry of implementations by name.
+
+The master (:mod:`hgraph.master`) drives any object with the :class:`Runtime` methods; it never
+asks which one it has. :func:`hgraph.run` looks the ``runtime=`` name up in :data:`RUNTIMES`
+(``"local"``: workers in this process; ``"ray"``: one Ray actor per task), so a new runtime is
+one :func:`register` call, not an edit of the driver. A runtime reports a dead worker by raising
+:class:`hgraph.errors.WorkerLost` from any method; the master then recovers.
+
+Factories are imported lazily, so choosing ``"local"`` never imports Ray.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any, Callable, Protocol, Sequence
+
+from hgraph.errors import HGraphError
+
+
+class Runtime(Protocol):
+    """What the master needs from a runtime (``handles`` are opaque message-block references)."""
+
+    name: str
+    tasks: int
+
+    def step(self, superstep: int, mode: str, aggregates: dict, final: bool,
+             inbound: Sequence[Sequence[Any]]) -> tuple[list[list[Any]], list[dict]]:
+        """One superstep on every worker: (outbound handles ``[src][dst]``, stats per task)."""
+
+    def fetch(self, handles: Sequence[Any]) -> list[bytes]:
+        """The bytes behind message-block handles (for a checkpoint)."""
+
+    def put(self, data: bytes) -> Any:
+        """A handle for message-block bytes (restoring a checkpoint's in-flight blocks)."""
+
+    def states(self) -> list[Any]:
+        """Every worker's state, in task order (for a checkpoint)."""
+
+    def restore(self, states: Sequence[Any]) -> None:
+        """Replace lost workers and restore every worker to ``states``."""
+
+    def reset(self) -> None:
+        """Fresh workers for every task (recovery when there is no checkpoint)."""
+
+    def kill(self, task: int) -> None:
+        """Lose task ``task``'s worker (fault injection)."""
+
+    def values(self) -> list[Any]:
+        """Each task's final vertex values, in task order."""
+
+    def close(self) -> None:
+        """Release the workers."""
+
+
+#: name -> "module:factory"; a factory is called as ``factory(program, partition, **options)``.
+RUNTIMES: dict[str, str | Callable[..., Runtime]] = {
+    "local": "hgraph.runtime.local:LocalRuntime",
+    "ray": "hgraph.runtime.ray_actors:RayRuntime",
+}
+
+
+def register(name: str, factory: str | Callable[..., Runtime]) -> None:
+    """Make ``runtime=name`` available to :func:`hgraph.run` (a callable or ``"module:attr"``)."""
+    RUNTIMES[name] = factory
+
+
+def create(name: str, program, partition, **options) -> Runtime:
+    """The runtime registered as ``name``, built for ``program`` on ``partition``."""
+    try:
+        factory = RUNTIMES[name]
+    except KeyError:
+        raise HGraphError(f"runtime must be one of {', '.join(RUNTIMES)}, got {name!r}") from None
+    if isinstance(factory, str):
+        module, _, attr = factory.partition(":")
+        factory = getattr(importlib.import_module(module), attr)
+    return factory(program, partition, **options)

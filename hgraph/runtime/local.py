@@ -8,15 +8,8 @@ then recovers it from the last checkpoint as it would a dead actor.
 
 from __future__ import annotations
 
+from hgraph.errors import WorkerLost
 from hgraph.worker import Worker
-
-
-class WorkerLost(Exception):
-    """A worker (task) died mid-job; the master recovers from the last checkpoint."""
-
-    def __init__(self, tasks, cause: str = ""):
-        self.tasks = sorted(set(tasks))
-        super().__init__(f"worker(s) {self.tasks} lost{': ' + cause if cause else ''}")
 
 
 class LocalRuntime:
@@ -24,7 +17,8 @@ class LocalRuntime:
 
     name = "local"
 
-    def __init__(self, program, partition, timeout: float | None = None):
+    def __init__(self, program, partition, **_options):
+        """``_options`` (a Ray address, a timeout) mean nothing in-process and are ignored."""
         self.program = program
         self.partition = partition
         self.tasks = partition.tasks

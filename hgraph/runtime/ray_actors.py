@@ -7,7 +7,7 @@ stats dict — "pattern A" of ``shared/notes/ray.md``: workers never wait on eac
 driver is the barrier. Returned blocks are owned by the driver, so they outlive a dead actor.
 
 A dead actor (``RayActorError``/``ActorDiedError``, ``ActorUnavailableError``) surfaces as
-:class:`hgraph.runtime.local.WorkerLost`; the master then calls :meth:`RayRuntime.restore`, which
+:class:`hgraph.errors.WorkerLost`; the master then calls :meth:`RayRuntime.restore`, which
 starts a replacement actor and restores every actor from the checkpoint. Every ``ray.get`` has a
 timeout, so a hung cluster is an error, not a hang.
 """
@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import time
 
-from hgraph.errors import HGraphError
-from hgraph.runtime.local import WorkerLost
+from hgraph.errors import HGraphError, WorkerLost
+from hgraph.runtime.ray_connect import ensure_ray
 from hgraph.worker import Worker
 
 
@@ -58,8 +58,6 @@ class RayRuntime:
     name = "ray"
 
     def __init__(self, program, partition, address: str | None = None, timeout: float | None = 600.0):
-        from cluster.connect import ensure_ray
-
         ensure_ray(address)
         import ray
 
@@ -99,13 +97,25 @@ class RayRuntime:
                 raise cause from None
             raise
 
+    #: Seconds the liveness check waits, once, for every actor together.
+    LIVENESS_WAIT_S = 30.0
+
     def _dead(self) -> list[int]:
-        """Tasks whose actor does not answer."""
+        """Tasks whose actor does not answer: every actor is asked at once and the answers are
+        awaited together, within one bounded wait (:data:`LIVENESS_WAIT_S`, or the runtime's
+        timeout when smaller) — not one actor after the other with a full wait each."""
         ray = self.ray
+        refs = [actor.pid.remote() for actor in self.actors]
+        wait_s = min(self.LIVENESS_WAIT_S, self.timeout or self.LIVENESS_WAIT_S)
+        ready, _ = ray.wait(refs, num_returns=len(refs), timeout=wait_s)
+        answered = set(ready)
         dead = []
-        for t, actor in enumerate(self.actors):
+        for t, ref in enumerate(refs):
+            if ref not in answered:
+                dead.append(t)          # no answer within the wait: hung or gone
+                continue
             try:
-                ray.get(actor.pid.remote(), timeout=min(30.0, self.timeout or 30.0))
+                ray.get(ref, timeout=0)  # ready: an answer, or the error of a dead actor
             except (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError,
                     ray.exceptions.GetTimeoutError):
                 dead.append(t)

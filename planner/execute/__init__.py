@@ -9,7 +9,9 @@
 * :mod:`~planner.execute.executor`  -- run a schedule (lazy allocation, recycling, recomputation)
 * :mod:`~planner.execute.replay`    -- any cg.txt with stand-in kernels (the reference graphs)
 * :mod:`~planner.execute.plans`     -- DP schedules at feasible budgets (checks and benches)
-* :mod:`~planner.execute.gpu_worker` -- the same in a Ray actor with one GPU
+
+The Ray actor that runs the executor on a cluster GPU belongs to the application on top, not
+here: the planner never imports Ray.
 
 Example::
 

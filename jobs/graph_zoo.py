@@ -1,5 +1,8 @@
 """``hgraph graph zoo NAME``: write a zoo model's training graph as cg.txt.
 
+The command-line surface only: the models are :mod:`planner.execute.zoo`, the writer
+:mod:`planner.execute.export`.
+
 Example::
 
     hgraph graph zoo transformer --depth 4 --seq 64 --out cg_transformer.txt
@@ -9,7 +12,7 @@ from __future__ import annotations
 
 import sys
 
-from hgraph.cli import positive_int
+from jobs.flags import positive_int
 
 NAME = "zoo"
 HELP = "write a model-zoo training graph (mlp, resnet, unet, transformer) as cg.txt"

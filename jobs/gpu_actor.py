@@ -1,8 +1,10 @@
-"""Run the executor on a GPU of the Ray cluster: an actor with ``num_gpus=1``.
+"""Run the executor on a GPU of the Ray cluster: an actor with ``num_gpus=1`` (``hgraph submit
+execute --runtime ray``).
 
-The planner never imports Ray at module level; Ray is imported inside these functions only, when
-a job asks for a cluster. The actor receives the graph and schedule as text (small) and returns
-the report of :func:`planner.execute.executor.evaluate`, computed on CuPy in the actor.
+It lives with the execute job, not in the planner: the planner never imports Ray. Ray is
+imported inside these functions only, when the job asks for a cluster. The actor receives the
+graph and schedule as text (small) and returns the report of
+:func:`planner.execute.executor.evaluate`, computed on CuPy in the actor.
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
-"""Reference vertex programs (SSSP, connected components, PageRank) and graph generators.
+"""The graph algorithms as vertex programs: SSSP, connected components (min label), PageRank.
 
-The engine's tests and benchmarks run these; they are deliberately small and self-contained (the
-jobs in ``jobs/`` have their own, with CLI plumbing). Each is deterministic for any partitioning: min combiners are exact, PageRank's float
-sums are folded by the engine in source order, and PageRank's dangling mass is an exact sum
+These are the real programs, not examples: applications on the engine, its tests and its
+benchmarks all run these classes (one copy each). Each is deterministic for any partitioning:
+min combiners are exact, PageRank's float sums are folded by the engine in source order, and PageRank's dangling mass is an exact sum
 (:func:`hgraph.exactsum.exact_sum`) — a plain float sum of per-block partials would change in the
 last bits with the number of blocks.
 """
@@ -13,6 +13,7 @@ import numpy as np
 
 import hgraph
 from hgraph.exactsum import exact_sum
+from hgraph.generators import powerlaw_graph
 
 
 class SSSP(hgraph.VertexProgram):
@@ -119,48 +120,6 @@ def symmetrize(graph):
     """The graph with every edge also reversed (for connected components)."""
     return hgraph.Graph.from_edges(np.concatenate([graph.src, graph.dst]),
                                    np.concatenate([graph.dst, graph.src]), n=graph.n)
-
-
-def random_graph(n: int, m: int, seed: int, weighted: bool = True):
-    """A seeded random directed graph with ``m`` distinct non-loop edges (weights in [0.5, 2))."""
-    rng = np.random.default_rng(seed)
-    pairs = set()
-    src, dst = [], []
-    s = rng.integers(0, n, size=4 * m)
-    d = rng.integers(0, n, size=4 * m)
-    for a, b in zip(s.tolist(), d.tolist()):
-        if a != b and (a, b) not in pairs:
-            pairs.add((a, b))
-            src.append(a)
-            dst.append(b)
-            if len(src) == m:
-                break
-    weights = 0.5 + 1.5 * rng.random(len(src)) if weighted else None
-    return hgraph.Graph.from_edges(np.array(src), np.array(dst), weights=weights, n=n)
-
-
-def powerlaw_graph(n: int, m: int, seed: int = 1, exponent: float = 0.8):
-    """A seeded power-law directed graph: ``m`` distinct non-loop edges whose endpoints are drawn
-    with probability ~ (rank+1)^-exponent (ranks permuted over the ids so hubs spread over the
-    partitions), weights uniform in [1, 2). Vectorized: 2M edges take well under a second."""
-    rng = np.random.default_rng(seed)
-    p = np.arange(1, n + 1, dtype=np.float64) ** -exponent
-    cdf = np.cumsum(p)
-    cdf /= cdf[-1]
-    perm = rng.permutation(n)
-    src = np.empty(0, np.int64)
-    dst = np.empty(0, np.int64)
-    while len(src) < m:
-        k = int((m - len(src)) * 1.1) + 16
-        s = np.concatenate([src, perm[np.minimum(np.searchsorted(cdf, rng.random(k)), n - 1)]])
-        d = np.concatenate([dst, perm[np.minimum(np.searchsorted(cdf, rng.random(k)), n - 1)]])
-        keep = s != d
-        s, d = s[keep], d[keep]
-        _, first = np.unique(s * n + d, return_index=True)
-        first.sort()
-        src, dst = s[first], d[first]
-    src, dst = src[:m], dst[:m]
-    return hgraph.Graph.from_edges(src, dst, weights=1.0 + rng.random(m), n=n)
 
 
 def hybrid_comparison(n: int = 200_000, m: int = 2_000_000, tasks: int = 4, blocks: int = 2,

@@ -1,4 +1,4 @@
-"""The ``hgraph`` command line.
+"""The ``hgraph`` command line: the top of the house, the one module that knows every command.
 
 ``hgraph submit JOB ...`` runs a named job from :mod:`jobs`; ``hgraph jobs`` lists them;
 ``hgraph graph TOOL ...`` runs graph tools (converters and generators); the cluster commands
@@ -7,7 +7,7 @@
 :mod:`cluster.jobs_api`, which submits it as a Ray Job.
 
 Every job and tool is a module with the same small surface, so the CLI knows nothing of what a
-job does (the engine stays generic):
+job does:
 
     NAME = "sssp"                      # the word after `hgraph submit`
     HELP = "one line for `hgraph jobs`"
@@ -23,10 +23,12 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
+from typing import Sequence
 
+from cluster import jobs_api
 from hgraph.errors import HGraphError
 
-#: The job table: name -> module. The only place the engine's CLI names what jobs exist.
+#: The job table: name -> module. The only place that names what jobs exist.
 JOBS = {
     "sssp": "jobs.sssp",
     "pagerank": "jobs.pagerank",
@@ -37,8 +39,8 @@ JOBS = {
 
 #: ``hgraph graph TOOL``: name -> module with the same surface as a job.
 GRAPH_TOOLS = {
-    "synth": "planner.synth",
-    "zoo": "planner.execute.zoo_cli",
+    "synth": "jobs.graph_synth",
+    "zoo": "jobs.graph_zoo",
 }
 
 #: Other top-level commands: name -> module with the same surface as a job.
@@ -47,38 +49,6 @@ COMMANDS = {
     "logs": "cluster.commands_logs",
     "cluster": "cluster.commands_cluster",
 }
-
-
-def add_common_arguments(parser: argparse.ArgumentParser) -> None:
-    """Flags every engine job takes (the job adds its own)."""
-    parser.add_argument("--graph", required=True, help="input graph file")
-    parser.add_argument("--tasks", type=positive_int, default=1, help="workers (default 1)")
-    parser.add_argument("--blocks", type=positive_int, default=1, help="VBlocks per worker (default 1)")
-    parser.add_argument("--mode", choices=["push", "pull", "hybrid"], default="hybrid",
-                        help="message mode (default hybrid)")
-    parser.add_argument("--runtime", choices=["local", "ray"], default=None,
-                        help="in-process or Ray actors (default: local, or ray when --address is given)")
-    parser.add_argument("--address", default=None,
-                        help="Ray cluster to use: HOST:PORT joins it, http://HOST:8265 submits a Ray Job "
-                             "(default: RAY_ADDRESS, else an embedded local Ray when --runtime ray)")
-    parser.add_argument("--max-supersteps", type=positive_int, default=None)
-    parser.add_argument("--checkpoint-every", type=positive_int, default=None, metavar="K",
-                        help="checkpoint worker state every K supersteps")
-    parser.add_argument("--inject-failure", type=positive_int, default=None, metavar="SUPERSTEP",
-                        help="kill one worker at this superstep (testing fault recovery)")
-    parser.add_argument("--stats", default=None, help="write per-superstep stats (JSON list) here")
-    parser.add_argument("--progress", choices=["auto", "bar", "plain", "off"], default="auto")
-
-
-def positive_int(text: str) -> int:
-    """argparse ``type=`` for counts: a clear message instead of a traceback or a silent 0."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
-    return value
 
 
 def _load(module_name: str):
@@ -93,8 +63,6 @@ class _Parser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from cluster import jobs_api
-
     parser = _Parser(prog="hgraph", description="Plan GPU memory for computational graphs on a "
                                                 "Pregel engine over Ray.")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
@@ -155,8 +123,6 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     try:
         if args.command == "submit":
-            from cluster import jobs_api
-
             if jobs_api.wants_ray_job(args):   # --address http://HOST:8265: a Ray Job
                 words = list(sys.argv[1:] if argv is None else argv)
                 return jobs_api.submit(args, words[words.index("submit") + 2:])
@@ -167,6 +133,14 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("hgraph: interrupted", file=sys.stderr)
         return 130
+
+
+def module_main(name: str, argv: Sequence[str] | None = None) -> int:
+    """``python -m jobs.NAME ARGS`` == ``hgraph submit NAME ARGS`` (same flags, errors, exit codes):
+    the entry point a Ray Job runs."""
+    if argv is None:
+        argv = sys.argv[1:]
+    return main(["submit", name, *argv])
 
 
 if __name__ == "__main__":

@@ -1,23 +1,24 @@
-"""One place that decides how to reach Ray.
+"""How the engine's Ray runtime connects this process to Ray: one place, never a hang.
 
 * no address and no ``RAY_ADDRESS``: start an embedded local Ray with laptop settings — no
   dashboard unless asked, a bounded object store (:data:`EMBEDDED_OBJECT_STORE_BYTES`), quiet
-  logs, token auth off (``RAY_AUTH_MODE=disabled`` unless the environment says otherwise);
+  logs, token auth off (``RAY_AUTH_MODE=disabled`` unless the environment says otherwise: a
+  cluster with token auth needs ``RAY_AUTH_MODE=token`` and its token in the environment);
 * ``address="HOST:PORT"`` (a GCS address), ``"auto"`` or ``RAY_ADDRESS``: join that cluster;
-* ``address="http://HOST:8265"`` is a Ray *Jobs* address: :mod:`cluster.jobs_api` submits the
-  job there; the engine itself cannot join a cluster by its dashboard URL.
-
-Token auth is off (``RAY_AUTH_MODE=disabled``) unless the environment says otherwise; a
-cluster with token auth needs ``RAY_AUTH_MODE=token`` and its token in the environment.
+* ``address="http://HOST:8265"`` is a cluster's dashboard, not a GCS: the engine cannot join it
+  (:func:`is_dashboard_address` tells the two apart for callers that submit work there).
 
 Joining never hangs: the address is checked for shape, then probed with a plain TCP connect
 (:data:`PROBE_TIMEOUT_S`) before Ray is asked, because Ray itself retries an unreachable GCS for
 a long time (measured: ``ray.init("127.0.0.1:1")`` was still retrying after 60 s). Every failure
 is one :class:`~hgraph.errors.HGraphError` line naming the address.
 
+This module lives in the engine's runtime package because the engine needs it; code that
+operates clusters builds on it, never the other way round.
+
 Example::
 
-    from cluster.connect import ensure_ray
+    from hgraph.runtime.ray_connect import ensure_ray
     ensure_ray()                       # embedded local Ray (or RAY_ADDRESS)
     ensure_ray("10.0.0.5:6379")        # join a running cluster
 """
@@ -37,8 +38,8 @@ EMBEDDED_OBJECT_STORE_BYTES = 512 * 2**20
 PROBE_TIMEOUT_S = 5.0
 
 
-def is_jobs_address(address: str | None) -> bool:
-    """``http(s)://...``: the Ray Jobs (dashboard) address of a cluster."""
+def is_dashboard_address(address: str | None) -> bool:
+    """``http(s)://...``: a cluster's dashboard (where Ray Jobs are submitted), not its GCS."""
     return bool(address) and address.strip().lower().startswith(("http://", "https://"))
 
 
@@ -81,20 +82,19 @@ def ensure_ray(address: str | None = None, *, num_cpus: int | None = None,
                dashboard: bool = False, probe_timeout: float = PROBE_TIMEOUT_S) -> None:
     """Connect this process to Ray once; later calls are no-ops (see the module docstring)."""
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-    # Local clusters (embedded, `hgraph cluster up`, tests) run without token auth; a cluster
+    # Local clusters (embedded, tests) run without token auth by default; a cluster
     # with token auth needs RAY_AUTH_MODE=token (and its token) in the environment.
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
     import ray
 
     if ray.is_initialized():
-        if address and address != "auto" and not is_jobs_address(address):
+        if address and address != "auto" and not is_dashboard_address(address):
             _check_same_cluster(ray, address)
         return
     address = (address or os.environ.get("RAY_ADDRESS") or "").strip() or None
-    if address and is_jobs_address(address):
-        raise HGraphError(f"{address} is a Ray Jobs (dashboard) address; the engine joins a cluster "
-                          "by its GCS address HOST:PORT (use `hgraph submit JOB --address "
-                          "http://...` to submit a job there)")
+    if address and is_dashboard_address(address):
+        raise HGraphError(f"{address} is a Ray dashboard address; the engine joins a cluster "
+                          "by its GCS address HOST:PORT (a dashboard takes submitted Ray Jobs)")
     if address is None:
         try:
             ray.init(address="local", num_cpus=num_cpus or max(4, os.cpu_count() or 1),
@@ -106,6 +106,8 @@ def ensure_ray(address: str | None = None, *, num_cpus: int | None = None,
     if address != "auto":
         host, port = split_host_port(address)
         probe(host, port, what="the Ray cluster", timeout=probe_timeout)
+        if _loopback_only(host, port):
+            _stay_on_loopback(ray)
     try:
         ray.init(address=address, log_to_driver=False, logging_level="ERROR")
     except (ConnectionError, ValueError, RuntimeError) as err:
@@ -113,6 +115,46 @@ def ensure_ray(address: str | None = None, *, num_cpus: int | None = None,
         if "auth" in str(err).lower() or "token" in str(err).lower():
             hint = " (set RAY_AUTH_MODE to the cluster's auth mode)"
         raise HGraphError(f"cannot join the Ray cluster at {address}: {_first_line(err)}{hint}") from None
+
+
+#: Ray's switch that keeps a process's Ray on 127.0.0.1 instead of the machine's network address.
+LOOPBACK_ONLY_ENV = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
+LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
+
+
+def _network_address() -> str | None:
+    """This machine's address as other hosts see it (the one Ray turns 127.0.0.1 into)."""
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+            sock.connect(("192.0.2.1", 9))      # TEST-NET: no packet is sent for a UDP connect
+            return sock.getsockname()[0]
+    except OSError:
+        return None
+
+
+def _loopback_only(host: str, port: int) -> bool:
+    """A GCS at a loopback address that does not answer on the network address: a cluster bound
+    to loopback (``--node-ip-address 127.0.0.1`` kept by ``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0``)."""
+    if host not in LOOPBACK_HOSTS and not host.startswith("127."):
+        return False
+    network = _network_address()
+    if network is None or network.startswith("127."):
+        return False
+    try:
+        probe(network, port, what="", timeout=1.0)
+    except HGraphError:
+        return True
+    return False
+
+
+def _stay_on_loopback(ray) -> None:
+    """Join a loopback-bound cluster as a loopback node: Ray would otherwise rewrite 127.0.0.1 to
+    the network address, where nothing listens, and retry for minutes. Ray reads the switch at
+    import, so the already-imported constant is set too."""
+    os.environ[LOOPBACK_ONLY_ENV] = "0"
+    constants = getattr(getattr(ray, "_private", None), "ray_constants", None)
+    if constants is not None and hasattr(constants, "ENABLE_RAY_CLUSTER"):
+        constants.ENABLE_RAY_CLUSTER = False
 
 
 def _check_same_cluster(ray, address: str) -> None:

@@ -1,5 +1,0 @@
-import sys
-
-from hgraph.cli import main
-
-sys.exit(main())

@@ -1,0 +1,59 @@
+"""Command-line flags shared by the jobs and tools: one leaf module, importing nothing of the app.
+
+``add_common_arguments`` gives every engine job the same engine flags (``--graph --tasks --blocks
+--mode --runtime --address --max-supersteps --checkpoint-every --inject-failure --stats
+--progress``); ``add_recovery_arguments`` the recovery limit of the jobs that run
+:func:`hgraph.run` themselves; ``positive_int`` is the ``type=`` for every count.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+
+def positive_int(text: str) -> int:
+    """argparse ``type=`` for counts: a clear message instead of a traceback or a silent 0."""
+    return _int_at_least(text, 1, "a positive integer")
+
+
+def nonnegative_int(text: str) -> int:
+    """argparse ``type=`` for limits that may be 0."""
+    return _int_at_least(text, 0, "an integer >= 0")
+
+
+def _int_at_least(text: str, low: int, what: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}") from None
+    if value < low:
+        raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}")
+    return value
+
+
+def add_common_arguments(parser: argparse.ArgumentParser) -> None:
+    """Flags every engine job takes (the job adds its own)."""
+    parser.add_argument("--graph", required=True, help="input graph file")
+    parser.add_argument("--tasks", type=positive_int, default=1, help="workers (default 1)")
+    parser.add_argument("--blocks", type=positive_int, default=1, help="VBlocks per worker (default 1)")
+    parser.add_argument("--mode", choices=["push", "pull", "hybrid"], default="hybrid",
+                        help="message mode (default hybrid)")
+    parser.add_argument("--runtime", choices=["local", "ray"], default=None,
+                        help="in-process or Ray actors (default: local, or ray when --address is given)")
+    parser.add_argument("--address", default=None,
+                        help="Ray cluster to use: HOST:PORT joins it, http://HOST:8265 submits a Ray Job "
+                             "(default: RAY_ADDRESS, else an embedded local Ray when --runtime ray)")
+    parser.add_argument("--max-supersteps", type=positive_int, default=None)
+    parser.add_argument("--checkpoint-every", type=positive_int, default=None, metavar="K",
+                        help="checkpoint worker state every K supersteps")
+    parser.add_argument("--inject-failure", type=positive_int, default=None, metavar="SUPERSTEP",
+                        help="kill one worker at this superstep (testing fault recovery)")
+    parser.add_argument("--stats", default=None, help="write per-superstep stats (JSON list) here")
+    parser.add_argument("--progress", choices=["auto", "bar", "plain", "off"], default="auto")
+
+
+def add_recovery_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--max-recoveries N``: the engine's ``max_recoveries`` (a job that loses a worker more
+    often fails with one line naming the worker and the superstep)."""
+    parser.add_argument("--max-recoveries", type=nonnegative_int, default=3, metavar="N",
+                        help="fail the job when a worker is lost after N recoveries (default 3)")
