@@ -2,8 +2,7 @@
 
 Every module's examples run in the test suite, so they cannot rot. Modules whose examples drive
 a GPU are not collected where no CUDA device works (:func:`planner.execute.backend.probe_cupy`
-says why); benches are
-scripts, not packages, and are not collected.
+says why); benches are scripts, not packages, and are not collected.
 """
 
 from planner.execute.backend import probe_cupy
