@@ -39,6 +39,7 @@ JOBS = {
 GRAPH_TOOLS = {
     "synth": "planner.synth",
     "zoo": "planner.execute.zoo_cli",
+    "torch": "jobs.graph_torch",
 }
 
 #: Other top-level commands: name -> module with the same surface as a job.
