@@ -30,7 +30,7 @@ from hgraph.errors import HGraphError
 from planner.torch import capture as cap
 from planner.torch.model_graph import from_joint, is_view
 
-__all__ = ["kept_vars", "saved_nodes", "partition", "apply_plan", "compile_model",
+__all__ = ["kept_vars", "saved_nodes", "partition", "apply_plan", "apply_keep", "compile_model",
            "HGraphPartitioner", "plan_capture"]
 
 
@@ -145,8 +145,12 @@ def apply_plan(model, plan, inputs, loss=None):
     model's parameters' ``.grad`` as ``loss.backward()`` would.
     """
     g = plan.graph
-    decompose = plan_capture(g) == "inductor"
-    keep = _keep_names(g, plan.schedule)
+    return apply_keep(model, _keep_names(g, plan.schedule), plan_capture(g) == "inductor",
+                      loss=loss)
+
+
+def apply_keep(model, keep: set, decompose: bool, loss=None):
+    """:func:`apply_plan` for an explicit set of fx node names to keep."""
     step = cap.make_step(model, loss)
     info = {}
     first = len(step.params)         # placeholders: params, buffers, inputs (in that order)
@@ -177,7 +181,9 @@ class HGraphPartitioner(torch._inductor.custom_graph_pass.CustomPartitionerFn):
     """Inductor's partitioner replaced by hgraph: plan the joint graph at ``budget``, split by it.
 
     The plan is made on the joint graph Inductor hands over (decomposed as it will compile it),
-    with the planner's keywords ``plan_kwargs``; the last plan is kept in ``self.plans``.
+    with the planner's keywords ``plan_kwargs``; the plans made are kept in ``self.plans``. A
+    budget below the smallest feasible one plans at the smallest (the report says
+    ``budget_raised_to_smallest_feasible``): a compile must not fail over a budget.
     """
 
     def __init__(self, budget="100%", **plan_kwargs):
@@ -186,8 +192,14 @@ class HGraphPartitioner(torch._inductor.custom_graph_pass.CustomPartitionerFn):
     def __call__(self, gm, joint_inputs, **kwargs):
         import planner
 
+        from hgraph.errors import InfeasibleError
+
         tg = from_joint(gm, kwargs["num_fwd_outputs"], decompose=True)
-        p = planner.plan(tg.cg, budget=self.budget, **self.plan_kwargs)
+        try:
+            p = planner.plan(tg.cg, budget=self.budget, **self.plan_kwargs)
+        except InfeasibleError as err:      # a compile must not fail: plan at the smallest
+            p = planner.plan(tg.cg, budget=err.min_budget_bytes, **self.plan_kwargs)
+            p.report["budget_raised_to_smallest_feasible"] = True
         self.plans.append(p)
         return partition(gm, kwargs["num_fwd_outputs"], _keep_names(tg.cg, p.schedule))
 
@@ -208,8 +220,12 @@ def compile_model(model, budget="100%", loss=None, **plan_kwargs):
     loss_fn = loss or cap.default_loss
     compiled = torch.compile(lambda *xs: loss_fn(model(*xs)))
 
+    import torch._functorch.config as functorch_config
+
     def run(*xs):
-        with inductor_config.patch(custom_partitioner_fn=part):
+        # no cache: a cached compile of the same graph would skip the partitioner
+        with inductor_config.patch(custom_partitioner_fn=part, fx_graph_cache=False), \
+                functorch_config.patch(enable_autograd_cache=False):
             out = compiled(*xs)
         out.backward()
         return out.detach()
