@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import json
 
-import numpy as np
 import torch
 from torch._functorch.partitioners import (_extract_fwd_bwd_modules,
                                            reordering_to_mimic_autograd_engine)
