@@ -41,6 +41,7 @@ JOBS = {
 GRAPH_TOOLS = {
     "synth": "jobs.graph_synth",
     "zoo": "jobs.graph_zoo",
+    "torch": "jobs.graph_torch",
 }
 
 #: Other top-level commands: name -> module with the same surface as a job.

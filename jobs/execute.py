@@ -48,6 +48,9 @@ def add_arguments(parser) -> None:
                         help="ray: run in a GPU actor when the cluster has GPUs")
     parser.add_argument("--address", default=None, help="Ray cluster address (HOST:PORT)")
     parser.add_argument("--report", default=None, help="write the JSON report here (default: stdout)")
+    parser.add_argument("--torch", default=None, metavar="FILE.py:FUNC",
+                        help="run this PyTorch model's real training step under --schedule "
+                             "(jobs.execute_torch)")
 
 
 def load_inputs(args):
@@ -72,6 +75,10 @@ def load_inputs(args):
 
 
 def main(args) -> int:
+    if args.torch:                       # the PyTorch bridge: a separate job body
+        from jobs import execute_torch
+
+        return execute_torch.main(args)
     from planner import cg
     from planner.execute import executor
 

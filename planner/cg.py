@@ -89,6 +89,23 @@ class ComputationalGraph:
         self.is_activation = self.producer >= 0
 
     @property
+    def costs(self):
+        """int64 [M/2] per-forward-function costs from the details' ``"cost"`` key, or None.
+
+        Graphs imported from PyTorch carry measured costs (FLOPs) there; reference graphs do not,
+        and then the reference's cost model applies (:func:`planner.units.forward_costs`).
+        """
+        if "_costs" not in self.__dict__:
+            fwd = self.forward
+            own = None
+            if fwd and '"cost"' in fwd[0].details:
+                vals = [json.loads(f.details).get("cost") for f in fwd]
+                if all(isinstance(v, int) and v >= 0 for v in vals):
+                    own = np.asarray(vals, dtype=np.int64)
+            self._costs = own
+        return self._costs
+
+    @property
     def num_vars(self) -> int:
         return len(self.var_bytes)
 

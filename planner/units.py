@@ -38,7 +38,14 @@ def function_cost(ftype: str) -> int:
 
 
 def forward_costs(g) -> np.ndarray:
-    """int64 [M/2]: cost of each forward function of a ComputationalGraph."""
+    """int64 [M/2]: cost of each forward function of a ComputationalGraph.
+
+    A graph that carries its own costs (``g.costs``: the ``"cost"`` key of every forward block's
+    details, e.g. FLOPs from :mod:`planner.torch`) uses them; otherwise the reference's model.
+    """
+    own = getattr(g, "costs", None)
+    if own is not None:
+        return own
     return np.fromiter((function_cost(f.type) for f in g.forward), dtype=np.int64,
                        count=len(g.forward))
 

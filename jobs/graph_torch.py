@@ -1,0 +1,46 @@
+"""``hgraph graph torch FILE.py:FUNC --out g.txt``: a PyTorch model's training step as a graph.
+
+``FUNC()`` returns ``(model, inputs)`` or ``(model, inputs, loss_fn)``. The joint
+forward+backward graph is captured through AOTAutograd, decomposed as Inductor sees it (or
+``--eager``: the aten graph eager autograd runs, for ``planner.torch.apply``), with FLOP costs
+(``--cost measured``: timed on this machine). Plan it with ``hgraph submit plan --graph g.txt``.
+
+Example::
+
+    hgraph graph torch examples/torch/gpt.py:model --out cg_gpt.txt
+"""
+
+from __future__ import annotations
+
+import sys
+
+NAME = "torch"
+HELP = "write a PyTorch model's training graph (FILE.py:FUNC) as cg.txt"
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("spec", metavar="FILE.py:FUNC",
+                        help="FUNC() returns (model, inputs) or (model, inputs, loss_fn)")
+    parser.add_argument("--out", required=True, help="cg.txt to write")
+    parser.add_argument("--cost", choices=("flops", "measured"), default="flops",
+                        help="per-op cost: FLOPs (default) or measured nanoseconds")
+    parser.add_argument("--eager", action="store_true",
+                        help="capture the undecomposed aten graph (what planner.torch.apply runs)")
+
+
+def main(args) -> int:
+    from planner import cg
+    from planner.torch import require_torch
+
+    require_torch()
+    import planner.torch as pt
+    from planner.torch.model_file import load
+
+    spec = load(args.spec)
+    tg = pt.graph(spec.model, *spec.inputs, loss=spec.loss, decompose=not args.eager,
+                  costs=args.cost, source=spec.source)
+    cg.write(tg.cg, args.out)
+    print(f"{args.out}: {spec.source}, {tg.info['forward_ops']} forward ops, "
+          f"{tg.info['activations']} activations, {tg.info['activation_bytes']:,} activation "
+          f"bytes, {int(tg.cg.costs.sum()):,} forward {args.cost}", file=sys.stderr)
+    return 0

@@ -1,0 +1,98 @@
+"""Cost of each forward op of a captured graph: FLOPs (default) or measured seconds.
+
+FLOPs come from ``torch.utils.flop_counter.FlopCounterMode`` run on meta tensors of the node's
+recorded shapes. Two corrections make them usable as recomputation costs:
+
+* ops without a formula (elementwise, reductions, normalisation pieces) count one FLOP per
+  output element, so recomputing them is never free;
+* CPU attention (``_scaled_dot_product_flash_attention_for_cpu``) has no formula in torch; it is
+  counted as the two matmuls it does (``4 * B * H * Tq * Tk * D``).
+
+``measured``: the node run on real random tensors of its shapes, the best of a few runs, in
+nanoseconds (what ``--cost measured`` plans with).
+"""
+
+from __future__ import annotations
+
+import time
+
+import torch
+from torch.utils.flop_counter import FlopCounterMode
+
+__all__ = ["node_flops", "node_nanoseconds", "COST_KINDS"]
+
+COST_KINDS = ("flops", "measured")
+
+_CPU_ATTENTION = ("_scaled_dot_product_flash_attention_for_cpu",
+                  "_scaled_dot_product_fused_attention_overrideable")
+
+
+def _out_numel(val) -> int:
+    if isinstance(val, torch.Tensor):
+        return int(val.numel())
+    if isinstance(val, (tuple, list)):
+        return sum(_out_numel(v) for v in val)
+    return 0
+
+
+def _as(device_fn, x):
+    if isinstance(x, torch.fx.Node):
+        val = x.meta.get("val")
+        if isinstance(val, torch.Tensor):
+            return device_fn(val)
+        return val
+    if isinstance(x, (list, tuple)):
+        return type(x)(_as(device_fn, y) for y in x)
+    return x
+
+
+def _meta(val):
+    return torch.empty_strided(val.shape, val.stride(), dtype=val.dtype, device="meta")
+
+
+def _real(val):
+    if val.dtype.is_floating_point:
+        return torch.randn(val.shape, dtype=val.dtype)
+    if val.dtype == torch.bool:
+        return torch.zeros(val.shape, dtype=torch.bool)
+    return torch.zeros(val.shape, dtype=val.dtype)
+
+
+def _attention_flops(node) -> int:
+    q, k = node.args[0].meta["val"], node.args[1].meta["val"]
+    *batch, tq, d = q.shape
+    tk = k.shape[-2]
+    b = 1
+    for s in batch:
+        b *= int(s)
+    return 4 * b * int(tq) * int(tk) * int(d)
+
+
+def node_flops(node) -> int:
+    """FLOPs of one call_function node (at least its output element count)."""
+    floor = _out_numel(node.meta.get("val"))
+    name = getattr(node.target, "__name__", str(node.target))
+    if any(a in name for a in _CPU_ATTENTION):
+        return max(floor, _attention_flops(node))
+    try:
+        args = _as(_meta, node.args)
+        kwargs = {k: _as(_meta, v) for k, v in node.kwargs.items()}
+        with FlopCounterMode(display=False) as counter:
+            node.target(*args, **kwargs)
+        flops = int(counter.get_total_flops())
+    except (RuntimeError, NotImplementedError, TypeError, ValueError):
+        flops = 0        # no meta kernel: the element count stands in
+    return max(floor, flops)
+
+
+def node_nanoseconds(node, repeats: int = 3) -> int:
+    """Best of ``repeats`` wall-clock runs of the node on random inputs of its shapes (ns)."""
+    args = _as(_real, node.args)
+    kwargs = {k: _as(_real, v) for k, v in node.kwargs.items()}
+    best = None
+    for _ in range(repeats):
+        t0 = time.perf_counter_ns()
+        node.target(*args, **kwargs)
+        dt = time.perf_counter_ns() - t0
+        best = dt if best is None else min(best, dt)
+    return max(1, int(best))

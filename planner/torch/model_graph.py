@@ -1,0 +1,279 @@
+"""A captured joint graph as a planner graph (:class:`planner.cg.ComputationalGraph`).
+
+Mapping (one var per tensor the forward computes, one forward block per var):
+
+* placeholders ``primals_*`` (parameters, buffers, inputs) and forward values that read no
+  differentiable value (constants, casts of data) are non-activation vars;
+* view / alias ops are folded into the tensor they alias (they own no memory, cost nothing);
+* a multi-output op (``var_mean``, the max-pool prims, attention, losses) gives one forward
+  block per output (its ``getitem``), each reading the op's inputs and costing the whole op —
+  recomputing any one output runs the op; the block's details name the op's node (``"group"``)
+  so the outputs are known to be siblings;
+* backward: ops carry ``seq_nr`` of the forward op they differentiate. A forward value a
+  backward op reads is an ``input`` read of the backward block of the first forward block of
+  that ``seq_nr`` (or the closest earlier one) when it is that block's input; otherwise of the
+  first forward block that reads it (a value no forward op reads gets one: the zero-cost
+  ``hgraph.keep`` block). No ``output`` reads: the planner's schedule recomputes a forgotten
+  output for its own backward (the reference's ReLU exception), which would recompute every
+  saved statistic; an input read keeps the value through its reader block's backward.
+
+Every block's details JSON carries ``node`` (the fx node name), ``op``, ``cost`` (FLOPs or
+measured ns, :mod:`planner.torch.costs`) and ``capture`` (``inductor`` / ``eager``), so a graph
+written to a file plans with the same costs and can be applied back to the model.
+"""
+
+from __future__ import annotations
+
+import json
+import operator
+from dataclasses import dataclass, field
+
+import torch
+
+from hgraph.errors import HGraphError
+from planner import cg
+from planner.torch import capture as cap
+from planner.torch import costs as costs_mod
+
+__all__ = ["TorchGraph", "import_model", "from_joint", "is_view", "UnsupportedOp"]
+
+
+class UnsupportedOp(HGraphError):
+    """An op the bridge cannot plan (random or mutating ops: recomputation would change them)."""
+
+
+@dataclass
+class TorchGraph:
+    """An imported training step: the planner graph plus what maps it back onto the fx graph.
+
+    ``cg``: the planner graph; ``joint``: the fx joint GraphModule; ``var_node``: fx node name
+    holding each var (list, var id order); ``decompose``: captured as Inductor sees it.
+    """
+
+    cg: object
+    joint: object
+    var_node: list
+    num_fwd_outputs: int
+    decompose: bool
+    source: str | None = None
+    info: dict = field(default_factory=dict)
+
+
+def is_view(node) -> bool:
+    """True for ops whose output aliases their first input (view, permute, alias, expand ...)."""
+    t = node.target
+    if t is operator.getitem:
+        return is_view(node.args[0]) if isinstance(node.args[0], torch.fx.Node) else False
+    schema = getattr(t, "_schema", None)
+    if schema is None or not schema.returns:
+        return False
+    alias = schema.returns[0].alias_info
+    return alias is not None and not alias.is_write
+
+
+def _tag(node) -> str:
+    return node.meta.get("partitioner_tag", "")
+
+
+def _dropout_p(node):
+    """The op's ``dropout_p`` argument (attention kernels are seeded only when it is > 0)."""
+    schema = getattr(node.target, "_schema", None)
+    names = [a.name for a in schema.arguments] if schema is not None else []
+    if "dropout_p" not in names:
+        return None
+    i = names.index("dropout_p")
+    if "dropout_p" in node.kwargs:
+        return node.kwargs["dropout_p"]
+    return node.args[i] if i < len(node.args) else schema.arguments[i].default_value
+
+
+def _check_supported(node, source):
+    t = node.target
+    tags = getattr(t, "tags", ())
+    schema = getattr(t, "_schema", None)
+    random = torch.Tag.nondeterministic_seeded in tags and _dropout_p(node) != 0
+    mutating = schema is not None and schema.is_mutable
+    if random or mutating:
+        why = "random ops cannot be recomputed exactly" if random else "it mutates its input"
+        raise UnsupportedOp(f"{source or 'model'}: unsupported op {t} (node {node.name}): {why}")
+
+
+def _op_name(target) -> str:
+    name = str(target) if not callable(target) or hasattr(target, "_schema") else target.__name__
+    return name.replace(" ", "_") or "op"
+
+
+def _nbytes(val) -> int:
+    return int(val.numel()) * int(val.element_size())
+
+
+def _differentiable_inputs(joint, num_fwd_outputs: int) -> set:
+    """Placeholders the step differentiates: the joint graph returns a gradient for them."""
+    out = next(n for n in reversed(joint.graph.nodes) if n.op == "output")
+    grads = list(out.args[0])[num_fwd_outputs:]
+    primals = [n for n in joint.graph.nodes if n.op == "placeholder"
+               and not n.name.startswith("tangents")]
+    return {p for p, gr in zip(primals, grads) if gr is not None}
+
+
+def _wanted_forward(joint, num_fwd_outputs: int) -> set:
+    """Forward nodes the loss or the backward depends on (running-stat updates are not)."""
+    nodes = list(joint.graph.nodes)
+    out = next(n for n in reversed(nodes) if n.op == "output")
+    fwd_outs = list(out.args[0])[:num_fwd_outputs]
+    n_tangents = sum(1 for n in nodes if n.op == "placeholder" and n.name.startswith("tangents"))
+    stack = [n for n in fwd_outs[len(fwd_outs) - n_tangents:] if isinstance(n, torch.fx.Node)]
+    for n in nodes:
+        if n.op == "call_function" and _tag(n) == "is_backward":
+            stack.extend(a for a in n.all_input_nodes if _tag(a) == "is_forward")
+    seen = set()
+    while stack:
+        n = stack.pop()
+        if n not in seen:
+            seen.add(n)
+            stack.extend(n.all_input_nodes)
+    return seen
+
+
+#: The type (and var name) of the zero-cost block that reads backward-only values.
+KEEP = "hgraph.keep"
+
+
+def _add_keep_block(fwd, produced, var_bytes, var_names, var_node, op_cost):
+    """Append a zero-byte, zero-cost block reading the values only the backward reads.
+
+    The planner's model keeps a value through the forward only on a block boundary (a later
+    block reads it), so a value no forward op reads (batch norm's saved statistics, max-pool
+    indices) would always be recomputed. This block reads every value no forward op reads (those
+    and the loss), so a plan may keep them and the graph has one sink, as the DP needs; it owns
+    nothing and costs nothing.
+    """
+    consumed = {v for _, _, ins in fwd for v in ins}
+    leaves = sorted(var_of_block for var_of_block in produced if var_of_block not in consumed)
+    op_cost[KEEP] = 0
+    var_bytes.append(0)
+    var_names.append(KEEP)
+    var_node.append(KEEP)
+    fwd.append((KEEP, KEEP, leaves))
+
+
+def from_joint(joint, num_fwd_outputs: int, decompose: bool, costs: str = "flops",
+               source: str | None = None) -> TorchGraph:
+    """Build the planner graph of a joint fx graph (see the module docstring for the mapping)."""
+    if costs not in costs_mod.COST_KINDS:
+        raise HGraphError(f"unknown cost {costs!r}; expected one of "
+                          f"{', '.join(costs_mod.COST_KINDS)}")
+    cost_of = costs_mod.node_flops if costs == "flops" else costs_mod.node_nanoseconds
+    nodes = list(joint.graph.nodes)
+    var_of = {}                 # fx node -> var id (views map to their base's var)
+    var_bytes, var_names, var_node = [], [], []
+
+    def new_var(node):
+        var_of[node] = len(var_bytes)
+        var_bytes.append(_nbytes(node.meta["val"]))
+        var_names.append(node.name)
+        var_node.append(node.name)
+
+    for n in nodes:
+        if n.op == "placeholder" and _tag(n) != "is_backward" and not n.name.startswith("tangents"):
+            new_var(n)
+    differentiable = _differentiable_inputs(joint, num_fwd_outputs)
+    wanted = _wanted_forward(joint, num_fwd_outputs)
+    fwd = []                    # (node, op node, inputs)
+    op_cost = {}
+    for n in nodes:
+        if n.op != "call_function" or _tag(n) != "is_forward" or n not in wanted:
+            continue
+        _check_supported(n, source)
+        val = n.meta.get("val")
+        if is_view(n):
+            base = n.args[0] if n.target is not operator.getitem else n.args[0].args[0]
+            if base in var_of:
+                var_of[n] = var_of[base]
+            continue
+        if not isinstance(val, torch.Tensor):
+            continue            # a tuple-returning op: its getitems are the blocks
+        op = n.args[0] if n.target is operator.getitem else n
+        ins = []
+        for a in op.all_input_nodes:
+            v = var_of.get(a)
+            if a.op == "placeholder" and a not in differentiable:
+                continue        # buffers, data: no gradient, always live
+            if v is not None and v not in ins:
+                ins.append(v)
+        new_var(n)
+        if not ins:
+            continue            # reads no differentiable value (constants, data casts): an input
+        if op not in op_cost:
+            op_cost[op] = cost_of(op)
+        fwd.append((n, op, ins))
+    if not fwd:
+        raise HGraphError(f"{source or 'model'}: the training step has no forward ops to plan")
+    nf = len(fwd)
+    block_of_var = {var_of[n]: i for i, (n, _, _) in enumerate(fwd)}
+    seq = [fwd_op.meta.get("seq_nr", -1) for _, fwd_op, _ in fwd]
+    first_of_seq = {}
+    for i, s in enumerate(seq):
+        first_of_seq.setdefault(s, i)
+    seq_keys = sorted(first_of_seq)
+
+    def block_for_seq(s):
+        import bisect
+
+        k = bisect.bisect_right(seq_keys, s) - 1
+        return first_of_seq[seq_keys[k]] if k >= 0 else 0
+
+    reads_of = {}      # backward block (or -1 - var: "a reader of var") -> vars it reads
+    for n in nodes:
+        if n.op != "call_function" or _tag(n) != "is_backward":
+            continue
+        s = n.meta.get("seq_nr", -1)
+        for a in n.all_input_nodes:
+            if _tag(a) == "is_backward" or a.op == "placeholder" and a.name.startswith("tangents"):
+                continue
+            v = var_of.get(a)
+            if v is None or v not in block_of_var:
+                continue        # a parameter / input: always live
+            b = block_for_seq(s)
+            if v not in fwd[b][2]:
+                b = -1 - v      # resolved below: a forward reader of v
+            reads_of.setdefault(b, set()).add(v)
+    _add_keep_block(fwd, list(block_of_var), var_bytes, var_names, var_node, op_cost)
+    first_reader = {}
+    for i, (_, _, ins) in enumerate(fwd):
+        for v in ins:
+            first_reader.setdefault(v, i)
+    reads = [dict() for _ in range(len(fwd))]
+    for b, vs in reads_of.items():
+        for v in vs:
+            reads[b if b >= 0 else first_reader[v]][v] = "input"
+    nf = len(fwd)
+    out_var = [var_of[n] if n is not KEEP else len(var_bytes) - 1 for n, _, _ in fwd]
+    capture = "inductor" if decompose else "eager"
+    functions = []
+    for i, (n, op, ins) in enumerate(fwd):
+        name = n.name if n is not KEEP else KEEP
+        detail = {"node": name, "op": _op_name(getattr(op, "target", KEEP)),
+                  "cost": int(op_cost[op]), "capture": capture}
+        if op is not n:
+            detail["group"] = op.name
+        ftype = detail["op"]
+        functions.append(cg.Function(i, "forward", [(v, "_") for v in ins], [out_var[i]], ftype,
+                                     json.dumps(detail, sort_keys=True)))
+    for i, (n, op, ins) in enumerate(fwd):
+        y = out_var[i]
+        inputs = [(y, "gradient")] + [(v, tag) for v, tag in sorted(reads[i].items())]
+        functions.append(cg.Function(nf + i, "backward", inputs, list(ins), functions[i].type,
+                                     "{}"))
+    text = cg.dumps(cg.ComputationalGraph(var_bytes, var_names, functions))
+    g = cg.loads(text, path=f"{source or 'model'}")   # validated like any file, lines numbered
+    info = dict(forward_ops=sum(1 for x in nodes if _tag(x) == "is_forward"),
+                activations=nf, activation_bytes=int(sum(var_bytes[v] for v in block_of_var)))
+    return TorchGraph(g, joint, var_node, num_fwd_outputs, decompose, source, info)
+
+
+def import_model(model, inputs, loss=None, decompose: bool = True, costs: str = "flops",
+                 source: str | None = None) -> TorchGraph:
+    """Capture ``model``'s training step on ``inputs`` and build its planner graph."""
+    joint, n_out = cap.capture(model, inputs, loss=loss, decompose=decompose)
+    return from_joint(joint, n_out, decompose, costs=costs, source=source)

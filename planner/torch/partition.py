@@ -1,0 +1,233 @@
+"""Apply a plan to a PyTorch training step: a partitioner that saves exactly the plan's tensors.
+
+The plan's schedule says which forward values are still live when the backward phase starts
+(:func:`kept_vars`): those are the tensors the forward hands the backward; every other forward
+value the backward reads is recomputed there from kept values, parameters and inputs
+(``torch._functorch.partitioners._extract_fwd_bwd_modules`` copies the forward ops it needs into
+the backward graph; ``reordering_to_mimic_autograd_engine`` then places each recomputation just
+before its first use, as the autograd engine would run the backward).
+
+Two ways in:
+
+* :func:`apply_plan` — ``aot_function`` with this partition function, forward and backward run
+  as traced (no compiler): for users who do not compile. Captured undecomposed, the graph runs
+  the same aten ops eager autograd runs, so gradients equal eager's bit for bit.
+* :func:`compile_model` — ``torch.compile`` with ``torch._inductor.config.custom_partitioner_fn``
+  set to :class:`HGraphPartitioner`: it builds the planner graph from the joint graph Inductor
+  hands it, plans at the budget, and partitions by the plan.
+"""
+
+from __future__ import annotations
+
+import json
+
+import torch
+from torch._functorch.partitioners import (_extract_fwd_bwd_modules,
+                                           reordering_to_mimic_autograd_engine)
+
+from hgraph.errors import HGraphError
+from planner.torch import capture as cap
+from planner.torch.model_graph import from_joint, is_view
+
+__all__ = ["kept_vars", "saved_nodes", "partition", "apply_plan", "apply_keep", "compile_model",
+           "HGraphPartitioner", "plan_capture"]
+
+
+def kept_vars(g, schedule) -> set:
+    """Forward vars live when the schedule's backward phase starts (the tensors it keeps)."""
+    nf = len(g.forward)
+    live = set()
+    for op in schedule.ops:
+        if op.kind == "compute":
+            if op.index >= nf:
+                break
+            live.add(g.forward[op.index].outputs[0])
+        elif op.which == "forward":
+            live.discard(op.index)
+    return {v for v in live if g.is_activation[v]}
+
+
+def plan_capture(g) -> str:
+    """``"inductor"`` or ``"eager"``: how the planned graph was captured (its details say)."""
+    if not g.forward:
+        raise HGraphError("the plan's graph has no forward functions")
+    try:
+        return json.loads(g.forward[0].details)["capture"]
+    except (ValueError, KeyError):
+        raise HGraphError(f"{g.path or 'graph'}: not a graph imported from PyTorch "
+                          f"(no 'capture' in its details); import it with "
+                          f"'hgraph graph torch FILE.py:FUNC'") from None
+
+
+def _tag(n):
+    return n.meta.get("partitioner_tag", "")
+
+
+def saved_nodes(joint, keep_names: set) -> list:
+    """Forward nodes to save: the kept ones (and inputs) that the backward reaches.
+
+    Walks back from every forward value a backward op reads: a kept node or a placeholder is
+    saved, anything else is recomputed in the backward, so its own inputs are walked too.
+    """
+    saved, seen = {}, set()
+    stack = []
+    for n in joint.graph.nodes:
+        if n.op == "call_function" and _tag(n) == "is_backward":
+            stack.extend(a for a in n.all_input_nodes if _tag(a) == "is_forward"
+                         or (a.op == "placeholder" and not a.name.startswith("tangents")))
+    while stack:
+        n = stack.pop()
+        if n in seen:
+            continue
+        seen.add(n)
+        if n.op == "placeholder" or (n.name in keep_names and not is_view(n)):
+            saved[n] = None
+        else:
+            stack.extend(n.all_input_nodes)
+    order = {n: i for i, n in enumerate(joint.graph.nodes)}
+    return sorted(saved, key=order.__getitem__)
+
+
+def snapshot_inputs(joint, names) -> set:
+    """Give the backward a forward-time copy of the placeholders ``names``; their new names.
+
+    Buffers (batch norm's running statistics) are updated in place after the forward; a
+    backward that saved the buffer itself (to recompute a batch norm) then fails autograd's
+    version check. Every reader of the buffer reads a clone taken at the start of the forward
+    instead (the same values); the clone is what gets saved.
+    """
+    g = joint.graph
+    first = next(n for n in g.nodes if n.op != "placeholder")
+    made = set()
+    for ph in [n for n in g.nodes if n.op == "placeholder" and n.name in names]:
+        users = list(ph.users)
+        if not users:
+            continue
+        with g.inserting_before(first):
+            copy = g.call_function(torch.ops.aten.clone.default, (ph,))
+        copy.meta.update(val=ph.meta["val"], partitioner_tag="is_forward")
+        for u in users:
+            u.replace_input_with(ph, copy)
+        made.add(copy.name)
+    joint.recompile()
+    return made
+
+
+def partition(joint, num_fwd_outputs: int, keep_names: set, snapshot=()):
+    """(forward module, backward module) that keep exactly ``keep_names`` (fx node names).
+
+    ``snapshot``: placeholder names the backward must read as forward-time copies
+    (:func:`snapshot_inputs`).
+    """
+    if snapshot:
+        keep_names = set(keep_names) | snapshot_inputs(joint, set(snapshot))
+    saved = saved_nodes(joint, keep_names)
+    fw, bw = _extract_fwd_bwd_modules(joint, saved, [], num_fwd_outputs=num_fwd_outputs)
+    fw.graph.eliminate_dead_code()
+    bw.graph.eliminate_dead_code()
+    bw = reordering_to_mimic_autograd_engine(bw)
+    return fw, bw
+
+
+def _keep_names(g, schedule) -> set:
+    """fx node names of the kept vars (the importer's zero-byte keep block owns no node)."""
+    from planner.torch.model_graph import KEEP
+
+    return {g.var_names[v] for v in kept_vars(g, schedule)} - {KEEP}
+
+
+def apply_plan(model, plan, inputs, loss=None):
+    """A training step ``step(*inputs) -> loss`` that runs the plan (aot_function, no compiler).
+
+    ``plan``: a :class:`planner.api.Plan` made on a graph from :func:`planner.torch.graph`
+    (``decompose=False`` for gradients bitwise equal to eager). Gradients accumulate into the
+    model's parameters' ``.grad`` as ``loss.backward()`` would.
+    """
+    g = plan.graph
+    return apply_keep(model, _keep_names(g, plan.schedule), plan_capture(g) == "inductor",
+                      loss=loss)
+
+
+def apply_keep(model, keep: set, decompose: bool, loss=None):
+    """:func:`apply_plan` for an explicit set of fx node names to keep."""
+    step = cap.make_step(model, loss)
+    info = {}
+    first = len(step.params)         # placeholders: params, buffers, inputs (in that order)
+    buffers = {f"primals_{i + 1}" for i in range(first, first + len(step.buffers))}
+
+    def partition_fn(joint, _joint_inputs, *, num_fwd_outputs, **_kw):
+        names = {n.name for n in joint.graph.nodes}
+        missing = sorted(keep - names)
+        if missing:
+            raise HGraphError(f"the plan does not match this model: node {missing[0]} is not "
+                              f"in its training step (re-import the model)")
+        fw, bw = partition(joint, num_fwd_outputs, keep, snapshot=buffers)
+        info["forward"], info["backward"] = fw, bw
+        return fw, bw
+
+    fn = cap.traced(step, partition_fn, decompose)
+
+    def run(*xs):
+        out = fn(*step.args(xs))
+        out.backward()
+        return out.detach()
+
+    run.partition = info
+    return run
+
+
+class HGraphPartitioner(torch._inductor.custom_graph_pass.CustomPartitionerFn):
+    """Inductor's partitioner replaced by hgraph: plan the joint graph at ``budget``, split by it.
+
+    The plan is made on the joint graph Inductor hands over (decomposed as it will compile it),
+    with the planner's keywords ``plan_kwargs``; the plans made are kept in ``self.plans``. A
+    budget below the smallest feasible one plans at the smallest (the report says
+    ``budget_raised_to_smallest_feasible``): a compile must not fail over a budget.
+    """
+
+    def __init__(self, budget="100%", **plan_kwargs):
+        self.budget, self.plan_kwargs, self.plans = budget, plan_kwargs, []
+
+    def __call__(self, gm, joint_inputs, **kwargs):
+        import planner
+
+        from hgraph.errors import InfeasibleError
+
+        tg = from_joint(gm, kwargs["num_fwd_outputs"], decompose=True)
+        try:
+            p = planner.plan(tg.cg, budget=self.budget, **self.plan_kwargs)
+        except InfeasibleError as err:      # a compile must not fail: plan at the smallest
+            p = planner.plan(tg.cg, budget=err.min_budget_bytes, **self.plan_kwargs)
+            p.report["budget_raised_to_smallest_feasible"] = True
+        self.plans.append(p)
+        return partition(gm, kwargs["num_fwd_outputs"], _keep_names(tg.cg, p.schedule))
+
+    def uuid(self):
+        return None             # plans depend on the budget: never reuse a cached compile
+
+
+def compile_model(model, budget="100%", loss=None, **plan_kwargs):
+    """``torch.compile`` of the model's training loss with hgraph as the partitioner.
+
+    Returns ``step(*inputs) -> loss`` (the backward runs inside, grads accumulate into the
+    model's parameters); ``step.partitioner.plans`` holds the plans made. The partitioner is
+    set in ``torch._inductor.config`` for the first call (compilation) only.
+    """
+    import torch._inductor.config as inductor_config
+
+    part = HGraphPartitioner(budget, **plan_kwargs)
+    loss_fn = loss or cap.default_loss
+    compiled = torch.compile(lambda *xs: loss_fn(model(*xs)))
+
+    import torch._functorch.config as functorch_config
+
+    def run(*xs):
+        # no cache: a cached compile of the same graph would skip the partitioner
+        with inductor_config.patch(custom_partitioner_fn=part, fx_graph_cache=False), \
+                functorch_config.patch(enable_autograd_cache=False):
+            out = compiled(*xs)
+        out.backward()
+        return out.detach()
+
+    run.partitioner = part
+    return run

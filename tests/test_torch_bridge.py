@@ -1,0 +1,159 @@
+"""The PyTorch bridge (planner.torch): import, apply bitwise, CLI, errors, torch missing."""
+
+import copy
+import sys
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch", reason="the torch extra is not installed")
+nn = torch.nn
+
+import planner.torch as pt  # noqa: E402
+from jobs.cli import main as cli_main  # noqa: E402
+from hgraph.errors import HGraphError, InfeasibleError  # noqa: E402
+from planner import cg, simulate  # noqa: E402
+from planner.torch.partition import kept_vars  # noqa: E402
+
+
+def small_cnn():
+    torch.manual_seed(0)
+    m = nn.Sequential(nn.Conv2d(3, 4, 3, padding=1), nn.BatchNorm2d(4), nn.ReLU(),
+                      nn.Conv2d(4, 4, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2), nn.Flatten(),
+                      nn.Linear(64, 10), nn.LayerNorm(10)).double()
+    return m, torch.randn(2, 3, 8, 8, dtype=torch.float64)
+
+
+def tightest(tg, **kw):
+    """The plan at the smallest feasible budget (the most recomputation)."""
+    try:
+        return pt.plan(tg, 1, **kw)
+    except InfeasibleError as err:
+        return pt.plan(tg, err.min_budget_bytes, **kw)
+
+
+def eager_grads(m, x, loss=None):
+    m = copy.deepcopy(m)
+    out = m(x)
+    (loss(out) if loss else out.mean()).backward()
+    return [p.grad for p in m.parameters()], list(m.buffers())
+
+
+@pytest.mark.parametrize("decompose", [False, True])
+def test_import_round_trips_with_flop_costs(decompose):
+    m, x = small_cnn()
+    tg = pt.graph(m, x, decompose=decompose)
+    g = tg.cg
+    assert cg.dumps(cg.loads(cg.dumps(g))) == cg.dumps(g)
+    again = cg.loads(cg.dumps(g))
+    assert np.array_equal(again.costs, g.costs)
+    conv = [f for f in g.forward if f.type == "aten.convolution.default"]
+    # 2 * out elements * (in channels * 3 * 3): FlopCounterMode's count for the first conv
+    assert again.costs[conv[0].index] == 2 * (2 * 4 * 8 * 8) * (3 * 3 * 3)
+    # one var per computed tensor: views are folded, so no var is named after a view op
+    assert not any(n.startswith(("view", "alias", "permute", "squeeze")) for n in g.var_names)
+    assert sum(1 for f in g.forward if f.type == "hgraph.keep") == 1
+
+
+def test_apply_is_bitwise_equal_to_eager_and_keeps_the_plan():
+    m, x = small_cnn()
+    tg = pt.graph(m, x, decompose=False)
+    p = tightest(tg)
+    assert p.recompute_cost > 0                       # the plan does recompute something
+    m1 = copy.deepcopy(m)
+    step = pt.apply(m1, p, x)
+    step(x)
+    grads, bufs = eager_grads(m, x)
+    assert all(torch.equal(a.grad, b) for a, b in zip(m1.parameters(), grads))
+    assert all(torch.equal(a, b) for a, b in zip(m1.buffers(), bufs))
+    kept = {tg.cg.var_names[v] for v in kept_vars(tg.cg, p.schedule)}
+    fw = step.partition["forward"]
+    out = next(n for n in fw.graph.nodes if n.op == "output").args[0]
+    saved = {n.name for n in out if n is not None} - {n.name for n in fw.graph.nodes
+                                                       if n.op == "placeholder"}
+    assert saved and saved <= kept | {n for n in saved if n.startswith("clone")} | {
+        n.name for n in out[:4] if n is not None}
+
+
+def test_unsupported_op_names_op_and_file():
+    torch.manual_seed(0)
+    m = nn.Sequential(nn.Linear(4, 4), nn.Dropout(0.5)).double()
+    with pytest.raises(HGraphError) as err:
+        pt.graph(m, torch.randn(2, 4, dtype=torch.float64), source="my_model.py")
+    msg = str(err.value)
+    assert "my_model.py" in msg and "unsupported op" in msg and "\n" not in msg
+
+
+def test_cli_graph_torch_writes_a_plannable_graph(tmp_path, capsys):
+    spec = tmp_path / "m.py"
+    spec.write_text("import torch\n"
+                    "def model():\n"
+                    "    torch.manual_seed(0)\n"
+                    "    m = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.GELU(),\n"
+                    "                            torch.nn.Linear(16, 4)).double()\n"
+                    "    y = torch.zeros(3, 4, dtype=torch.float64)\n"
+                    "    return m, torch.randn(3, 8, dtype=torch.float64), "
+                    "lambda o: ((o - y) ** 2).mean()\n")
+    out = tmp_path / "g.txt"
+    assert cli_main(["graph", "torch", f"{spec}:model", "--out", str(out)]) == 0
+    g = cg.read(out)
+    assert g.costs is not None and len(g.forward) > 3
+    assert not simulate.replay(g, pt.plan(pt.graph(*_load(spec)[:2], loss=_load(spec)[2]),
+                                          "100%").schedule).violations
+    assert cli_main(["graph", "torch", f"{spec}:nope", "--out", str(out)]) == 2
+    assert "no function 'nope'" in capsys.readouterr().err
+
+
+def _load(spec):
+    from planner.torch.model_file import load
+
+    s = load(f"{spec}:model")
+    return s.model, s.inputs[0], s.loss
+
+
+def test_without_torch_one_line_install_hint(monkeypatch, tmp_path, capsys):
+    monkeypatch.setitem(sys.modules, "torch", None)
+    with pytest.raises(Exception) as err:
+        pt.require_torch()
+    assert "pip install torch==2.13.0" in str(err.value)
+    assert cli_main(["graph", "torch", "x.py:model", "--out", str(tmp_path / "g.txt")]) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and "pip install" in lines[0]
+
+
+def test_execute_torch_reports_saved_bytes_and_matching_gradients(tmp_path):
+    from jobs import execute_torch
+
+    spec = tmp_path / "cnn.py"
+    spec.write_text("import torch, torch.nn as nn\n"
+                    "def model():\n"
+                    "    torch.manual_seed(0)\n"
+                    "    m = nn.Sequential(nn.Conv2d(3, 4, 3, padding=1), nn.BatchNorm2d(4), nn.ReLU(),\n"
+                    "                      nn.Conv2d(4, 4, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),\n"
+                    "                      nn.Flatten(), nn.Linear(64, 10)).double()\n"
+                    "    return m, torch.randn(2, 3, 8, 8, dtype=torch.float64)\n")
+    model, x, loss = _load(spec)
+    p = tightest(pt.graph(model, x, decompose=False))
+    sched = tmp_path / "s.txt"
+    p.schedule.write(sched)
+    r = execute_torch.run(f"{spec}:model", str(sched), None)
+    assert r["gradients_match"] is True
+    assert r["predicted_recompute_flops"] == p.recompute_cost > 0
+    assert abs(r["measured_saved_bytes"] - r["predicted_saved_bytes"]) <= 0.01 * r["predicted_saved_bytes"]
+    base = execute_torch.run(f"{spec}:model", None, None)
+    assert base["recompute_flops"] == 0 and base["measured_saved_bytes"] >= r["measured_saved_bytes"]
+
+
+def test_compile_partition_matches_torch_compile_default():
+    torch.manual_seed(0)
+    m = nn.Sequential(nn.Linear(8, 32), nn.GELU(), nn.Linear(32, 32), nn.LayerNorm(32),
+                      nn.Linear(32, 4)).double()
+    x = torch.randn(4, 8, dtype=torch.float64)
+    m1 = copy.deepcopy(m)
+    torch.compile(lambda z: m1(z).mean())(x).backward()
+    m2 = copy.deepcopy(m)
+    step = pt.compile(m2, budget=1)           # the tightest plan: recomputes the most
+    step(x)
+    assert step.partitioner.plans and step.partitioner.plans[0].recompute_cost > 0
+    for a, b in zip(m2.parameters(), m1.parameters()):
+        assert (a.grad - b.grad).abs().max() <= 1e-6 * b.grad.abs().max()
