@@ -22,7 +22,7 @@ import sys
 
 from hgraph.errors import HGraphError
 from hgraph.fileio import write_text
-from jobs import common
+from jobs import common, rows_flags
 
 NAME = "execute"
 HELP = "run a schedule on a graph (CuPy or NumPy) and report predicted vs measured peak memory"
@@ -49,6 +49,7 @@ def add_arguments(parser) -> None:
                         help="ray: run in a GPU actor when the cluster has GPUs")
     parser.add_argument("--address", default=None, help="Ray cluster address (HOST:PORT)")
     parser.add_argument("--report", default=None, help="write the JSON report here (default: stdout)")
+    rows_flags.add_arguments(parser, execute=True)
 
 
 def load_inputs(args):
@@ -76,6 +77,8 @@ def main(args) -> int:
     from planner import cg
     from planner.execute import executor
 
+    if rows_flags.wanted(args):
+        return rows_flags.execute_main(args)
     g, schedule = load_inputs(args)
     allocators = ALLOCATORS if args.allocator == "all" else (args.allocator,)
     recycle = {"auto": None, "last-use": True, "schedule": False}[args.free]
