@@ -29,7 +29,7 @@ def plain(graphs):
 @pytest.mark.parametrize("bands", [2, 5])
 def test_row_step_equals_plain_step(graphs, plain, name, policy, bands):
     g = graphs[name]
-    p = rows_plan.plan(g, bands, policy)
+    p = rows_plan.plan(g, bands, policy, prune=False)       # keep the regions that save nothing too
     r = rows_exec.run(g, p)
     assert r.loss == plain[name].loss
     assert rows_exec.relative_error(r.param_grads, plain[name].param_grads) <= 1e-10
@@ -95,15 +95,25 @@ def test_barriers():
     assert kinds["matmul"] == layers.BARRIER and kinds["conv2d"] == layers.WINDOW
     gap = [i for i, op in enumerate(ly.ops) if op == "avg_pool"]
     assert gap and all(ly.kind[i] == layers.BARRIER for i in gap)   # global pooling
-    p = rows_plan.plan(g, 2, "overlap")
+    p = rows_plan.plan(g, 2, "overlap", prune=False)
     bn = [i for i, op in enumerate(ly.ops) if op == "batch_norm"]
     assert (p.region[bn] == -1).all()
 
 
+def test_regions_that_save_nothing_run_whole(graphs):
+    # ResNet-50: a batch norm after every convolution leaves regions {ReLU, conv} that would keep
+    # the batch norm's output instead of the ReLU's; U-Net keeps the regions that do save memory
+    with pytest.raises(HGraphError, match="no convolution stack where row bands save memory"):
+        rows_plan.plan(graphs["resnet50"], 2)
+    full, pruned = (rows_plan.plan(graphs["unet"], 2, prune=flag) for flag in (False, True))
+    assert 0 < pruned.num_regions < full.num_regions
+    assert pruned.predicted_peak_bytes < full.predicted_peak_bytes
+
+
 def test_analysis_is_the_same_on_any_engine_layout(graphs):
     g = graphs["unet"]
-    a = rows_plan.plan(g, 4, "share")
-    b = rows_plan.plan(g, 4, "share", EngineOptions(tasks=2, blocks=3, mode="push"))
+    a = rows_plan.plan(g, 4, "share", prune=False)
+    b = rows_plan.plan(g, 4, "share", EngineOptions(tasks=2, blocks=3, mode="push"), prune=False)
     assert np.array_equal(a.ranges, b.ranges) and np.array_equal(a.region, b.region)
     assert a.predicted_peak_bytes == b.predicted_peak_bytes
 
@@ -146,7 +156,7 @@ def _cli(argv, capsys):
 
 def test_plan_and_execute_jobs(tmp_path, capsys):
     cgpath = tmp_path / "cg.txt"
-    export.write(zoo.build("resnet"), cgpath)
+    export.write(zoo.build("unet"), cgpath)
     code, _ = _cli(["submit", "plan", "--graph", str(cgpath), "--rows", "4", "--row-policy", "share",
                     "--report", str(tmp_path / "p.json")], capsys)
     rep = json.loads((tmp_path / "p.json").read_text())

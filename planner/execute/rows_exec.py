@@ -261,12 +261,17 @@ def run(g, plan, *, backend=None, seed: int = 0, allocator: str = "pool") -> Row
                       int(plan.param_grad_bytes), alloc.device_peak_bytes, be.name, seconds, loss, grads)
 
 
-def relative_error(a: dict, b: dict) -> float:
-    """Largest over parameters of max |a - b| / max |b| (inf when the parameter sets differ)."""
+def relative_error(a: dict, b: dict, norm: bool = False) -> float:
+    """Largest over parameters of max |a - b| / max |b| (``norm``: ||a - b||_2 / ||b||_2);
+    inf when the parameter sets differ."""
     if a.keys() != b.keys():
         return float("inf")
     worst = 0.0
     for k in a:
-        scale = float(np.abs(b[k]).max()) or 1.0
-        worst = max(worst, float(np.abs(a[k].astype(np.float64) - b[k]).max()) / scale)
+        d, ref = a[k].astype(np.float64) - b[k], b[k].astype(np.float64)
+        if norm:
+            err = float(np.linalg.norm(d)) / (float(np.linalg.norm(ref)) or 1.0)
+        else:
+            err = float(np.abs(d).max()) / (float(np.abs(ref).max()) or 1.0)
+        worst = max(worst, err)
     return worst

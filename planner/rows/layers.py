@@ -32,6 +32,7 @@ import json
 import numpy as np
 
 from hgraph.errors import HGraphError
+from planner.execute.ops import OPS
 
 #: Row geometry kinds (the ``kind`` column of the engine programs).
 BARRIER, SAME, WINDOW, UPSAMPLE = 0, 1, 2, 3
@@ -66,6 +67,8 @@ class Layers:
     out_bytes: np.ndarray
     src: np.ndarray
     dst: np.ndarray
+    edge_saved: np.ndarray  # bool per edge: the consumer's VJP reads this input
+    saves_output: np.ndarray  # bool [n]: the op's VJP reads its own output
     var_shape: dict         # var id -> shape (every op input and output)
     var_dtype: dict
 
@@ -128,13 +131,17 @@ def read(g) -> Layers:
     flat = np.asarray([v for vs in in_vars for v in vs], dtype=np.int64)
     consumer = np.repeat(np.arange(len(in_vars)), [len(vs) for vs in in_vars])
     producer = np.asarray(g.producer, dtype=np.int64)[flat]
+    position = np.concatenate([np.arange(len(vs)) for vs in in_vars]) if in_vars else np.zeros(0, int)
+    saved = np.asarray([pos in OPS[ops[c]].saves_inputs for c, pos in zip(consumer.tolist(), position.tolist())],
+                       dtype=bool)
     src, dst = producer[producer >= 0], consumer[producer >= 0]
     out_var = np.asarray(outs, dtype=np.int64)
     return Layers(ops, attrs, in_vars, out_var, in_shapes, out_shapes, dtypes,
                   geo[:, 0], geo[:, 1], geo[:, 2], geo[:, 3], h_in, h_out,
                   np.asarray(flops, dtype=np.int64),
                   np.asarray(g.var_bytes, dtype=np.int64)[out_var],
-                  src.astype(np.int64), dst.astype(np.int64), var_shape, var_dtype)
+                  src.astype(np.int64), dst.astype(np.int64), saved[producer >= 0],
+                  np.asarray([OPS[op].saves_output for op in ops], dtype=bool), var_shape, var_dtype)
 
 
 def input_rows(kind, k, s, p, h_in, lo, hi):

@@ -113,13 +113,14 @@ class RowPlan:
 
 
 def plan(g, bands: int, policy: str = "overlap", opts: EngineOptions | None = None,
-         stages: bool = True) -> RowPlan:
+         stages: bool = True, prune: bool = True) -> RowPlan:
     """The row plan of zoo graph ``g`` with ``bands`` row bands under ``policy``.
 
     ``stages``: a region also ends at every downsampling op (pooling, strided convolution), whose
     output is then stored whole as a checkpoint. Without it one band of a deep stack reads
     nearly the whole image (VGG-16's conv5_3 sees 212 of 224 rows), so every band recomputes
     almost everything and holds almost whole maps; with it the halo stays within one resolution.
+    ``prune``: regions that would not lower the memory (:func:`_profitable`) run on whole tensors.
     """
     if policy not in POLICIES:
         raise HGraphError(f"unknown row policy {policy!r}; choose from {', '.join(POLICIES)} or auto")
@@ -139,8 +140,11 @@ def plan(g, bands: int, policy: str = "overlap", opts: EngineOptions | None = No
     ends = ~rowwise | (stages & rowwise & (ly.h_out < ly.h_in))
     depth = row_program.barrier_depth(ly, ends, opts)
     region = _regions(ly, rowwise, depth)
+    if prune:
+        region = _profitable(ly, region)
     if not (convs & (region >= 0)).any():
-        raise HGraphError(f"--rows {bands}: no convolution runs on maps of at least {bands} rows")
+        raise HGraphError(f"--rows {bands}: no convolution stack where row bands save memory (maps of "
+                          f"at least {bands} rows between batch norms / downsampling)")
     outputs = _region_outputs(ly, region)
     own = np.zeros((ly.n, bands, 2), dtype=np.int64)
     h = ly.h_out[:, None]
@@ -171,6 +175,32 @@ def _regions(ly, rowwise: np.ndarray, depth: np.ndarray) -> np.ndarray:
     return renum[ids]
 
 
+def _profitable(ly, region: np.ndarray) -> np.ndarray:
+    """``region`` with the regions that save no memory dissolved (-1), the rest renumbered.
+
+    A region saves the whole maps a plain step keeps of its inner ops (values a VJP reads) and
+    costs the maps of its inputs that a plain step would not keep (it recomputes from them):
+    after every batch norm of a ResNet, a region {ReLU, conv} keeps the batch norm's output
+    instead of the ReLU's -- no gain, so it runs whole.
+    """
+    n_reg = int(region.max()) + 1 if region.size else 0
+    if n_reg == 0:
+        return region
+    needed = ly.saves_output.copy()
+    needed[ly.src[ly.edge_saved]] = True
+    leaving = (region[ly.src] >= 0) & (region[ly.dst] != region[ly.src])
+    inner = (region >= 0).copy()
+    inner[ly.src[leaving]] = False                     # region outputs are kept whole anyway
+    gain = np.bincount(region[inner], weights=(ly.out_bytes * needed)[inner], minlength=n_reg)
+    entering = (region[ly.dst] >= 0) & (region[ly.src] != region[ly.dst])
+    pairs = np.unique(np.stack([ly.src[entering], region[ly.dst[entering]]]), axis=1)
+    cost = np.bincount(pairs[1], weights=(ly.out_bytes * ~needed)[pairs[0]], minlength=n_reg)
+    keep = gain > cost
+    renum = np.full(n_reg + 1, -1, dtype=np.int64)
+    renum[np.flatnonzero(keep)] = np.arange(int(keep.sum()))
+    return renum[region]
+
+
 def _region_outputs(ly, region: np.ndarray) -> np.ndarray:
     """bool [n]: region ops with a consumer outside their region."""
     leaves = (region[ly.src] >= 0) & (region[ly.dst] != region[ly.src])
@@ -179,7 +209,8 @@ def _region_outputs(ly, region: np.ndarray) -> np.ndarray:
     return out
 
 
-def choose(g, budget_bytes: int, opts: EngineOptions | None = None, stages: bool = True) -> RowPlan:
+def choose(g, budget_bytes: int, opts: EngineOptions | None = None, stages: bool = True,
+           prune: bool = True) -> RowPlan:
     """``auto``: the fitting plan with the least extra FLOPs (ties: fewer bands, overlap first)."""
     ly = layers_mod.read(g)
     image = int(ly.h_in[np.asarray([op == "conv2d" for op in ly.ops], dtype=bool)].max(initial=0))
@@ -187,9 +218,9 @@ def choose(g, budget_bytes: int, opts: EngineOptions | None = None, stages: bool
     for bands in [b for b in AUTO_BANDS if b <= image] or [1]:
         for policy in POLICIES:
             try:
-                found.append(plan(g, bands, policy, opts, stages))
+                found.append(plan(g, bands, policy, opts, stages, prune))
             except HGraphError as err:
-                if "no convolution" in str(err) and found:
+                if "no convolution stack where" in str(err) and found:
                     break
                 raise
     fits = [p for p in found if p.predicted_peak_bytes <= budget_bytes]
