@@ -26,7 +26,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 import planner  # noqa: E402
-from hgraph.errors import HGraphError  # noqa: E402
+from hgraph.errors import HGraphError, InfeasibleError  # noqa: E402
 from hgraph.fileio import write_text  # noqa: E402
 from planner.execute import backend as backend_mod, executor, export, rows_exec, zoo  # noqa: E402
 from planner.rows import plan as rows_plan  # noqa: E402
@@ -63,10 +63,15 @@ def bench_model(name, args, be):
                  plain.device_peak_bytes, 0, plain.seconds, base, (0.0, 0.0))]
     ok = True
     try:
-        p = planner.plan(g, budget=args.budget)
+        try:
+            p = planner.plan(g, budget=args.budget)
+        except InfeasibleError as err:        # parameters alone can exceed a relative budget
+            print(f"{name}: DP at {args.budget}: {err}; planning at that smallest budget", file=sys.stderr)
+            args_budget = err.min_budget_bytes
+            p = planner.plan(g, budget=args_budget)
         r = executor.run(g, p.schedule, backend=be, recycle=True)
         extra = int(p.report.get("recompute_cost", 0))
-        rows.append(_row(f"DP {args.budget}", r.measured_peak_bytes, r.measured_peak_bytes - pgrad,
+        rows.append(_row(f"DP {p.report['budget_bytes'] / 2**20:.0f} MiB", r.measured_peak_bytes, r.measured_peak_bytes - pgrad,
                          r.device_peak_bytes, f"cost {extra}", r.seconds, base,
                          _errors(r.param_grads, plain)))
     except HGraphError as err:
@@ -102,7 +107,7 @@ def main(argv=None) -> int:
     ap.add_argument("--backend", default="numpy")
     ap.add_argument("--json", default=None, help="write the results here")
     args = ap.parse_args(argv)
-    args.bands = [int(b) for b in args.bands.split(",")]
+    args.bands = [int(b) for b in args.bands.split(",") if b]
     be = backend_mod.get(args.backend)
     print(f"backend {be.name} ({be.device}); MiB; act = peak minus parameter gradients; ratios to plain")
     results, ok = [], True
