@@ -132,8 +132,11 @@ def read(g) -> Layers:
     consumer = np.repeat(np.arange(len(in_vars)), [len(vs) for vs in in_vars])
     producer = np.asarray(g.producer, dtype=np.int64)[flat]
     position = np.concatenate([np.arange(len(vs)) for vs in in_vars]) if in_vars else np.zeros(0, int)
-    saved = np.asarray([pos in OPS[ops[c]].saves_inputs for c, pos in zip(consumer.tolist(), position.tolist())],
-                       dtype=bool)
+    names, code = np.unique(np.asarray(ops, dtype=object).astype(str), return_inverse=True)
+    table = np.zeros((len(names), int(position.max(initial=0)) + 1), dtype=bool)
+    for row, name in enumerate(names.tolist()):          # one row per op type
+        table[row, list(OPS[name].saves_inputs)] = True
+    saved = table[code[consumer], position]
     src, dst = producer[producer >= 0], consumer[producer >= 0]
     out_var = np.asarray(outs, dtype=np.int64)
     return Layers(ops, attrs, in_vars, out_var, in_shapes, out_shapes, dtypes,

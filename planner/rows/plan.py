@@ -98,6 +98,8 @@ class RowPlan:
     def report(self) -> dict:
         ly = self.layers
         kept = sorted({int(v) for v in ly.out_var[self.outputs]})
+        entering = (self.region[ly.dst] >= 0) & (self.region[ly.src] != self.region[ly.dst])
+        inputs = sorted({int(v) for v in ly.out_var[ly.src[entering]]})
         fl = self.flops()
         return {"rows": self.bands, "row_policy": self.policy, "regions": self.num_regions,
                 "row_ops": int((self.region >= 0).sum()), "whole_ops": int((self.region < 0).sum()),
@@ -105,7 +107,10 @@ class RowPlan:
                 "param_grad_bytes": int(self.param_grad_bytes),
                 "predicted_activation_peak_bytes": int(self.predicted_peak_bytes - self.param_grad_bytes),
                 **fl, "extra_flops_ratio": round(fl["extra_flops"] / max(fl["plain_flops"], 1), 6),
-                "kept_between_passes": kept, "engine_supersteps": int(self.supersteps),
+                "kept_between_passes": {"region_outputs": kept, "region_inputs": inputs,
+                                        "whole_ops": "values their VJPs read, as in a plain step"},
+                "recomputed": "every region op, band by band, in the backward",
+                "combined_with_dp": False, "engine_supersteps": int(self.supersteps),
                 "bands": [{"band": j, "rows": {int(i): self.ranges[i, j].tolist()
                                                 for i in np.flatnonzero(self.outputs).tolist()}}
                           for j in range(self.bands)],

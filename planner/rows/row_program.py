@@ -21,25 +21,17 @@ from __future__ import annotations
 import numpy as np
 
 import hgraph
+from planner.programs import Levels
 from planner.rows.layers import input_rows
 
 #: Encoded empty range: lo = +BIG, hi = -BIG.
 BIG = np.int64(2**40)
 
 
-class BarrierDepth(hgraph.VertexProgram):
+class BarrierDepth(Levels):
     """Longest path counting region ends (edge weight 1 when the source ends a region: a barrier,
-    or a downsampling op when regions stop at each resolution)."""
-
-    value_dtype = message_dtype = np.int64
-    combiner = np.maximum
-
-    def init(self, block):
-        return np.zeros(block.size, np.int64), np.ones(block.size, bool)
-
-    def update(self, ctx, block, values, inbox, has_message):
-        higher = has_message & (inbox > values)
-        return hgraph.Update(np.where(higher, inbox, values), respond=higher)
+    or a downsampling op when regions stop at each resolution): :class:`planner.programs.Levels`
+    with the edge weight in place of its constant step."""
 
     def message(self, src_values, weights):
         return src_values + weights.astype(np.int64)
