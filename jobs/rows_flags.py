@@ -93,9 +93,13 @@ def plan_main(args) -> int:
     report = p.report()
     report["graph"] = args.graph
     report["plain_peak_bytes"] = _plain_peak(g)
+    plain_act = report["plain_peak_bytes"] - p.param_grad_bytes
+    report["plain_activation_peak_bytes"] = plain_act
     _emit(report, args.report)
     print(f"rows {p.bands} {p.policy}: {p.num_regions} regions, predicted peak "
-          f"{p.predicted_peak_bytes:,} B (plain {report['plain_peak_bytes']:,} B), extra FLOPs "
+          f"{p.predicted_peak_bytes:,} B (plain {report['plain_peak_bytes']:,} B), activations "
+          f"{report['predicted_activation_peak_bytes']:,} B = "
+          f"{report['predicted_activation_peak_bytes'] / max(plain_act, 1):.3f} x plain, extra FLOPs "
           f"{report['extra_flops']:,} ({100 * report['extra_flops_ratio']:.1f}%)", file=sys.stderr)
     return 0
 
