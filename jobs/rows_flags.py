@@ -88,6 +88,8 @@ def plan_main(args) -> int:
 
     if args.out:
         raise HGraphError("--out: a row plan has no recomputation schedule to write; use --report")
+    if args.execute:
+        raise HGraphError("--execute with --rows: run the row plan with hgraph submit execute --rows R")
     g = cg.read(args.graph)
     p = row_plan(args, g, args.budget)
     report = p.report()
