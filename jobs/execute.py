@@ -22,6 +22,7 @@ import sys
 
 from hgraph.errors import HGraphError
 from hgraph.fileio import write_text
+from jobs import rows_flags
 
 NAME = "execute"
 HELP = "run a schedule on a graph (CuPy or NumPy) and report predicted vs measured peak memory"
@@ -51,6 +52,7 @@ def add_arguments(parser) -> None:
     parser.add_argument("--torch", default=None, metavar="FILE.py:FUNC",
                         help="run this PyTorch model's real training step under --schedule "
                              "(jobs.execute_torch)")
+    rows_flags.add_arguments(parser, execute=True)
 
 
 def load_inputs(args):
@@ -82,6 +84,8 @@ def main(args) -> int:
     from planner import cg
     from planner.execute import executor
 
+    if rows_flags.wanted(args):
+        return rows_flags.execute_main(args)
     g, schedule = load_inputs(args)
     allocators = ALLOCATORS if args.allocator == "all" else (args.allocator,)
     recycle = {"auto": None, "last-use": True, "schedule": False}[args.free]

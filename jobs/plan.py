@@ -22,7 +22,7 @@ import sys
 
 from hgraph.errors import HGraphError
 from hgraph.fileio import check_writable
-from jobs import common
+from jobs import common, rows_flags
 
 NAME = "plan"
 HELP = "recomputation schedule under a memory budget (approx/exact DP, Chen), report and plot"
@@ -35,9 +35,10 @@ def add_arguments(parser) -> None:
     from planner.dp_families import DEFAULT_MAX_LOWER_SETS
 
     add_common_arguments(parser)
-    parser.add_argument("--budget", required=True,
+    parser.add_argument("--budget", default=None,
                         help="memory budget: bytes (4000000000, 1e9), a size (1.5GB, 800MiB) or a "
-                             "percentage of the no-recomputation peak (60%%)")
+                             "percentage of the no-recomputation peak (60%%); required but with "
+                             "--rows R")
     parser.add_argument("--solver", choices=["approx", "exact", "chen"], default="approx",
                         help="approximate DP (default), exact DP or Chen's sqrt(n)")
     parser.add_argument("--strategy", choices=["time", "memory"], default="time",
@@ -52,6 +53,7 @@ def add_arguments(parser) -> None:
     parser.add_argument("--max-lower-sets", type=int, default=DEFAULT_MAX_LOWER_SETS,
                         help=f"exact DP: refuse above this many lower sets "
                              f"(default {DEFAULT_MAX_LOWER_SETS:,})")
+    rows_flags.add_arguments(parser)
     parser.add_argument("--fallback", action="store_true",
                         help="exact DP: fall back to the approximate family above --max-lower-sets")
     parser.add_argument("--dp-window", type=int, default=None,
@@ -67,6 +69,10 @@ def main(args) -> int:
     from planner import report
     from planner.budget import Budget
 
+    if rows_flags.wanted(args):
+        return rows_flags.plan_main(args)
+    if args.budget is None:
+        raise HGraphError("--budget is required (or --rows R for a row plan)")
     budget = Budget.parse(args.budget)          # bad values fail before any work
     for flag, path in (("--out", args.out), ("--report", args.report), ("--plot", args.plot)):
         if path is not None and path != "-":

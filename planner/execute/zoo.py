@@ -1,8 +1,10 @@
 """The model zoo: small traced training graphs sized by arguments.
 
-``mlp``, ``resnet``, ``unet`` and ``transformer``, each a function of (batch, width, depth,
-image or seq) returning a :class:`~planner.execute.trace.Tracer` whose single sink is the loss.
-Defaults give graphs of 15-45 activations that every solver plans in well under a second;
+``mlp``, ``resnet``, ``unet``, ``transformer``, ``vgg16`` and ``resnet50``, each a function of
+(batch, width, depth, image or seq) returning a :class:`~planner.execute.trace.Tracer` whose single
+sink is the loss. Defaults give small graphs (15-80 activations, tiny widths) that every solver
+plans in well under a second; ``vgg16 --width 64 --image 224`` and ``resnet50 --width 64 --depth 6
+--image 224`` are the real networks (the widths are a multiplier: 64 is the papers' first stage);
 ``dtype="float64"`` builds the same model in double precision (gradient checks).
 
 Every activation has at most two consumers (residual and skip connections fan out to exactly two),
@@ -129,12 +131,73 @@ def transformer(batch: int = 4, width: int = 32, depth: int = 2, seq: int = 16, 
     return _finish(t, t.softmax_cross_entropy(logits, labels))
 
 
+#: VGG-16's convolution stages: (convolutions, channels as a multiple of ``width``).
+VGG16_STAGES = ((2, 1), (2, 2), (3, 4), (3, 8), (3, 8))
+#: ResNet-50's bottleneck stages: (blocks, inner channels as a multiple of ``width``).
+RESNET50_STAGES = ((3, 1), (4, 2), (6, 4), (3, 8))
+
+
+def vgg16(batch: int = 2, width: int = 4, depth: int = 2, image: int = 32, dtype: str = "float32") -> Tracer:
+    """VGG-16 (configuration D): 13 3x3 convolutions with ReLU in five stages, each closed by a
+    2x2 max pool, then three fully connected layers (``64 * width`` hidden units; 4096 at
+    ``width=64``). ``depth`` caps the convolutions per stage (``depth=3``: the real 13)."""
+    if image % 32:
+        raise HGraphError(f"vgg16: image {image} must be divisible by 32 (five 2x2 pools)")
+    t = Tracer("vgg16", dtype)
+    x = t.input((batch, 3, image, image))
+    labels = t.input((batch,), dtype="int32", classes=CLASSES)
+    h, c_in = x, 3
+    for stage, (convs, mult) in enumerate(VGG16_STAGES):
+        c = width * mult
+        for i in range(min(convs, depth)):
+            h = t.relu(t.bias(t.conv2d(h, t.param(f"conv{stage + 1}_{i + 1}/W", (c, c_in, 3, 3)), pad=1),
+                              t.param(f"conv{stage + 1}_{i + 1}/b", (c,), init="zeros"), axis=1))
+            c_in = c
+        h = t.max_pool(h, kernel=2)
+    side = image // 32
+    n_in, hidden = c_in * side * side, 64 * width
+    h = t.reshape(h, (batch, n_in))
+    h = t.relu(_linear(t, h, "fc6", n_in, hidden))
+    h = t.relu(_linear(t, h, "fc7", hidden, hidden))
+    return _finish(t, t.softmax_cross_entropy(_linear(t, h, "fc8", hidden, CLASSES), labels))
+
+
+def resnet50(batch: int = 2, width: int = 2, depth: int = 1, image: int = 32, dtype: str = "float32") -> Tracer:
+    """ResNet-50's structure: 7x7/2 stem with BN, 3x3/2 max pool, four stages of bottleneck blocks
+    (1x1 reduce, 3x3, 1x1 expand to 4x, BN after each, projection shortcut on each stage's first
+    block, stride 2 from stage 3 on), global average pool and a linear classifier. Blocks per
+    stage are ``min(depth, (3, 4, 6, 3))``: ``depth=6`` is ResNet-50, ``width=64`` its widths."""
+    if image % 32:
+        raise HGraphError(f"resnet50: image {image} must be divisible by 32 (total stride)")
+    t = Tracer("resnet50", dtype)
+    x = t.input((batch, 3, image, image))
+    labels = t.input((batch,), dtype="int32", classes=CLASSES)
+    h = _conv_bn(t, x, "conv1", 3, width, k=7, stride=2)
+    h = t.max_pool(h, kernel=3, stride=2, pad=1)
+    c_in = width
+    for stage, (blocks, mult) in enumerate(RESNET50_STAGES):
+        mid = width * mult
+        out = 4 * mid
+        for block in range(min(blocks, depth)):
+            stride = 2 if stage > 0 and block == 0 else 1
+            name = f"res{stage + 2}/{block}"
+            y = _conv_bn(t, h, f"{name}/a", c_in, mid, k=1)
+            y = _conv_bn(t, y, f"{name}/b", mid, mid, stride=stride)
+            y = _conv_bn(t, y, f"{name}/c", mid, out, k=1, relu=False)
+            short = h if block > 0 else _conv_bn(t, h, f"{name}/proj", c_in, out, k=1, stride=stride,
+                                                   relu=False)
+            h = t.relu(y + short)
+            c_in = out
+    return _finish(t, _head(t, h, c_in, labels))
+
+
 def _finish(t: Tracer, loss) -> Tracer:
     t.loss = loss.id
     return t
 
 
-MODELS = {"mlp": mlp, "resnet": resnet, "unet": unet, "transformer": transformer}
+MODELS = {"mlp": mlp, "resnet": resnet, "unet": unet, "transformer": transformer, "vgg16": vgg16,
+          "resnet50": resnet50}
 
 
 def build(name: str, batch: int | None = None, width: int | None = None, depth: int | None = None,

@@ -1,0 +1,237 @@
+"""Row plans: which ops run band by band, the rows of every band, halo overhead and extra FLOPs.
+
+:func:`plan` reads the layer table (:mod:`planner.rows.layers`), finds the row regions and the
+rows each band computes with the engine programs of :mod:`planner.rows.row_program`, and builds
+the step list of the row-centric training step (:mod:`planner.rows.walk`), whose live bytes give
+the predicted peak. Two policies for the rows shared by neighbouring bands (LR-CNN):
+
+* ``overlap`` (OverL) -- every band computes its whole range; the halo rows are recomputed;
+* ``share`` (2PS) -- bands run top to bottom and each keeps the rows of every layer the next band
+  needs (a *tail*); the next band computes only the rows past them. No forward row is computed
+  twice per sweep, at the price of the tails held between bands.
+
+Both sweep the regions twice: once in the forward (only the region outputs are stored, whole) and
+once in the backward, where each band recomputes its maps and back-propagates the gradient of
+the rows it owns. The backward is linear in the incoming gradient, so the bands' contributions
+(weight gradients, the region inputs' gradients) add up to the plain step's.
+
+``auto`` (:func:`choose`) tries ``R`` in 2, 4, 8, 16, 32 with both policies and keeps the least
+extra FLOPs whose predicted peak fits the budget (the smallest peak when none fits).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+from scipy.sparse import coo_matrix
+from scipy.sparse.csgraph import connected_components
+
+from hgraph.errors import HGraphError, InfeasibleError
+from planner.execute.ops import BACKWARD_FLOPS_FACTOR
+from planner.analyses.engine import EngineOptions
+from planner.rows import layers as layers_mod
+from planner.rows import row_program, walk
+
+POLICIES = ("overlap", "share")
+AUTO_BANDS = (2, 4, 8, 16, 32)
+
+
+@dataclasses.dataclass
+class RowPlan:
+    """A row-centric plan for one graph.
+
+    ``region``: int64 [n] region id per op (-1: runs on whole tensors); ``outputs``: bool [n],
+    region ops whose value leaves the region (stored whole); ``ranges``: int64 [n, R, 2] rows
+    ``[lo, hi)`` of each op's output computed in each band; ``own``: rows each region output owns;
+    ``fresh``: int64 [n, R] first row a band computes itself (``share``: the rows before come from
+    the previous band's tail; ``overlap``: ``lo``).
+    """
+
+    graph: object
+    layers: object
+    bands: int
+    policy: str
+    region: np.ndarray
+    outputs: np.ndarray
+    ranges: np.ndarray
+    own: np.ndarray
+    fresh: np.ndarray
+    supersteps: int
+    walk: object = None               # planner.rows.walk.Walk: the steps and their buffers
+    predicted_peak_bytes: int = 0
+    param_grad_bytes: int = 0
+
+    @property
+    def num_regions(self) -> int:
+        return int(self.region.max()) + 1 if self.region.size else 0
+
+    def computed_rows(self, fresh_only: bool) -> np.ndarray:
+        """int64 [n]: rows of each op's output computed in one sweep over all bands."""
+        lo = self.fresh if fresh_only else self.ranges[..., 0]
+        return np.maximum(self.ranges[..., 1] - lo, 0).sum(axis=1)
+
+    def flops(self) -> dict:
+        """Forward/backward FLOPs of a plain step and of this plan's step."""
+        ly, inside = self.layers, self.region >= 0
+        h = np.maximum(ly.h_out, 1)
+        f = ly.flops.astype(np.float64)
+        sweep = np.where(inside, self.computed_rows(self.policy == "share") / h, 1.0)
+        back = np.where(inside, self.computed_rows(False) / h, 1.0)
+        sweeps = np.where(inside, 2.0, 1.0)           # the forward sweep, then the recompute
+        plain = float(f.sum()) * (1 + BACKWARD_FLOPS_FACTOR)
+        rows = float((f * sweep * sweeps).sum() + (BACKWARD_FLOPS_FACTOR * f * back).sum())
+        return {"plain_flops": int(plain), "row_flops": int(rows), "extra_flops": int(rows - plain)}
+
+    def halo(self) -> list:
+        """Per region op: rows of its map, rows computed per sweep, overhead of the halo."""
+        ly, out = self.layers, []
+        over, fresh = self.computed_rows(False), self.computed_rows(True)
+        for i in np.flatnonzero(self.region >= 0).tolist():
+            h = int(ly.h_out[i])
+            out.append({"op": i, "type": ly.ops[i], "region": int(self.region[i]), "rows": h,
+                        "computed_rows": int(over[i]), "fresh_rows": int(fresh[i]),
+                        "halo_overhead": round(over[i] / h - 1.0, 6),
+                        "kept_whole": bool(self.outputs[i])})
+        return out
+
+    def report(self) -> dict:
+        ly = self.layers
+        kept = sorted({int(v) for v in ly.out_var[self.outputs]})
+        entering = (self.region[ly.dst] >= 0) & (self.region[ly.src] != self.region[ly.dst])
+        inputs = sorted({int(v) for v in ly.out_var[ly.src[entering]]})
+        fl = self.flops()
+        return {"rows": self.bands, "row_policy": self.policy, "regions": self.num_regions,
+                "row_ops": int((self.region >= 0).sum()), "whole_ops": int((self.region < 0).sum()),
+                "predicted_peak_bytes": int(self.predicted_peak_bytes),
+                "param_grad_bytes": int(self.param_grad_bytes),
+                "predicted_activation_peak_bytes": int(self.predicted_peak_bytes - self.param_grad_bytes),
+                **fl, "extra_flops_ratio": round(fl["extra_flops"] / max(fl["plain_flops"], 1), 6),
+                "kept_between_passes": {"region_outputs": kept, "region_inputs": inputs,
+                                        "whole_ops": "values their VJPs read, as in a plain step"},
+                "recomputed": "every region op, band by band, in the backward",
+                "combined_with_dp": False, "engine_supersteps": int(self.supersteps),
+                "bands": [{"band": j, "rows": {int(i): self.ranges[i, j].tolist()
+                                                for i in np.flatnonzero(self.outputs).tolist()}}
+                          for j in range(self.bands)],
+                "halo": self.halo()}
+
+
+def plan(g, bands: int, policy: str = "overlap", opts: EngineOptions | None = None,
+         stages: bool = True, prune: bool = True) -> RowPlan:
+    """The row plan of zoo graph ``g`` with ``bands`` row bands under ``policy``.
+
+    ``stages``: a region also ends at every downsampling op (pooling, strided convolution), whose
+    output is then stored whole as a checkpoint. Without it one band of a deep stack reads
+    nearly the whole image (VGG-16's conv5_3 sees 212 of 224 rows), so every band recomputes
+    almost everything and holds almost whole maps; with it the halo stays within one resolution.
+    ``prune``: regions that would not lower the memory (:func:`_profitable`) run on whole tensors.
+    """
+    if policy not in POLICIES:
+        raise HGraphError(f"unknown row policy {policy!r}; choose from {', '.join(POLICIES)} or auto")
+    ly = layers_mod.read(g)
+    if np.any(ly.src >= ly.dst):
+        raise HGraphError("row plans need the forward functions in topological order (a zoo export)")
+    convs = np.asarray([op == "conv2d" for op in ly.ops], dtype=bool)
+    if not convs.any():
+        raise HGraphError("--rows: the model has no convolution stack (no conv2d on image maps)")
+    image = int(ly.h_in[convs].max())
+    if bands < 1:
+        raise HGraphError(f"--rows must be >= 1, got {bands}")
+    if bands > image:
+        raise HGraphError(f"--rows {bands} is larger than the image height {image}")
+    opts = opts or EngineOptions()
+    rowwise = (ly.kind != layers_mod.BARRIER) & (ly.h_out >= bands)
+    ends = ~rowwise | (stages & rowwise & (ly.h_out < ly.h_in))
+    depth = row_program.barrier_depth(ly, ends, opts)
+    region = _regions(ly, rowwise, depth)
+    if prune:
+        region = _profitable(ly, region)
+    if not (convs & (region >= 0)).any():
+        raise HGraphError(f"--rows {bands}: no convolution stack where row bands save memory (maps of "
+                          f"at least {bands} rows between batch norms / downsampling)")
+    outputs = _region_outputs(ly, region)
+    own = np.zeros((ly.n, bands, 2), dtype=np.int64)
+    h = ly.h_out[:, None]
+    j = np.arange(bands + 1)[None, :]
+    cuts = j * h // bands
+    own[..., 0], own[..., 1] = cuts[:, :-1], cuts[:, 1:]
+    own[~outputs] = (1, 0)
+    ranges, supersteps = row_program.row_ranges(ly, region, own, opts)
+    fresh = ranges[..., 0].copy()
+    if policy == "share":
+        prev_hi = np.concatenate([np.zeros((ly.n, 1), np.int64), ranges[:, :-1, 1]], axis=1)
+        fresh = np.clip(np.maximum(fresh, prev_hi), None, ranges[..., 1])
+    p = RowPlan(g, ly, bands, policy, region, outputs, ranges, own, fresh, int(supersteps))
+    w = walk.build(p)
+    p.walk, p.predicted_peak_bytes, p.param_grad_bytes = w, w.peak_bytes, w.param_grad_bytes
+    return p
+
+
+def _regions(ly, rowwise: np.ndarray, depth: np.ndarray) -> np.ndarray:
+    """int64 [n]: connected components of row-wise ops over edges of equal barrier depth."""
+    keep = rowwise[ly.src] & rowwise[ly.dst] & (depth[ly.src] == depth[ly.dst])
+    adj = coo_matrix((np.ones(int(keep.sum())), (ly.src[keep], ly.dst[keep])), shape=(ly.n, ly.n))
+    _, comp = connected_components(adj, directed=False)
+    ids = np.where(rowwise, comp, -1)
+    used = np.unique(ids[ids >= 0])
+    renum = np.full(ly.n + 1, -1, dtype=np.int64)
+    renum[used] = np.arange(used.size)          # regions numbered in order of their first op
+    return renum[ids]
+
+
+def _profitable(ly, region: np.ndarray) -> np.ndarray:
+    """``region`` with the regions that save no memory dissolved (-1), the rest renumbered.
+
+    A region saves the whole maps a plain step keeps of its inner ops (values a VJP reads) and
+    costs the maps of its inputs that a plain step would not keep (it recomputes from them):
+    after every batch norm of a ResNet, a region {ReLU, conv} keeps the batch norm's output
+    instead of the ReLU's -- no gain, so it runs whole.
+    """
+    n_reg = int(region.max()) + 1 if region.size else 0
+    if n_reg == 0:
+        return region
+    needed = ly.saves_output.copy()
+    needed[ly.src[ly.edge_saved]] = True
+    leaving = (region[ly.src] >= 0) & (region[ly.dst] != region[ly.src])
+    inner = (region >= 0).copy()
+    inner[ly.src[leaving]] = False                     # region outputs are kept whole anyway
+    gain = np.bincount(region[inner], weights=(ly.out_bytes * needed)[inner], minlength=n_reg)
+    entering = (region[ly.dst] >= 0) & (region[ly.src] != region[ly.dst])
+    pairs = np.unique(np.stack([ly.src[entering], region[ly.dst[entering]]]), axis=1)
+    cost = np.bincount(pairs[1], weights=(ly.out_bytes * ~needed)[pairs[0]], minlength=n_reg)
+    keep = gain > cost
+    renum = np.full(n_reg + 1, -1, dtype=np.int64)
+    renum[np.flatnonzero(keep)] = np.arange(int(keep.sum()))
+    return renum[region]
+
+
+def _region_outputs(ly, region: np.ndarray) -> np.ndarray:
+    """bool [n]: region ops with a consumer outside their region."""
+    leaves = (region[ly.src] >= 0) & (region[ly.dst] != region[ly.src])
+    out = np.zeros(ly.n, dtype=bool)
+    out[ly.src[leaves]] = True
+    return out
+
+
+def choose(g, budget_bytes: int, opts: EngineOptions | None = None, stages: bool = True,
+           prune: bool = True) -> RowPlan:
+    """``auto``: the fitting plan with the least extra FLOPs (ties: fewer bands, overlap first)."""
+    ly = layers_mod.read(g)
+    image = int(ly.h_in[np.asarray([op == "conv2d" for op in ly.ops], dtype=bool)].max(initial=0))
+    found = []
+    for bands in [b for b in AUTO_BANDS if b <= image] or [1]:
+        for policy in POLICIES:
+            try:
+                found.append(plan(g, bands, policy, opts, stages, prune))
+            except HGraphError as err:
+                if "no convolution stack where" in str(err) and found:
+                    break
+                raise
+    fits = [p for p in found if p.predicted_peak_bytes <= budget_bytes]
+    if not fits:
+        best = min(found, key=lambda p: p.predicted_peak_bytes)
+        raise InfeasibleError(f"no row plan fits {budget_bytes:,} B; the smallest predicted peak is "
+                              f"{best.predicted_peak_bytes:,} B (--rows {best.bands} "
+                              f"--row-policy {best.policy})")
+    return min(fits, key=lambda p: (p.flops()["extra_flops"], p.bands, POLICIES.index(p.policy)))

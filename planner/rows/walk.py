@@ -1,0 +1,194 @@
+"""The step list of a row-centric training step, and the buffers it holds at each step.
+
+One list drives both the prediction (:func:`build`: live bytes after every step, from shapes
+alone) and the execution (``planner.execute.rows_exec`` runs the same steps with real kernels and
+a tracked allocator), so the two cannot drift apart.
+
+Steps (``Step.kind``):
+
+* ``fwd`` / ``bwd`` -- one op on whole tensors (forward; backward with the VJP of ``ops``);
+* ``band`` -- one region op on the rows of one band, ``phase`` ``b`` (forward sweep) or ``r``
+  (the backward's recomputation); under ``share`` the rows before ``fresh`` come from the tail;
+* ``tail`` -- ``share``: keep the rows of this band the next band needs;
+* ``store`` -- copy a region output's owned rows into its whole tensor;
+* ``seed`` -- start a band's backward: the owned rows of a region output's whole gradient;
+* ``bandbwd`` -- one region op's backward on one band; gradients accumulate into the producers'
+  band gradients, the region inputs' whole gradients and the parameter gradients.
+
+Buffer keys: ``("v", var)`` / ``("g", var)`` whole value / gradient, ``("pg", var)`` parameter
+gradient (kept: the step's result), ``(phase, op, band)`` band values, ``(phase + "t", op,
+band)`` tails, ``("bg", op, band)`` band gradients. A buffer is allocated at its first write and
+freed right after its last use (recycling after last use, as the plain executor with
+``recycle=True``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import graphlib
+import math
+
+import numpy as np
+
+from planner.execute.ops import OPS
+
+
+@dataclasses.dataclass
+class Step:
+    kind: str
+    op: int
+    band: int = -1
+    phase: str = ""
+    reads: list = dataclasses.field(default_factory=list)
+    inputs: dict = dataclasses.field(default_factory=dict)    # band steps: input position -> key
+    writes: list = dataclasses.field(default_factory=list)     # (key, "set" | "acc")
+    allocs: list = dataclasses.field(default_factory=list)
+    frees: list = dataclasses.field(default_factory=list)
+
+
+@dataclasses.dataclass
+class Walk:
+    steps: list
+    shapes: dict             # key -> (shape, dtype)
+    nbytes: dict             # key -> bytes
+    live: np.ndarray         # int64 [steps]: bytes held during each step
+    peak_bytes: int
+    param_grad_bytes: int
+
+
+def _units(p) -> list:
+    """Forward execution units in a topological order: ("op", i) or ("region", r)."""
+    unit_of = [("region", int(r)) if r >= 0 else ("op", i) for i, r in enumerate(p.region.tolist())]
+    deps = {u: set() for u in unit_of}
+    for s, d in zip(p.layers.src.tolist(), p.layers.dst.tolist()):
+        if unit_of[s] != unit_of[d]:
+            deps[unit_of[d]].add(unit_of[s])
+    return list(graphlib.TopologicalSorter(deps).static_order())
+
+
+def _steps(p) -> list:
+    ly, act = p.layers, p.graph.is_activation
+    members = {r: np.flatnonzero(p.region == r).tolist() for r in range(p.num_regions)}
+    producer = {int(v): i for i, v in enumerate(ly.out_var.tolist())}
+    share = p.policy == "share"
+
+    def source(i, a, j, phase):
+        """Key of activation input ``a`` of region op ``i`` in band ``j``."""
+        q = producer[a]
+        return (phase, q, j) if p.region[q] == p.region[i] else ("v", a)
+
+    def has_rows(i, j):
+        return p.ranges[i, j, 0] < p.ranges[i, j, 1]
+
+    def sweep(r, j, phase):
+        out = []
+        for i in members[r]:
+            if not has_rows(i, j):
+                continue
+            st = Step("band", i, j, phase, writes=[((phase, i, j), "set")])
+            st.inputs = {k: source(i, a, j, phase) for k, a in enumerate(ly.in_vars[i]) if act[a]}
+            st.reads = list(st.inputs.values())
+            if p.fresh[i, j] > p.ranges[i, j, 0]:
+                st.reads.append((phase + "t", i, j - 1))
+            out.append(st)
+            if phase == "b" and p.outputs[i]:
+                out.append(Step("store", i, j, phase, reads=[(phase, i, j)],
+                                writes=[(("v", int(ly.out_var[i])), "acc")]))
+            if share and j + 1 < p.bands and p.fresh[i, j + 1] > p.ranges[i, j + 1, 0]:
+                out.append(Step("tail", i, j, phase, reads=[(phase, i, j)],
+                                writes=[((phase + "t", i, j), "set")]))
+        return out
+
+    def grad_key(i, a, j):
+        if not act[a]:
+            return ("pg", a)
+        q = producer[a]
+        return ("bg", q, j) if p.region[q] == p.region[i] else ("g", a)
+
+    consumed = {a for vs in ly.in_vars for a in vs}
+    forward, backward = [], []
+    for kind, u in _units(p):
+        if kind == "op":
+            forward.append(Step("fwd", u, reads=[("v", a) for a in ly.in_vars[u] if act[a]],
+                                writes=[(("v", int(ly.out_var[u])), "set")]))
+            opdef = OPS[ly.ops[u]]
+            st = Step("bwd", u)
+            y = int(ly.out_var[u])
+            st.reads = [("g", y)] if y in consumed else []
+            st.reads += [("v", ly.in_vars[u][k]) for k in opdef.saves_inputs if act[ly.in_vars[u][k]]]
+            st.reads += [("v", y)] if opdef.saves_output else []
+            st.writes = [(("g", a) if act[a] else ("pg", a), "acc") for a in ly.in_vars[u]
+                         if act[a] or _is_param(p.graph, a)]
+            backward.append(st)
+            continue
+        for j in range(p.bands):
+            forward.extend(sweep(u, j, "b"))
+        band_steps = []
+        for j in range(p.bands):
+            band_steps.extend(sweep(u, j, "r"))
+            for i in members[u]:
+                if p.outputs[i] and has_rows(i, j):
+                    band_steps.append(Step("seed", i, j, reads=[("g", int(ly.out_var[i]))],
+                                           writes=[(("bg", i, j), "acc")]))
+            for i in reversed(members[u]):
+                if not has_rows(i, j):
+                    continue
+                opdef = OPS[ly.ops[i]]
+                st = Step("bandbwd", i, j, "r", reads=[("bg", i, j)])
+                st.inputs = {k: source(i, ly.in_vars[i][k], j, "r") for k in opdef.saves_inputs
+                             if act[ly.in_vars[i][k]]}
+                st.reads += list(st.inputs.values())
+                st.reads += [("r", i, j)] if opdef.saves_output else []
+                st.writes = [(grad_key(i, a, j), "acc") for a in ly.in_vars[i]
+                             if act[a] or _is_param(p.graph, a)]
+                band_steps.append(st)
+        backward.append(band_steps)
+    steps = list(forward)
+    for st in reversed(backward):
+        steps.extend(st if isinstance(st, list) else [st])
+    return steps
+
+
+def _is_param(g, v) -> bool:
+    return g.var_names[v].startswith("/")
+
+
+def _shape(p, key) -> tuple:
+    ly = p.layers
+    if key[0] in ("v", "g", "pg"):
+        return tuple(ly.var_shape[key[1]]), ly.var_dtype[key[1]]
+    _, i, j = key
+    lo, hi = p.ranges[i, j]
+    if key[0].endswith("t"):
+        lo, hi = p.ranges[i, j + 1, 0], p.ranges[i, j, 1]
+    shape = list(ly.out_shapes[i])
+    shape[2] = int(hi - lo)
+    return tuple(shape), ly.dtypes[i]
+
+
+def build(p) -> Walk:
+    """Steps of plan ``p`` with their allocations and frees, and the predicted live bytes."""
+    steps = _steps(p)
+    shapes, first, last = {}, {}, {}
+    for s, st in enumerate(steps):
+        for key in st.reads:
+            last[key] = s
+        for key, _ in st.writes:
+            if key not in first:
+                first[key] = s
+                shapes[key] = _shape(p, key)
+            last[key] = max(last.get(key, s), s)
+    for key, s in first.items():
+        steps[s].allocs.append(key)
+    for key, s in last.items():
+        if key[0] != "pg":
+            steps[s].frees.append(key)
+    nbytes = {k: int(math.prod(sh)) * np.dtype(dt).itemsize for k, (sh, dt) in shapes.items()}
+    delta = np.zeros(len(steps) + 1, dtype=np.int64)
+    for key, s in first.items():
+        delta[s] += nbytes[key]
+        if key[0] != "pg":
+            delta[last[key] + 1] -= nbytes[key]
+    live = np.cumsum(delta)[:-1]
+    pg = sum(b for k, b in nbytes.items() if k[0] == "pg")
+    return Walk(steps, shapes, nbytes, live, int(live.max(initial=0)), int(pg))

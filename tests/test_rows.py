@@ -1,0 +1,181 @@
+"""Row-centric (LR-CNN) plans: row analysis on the engine, band execution, the plan/execute flags."""
+
+import json
+
+import numpy as np
+import pytest
+
+from hgraph.errors import HGraphError
+from planner.execute import executor, export, rows_exec, zoo
+from planner.execute.trace import Tracer
+from planner.analyses.engine import EngineOptions
+from planner.rows import layers, plan as rows_plan
+
+CNNS = ["vgg16", "resnet50", "resnet", "unet"]
+
+
+@pytest.fixture(scope="module")
+def graphs():
+    return {name: export.to_cg(zoo.build(name, dtype="float64")) for name in CNNS}
+
+
+@pytest.fixture(scope="module")
+def plain(graphs):
+    return {name: executor.run(g, executor.plain_schedule(g), recycle=False) for name, g in graphs.items()}
+
+
+@pytest.mark.parametrize("name", CNNS)
+@pytest.mark.parametrize("policy", ["overlap", "share"])
+@pytest.mark.parametrize("bands", [2, 5])
+def test_row_step_equals_plain_step(graphs, plain, name, policy, bands):
+    g = graphs[name]
+    p = rows_plan.plan(g, bands, policy, prune=False)       # keep the regions that save nothing too
+    r = rows_exec.run(g, p)
+    assert r.loss == plain[name].loss
+    assert rows_exec.relative_error(r.param_grads, plain[name].param_grads) <= 1e-10
+    assert r.param_grads.keys() == plain[name].param_grads.keys()
+    assert r.measured_peak_bytes <= p.predicted_peak_bytes
+
+
+def test_a_wrong_gradient_is_detected(graphs, plain):
+    g = graphs["vgg16"]
+    r = rows_exec.run(g, rows_plan.plan(g, 2, "overlap"))
+    k = next(iter(r.param_grads))
+    r.param_grads[k] = r.param_grads[k] * (1 + 1e-8)
+    assert rows_exec.relative_error(r.param_grads, plain["vgg16"].param_grads) > 1e-10
+
+
+def _chain():
+    """Two 3x3 convolutions (pad 1) on 8 rows, a stride-2 one, then global pooling and a head."""
+    t = Tracer("chain", "float64")
+    x = t.input((1, 1, 8, 8))
+    y = t.input((1,), dtype="int32", classes=2)
+    h = t.conv2d(x, t.param("c1/W", (2, 1, 3, 3)), pad=1)
+    h = t.conv2d(t.relu(h), t.param("c2/W", (2, 2, 3, 3)), pad=1)
+    h = t.conv2d(h, t.param("c3/W", (2, 2, 3, 3)), stride=2, pad=1)
+    h = t.reshape(t.avg_pool(h, kernel=4), (1, 2))
+    t.loss = t.softmax_cross_entropy(h @ t.param("fc/W", (2, 2)), y).id
+    return export.to_cg(t)
+
+
+def test_halo_grows_through_kernels_and_strides():
+    g = _chain()
+    p = rows_plan.plan(g, 2, "overlap", stages=False)
+    # ops: conv c1, relu, conv c2, conv c3 (stride 2, 4 rows), avg_pool (global: barrier), ...
+    assert p.region.tolist()[:4] == [0, 0, 0, 0] and p.region[4] == -1
+    assert p.outputs.tolist()[:4] == [False, False, False, True]
+    assert p.ranges[3].tolist() == [[0, 2], [2, 4]]             # c3 owns its rows
+    assert p.ranges[2].tolist() == [[0, 4], [3, 8]]             # rows 2s-1 .. 2(hi-1)-1+3
+    assert p.ranges[1].tolist() == [[0, 5], [2, 8]]             # +1 halo row each side
+    assert p.ranges[0].tolist() == [[0, 5], [2, 8]]
+    halo = {h["op"]: h["halo_overhead"] for h in p.halo()}
+    assert halo[3] == 0 and halo[0] == pytest.approx(11 / 8 - 1)
+    share = rows_plan.plan(g, 2, "share", stages=False)
+    assert share.fresh[0].tolist() == [0, 5]                    # band 1 reuses rows 2..4
+    assert share.flops()["extra_flops"] < p.flops()["extra_flops"]
+    r = rows_exec.run(g, share)
+    ref = executor.run(g, executor.plain_schedule(g), recycle=False)
+    assert rows_exec.relative_error(r.param_grads, ref.param_grads) <= 1e-12
+
+
+def test_stages_end_regions_at_downsampling(graphs):
+    p = rows_plan.plan(graphs["vgg16"], 2, "overlap")
+    ly = p.layers
+    pools = [i for i, op in enumerate(ly.ops) if op == "max_pool" and p.region[i] >= 0]
+    assert pools and all(p.outputs[i] for i in pools)          # every stage's pool output is kept
+    assert p.num_regions == 5                                    # one region per stage
+    assert p.region[pools[-1] + 1:].max() == 4 and 4 not in p.region[pools]   # pool5: 1 row < 2 bands
+
+
+def test_barriers():
+    g = export.to_cg(zoo.build("resnet50"))
+    ly = layers.read(g)
+    kinds = dict(zip(ly.ops, ly.kind.tolist()))
+    assert kinds["batch_norm"] == layers.BARRIER and kinds["reshape"] == layers.BARRIER
+    assert kinds["matmul"] == layers.BARRIER and kinds["conv2d"] == layers.WINDOW
+    gap = [i for i, op in enumerate(ly.ops) if op == "avg_pool"]
+    assert gap and all(ly.kind[i] == layers.BARRIER for i in gap)   # global pooling
+    p = rows_plan.plan(g, 2, "overlap", prune=False)
+    bn = [i for i, op in enumerate(ly.ops) if op == "batch_norm"]
+    assert (p.region[bn] == -1).all()
+
+
+def test_regions_that_save_nothing_run_whole(graphs):
+    # ResNet-50: a batch norm after every convolution leaves regions {ReLU, conv} that would keep
+    # the batch norm's output instead of the ReLU's; U-Net keeps the regions that do save memory
+    with pytest.raises(HGraphError, match="no convolution stack where row bands save memory"):
+        rows_plan.plan(graphs["resnet50"], 2)
+    full, pruned = (rows_plan.plan(graphs["unet"], 2, prune=flag) for flag in (False, True))
+    assert 0 < pruned.num_regions < full.num_regions
+    assert pruned.predicted_peak_bytes < full.predicted_peak_bytes
+
+
+def test_analysis_is_the_same_on_any_engine_layout(graphs):
+    g = graphs["unet"]
+    a = rows_plan.plan(g, 4, "share", prune=False)
+    b = rows_plan.plan(g, 4, "share", EngineOptions(tasks=2, blocks=3, mode="push"), prune=False)
+    assert np.array_equal(a.ranges, b.ranges) and np.array_equal(a.region, b.region)
+    assert a.predicted_peak_bytes == b.predicted_peak_bytes
+
+
+def test_rows_lower_the_activation_peak():
+    g = export.to_cg(zoo.build("vgg16", width=8, depth=3, image=128, batch=1))
+    p = rows_plan.plan(g, 8, "overlap")
+    plain = executor.timeline(g, executor.plain_schedule(g), recycle=True).live_peak()
+    act_rows = p.predicted_peak_bytes - p.param_grad_bytes
+    assert act_rows < 0.4 * (plain - p.param_grad_bytes)
+
+
+@pytest.mark.parametrize("bands,message", [(0, "must be >= 1"), (33, "larger than the image height")])
+def test_bad_band_counts(graphs, bands, message):
+    with pytest.raises(HGraphError, match=message):
+        rows_plan.plan(graphs["vgg16"], bands)
+
+
+def test_no_convolution_stack():
+    with pytest.raises(HGraphError, match="no convolution stack"):
+        rows_plan.plan(export.to_cg(zoo.build("mlp")), 2)
+
+
+def test_auto_fits_the_budget(graphs):
+    g = graphs["vgg16"]
+    candidates = [rows_plan.plan(g, b, pol) for b in (2, 4, 8, 16) for pol in ("overlap", "share")]
+    budget = sorted(c.predicted_peak_bytes for c in candidates)[3]
+    p = rows_plan.choose(g, budget)
+    assert p.predicted_peak_bytes <= budget
+    with pytest.raises(HGraphError, match="no row plan fits"):
+        rows_plan.choose(g, 1000)
+
+
+def _cli(argv, capsys):
+    from jobs.cli import main
+
+    code = main(argv)
+    return code, capsys.readouterr()
+
+
+def test_plan_and_execute_jobs(tmp_path, capsys):
+    cgpath = tmp_path / "cg.txt"
+    export.write(zoo.build("unet"), cgpath)
+    code, _ = _cli(["submit", "plan", "--graph", str(cgpath), "--rows", "4", "--row-policy", "share",
+                    "--report", str(tmp_path / "p.json")], capsys)
+    rep = json.loads((tmp_path / "p.json").read_text())
+    assert code == 0 and rep["rows"] == 4 and rep["row_policy"] == "share"
+    assert {"predicted_peak_bytes", "extra_flops", "halo", "bands"} <= rep.keys()
+    code, _ = _cli(["submit", "execute", "--model", "vgg16", "--rows", "4", "--dtype", "float64",
+                    "--report", str(tmp_path / "e.json")], capsys)
+    rep = json.loads((tmp_path / "e.json").read_text())
+    assert code == 0 and rep["gradients_match"] and rep["loss_identical"]
+    assert rep["measured_peak_bytes"] <= rep["predicted_peak_bytes"]
+    assert {"activation_peak_bytes", "extra_flops"} <= rep.keys()
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["--model", "vgg16", "--rows", "0"], "--rows must be >= 1"),
+    (["--model", "vgg16", "--rows", "40"], "larger than the image height"),
+    (["--model", "transformer", "--rows", "2"], "no convolution stack"),
+])
+def test_bad_row_options_are_one_line(capsys, argv, message):
+    code, out = _cli(["submit", "execute", *argv], capsys)
+    lines = out.err.strip().splitlines()
+    assert code == 2 and len(lines) == 1 and message in lines[0]
