@@ -268,6 +268,8 @@ def plan(graph_or_path, budget="100%", solver: str = "approx", strategy: str = "
             if at_min[3].peak_bytes <= budget_bytes:
                 found = at_min
             smallest = max(dp_min, at_min[3].peak_bytes)
+            if base_sched is not None:      # keeping everything is a plan too
+                smallest = min(smallest, baseline_peak)
     if found is None:
         err = InfeasibleError(
             f"budget {budget_bytes:,} bytes ({format_bytes(budget_bytes)}) is infeasible for the "

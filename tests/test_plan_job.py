@@ -180,7 +180,7 @@ def test_no_plan_with_the_chosen_options_is_one_line(tmp_path):
     with pytest.raises(HGraphError, match="--dp-window 1") as info:
         planner.plan(cg.read(graph), budget="90%", dp_window=1)
     assert info.value.exit_code == 3 and not isinstance(info.value, InfeasibleError)
-    proc = _run("hgraph", "submit", "plan", "--graph", str(graph), "--budget", "90%",
+    proc = _run("jobs", "submit", "plan", "--graph", str(graph), "--budget", "90%",
                 "--dp-window", "1", "--out", str(tmp_path / "s.txt"))
     assert proc.returncode == 3 and "Traceback" not in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1 and "--dp-window 1" in proc.stderr

@@ -18,10 +18,13 @@ from planner.torch.partition import kept_vars  # noqa: E402
 
 def small_cnn():
     torch.manual_seed(0)
+    # deep enough in activations (against its parameters) that recomputation can beat keeping
+    # everything: at the smallest feasible budget the plan recomputes and peaks below the baseline
     m = nn.Sequential(nn.Conv2d(3, 4, 3, padding=1), nn.BatchNorm2d(4), nn.ReLU(),
-                      nn.Conv2d(4, 4, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2), nn.Flatten(),
-                      nn.Linear(64, 10), nn.LayerNorm(10)).double()
-    return m, torch.randn(2, 3, 8, 8, dtype=torch.float64)
+                      *[layer for _ in range(3) for layer in (nn.Conv2d(4, 4, 3, padding=1),
+                                                              nn.ReLU())],
+                      nn.MaxPool2d(2), nn.Flatten(), nn.Linear(64, 10), nn.LayerNorm(10)).double()
+    return m, torch.randn(4, 3, 8, 8, dtype=torch.float64)
 
 
 def tightest(tg, **kw):
@@ -49,7 +52,7 @@ def test_import_round_trips_with_flop_costs(decompose):
     assert np.array_equal(again.costs, g.costs)
     conv = [f for f in g.forward if f.type == "aten.convolution.default"]
     # 2 * out elements * (in channels * 3 * 3): FlopCounterMode's count for the first conv
-    assert again.costs[conv[0].index] == 2 * (2 * 4 * 8 * 8) * (3 * 3 * 3)
+    assert again.costs[conv[0].index] == 2 * (4 * 4 * 8 * 8) * (3 * 3 * 3)
     # one var per computed tensor: views are folded, so no var is named after a view op
     assert not any(n.startswith(("view", "alias", "permute", "squeeze")) for n in g.var_names)
     assert sum(1 for f in g.forward if f.type == "hgraph.keep") == 1
@@ -128,10 +131,10 @@ def test_execute_torch_reports_saved_bytes_and_matching_gradients(tmp_path):
     spec.write_text("import torch, torch.nn as nn\n"
                     "def model():\n"
                     "    torch.manual_seed(0)\n"
+                    "    convs = [l for _ in range(3) for l in (nn.Conv2d(4, 4, 3, padding=1), nn.ReLU())]\n"
                     "    m = nn.Sequential(nn.Conv2d(3, 4, 3, padding=1), nn.BatchNorm2d(4), nn.ReLU(),\n"
-                    "                      nn.Conv2d(4, 4, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),\n"
-                    "                      nn.Flatten(), nn.Linear(64, 10)).double()\n"
-                    "    return m, torch.randn(2, 3, 8, 8, dtype=torch.float64)\n")
+                    "                      *convs, nn.MaxPool2d(2), nn.Flatten(), nn.Linear(64, 10)).double()\n"
+                    "    return m, torch.randn(4, 3, 8, 8, dtype=torch.float64)\n")
     model, x, loss = _load(spec)
     p = tightest(pt.graph(model, x, decompose=False))
     sched = tmp_path / "s.txt"
@@ -146,9 +149,9 @@ def test_execute_torch_reports_saved_bytes_and_matching_gradients(tmp_path):
 
 def test_compile_partition_matches_torch_compile_default():
     torch.manual_seed(0)
-    m = nn.Sequential(nn.Linear(8, 32), nn.GELU(), nn.Linear(32, 32), nn.LayerNorm(32),
-                      nn.Linear(32, 4)).double()
-    x = torch.randn(4, 8, dtype=torch.float64)
+    m = nn.Sequential(nn.Linear(8, 32), nn.GELU(), nn.Linear(32, 32), nn.GELU(), nn.Linear(32, 32),
+                      nn.LayerNorm(32), nn.Linear(32, 4)).double()
+    x = torch.randn(64, 8, dtype=torch.float64)      # activations outweigh the parameters
     m1 = copy.deepcopy(m)
     torch.compile(lambda z: m1(z).mean())(x).backward()
     m2 = copy.deepcopy(m)

@@ -4,12 +4,20 @@ torch is an optional extra (``pip install 'hgraph[torch]'``; on CPU-only machine
 ``pip install torch==2.13.0`` first, see README). Everything here imports torch lazily, so the
 rest of the planner works without it; :func:`require_torch` says in one line how to install it.
 
-    >>> import planner.torch as pt                                          # doctest: +SKIP
+    >>> import torch, planner.torch as pt
+    >>> model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.GELU(), torch.nn.Linear(16, 1))
+    >>> x = torch.randn(32, 8)
     >>> tg = pt.graph(model, x)              # joint fwd+bwd graph, decomposed as Inductor sees it
-    >>> p = pt.plan(tg, budget="60%")        # planner.plan on it
+    >>> p = pt.plan(tg, budget="100%")       # planner.plan on it: at 100% nothing is recomputed
+    >>> p.recompute_cost
+    0
     >>> step = pt.apply(model, p, x)         # eager training step that keeps exactly p's tensors
     >>> loss = step(x)                       # grads accumulate into model's .grad
-    >>> cm = pt.compile(model, budget="60%") # torch.compile with hgraph as the partitioner
+    >>> model[0].weight.grad.shape
+    torch.Size([16, 8])
+
+``pt.compile(model, budget="60%")`` returns the model under torch.compile with hgraph as the
+partitioner (``torch._inductor.config.custom_partitioner_fn``).
 """
 
 from __future__ import annotations
