@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import argparse
 import csv
-import multiprocessing as mp
 import sys
 import time
 from collections import defaultdict
@@ -37,6 +36,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from forked import TIMEOUT, run_limited  # noqa: E402  (bench/ is not a package)
 
 from planner import cg, synth  # noqa: E402
 from planner.dp import solve  # noqa: E402
@@ -55,24 +56,14 @@ def _solve(path_or_graph, budget, family, strategy):
             tuple(getattr(r, k) for k in KEYS))
 
 
-def _child(q, *args):
-    q.put(_solve(*args))
-
-
 def _solve_limited(limit, *args):
     """:func:`_solve` in a forked child (it shares the parsed graph) under ``limit`` seconds."""
-    ctx = mp.get_context("fork")
-    q = ctx.Queue()
-    p = ctx.Process(target=_child, args=(q, *args))
-    p.start()
-    p.join(limit)
-    if p.is_alive():
-        p.terminate()
-        p.join()
+    got = run_limited(limit, _solve, *args)
+    if got == TIMEOUT:
         return limit, limit, "TIMEOUT", None
-    if q.empty():
-        return 0.0, 0.0, f"CRASHED rc={p.exitcode}", None
-    return q.get()
+    if isinstance(got, str):
+        return 0.0, 0.0, got, None
+    return got
 
 
 def generated_rows(blocks_list, strategies):

@@ -20,7 +20,6 @@ finish is reported as TIMEOUT and larger sizes of that generator are skipped.
 from __future__ import annotations
 
 import argparse
-import multiprocessing as mp
 import sys
 import tempfile
 import time
@@ -28,6 +27,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from forked import TIMEOUT, run_limited  # noqa: E402  (bench/ is not a package)
 
 from planner import approx_scale, cg, synth  # noqa: E402
 
@@ -62,21 +63,11 @@ def _plan(path, budget, strategy, window, cap):
             "nodes": int(p.nodes)}
 
 
-def _child(q, *args):
-    q.put(_plan(*args))
-
-
 def plan_limited(limit: float, *args) -> dict:
-    ctx = mp.get_context("fork")
-    q = ctx.Queue()
-    p = ctx.Process(target=_child, args=(q, *args))
-    p.start()
-    p.join(limit)
-    if p.is_alive():
-        p.terminate()
-        p.join()
-        return {"status": "TIMEOUT", "seconds": limit}
-    return q.get() if not q.empty() else {"status": f"rc={p.exitcode}", "seconds": 0.0}
+    got = run_limited(limit, _plan, *args)
+    if isinstance(got, str):
+        return {"status": got, "seconds": limit if got == TIMEOUT else 0.0}
+    return got
 
 
 def main(argv=None) -> int:
