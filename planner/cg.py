@@ -73,7 +73,7 @@ class ComputationalGraph:
     ``is_activation`` (bool [N]), ``path`` (where it was read from, or None).
     """
 
-    def __init__(self, var_bytes, var_names, functions, path=None):
+    def __init__(self, var_bytes, var_names, functions, path=None, _out_var=None):
         self.var_bytes = np.asarray(var_bytes, dtype=np.int64)
         self.var_names = list(var_names)
         self.functions = list(functions)
@@ -83,9 +83,13 @@ class ComputationalGraph:
         self.path = path
         n = len(self.var_bytes)
         self.producer = np.full(n, -1, dtype=np.int64)
-        for f in self.forward:
-            for v in f.outputs:
-                self.producer[v] = f.index
+        counts = [len(f.outputs) for f in self.forward]
+        if _out_var is None:                  # built in memory: read the blocks once
+            outs = np.array([v for f in self.forward for v in f.outputs], dtype=np.int64)
+        else:                                 # the reader's flat outputs (forward blocks first)
+            outs = np.asarray(_out_var[:sum(counts)], dtype=np.int64)
+        # a var produced twice (the reader rejects that) keeps its last producer, as a loop would
+        self.producer[outs] = np.repeat(np.arange(half, dtype=np.int64), counts)
         self.is_activation = self.producer >= 0
 
     @property
@@ -195,8 +199,8 @@ def loads(text, path="<string>") -> ComputationalGraph:
 
     fast = _fast_parse(lines, text, n, m)
     if fast is not None:
-        g = ComputationalGraph(fast[0], fast[1], fast[2], path=path)
-        _check_structure(g, path)
+        g = ComputationalGraph(fast[0], fast[1], fast[2], path=path, _out_var=fast[3].out_var)
+        _check_structure(g, path, fast[3])
         return g
 
     var_bytes = np.zeros(n, dtype=np.int64)
@@ -229,77 +233,128 @@ def loads(text, path="<string>") -> ComputationalGraph:
                  f"got {lines[cur.pos - 1][:60]!r}")
 
     g = ComputationalGraph(var_bytes, names, functions, path=path)
-    _check_structure(g, path)
+    _check_structure(g, path, _Columns.of(functions))
     return g
 
 
 _NAT = "(?:0|[1-9][0-9]*)"
-_VAR = re.compile(f"({_NAT}) ({_NAT}) ([^ ]+)")
+_VARS = re.compile(f"(?:{_NAT} {_NAT} [^ \n]+\n)*")
 _BLOCK = re.compile(
-    f"(forward|backward)\n({_NAT}) ({_NAT})\n((?:{_NAT} (?:_|gradient|input|output)\n)*)"
-    f"((?:{_NAT}\n)*)([A-Za-z_][!-~]*)\n([^\n]*)\n")
+    f"((forward|backward)\n({_NAT}) ({_NAT})\n((?:{_NAT} (?:_|gradient|input|output)\n)*)"
+    f"((?:{_NAT}\n)*)([A-Za-z_][!-~]*)\n([^\n]*)\n)")
+#: Runs of digits as JSON's number grammar splits them (a leading "0" is a run of its own).
+_DIGITS = re.compile("0|[1-9][0-9]*")
+
+
+@dataclass
+class _Columns:
+    """The function blocks as flat arrays (what the structure checks read, vectorised).
+
+    ``k``/``p``: inputs/outputs per block; ``in_var``/``in_grad``: every block's input vars in
+    file order and whether each is tagged ``gradient``; ``out_var``: every output var;
+    ``types``: the function type per block.
+    """
+
+    k: np.ndarray
+    p: np.ndarray
+    in_var: np.ndarray
+    in_grad: np.ndarray
+    out_var: np.ndarray
+    types: np.ndarray
+
+    @classmethod
+    def of(cls, functions) -> "_Columns":
+        """From parsed :class:`Function` blocks (the line-by-line reader's result)."""
+        ins = [x for f in functions for x in f.inputs]
+        return cls(k=np.array([len(f.inputs) for f in functions], dtype=np.int64),
+                   p=np.array([len(f.outputs) for f in functions], dtype=np.int64),
+                   in_var=np.array([v for v, _ in ins], dtype=np.int64),
+                   in_grad=np.array([t == "gradient" for _, t in ins], dtype=bool),
+                   out_var=np.array([v for f in functions for v in f.outputs], dtype=np.int64),
+                   types=np.array([f.type for f in functions], dtype=object))
+
+
+def _ints(tokens) -> np.ndarray:
+    return np.array(list(map(int, tokens)), dtype=np.int64)
+
+
+def _json_objects(details) -> bool:
+    """Whether every line is a one-line JSON object, parsing each distinct *shape* once.
+
+    Replacing every digit run (as the number grammar splits them: ``0`` alone, else
+    ``[1-9][0-9]*``) by ``0`` keeps a line valid or invalid — digits appear in JSON only in
+    numbers, where each run keeps its place in the grammar, and in strings, where any run is
+    valid; ``\\uXXXX`` escapes are the exception, so lines with a backslash are parsed as they
+    are. The reference's details differ mostly in numbers (``"rank": 17``), so a file has a few
+    shapes, not one per block.
+    """
+    plain = [d for d in set(details) if "\\" not in d]
+    escaped = [d for d in set(details) if "\\" in d]
+    shapes = set(_DIGITS.sub("0", "\n".join(plain)).split("\n")) if plain else set()
+    for d in list(shapes) + escaped:
+        try:
+            if not isinstance(json.loads(d), dict):
+                return False
+        except ValueError:
+            return False
+    return True
 
 
 def _fast_parse(lines, text, n, m):
-    """The common case, quickly: a well-formed file parsed with compiled regexes.
+    """The common case, quickly: a well-formed file parsed with a few whole-file regexes.
 
-    Returns ``(var_bytes, names, functions)`` or None at the first doubt, in which case the
-    line-by-line parser (the authority, with the precise error messages) runs instead. It never
-    accepts what that parser rejects: every pattern here is a subset of what it accepts.
+    Returns ``(var_bytes, names, functions, columns)`` or None at the first doubt, in which
+    case the line-by-line parser (the authority, with the precise error messages) runs instead.
+    It never accepts what that parser rejects: every pattern here is a subset of what it accepts,
+    the blocks must tile the text exactly, and each block's line counts must match its header.
     """
     if len(lines) < n + 1:
         return None
-    matches = [_VAR.fullmatch(line) for line in lines[1:n + 1]]
-    if not all(matches):
+    head = len(lines[0]) + 1
+    pos = len("\n".join(lines[:n + 1])) + 1          # character offset of the first block
+    var_text = text[head:pos]
+    if not _VARS.fullmatch(var_text):
         return None
-    if n and [int(x[1]) for x in matches] != list(range(n)):
+    tokens = var_text.replace("\n", " ").split(" ")[:-1]
+    if n and not np.array_equal(_ints(tokens[0::3]), np.arange(n)):
         return None
-    sizes = [int(x[2]) for x in matches]
+    sizes = list(map(int, tokens[1::3]))
     if sizes and max(sizes) >= 2**63:
         return None
-    names = [x[3] for x in matches]
-    # character offset of line n + 1 (the first block)
-    pos = sum(len(line) + 1 for line in lines[:n + 1])
+    names = tokens[2::3]
+    found = _BLOCK.findall(text, pos)
+    if len(found) != m or sum(map(len, (x[0] for x in found))) != len(text) - pos:
+        return None                                  # the blocks do not tile the rest exactly
+    if not m:
+        return sizes, names, [], _Columns.of([])
+    _, dirs, ks, ps, ins, outs, types, details = zip(*found)
     half = m // 2
-    functions = []
-    seen_json = set()
-    line_no = n + 2
-    for b in range(m):
-        x = _BLOCK.match(text, pos)
-        if x is None:
-            return None
-        direction = "forward" if b < half else "backward"
-        if x[1] != direction:
-            return None
-        k, p = int(x[2]), int(x[3])
-        in_lines = x[4].split("\n")[:-1]
-        out_lines = x[5].split("\n")[:-1]
-        if len(in_lines) != k or len(out_lines) != p:
-            return None
-        inputs = []
-        for item in in_lines:
-            v, tag = item.split(" ")
-            inputs.append((int(v), tag))
-        outputs = [int(v) for v in out_lines]
-        if any(v >= n for v, _ in inputs) or any(v >= n for v in outputs):
-            return None
-        tags = {tag for _, tag in inputs}
-        if (direction == "forward") != (tags <= {"_"}) and tags:
-            return None
-        details = x[7]
-        if details not in seen_json:
-            try:
-                if not isinstance(json.loads(details), dict):
-                    return None
-            except ValueError:
-                return None
-            seen_json.add(details)
-        functions.append(Function(b, direction, inputs, outputs, x[6], details, line_no))
-        line_no += 4 + k + p
-        pos = x.end()
-    if pos != len(text):
+    if dirs[:half].count("forward") != half or dirs[half:].count("backward") != m - half:
         return None
-    return sizes, names, functions
+    k, p = _ints(ks), _ints(ps)
+    if (not np.array_equal(k, np.fromiter(map(str.count, ins, ["\n"] * m), np.int64, m))
+            or not np.array_equal(p, np.fromiter(map(str.count, outs, ["\n"] * m), np.int64, m))):
+        return None
+    in_tokens = "".join(ins).replace("\n", " ").split(" ")[:-1]
+    in_var, in_tag = _ints(in_tokens[0::2]), np.array(in_tokens[1::2], dtype=object)
+    out_var = _ints("".join(outs).split("\n")[:-1])
+    if (in_var.size and in_var.max() >= n) or (out_var.size and out_var.max() >= n):
+        return None
+    # forward blocks take only "_" inputs, backward blocks never
+    if not np.array_equal(in_tag == "_", np.repeat(np.arange(m) < half, k)):
+        return None
+    if not _json_objects(details):
+        return None
+    line = n + 2 + np.concatenate(([0], np.cumsum(4 + k + p)[:-1]))
+    in_pairs = list(zip(in_var.tolist(), in_tag.tolist()))
+    outs_list = out_var.tolist()
+    ki = np.concatenate(([0], np.cumsum(k))).tolist()
+    pi = np.concatenate(([0], np.cumsum(p))).tolist()
+    functions = [Function(b, dirs[b], in_pairs[ki[b]:ki[b + 1]], outs_list[pi[b]:pi[b + 1]],
+                          types[b], details[b], ln) for b, ln in enumerate(line.tolist())]
+    cols = _Columns(k=k, p=p, in_var=in_var, in_grad=in_tag == "gradient", out_var=out_var,
+                    types=np.array(types, dtype=object))
+    return sizes, names, functions, cols
 
 
 def _is_block_start(line: str) -> bool:
@@ -350,53 +405,81 @@ def _read_block(cur: _Lines, b: int, half: int, n: int) -> Function:
     return Function(b, direction, inputs, outputs, ftype, details, start)
 
 
-def _check_structure(g: ComputationalGraph, path) -> None:
-    """Cross-block checks: one output per forward block, unique producers, pairing, no cycles."""
-    seen = {}
-    for f in g.forward:
-        if len(f.outputs) != 1:
-            raise InputError(path, f.line + 1, f"expected exactly 1 output in forward block "
-                                               f"{f.index}, got {len(f.outputs)}")
-        v = f.outputs[0]
-        if v in seen:
-            raise InputError(path, f.line, f"expected each variable produced once, var {v} is "
-                                           f"also produced by forward block {seen[v]}")
-        seen[v] = f.index
-    for i, (f, bw) in enumerate(zip(g.forward, g.backward)):
-        grads = bw.tagged("gradient")
-        if grads != f.outputs:
-            raise InputError(path, bw.line, f"expected backward block {bw.index} to take the "
-                                            f"gradient of var {f.outputs[0]} (output of forward "
-                                            f"block {i}), got {grads}")
-        fin = [v for v, _ in f.inputs]
-        if bw.outputs != fin:
-            raise InputError(path, bw.line, f"expected backward block {bw.index} outputs to be "
-                                            f"forward block {i}'s inputs {fin}, got {bw.outputs}")
-        if bw.type != f.type:
-            raise InputError(path, bw.line, f"expected function type {f.type!r} (as forward "
-                                            f"block {i}), got {bw.type!r}")
-    cycle = _find_cycle(g)
+def _check_structure(g: ComputationalGraph, path, cols: _Columns) -> None:
+    """Cross-block checks: one output per forward block, unique producers, pairing, no cycles.
+
+    Vectorised over ``cols``; the first failing block (in the order a loop over the blocks
+    would meet it) is then re-checked on its own to word the error.
+    """
+    half = len(g.forward)
+    k_fw, p_fw = cols.k[:half], cols.p[:half]
+    not_one = np.flatnonzero(p_fw != 1)
+    limit = int(not_one[0]) if not_one.size else half
+    out_fw = cols.out_var[np.concatenate(([0], np.cumsum(p_fw)[:-1]))[:limit]] if limit else \
+        np.zeros(0, dtype=np.int64)
+    _, first = np.unique(out_fw, return_index=True)
+    again = np.setdiff1d(np.arange(limit), first)
+    if again.size:
+        i = int(again[0])
+        v = int(out_fw[i])
+        raise InputError(path, g.forward[i].line, f"expected each variable produced once, var {v} "
+                                                  f"is also produced by forward block "
+                                                  f"{int(np.flatnonzero(out_fw == v)[0])}")
+    if limit < half:
+        f = g.forward[limit]
+        raise InputError(path, f.line + 1, f"expected exactly 1 output in forward block "
+                                           f"{f.index}, got {len(f.outputs)}")
+    # backward block i: exactly one gradient input, forward i's output
+    k_bw, p_bw = cols.k[half:], cols.p[half:]
+    n_fw_in = int(k_fw.sum())
+    bw_block = np.repeat(np.arange(half), k_bw)
+    grad = cols.in_grad[n_fw_in:]
+    n_grad = np.bincount(bw_block[grad], minlength=half)
+    grad_var = np.full(half, -1, dtype=np.int64)
+    grad_var[bw_block[grad]] = cols.in_var[n_fw_in:][grad]
+    bad = (n_grad != 1) | (grad_var != out_fw)
+    # backward block i's outputs: forward i's input vars, in order
+    same_count = np.flatnonzero(p_bw == k_fw)
+    bad |= p_bw != k_fw
+    lengths = k_fw[same_count]
+    rep = np.repeat(same_count, lengths)
+    offs = np.arange(rep.size) - np.repeat(np.cumsum(lengths) - lengths, lengths)
+    fw_start = np.concatenate(([0], np.cumsum(k_fw)[:-1]))
+    bw_start = int(cols.p[:half].sum()) + np.concatenate(([0], np.cumsum(p_bw)[:-1]))
+    differ = cols.in_var[fw_start[rep] + offs] != cols.out_var[bw_start[rep] + offs]
+    bad[rep[differ]] = True
+    bad |= cols.types[half:] != cols.types[:half]
+    if bad.any():
+        _pair_error(g, int(np.flatnonzero(bad)[0]), path)
+    src = g.producer[cols.in_var[:n_fw_in]]
+    dst = np.repeat(np.arange(half), k_fw)
+    cycle = _find_cycle(half, src[src >= 0], dst[src >= 0])
     if cycle is not None:
         f = g.forward[cycle]
         raise InputError(path, f.line, f"cycle among forward functions through block {cycle} "
                                        f"(output var {f.outputs[0]}); expected a DAG")
 
 
-def _find_cycle(g: ComputationalGraph):
-    """Index of a forward function on a cycle, or None (Kahn's algorithm over forward functions)."""
-    nf = len(g.forward)
-    if nf == 0:
-        return None
-    src, dst = [], []
-    for f in g.forward:
-        for v, _ in f.inputs:
-            pf = g.producer[v]
-            if pf >= 0:
-                src.append(pf)
-                dst.append(f.index)
-    src = np.asarray(src, dtype=np.int64)
-    dst = np.asarray(dst, dtype=np.int64)
-    if np.all(src < dst):        # file order already topological: the common case
+def _pair_error(g: ComputationalGraph, i: int, path) -> None:
+    """Raise the error of forward block ``i`` and its backward block (one is known to fail)."""
+    f, bw = g.forward[i], g.backward[i]
+    grads = bw.tagged("gradient")
+    if grads != f.outputs:
+        raise InputError(path, bw.line, f"expected backward block {bw.index} to take the "
+                                        f"gradient of var {f.outputs[0]} (output of forward "
+                                        f"block {i}), got {grads}")
+    fin = [v for v, _ in f.inputs]
+    if bw.outputs != fin:
+        raise InputError(path, bw.line, f"expected backward block {bw.index} outputs to be "
+                                        f"forward block {i}'s inputs {fin}, got {bw.outputs}")
+    raise InputError(path, bw.line, f"expected function type {f.type!r} (as forward "
+                                    f"block {i}), got {bw.type!r}")
+
+
+def _find_cycle(nf: int, src: np.ndarray, dst: np.ndarray):
+    """Index of a forward function on a cycle, or None (Kahn's algorithm over forward functions;
+    ``src → dst`` are the producer → consumer edges)."""
+    if nf == 0 or np.all(src < dst):        # file order already topological: the common case
         return None
     order = np.argsort(src, kind="stable")
     indptr = np.zeros(nf + 1, dtype=np.int64)

@@ -62,3 +62,46 @@ def test_layers_for_a_hundred_thousand_nodes():
     layers = synth.layers_for_nodes(100_000)
     nodes = 4 + layers * synth.nodes_per_layer(4)
     assert 100_000 <= nodes < 100_000 + synth.nodes_per_layer(4)
+
+
+@pytest.mark.parametrize("blocks, stages, dense_layers", [(1, 4, 1), (5, 3, 3)])
+def test_cnn_structure_and_round_trip(tmp_path, blocks, stages, dense_layers):
+    g = synth.build_cnn(blocks=blocks, stages=stages, dense_layers=dense_layers, width=16,
+                        growth=8, image=32, batch=2, classes=10)
+    assert len(g.forward) == synth.cnn_nodes(blocks, stages, dense_layers)
+    path = tmp_path / "cg_cnn.txt"
+    cg.write(g, path)
+    back = cg.read(path)
+    assert cg.dumps(back) == path.read_text()
+    ag = ActivationGraph.from_cg(back)
+    assert ag.sinks.size == 1
+    for f, b in zip(back.forward, back.backward):
+        assert b.inputs[0] == (f.outputs[0], "gradient")
+        assert b.outputs == [v for v, _ in f.inputs]
+        if f.type == "ReLU":                 # Chainer's ReLU backward reads only its output
+            assert b.inputs[1:] == [(f.outputs[0], "output")]
+    # branchy: Inception concats join 4 branches, the last dense concat joins dense_layers + 1
+    fan_in = sorted({len(f.inputs) for f in back.forward if f.type == "Concat"})
+    assert fan_in[-1] == max(4, dense_layers + 1)
+    fan_out = np.bincount(ag.src, minlength=ag.n)
+    assert fan_out.max() >= 4                # an Inception input feeds four branches
+    # real shapes: the stem's ReLU is batch x width x image/2 x image/2 floats
+    relu = next(f for f in back.forward if f.type == "ReLU")
+    assert back.var_bytes[relu.outputs[0]] == 2 * 16 * 16 * 16 * 4
+    assert simulate.replay(back, plain_schedule(back)).ok
+
+
+def test_cnn_sizing_and_bad_sizes():
+    for nodes in (1, 500, 2000, 100_000):
+        blocks = synth.cnn_blocks_for_nodes(nodes)
+        assert synth.cnn_nodes(blocks) >= nodes
+        assert blocks == 1 or synth.cnn_nodes(blocks - 1) < nodes
+    with pytest.raises(ValueError):
+        synth.build_cnn(blocks=0)
+
+
+def test_planner_plans_a_cnn_graph():
+    g = synth.build_cnn(blocks=8, stages=4, image=64, batch=2)
+    p = planner.plan(g, budget="80%", tasks=2)     # the stem and first stage bound it at ~73%
+    assert p.peak_bytes <= p.budget_bytes and p.recompute_cost > 0
+    assert simulate.replay(g, p.schedule).ok
