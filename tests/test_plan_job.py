@@ -338,6 +338,22 @@ def test_the_table_is_the_result_on_stdout(tmp_path):
     assert "peak (simulated)" in proc.stderr
 
 
+def test_a_row_plan_prints_its_result_line_on_stdout(tmp_path, capsys):
+    """Item 11 for ``plan --rows``: with ``--report FILE`` the result line is on stdout; without,
+    stdout carries the JSON and the line goes to stderr."""
+    from planner.execute import export, zoo
+
+    graph = tmp_path / "v.txt"
+    cg.write(export.to_cg(zoo.build("vgg16", width=4, depth=1, image=32)), graph)
+    assert main(["submit", "plan", "--graph", str(graph), "--rows", "4",
+                 "--report", str(tmp_path / "r.json")]) == 0
+    captured = capsys.readouterr()
+    assert captured.out.startswith("rows 4 overlap: ") and captured.err == ""
+    assert main(["submit", "plan", "--graph", str(graph), "--rows", "4"]) == 0
+    captured = capsys.readouterr()
+    assert json.loads(captured.out)["rows"] == 4 and captured.err.startswith("rows 4 overlap: ")
+
+
 def test_the_table_shows_approximations_and_how_the_baseline_was_made(tmp_path, capsys):
     """Item 12: the DP's scale approximations and the baseline's kind are in the table, not
     only in the JSON (on main: neither)."""
