@@ -118,11 +118,13 @@ def write_json(report: dict, path) -> None:
         write_text(path, text)
 
 
-def summary_table(report: dict):
-    """A rich Table with the headline numbers."""
-    from rich.table import Table
+def summary_table(report: dict, table=None):
+    """A rich Table with the headline numbers (``table``: another class with its surface, e.g.
+    :class:`planner.plain_table.PlainTable`)."""
+    if table is None:
+        from rich.table import Table as table
 
-    tab = Table(title=f"plan: {report['graph']} ({report['nodes']:,} nodes, {report['solver']}, "
+    tab = table(title=f"plan: {report['graph']} ({report['nodes']:,} nodes, {report['solver']}, "
                       f"{report['strategy']}-centric)", show_header=False)
     tab.add_column("what", style="bold")
     tab.add_column("value", justify="right")
@@ -148,9 +150,16 @@ def print_summary(report: dict, file=None) -> None:
     """Print :func:`summary_table` (to stderr by default, so stdout can carry data)."""
     import sys
 
+    from planner.plain_table import PlainTable, plain_stream
+
+    out = file or sys.stderr
+    text = summary_table(report, PlainTable).render(100) if plain_stream(out) else None
+    if text is not None:        # a pipe or a log: the same text, without importing rich
+        out.write(text)
+        return
     from rich.console import Console
 
-    Console(file=file or sys.stderr, width=100).print(summary_table(report))
+    Console(file=out, width=100).print(summary_table(report))
 
 
 def plot(p, path) -> None:
