@@ -62,3 +62,30 @@ def test_local_plan_loads_no_ray_torch_or_matplotlib(tmp_path):
     assert not _offenders(modules, NEVER_FOR_A_LOCAL_PLAN)
     # engine pieces a run without checkpoints or a cluster never needs
     assert not _offenders(modules, ("hgraph.checkpoint", "hgraph.runtime.ray_actors", "socket"))
+
+
+def test_plain_summary_is_rich_s_text(tmp_path):
+    """In a pipe the summary is drawn without rich, character for character as rich draws it;
+    where rich would wrap (a title wider than the table, a row past the width) it is left to rich."""
+    import io
+
+    import planner
+    from rich.console import Console
+    from planner import report
+    from planner.plain_table import PlainTable
+
+    for layers, budget in ((2, "60%"), (3, "45%"), (1, "100%")):
+        rep = planner.plan(synth.build(layers=layers, heads=2), budget=budget).report
+        for name in ("g", "graph-with-a-long-name", "odd"):
+            rep["graph"] = name
+            want = io.StringIO()
+            Console(file=want, width=100).print(report.summary_table(rep))
+            got = report.summary_table(rep, PlainTable).render(100)
+            assert got == want.getvalue() if len(name) < 5 else got in (want.getvalue(), None)
+    wide = PlainTable(title="t", show_header=False)
+    wide.add_column("a")
+    wide.add_row("x" * 120)
+    assert wide.render(100) is None
+    buf = io.StringIO()                     # not a terminal: the plain text, same as rich's
+    report.print_summary(rep, file=buf)
+    assert buf.getvalue() == report.summary_table(rep, PlainTable).render(100)
