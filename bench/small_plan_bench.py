@@ -100,6 +100,9 @@ def main(argv=None) -> int:
     ap.add_argument("--solver", choices=sorted(REF_SOLVER), default="approx")
     ap.add_argument("--strategy", choices=["time", "memory"], default="time")
     ap.add_argument("--repeat", type=int, default=3, help="runs per row, best kept (default 3)")
+    ap.add_argument("--progress", choices=["off", "auto"], default="off",
+                    help="the command's --progress (auto: as a user runs it, summary table "
+                         "included; default off)")
     ap.add_argument("--imports", action="store_true", help="also analyse -X importtime")
     ap.add_argument("--top", type=int, default=25)
     ap.add_argument("--no-pyc", action="store_true",
@@ -138,7 +141,7 @@ def main(argv=None) -> int:
             cmd = [py, "-m", "jobs", "submit", "plan", "--graph", str(path), "--runtime",
                    "local", "--budget", r["budget_bytes"], "--units", "reference", "--solver",
                    args.solver, "--strategy", args.strategy, "--out", str(work / "s.txt"),
-                   "--progress", "off"]
+                   "--progress", args.progress]
             first_cmd = first_cmd or cmd
             wall, cpu, rc, err = best(cmd, args.repeat)
             ref_s = float(r["wall_s"]) if r["wall_s"] else float("nan")

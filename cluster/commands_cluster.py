@@ -32,9 +32,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
-import socket
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -171,6 +168,8 @@ def _env(host: str) -> dict:
 
 
 def _spawn(argv: list[str], log: Path, env: dict) -> dict:
+    import subprocess   # here and below, not at the top: every `hgraph` command loads this module
+
     with open(log, "ab") as handle:
         proc = subprocess.Popen(argv, stdout=handle, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                 env=env, start_new_session=True)
@@ -226,6 +225,8 @@ def up(state_dir: Path, *, nodes: int = 3, cpus_per_node: int = 2, port: int = 6
 
 
 def _free_port() -> int:
+    import socket
+
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
@@ -307,6 +308,8 @@ def _session_members(sids: set[int]) -> list[int]:
 
 def down(state_dir: Path) -> int | None:
     """Stop every process in the sessions recorded by :func:`up`; None when none is recorded."""
+    import signal
+
     state = read_state(Path(state_dir))
     if state is None:
         return None

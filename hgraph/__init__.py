@@ -3,12 +3,40 @@
     import hgraph
     g = hgraph.Graph.from_edges(src, dst, weights)
     result = hgraph.run(program, g, tasks=4, mode="hybrid")     # see hgraph.api.run
+
+The names below are loaded on first use (a module ``__getattr__``), so ``import hgraph.errors``
+or ``hgraph.fileio`` does not start NumPy, the master loop, the wire format or the checkpoint
+store: a command line that only builds its parser, or fails on a bad flag, stays instant.
 """
 
-from hgraph import io
-from hgraph.api import Result, run
-from hgraph.exactsum import ExactSum, exact_sum
-from hgraph.graph import Graph
-from hgraph.program import Update, VertexProgram
+import importlib
 
-__all__ = ["ExactSum", "Graph", "Result", "Update", "VertexProgram", "exact_sum", "io", "run"]
+#: Public name -> the module that defines it (``io`` is the submodule itself).
+_LAZY = {
+    "ExactSum": "hgraph.exactsum",
+    "exact_sum": "hgraph.exactsum",
+    "Graph": "hgraph.graph",
+    "Result": "hgraph.api",
+    "run": "hgraph.api",
+    "Update": "hgraph.program",
+    "VertexProgram": "hgraph.program",
+    "io": None,
+}
+
+__all__ = sorted(_LAZY)
+
+
+def __getattr__(name):
+    if name not in _LAZY:
+        raise AttributeError(f"module 'hgraph' has no attribute {name!r}")
+    module = _LAZY[name]
+    if module is None:
+        value = importlib.import_module(f"hgraph.{name}")
+    else:
+        value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_LAZY))

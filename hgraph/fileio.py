@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import secrets
 import tempfile
 from pathlib import Path
 
@@ -73,7 +72,8 @@ def process_umask(directory: Path | str = ".") -> int:
                     return int(line.split()[1], 8)
     except (OSError, ValueError, IndexError):
         pass
-    probe = os.path.join(str(directory or "."), f".umask-probe.{os.getpid()}.{secrets.token_hex(6)}")
+    # os.urandom(6).hex() is secrets.token_hex(6) without importing secrets (hmac, hashlib)
+    probe = os.path.join(str(directory or "."), f".umask-probe.{os.getpid()}.{os.urandom(6).hex()}")
     fd = os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
     try:
         return 0o666 & ~os.fstat(fd).st_mode & 0o777

@@ -27,7 +27,6 @@ from typing import Any, Callable
 
 import numpy as np
 
-from hgraph.checkpoint import CheckpointStore
 from hgraph.cost_model import HybridSwitcher
 from hgraph.errors import HGraphError, WorkerLost
 from hgraph.worker import finish_aggregates, reduce_aggregates
@@ -77,6 +76,8 @@ class Master:
         self.progress = progress
         self.store = None
         if checkpoint_every is not None or inject_failure is not None:
+            from hgraph.checkpoint import CheckpointStore   # only runs that checkpoint load it
+
             directory = checkpoint_dir or tempfile.mkdtemp(prefix="hgraph-ckpt-")
             self.store = CheckpointStore(directory)
         self.checkpoint_dir = None if self.store is None else str(self.store.directory)

@@ -21,11 +21,12 @@ non-zero, never with a traceback.
 from __future__ import annotations
 
 import argparse
+import functools
 import importlib
 import sys
 from typing import Sequence
 
-from cluster import jobs_api
+from cluster import submit_flags
 from hgraph.errors import HGraphError
 
 #: The job table: name -> module. The only place that names what jobs exist.
@@ -57,10 +58,20 @@ def _load(module_name: str):
 
 
 class _Parser(argparse.ArgumentParser):
-    """argparse whose errors are one line and exit code 2."""
+    """argparse whose errors are one line and exit code 2, and whose arguments may be added
+    when it is first used to parse: a sub-command's flags (and what its module imports to
+    declare them) cost nothing unless that sub-command is the one being run."""
+
+    _fill = None
 
     def error(self, message):  # noqa: D401 - argparse API
         self.exit(2, f"{self.prog}: error: {message}\n")
+
+    def parse_known_args(self, args=None, namespace=None):
+        fill, self._fill = self._fill, None
+        if fill is not None:
+            fill(self)
+        return super().parse_known_args(args, namespace)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -70,7 +81,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     submit = sub.add_parser("submit", help="run a named job")
     jobs_sub = submit.add_subparsers(dest="job", required=True, metavar="JOB", parser_class=_Parser)
-    _add_modules(jobs_sub, JOBS, extra=jobs_api.add_submit_arguments)  # --address, --wait/--detach
+    _add_modules(jobs_sub, JOBS, extra=submit_flags.add_submit_arguments)  # --address, --wait/--detach
 
     sub.add_parser("jobs", help="list the jobs `hgraph submit` runs")
 
@@ -82,16 +93,21 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _add_modules(subparsers, table: dict, extra=None) -> None:
-    """One sub-command per module of ``table`` (name -> module with HELP/add_arguments/main)."""
+    """One sub-command per module of ``table`` (name -> module with HELP/add_arguments/main);
+    its arguments are added when it is the sub-command being parsed (``_Parser._fill``)."""
     for name, module_name in table.items():
         module = _try_load(module_name)
         if module is None:
             continue
         p = subparsers.add_parser(name, help=module.HELP, description=module.HELP)
-        module.add_arguments(p)
-        if extra is not None:
-            extra(p)
+        p._fill = functools.partial(_fill_arguments, module, extra)
         p.set_defaults(_module=module)
+
+
+def _fill_arguments(module, extra, parser) -> None:
+    module.add_arguments(parser)
+    if extra is not None:
+        extra(parser)
 
 
 def _try_load(module_name: str):
@@ -124,7 +140,9 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     try:
         if args.command == "submit":
-            if jobs_api.wants_ray_job(args):   # --address http://HOST:8265: a Ray Job
+            if submit_flags.wants_ray_job(args):   # --address http://HOST:8265: a Ray Job
+                from cluster import jobs_api
+
                 words = list(sys.argv[1:] if argv is None else argv)
                 return jobs_api.submit(args, words[words.index("submit") + 2:])
         return int(args._module.main(args) or 0)

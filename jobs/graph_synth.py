@@ -17,7 +17,6 @@ import sys
 
 from hgraph.errors import HGraphError
 from jobs.flags import positive_int
-from planner import cg, synth
 
 NAME = "synth"
 HELP = "write a deep transformer-like or branchy CNN-like training graph (cg.txt) for planning at scale"
@@ -49,6 +48,8 @@ def add_arguments(parser) -> None:
 
 
 def main(args) -> int:
+    from planner import cg, synth
+
     if args.kind == "cnn":
         if args.blocks is None and args.nodes is None:
             raise HGraphError("give --blocks B or --nodes N")

@@ -146,11 +146,13 @@ def approximations_text(report: dict) -> str | None:
     return ", ".join(parts)
 
 
-def summary_table(report: dict):
-    """A rich Table with the headline numbers and what qualifies them."""
-    from rich.table import Table
+def summary_table(report: dict, table=None):
+    """A rich Table with the headline numbers and what qualifies them (``table``: another class
+    with its surface, e.g. :class:`planner.plain_table.PlainTable`)."""
+    if table is None:
+        from rich.table import Table as table
 
-    tab = Table(title=f"plan: {report['graph']} ({report['nodes']:,} nodes, "
+    tab = table(title=f"plan: {report['graph']} ({report['nodes']:,} nodes, "
                       f"{solver_text(report)}, {report['strategy']}-centric)", show_header=False)
     tab.add_column("what", style="bold")
     tab.add_column("value", justify="right")
@@ -190,9 +192,16 @@ def print_summary(report: dict, file=None) -> None:
     stdout carries data)."""
     import sys
 
+    from planner.plain_table import PlainTable, plain_stream
+
+    out = file or sys.stdout
+    text = summary_table(report, PlainTable).render(100) if plain_stream(out) else None
+    if text is not None:        # a pipe or a log: the same text, without importing rich
+        out.write(text)
+        return
     from rich.console import Console
 
-    Console(file=file or sys.stdout, width=100).print(summary_table(report))
+    Console(file=out, width=100).print(summary_table(report))
 
 
 def plot(p, path) -> None:

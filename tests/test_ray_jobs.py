@@ -355,7 +355,7 @@ class _FakePopen:
 
 def _dry_up(monkeypatch, tmp_path, **options):
     _FakePopen.started = []
-    monkeypatch.setattr(commands_cluster.subprocess, "Popen", _FakePopen)
+    monkeypatch.setattr(subprocess, "Popen", _FakePopen)   # commands_cluster imports it in _spawn
     monkeypatch.setattr(commands_cluster, "_wait_started", lambda *a, **k: None)
     monkeypatch.setattr(commands_cluster, "_wait_port", lambda *a, **k: None)
     monkeypatch.setattr(commands_cluster, "_port_open", lambda *a, **k: False)

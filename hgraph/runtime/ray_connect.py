@@ -26,7 +26,6 @@ Example::
 from __future__ import annotations
 
 import os
-import socket
 from urllib.parse import urlparse
 
 from hgraph.errors import HGraphError
@@ -62,6 +61,8 @@ def split_host_port(address: str, *, default_port: int | None = None) -> tuple[s
 
 def probe(host: str, port: int, *, what: str, timeout: float = PROBE_TIMEOUT_S) -> None:
     """A TCP connect to (host, port) within ``timeout``, or one HGraphError line."""
+    import socket       # here, not at the top: the CLI imports this module for every command
+
     try:
         with socket.create_connection((host, port), timeout=timeout):
             return
@@ -124,6 +125,8 @@ LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
 
 def _network_address() -> str | None:
     """This machine's address as other hosts see it (the one Ray turns 127.0.0.1 into)."""
+    import socket
+
     try:
         with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
             sock.connect(("192.0.2.1", 9))      # TEST-NET: no packet is sent for a UDP connect

@@ -29,7 +29,6 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from hgraph.errors import HGraphError
-from planner.dp.exact_search import ExactSearch
 from planner.dp.fronts import Fronts, end_entry, has_end, path
 from planner.dp.loop import run_dp
 from planner.dp.scale import LAMBDAS
@@ -144,6 +143,8 @@ def bounded_fronts(fam, g, b_units: int, strategy: str) -> Fronts:
     ones); the approximate family runs the loop, bounded by :func:`objective_bounded` when big.
     """
     if fam.kind == "exact":
+        from planner.dp.exact_search import ExactSearch    # the approximate DP never loads it
+
         search = ExactSearch(fam, g, b_units)
         if strategy == "time":
             return search.time_fronts()
