@@ -2,7 +2,9 @@
 
 For VGG-16 and the ResNet-50 CNN of the zoo (224x224, real widths, small batch), in one
 process: the plain step (no recomputation, buffers freed after their last use), the DP's
-checkpointing schedule at ``--budget``, and row plans with both policies for each ``R``. Per
+checkpointing schedule at ``--budget``, row plans with both policies for each ``R``, and rows +
+DP (``planner.rows.with_dp``: the overlap plan with the DP's whole-tensor recomputation at the
+smallest of ``--dp-fractions`` x the rows-alone peak it reaches; none when the DP cannot lower it). Per
 row: the executor's tracked peak and the activation peak (minus the parameter gradients, which
 no plan can touch), ``device_peak_bytes`` where CuPy runs, extra FLOPs over the plain step, wall
 and CPU time (this process, all threads) as ratios to the plain step, and the gradients' relative error against the plain step
@@ -29,7 +31,7 @@ import planner  # noqa: E402
 from hgraph.errors import HGraphError, InfeasibleError  # noqa: E402
 from hgraph.fileio import write_text  # noqa: E402
 from planner.execute import backend as backend_mod, executor, export, rows_exec, zoo  # noqa: E402
-from planner.rows import plan as rows_plan  # noqa: E402
+from planner.rows import plan as rows_plan, with_dp  # noqa: E402
 
 DEPTH = {"vgg16": 3, "resnet50": 6}          # the real networks' blocks per stage
 TOLERANCE = {"float32": 1e-4, "float64": 1e-10}
@@ -72,6 +74,18 @@ def _row(label, peak, act, device, extra, timing, base, err, predicted=None):
             "norm_relative_error": norm_err}
 
 
+def _with_dp(name, label, p, fractions):
+    """Rows + DP at the smallest of ``fractions`` x the rows-alone peak that the DP reaches."""
+    for fraction in sorted(fractions):
+        try:
+            return with_dp.combine(p, int(fraction * p.predicted_peak_bytes))
+        except InfeasibleError:
+            continue
+    print(f"{name}: {label}: the DP finds no whole tensor whose recomputation lowers the peak "
+          f"below {max(fractions):.0%} of rows alone", file=sys.stderr)
+    return None
+
+
 def bench_model(name, args, be):
     g = export.to_cg(zoo.build(name, batch=args.batch, width=args.width, depth=DEPTH[name],
                                image=args.image, dtype=args.dtype))
@@ -98,13 +112,19 @@ def bench_model(name, args, be):
     except HGraphError as err:
         print(f"{name}: DP at {args.budget}: {err}", file=sys.stderr)
     for bands in args.bands:
-        for policy in ("overlap", "share"):
+        for policy in ("overlap", "share", "overlap+dp"):
             label = f"rows {bands} {policy}"
             try:
-                p = rows_plan.plan(g, bands, policy)
+                p = rows_plan.plan(g, bands, policy.split("+")[0])
             except HGraphError as err:         # e.g. batch norm after every convolution
                 print(f"{name}: {label}: {err}; running its unpruned regions instead", file=sys.stderr)
-                p, label = rows_plan.plan(g, bands, policy, prune=False), label + " unpruned"
+                p = rows_plan.plan(g, bands, policy.split("+")[0], prune=False)
+                label += " unpruned"
+            if policy.endswith("+dp"):
+                p = _with_dp(name, label, p, args.dp_fractions)
+                if p is None:
+                    continue
+                label += f" {len(p.recompute)} ops"
             r, wall, cpu = _timed(lambda: rows_exec.run(g, p, backend=be), args.repeat)
             err = _errors(r.param_grads, plain)
             good = r.measured_peak_bytes <= r.predicted_peak_bytes and err[1] <= TOLERANCE[args.dtype]
@@ -125,12 +145,16 @@ def main(argv=None) -> int:
     ap.add_argument("--width", type=int, default=64, help="channel multiplier (64: the real widths)")
     ap.add_argument("--bands", default="2,4,8,16")
     ap.add_argument("--budget", default="60%", help="the checkpointing DP's budget")
+    ap.add_argument("--dp-fractions", default="0.5,0.6,0.7,0.8,0.9,0.97",
+                    help="rows + DP: budgets tried, as fractions of the rows-alone predicted peak "
+                         "(the smallest that fits is run)")
     ap.add_argument("--backend", default="numpy")
     ap.add_argument("--dtype", default="float32", choices=["float32", "float64"])
     ap.add_argument("--json", default=None, help="write the results here")
     ap.add_argument("--repeat", type=int, default=1, help="runs per configuration; the fastest counts")
     args = ap.parse_args(argv)
     args.bands = [int(b) for b in args.bands.split(",") if b]
+    args.dp_fractions = [float(f) for f in args.dp_fractions.split(",") if f]
     be = backend_mod.get(args.backend)
     print(f"backend {be.name} ({be.device}); MiB; act = peak minus parameter gradients; ratios to plain")
     results, ok = [], True
