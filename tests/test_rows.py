@@ -210,3 +210,8 @@ def test_plan_job_combines_rows_with_the_dp(tmp_path, capsys):
     assert code == 0 and rep["combined_with_dp"] and rep["dp_recomputed_ops"]
     assert rep["predicted_peak_bytes"] <= 0.6 * rep["plain_peak_bytes"]
     assert rep["dp"]["rows_alone_peak_bytes"] > rep["predicted_peak_bytes"]
+    code, _ = _cli(["submit", "execute", "--model", "unet", "--rows", "2", "--budget", "60%",
+                    "--dtype", "float64", "--report", str(tmp_path / "e.json")], capsys)
+    rep = json.loads((tmp_path / "e.json").read_text())
+    assert code == 0 and rep["combined_with_dp"] and rep["gradients_match"] and rep["loss_identical"]
+    assert rep["measured_peak_bytes"] <= rep["predicted_peak_bytes"]
