@@ -9,7 +9,8 @@ row: the executor's tracked peak and the activation peak (minus the parameter gr
 no plan can touch), ``device_peak_bytes`` where CuPy runs, extra FLOPs over the plain step, wall
 and CPU time (this process, all threads) as ratios to the plain step, and the gradients' relative error against the plain step
 (max |diff| / max |plain| and ||diff|| / ||plain|| per parameter, worst parameter; the
-check is the norm-wise one <= 1e-4 in float32). Exit status 1 if a row plan's measured peak exceeds its prediction or a
+check is the norm-wise one <= 1e-4 in float32, or, where the plain float32 step is itself further
+from a float64 step, no further from the float64 step than twice that). Exit status 1 if a row plan's measured peak exceeds its prediction or a
 gradient check fails.
 
     python3 bench/rows_bench.py                       # both models, 224x224, batch 1
@@ -86,20 +87,30 @@ def _with_dp(name, label, p, fractions):
     return None
 
 
-def _tolerance(name, args, be, plain):
-    """The norm-wise gradient tolerance: ``TOLERANCE`` of the dtype, or -- for a float32 model
-    with batch norm, whose gradients amplify rounding (batch statistics over small maps at a
-    small batch) -- the plain float32 step's own error against float64, when larger: a row step
-    is then as exact as the plain step it is checked against."""
+def _reference(name, args, be, plain):
+    """(tolerance, float64 gradients or None): how a row step's gradients are checked.
+
+    float64: norm-wise within ``TOLERANCE`` of the plain step. float32: within ``TOLERANCE``, or
+    -- when the plain float32 step is itself further from the float64 step (a bias gradient that
+    sums 50,000 cancelling terms on VGG-16, batch statistics over small maps) -- no further from
+    the float64 step than twice the plain float32 step's own error: a row step is then as exact
+    as the plain step it stands in for."""
     tol = TOLERANCE[args.dtype]
+    if args.dtype != "float32":
+        return tol, None
     g64 = export.to_cg(zoo.build(name, batch=args.batch, width=args.width, depth=DEPTH.get(name),
                                  image=args.image, dtype="float64"))
-    if args.dtype != "float32" or not any('"batch_norm"' in str(f.details) for f in g64.forward):
-        return tol
-    ref = executor.run(g64, executor.plain_schedule(g64), backend=be, recycle=True)
-    cond = rows_exec.relative_error(plain.param_grads, ref.param_grads, norm=True)
-    print(f"{name}: plain float32 vs float64 gradients: {cond:.1e} (norm-wise)", file=sys.stderr)
-    return max(tol, 2 * cond)
+    ref = executor.run(g64, executor.plain_schedule(g64), backend=be, recycle=True).param_grads
+    own = rows_exec.relative_error(plain.param_grads, ref, norm=True)
+    print(f"{name}: plain float32 vs float64 gradients: {own:.1e} (norm-wise)", file=sys.stderr)
+    return max(tol, 2 * own), ref
+
+
+def _exact(grads, plain, tol, ref, dtype) -> bool:
+    """Within ``TOLERANCE`` of the plain step, or (float32) within ``tol`` of the float64 step."""
+    if rows_exec.relative_error(grads, plain.param_grads, norm=True) <= TOLERANCE[dtype]:
+        return True
+    return ref is not None and rows_exec.relative_error(grads, ref, norm=True) <= tol
 
 
 def bench_model(name, args, be):
@@ -112,7 +123,7 @@ def bench_model(name, args, be):
     fl = rows_plan.plan(g, 2, "overlap", prune=False).flops()["plain_flops"]
     rows = [_row("plain", plain.measured_peak_bytes, base["activation_peak_bytes"],
                  plain.device_peak_bytes, 0, (wall, cpu), base, (0.0, 0.0))]
-    ok, tol = True, _tolerance(name, args, be, plain)
+    ok, (tol, ref) = True, _reference(name, args, be, plain)
     try:
         try:
             p = planner.plan(g, budget=args.budget)
@@ -143,7 +154,7 @@ def bench_model(name, args, be):
                 label += f" {len(p.recompute)} ops"
             r, wall, cpu = _timed(lambda: rows_exec.run(g, p, backend=be), args.repeat)
             err = _errors(r.param_grads, plain)
-            good = r.measured_peak_bytes <= r.predicted_peak_bytes and err[1] <= tol
+            good = r.measured_peak_bytes <= r.predicted_peak_bytes and _exact(r.param_grads, plain, tol, ref, args.dtype)
             ok &= good
             rows.append(_row(label, r.measured_peak_bytes, r.activation_peak_bytes,
                              r.device_peak_bytes, p.flops()["extra_flops"], (wall, cpu), base, err,
