@@ -32,7 +32,7 @@ import planner  # noqa: E402
 from hgraph.errors import HGraphError, InfeasibleError  # noqa: E402
 from hgraph.fileio import write_text  # noqa: E402
 from planner.execute import backend as backend_mod, executor, export, rows_exec, zoo  # noqa: E402
-from planner.rows import plan as rows_plan, with_dp  # noqa: E402
+from planner.rows import layers as rows_layers, plan as rows_plan, with_dp  # noqa: E402
 
 DEPTH = {"vgg16": 3, "resnet50": 6}          # the real networks' blocks per stage
 TOLERANCE = {"float32": 1e-4, "float64": 1e-10}
@@ -113,6 +113,28 @@ def _exact(grads, plain, tol, ref, dtype) -> bool:
     return ref is not None and rows_exec.relative_error(grads, ref, norm=True) <= tol
 
 
+def _dp_row(name, g, budget, be, repeat, plain, pgrad, base, fallback=True):
+    """The checkpointing DP alone at ``budget`` (``fallback``: at its smallest feasible budget
+    when ``budget`` is infeasible), executed; None when it cannot plan."""
+    try:
+        try:
+            p = planner.plan(g, budget=budget)
+        except InfeasibleError as err:        # parameters alone can exceed a relative budget
+            print(f"{name}: DP at {budget}: {err}" + ("; planning at that smallest budget"
+                                                       if fallback else ""), file=sys.stderr)
+            if not fallback:
+                return None
+            p = planner.plan(g, budget=err.min_budget_bytes)
+    except HGraphError as err:
+        print(f"{name}: DP at {budget}: {err}", file=sys.stderr)
+        return None
+    r, wall, cpu = _timed(lambda: executor.run(g, p.schedule, backend=be, recycle=True), repeat)
+    extra = int((with_dp.recomputations(g, p.schedule) * rows_layers.read(g).flops).sum())
+    return _row(f"DP {p.report['budget_bytes'] / 2**20:.1f} MiB", r.measured_peak_bytes,
+                r.measured_peak_bytes - pgrad, r.device_peak_bytes, extra, (wall, cpu), base,
+                _errors(r.param_grads, plain))
+
+
 def bench_model(name, args, be):
     g = export.to_cg(zoo.build(name, batch=args.batch, width=args.width, depth=DEPTH.get(name),
                                image=args.image, dtype=args.dtype))
@@ -124,20 +146,8 @@ def bench_model(name, args, be):
     rows = [_row("plain", plain.measured_peak_bytes, base["activation_peak_bytes"],
                  plain.device_peak_bytes, 0, (wall, cpu), base, (0.0, 0.0))]
     ok, (tol, ref) = True, _reference(name, args, be, plain)
-    try:
-        try:
-            p = planner.plan(g, budget=args.budget)
-        except InfeasibleError as err:        # parameters alone can exceed a relative budget
-            print(f"{name}: DP at {args.budget}: {err}; planning at that smallest budget", file=sys.stderr)
-            args_budget = err.min_budget_bytes
-            p = planner.plan(g, budget=args_budget)
-        r, wall, cpu = _timed(lambda: executor.run(g, p.schedule, backend=be, recycle=True), args.repeat)
-        extra = int(p.report.get("recompute_cost", 0))
-        rows.append(_row(f"DP {p.report['budget_bytes'] / 2**20:.0f} MiB", r.measured_peak_bytes, r.measured_peak_bytes - pgrad,
-                         r.device_peak_bytes, f"cost {extra}", (wall, cpu), base,
-                         _errors(r.param_grads, plain)))
-    except HGraphError as err:
-        print(f"{name}: DP at {args.budget}: {err}", file=sys.stderr)
+    dp_row = _dp_row(name, g, args.budget, be, args.repeat, plain, pgrad, base)
+    rows += [dp_row] if dp_row else []
     for bands in args.bands:
         for policy in ("overlap", "share", "overlap+dp"):
             label = f"rows {bands} {policy}"
@@ -152,6 +162,9 @@ def bench_model(name, args, be):
                 if p is None:
                     continue
                 label += f" {len(p.recompute)} ops"
+                same = _dp_row(name, g, p.predicted_peak_bytes, be, args.repeat, plain, pgrad, base,
+                               fallback=False)
+                rows += [same] if same else []
             r, wall, cpu = _timed(lambda: rows_exec.run(g, p, backend=be), args.repeat)
             err = _errors(r.param_grads, plain)
             good = r.measured_peak_bytes <= r.predicted_peak_bytes and _exact(r.param_grads, plain, tol, ref, args.dtype)

@@ -50,12 +50,18 @@ def remaining_graph(p: RowPlan) -> ActivationGraph:
     return out
 
 
-def recomputed_whole_ops(p: RowPlan, schedule) -> tuple:
-    """Whole ops (outside regions, not the loss) that ``schedule`` computes more than once."""
-    nf = len(p.graph.forward)
+def recomputations(g, schedule) -> np.ndarray:
+    """int64 [forward ops]: how many times ``schedule`` recomputes each forward op (computes it
+    beyond the first time)."""
+    nf = len(g.forward)
     idx = np.asarray([op.index for op in schedule.ops if op.kind == "compute" and op.index < nf],
                      dtype=np.int64)
-    twice = np.bincount(idx, minlength=nf) > 1
+    return np.maximum(np.bincount(idx, minlength=nf) - 1, 0)
+
+
+def recomputed_whole_ops(p: RowPlan, schedule) -> tuple:
+    """Whole ops (outside regions, not the loss) that ``schedule`` computes more than once."""
+    twice = recomputations(p.graph, schedule) > 0
     loss = np.asarray([op == "softmax_cross_entropy" for op in p.layers.ops], dtype=bool)
     return tuple(np.flatnonzero(twice & (p.region < 0) & ~loss).tolist())
 
