@@ -4,13 +4,16 @@
 row plan's report (:meth:`planner.rows.plan.RowPlan.report`: predicted peak, extra FLOPs over a
 plain step, halo overhead per layer, bands, what is kept between the passes); ``--row-policy
 auto`` chooses ``R`` and the policy for ``--budget`` (a percentage is of the plain step's peak).
+With ``--rows R --budget B`` the row plan is combined with the recomputation DP when rows alone
+do not fit (:mod:`planner.rows.with_dp`: rows first, then the DP drops and recomputes whole
+tensors); the report then says ``combined_with_dp: true`` and lists the DP's recomputed ops.
 
 ``hgraph submit execute --model vgg16 --rows 8`` runs the row plan for real
 (:mod:`planner.execute.rows_exec`) beside a plain step and reports ``measured_peak_bytes``,
 ``predicted_peak_bytes``, ``gradients_match`` (relative error within 1e-10 in float64, 1e-4 in
 float32), ``activation_peak_bytes`` (measured peak minus the parameter gradients) and
-``extra_flops``. The row plan covers the convolution stacks only; the rest of the step runs on
-whole tensors without recomputation (rows are not combined with the recomputation DP here).
+``extra_flops``. The row plan covers the convolution stacks; the rest of the step runs on whole
+tensors, with the DP's recomputation when ``--budget`` asks for less than rows alone hold.
 """
 
 from __future__ import annotations
@@ -33,6 +36,9 @@ def add_arguments(parser, execute: bool = False) -> None:
                         help="rows shared by neighbouring bands: overlap (recompute the halo, "
                              "default), share (compute once, keep for the next band), auto")
     if execute:
+        parser.add_argument("--budget", default=None,
+                            help="with --rows: memory budget (bytes, a size, or a percentage of the "
+                                 "plain step's peak); rows + recomputation DP when rows alone exceed it")
         parser.add_argument("--dtype", choices=["float32", "float64"], default="float32",
                             help="--model with --rows: precision of the zoo model (default float32)")
 
@@ -61,17 +67,19 @@ def row_plan(args, g, budget_text=None):
     from planner.analyses.engine import EngineOptions
     from planner.rows import plan as rows_plan
 
+    from planner.budget import Budget
+    from planner.rows import with_dp
+
     policy = _policy(args)
     opts = EngineOptions(tasks=getattr(args, "tasks", 1) or 1, blocks=getattr(args, "blocks", 1) or 1,
                          mode=getattr(args, "mode", "hybrid") or "hybrid")
+    budget = None if budget_text is None else Budget.parse(budget_text).resolve(_plain_peak(g))
     if policy == "auto":
-        from planner.budget import Budget
-
-        if budget_text is None:
+        if budget is None:
             raise HGraphError("--row-policy auto needs --budget")
-        budget = Budget.parse(budget_text).resolve(_plain_peak(g))
         return rows_plan.choose(g, budget, opts)
-    return rows_plan.plan(g, args.rows, policy, opts)
+    p = rows_plan.plan(g, args.rows, policy, opts)
+    return p if budget is None else with_dp.combine(p, budget, opts)
 
 
 def _emit(report: dict, path) -> None:
@@ -98,7 +106,8 @@ def plan_main(args) -> int:
     plain_act = report["plain_peak_bytes"] - p.param_grad_bytes
     report["plain_activation_peak_bytes"] = plain_act
     _emit(report, args.report)
-    print(f"rows {p.bands} {p.policy}: {p.num_regions} regions, predicted peak "
+    dp = f" + DP recomputing {len(p.recompute)} whole ops" if p.recompute else ""
+    print(f"rows {p.bands} {p.policy}{dp}: {p.num_regions} regions, predicted peak "
           f"{p.predicted_peak_bytes:,} B (plain {report['plain_peak_bytes']:,} B), activations "
           f"{report['predicted_activation_peak_bytes']:,} B = "
           f"{report['predicted_activation_peak_bytes'] / max(plain_act, 1):.3f} x plain, extra FLOPs "
@@ -137,6 +146,7 @@ def execute_main(args) -> int:
               "gradients_match": err <= TOLERANCE.get(dtype, 1e-4), "max_relative_error": err,
               "loss": r.loss, "plain_loss": plain.loss, "loss_identical": r.loss == plain.loss,
               "extra_flops": fl["extra_flops"], "plain_flops": fl["plain_flops"],
+              "combined_with_dp": bool(p.recompute), "dp_recomputed_ops": list(p.recompute),
               "plain_peak_bytes": plain.measured_peak_bytes,
               "plain_activation_peak_bytes": plain.measured_peak_bytes - r.param_grad_bytes,
               "seconds": round(r.seconds, 6), "plain_seconds": round(plain.seconds, 6)}

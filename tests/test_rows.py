@@ -154,17 +154,26 @@ def _cli(argv, capsys):
     return code, capsys.readouterr()
 
 
-def test_plan_and_execute_jobs(tmp_path, capsys):
+def _jobs(tmp_path, capsys, plan_flags, execute_flags):
+    """(exit code, report) of the plan job on the unet graph, then of the execute job."""
     cgpath = tmp_path / "cg.txt"
     export.write(zoo.build("unet"), cgpath)
-    code, _ = _cli(["submit", "plan", "--graph", str(cgpath), "--rows", "4", "--row-policy", "share",
-                    "--report", str(tmp_path / "p.json")], capsys)
-    rep = json.loads((tmp_path / "p.json").read_text())
+    out = []
+    for argv in (["plan", "--graph", str(cgpath), *plan_flags],
+                 ["execute", *execute_flags, "--dtype", "float64"]):
+        report = tmp_path / f"{argv[0]}.json"
+        code, _ = _cli(["submit", *argv, "--report", str(report)], capsys)
+        out.append((code, json.loads(report.read_text())))
+    return out
+
+
+def test_plan_and_execute_jobs(tmp_path, capsys):
+    (code, rep), (code_e, rep_e) = _jobs(tmp_path, capsys, ["--rows", "4", "--row-policy", "share"],
+                                         ["--model", "vgg16", "--rows", "4"])
     assert code == 0 and rep["rows"] == 4 and rep["row_policy"] == "share"
     assert {"predicted_peak_bytes", "extra_flops", "halo", "bands"} <= rep.keys()
-    code, _ = _cli(["submit", "execute", "--model", "vgg16", "--rows", "4", "--dtype", "float64",
-                    "--report", str(tmp_path / "e.json")], capsys)
-    rep = json.loads((tmp_path / "e.json").read_text())
+    assert not rep["combined_with_dp"]
+    code, rep = code_e, rep_e
     assert code == 0 and rep["gradients_match"] and rep["loss_identical"]
     assert rep["measured_peak_bytes"] <= rep["predicted_peak_bytes"]
     assert {"activation_peak_bytes", "extra_flops"} <= rep.keys()
@@ -179,3 +188,33 @@ def test_bad_row_options_are_one_line(capsys, argv, message):
     code, out = _cli(["submit", "execute", *argv], capsys)
     lines = out.err.strip().splitlines()
     assert code == 2 and len(lines) == 1 and message in lines[0]
+
+
+@pytest.mark.parametrize("name,prune", [("unet", True), ("resnet50", False)])
+def test_rows_plus_dp_fits_below_rows_alone_and_stays_exact(graphs, plain, name, prune):
+    from planner.rows import with_dp
+
+    g = graphs[name]
+    p = rows_plan.plan(g, 2, "overlap", prune=prune)
+    q = with_dp.combine(p, int(0.92 * p.predicted_peak_bytes))
+    assert q.recompute and q.report()["combined_with_dp"]
+    assert q.predicted_peak_bytes <= 0.92 * p.predicted_peak_bytes
+    assert all(p.region[i] < 0 for i in q.recompute)
+    assert q.flops()["extra_flops"] > p.flops()["extra_flops"]      # the DP's recompute is counted
+    r = rows_exec.run(g, q)
+    assert r.measured_peak_bytes == q.predicted_peak_bytes
+    assert r.loss == plain[name].loss
+    assert rows_exec.relative_error(r.param_grads, plain[name].param_grads) <= 1e-10
+    assert with_dp.combine(p, p.predicted_peak_bytes) is p          # rows alone fit: no DP
+    with pytest.raises(HGraphError, match=r"\+ DP: no plan fits"):
+        with_dp.combine(p, 1000)
+
+
+def test_jobs_combine_rows_with_the_dp(tmp_path, capsys):
+    (code, rep), (code_e, rep_e) = _jobs(tmp_path, capsys, ["--rows", "2", "--budget", "60%"],
+                                         ["--model", "unet", "--rows", "2", "--budget", "60%"])
+    assert code == 0 and rep["combined_with_dp"] and rep["dp_recomputed_ops"]
+    assert rep["predicted_peak_bytes"] <= 0.6 * rep["plain_peak_bytes"]
+    assert rep["dp"]["rows_alone_peak_bytes"] > rep["predicted_peak_bytes"]
+    assert code_e == 0 and rep_e["combined_with_dp"] and rep_e["gradients_match"]
+    assert rep_e["loss_identical"] and rep_e["measured_peak_bytes"] <= rep_e["predicted_peak_bytes"]

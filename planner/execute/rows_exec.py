@@ -108,7 +108,7 @@ class _Run:
 
     def offset(self, key) -> int:
         """First map row held by a band buffer (0 for whole tensors)."""
-        if key[0] in ("v", "g"):
+        if key[0] in ("v", "rv", "g"):
             return 0
         return int(self.p.ranges[key[1], key[2], 0])
 
@@ -124,12 +124,18 @@ class _Run:
         grads = {k[1]: self.be.to_numpy(a).copy() for k, a in self.arrays.items() if k[0] == "pg"}
         return self.loss, grads
 
+    def _arg(self, st, k):
+        """Input ``k`` of whole op ``st.op`` (``-1``: its output): the step's key, else a leaf."""
+        key = st.inputs.get(k)
+        return self.get(key) if key is not None else self.value(self.ly.in_vars[st.op][k])
+
     def _fwd(self, st):
         i, ly = st.op, self.ly
-        y = OPS[ly.ops[i]].forward(self.xp, [self.value(a) for a in ly.in_vars[i]], ly.attrs[i])
+        y = OPS[ly.ops[i]].forward(self.xp, [self._arg(st, k) for k in range(len(ly.in_vars[i]))],
+                                   ly.attrs[i])
         key = st.writes[0][0]
         self.arrays[key][...] = y
-        if ly.ops[i] == "softmax_cross_entropy":
+        if ly.ops[i] == "softmax_cross_entropy" and st.phase != "re":
             self.loss = float(self.be.to_numpy(self.arrays[key]))
 
     def _bwd(self, st):
@@ -137,8 +143,8 @@ class _Run:
         opdef, y = OPS[ly.ops[i]], int(ly.out_var[i])
         gy = self.arrays[("g", y)] if ("g", y) in st.reads else \
             xp.ones(tuple(ly.out_shapes[i]), dtype=ly.dtypes[i])
-        saved = {k: self.value(ly.in_vars[i][k]) for k in opdef.saves_inputs}
-        out = self.value(y) if opdef.saves_output else None
+        saved = {k: self._arg(st, k) for k in opdef.saves_inputs}
+        out = self._arg(st, -1) if opdef.saves_output else None
         want = [k for k, a in enumerate(ly.in_vars[i]) if self.act[a] or _param(self.g, a)]
         grads = opdef.backward(xp, gy, saved, out, ly.attrs[i],
                                [tuple(s) for s in ly.in_shapes[i]], want)

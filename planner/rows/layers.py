@@ -18,6 +18,14 @@ Everything else stops row-wise computation (a *barrier*, run on whole tensors) a
   backward the two sums over the whole map) couple every row of the map. It stays exact by
   running on the whole tensor: its input is a region output and its output a region input, so
   the row regions on either side are separate (``planner.rows.row_program.barrier_depth``);
+  LR-CNN's alternative, a statistics pass inside the bands, is not implemented: the forward
+  would sweep the region prefix once more per batch norm to sum each channel's mean and
+  variance band by band before any band can be normalised, and the backward needs two more
+  whole-map sums (of ``dy * gamma`` and of ``dy * gamma * xhat``) before any band's input
+  gradient -- so a region holding ``b`` batch norms sweeps its prefix ``O(b)`` extra times in
+  each pass (quadratic in depth for ResNet-50's conv-BN chains). On ResNet-50 each region
+  would then trade its BN outputs (the whole maps a plain step keeps) for those sweeps; today
+  the regions between batch norms are {ReLU, conv} pairs that save nothing and are pruned;
 * global pooling (``avg_pool`` whose kernel covers the map), ``reshape`` (flatten), ``matmul``
   (fully connected), ``attention``, ``layer_norm`` and the loss -- every output value reads every
   row;

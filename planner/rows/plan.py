@@ -61,6 +61,8 @@ class RowPlan:
     walk: object = None               # planner.rows.walk.Walk: the steps and their buffers
     predicted_peak_bytes: int = 0
     param_grad_bytes: int = 0
+    recompute: tuple = ()             # whole ops dropped after the forward, recomputed in the backward
+    dp: dict | None = None            # how the recomputation DP chose them (planner.rows.with_dp)
 
     @property
     def num_regions(self) -> int:
@@ -80,7 +82,8 @@ class RowPlan:
         back = np.where(inside, self.computed_rows(False) / h, 1.0)
         sweeps = np.where(inside, 2.0, 1.0)           # the forward sweep, then the recompute
         plain = float(f.sum()) * (1 + BACKWARD_FLOPS_FACTOR)
-        rows = float((f * sweep * sweeps).sum() + (BACKWARD_FLOPS_FACTOR * f * back).sum())
+        rows = float((f * sweep * sweeps).sum() + (BACKWARD_FLOPS_FACTOR * f * back).sum()
+                     + f[list(self.recompute)].sum())
         return {"plain_flops": int(plain), "row_flops": int(rows), "extra_flops": int(rows - plain)}
 
     def halo(self) -> list:
@@ -110,7 +113,10 @@ class RowPlan:
                 "kept_between_passes": {"region_outputs": kept, "region_inputs": inputs,
                                         "whole_ops": "values their VJPs read, as in a plain step"},
                 "recomputed": "every region op, band by band, in the backward",
-                "combined_with_dp": False, "engine_supersteps": int(self.supersteps),
+                "combined_with_dp": bool(self.recompute),
+                "dp_recomputed_ops": [int(i) for i in self.recompute],
+                "dp_recomputed_vars": [int(ly.out_var[i]) for i in self.recompute],
+                **({"dp": self.dp} if self.dp else {}), "engine_supersteps": int(self.supersteps),
                 "bands": [{"band": j, "rows": {int(i): self.ranges[i, j].tolist()
                                                 for i in np.flatnonzero(self.outputs).tolist()}}
                           for j in range(self.bands)],
@@ -162,10 +168,22 @@ def plan(g, bands: int, policy: str = "overlap", opts: EngineOptions | None = No
     if policy == "share":
         prev_hi = np.concatenate([np.zeros((ly.n, 1), np.int64), ranges[:, :-1, 1]], axis=1)
         fresh = np.clip(np.maximum(fresh, prev_hi), None, ranges[..., 1])
-    p = RowPlan(g, ly, bands, policy, region, outputs, ranges, own, fresh, int(supersteps))
-    w = walk.build(p)
-    p.walk, p.predicted_peak_bytes, p.param_grad_bytes = w, w.peak_bytes, w.param_grad_bytes
-    return p
+    return with_recompute(RowPlan(g, ly, bands, policy, region, outputs, ranges, own, fresh,
+                                  int(supersteps)), ())
+
+
+def with_recompute(p: RowPlan, ops, dp: dict | None = None) -> RowPlan:
+    """Plan ``p`` with whole ops ``ops`` recomputed in the backward (and its new walk and peak).
+
+    Only ops outside the row regions qualify (a region's ops are recomputed band by band
+    anyway); the loss is never recomputed."""
+    ops = tuple(sorted(int(i) for i in ops))
+    if any(p.region[i] >= 0 or p.layers.ops[i] == "softmax_cross_entropy" for i in ops):
+        raise HGraphError("only whole ops other than the loss can be recomputed whole")
+    q = dataclasses.replace(p, recompute=ops, dp=dp)
+    w = walk.build(q)
+    q.walk, q.predicted_peak_bytes, q.param_grad_bytes = w, w.peak_bytes, w.param_grad_bytes
+    return q
 
 
 def _regions(ly, rowwise: np.ndarray, depth: np.ndarray) -> np.ndarray:

@@ -6,7 +6,10 @@ a tracked allocator), so the two cannot drift apart.
 
 Steps (``Step.kind``):
 
-* ``fwd`` / ``bwd`` -- one op on whole tensors (forward; backward with the VJP of ``ops``);
+* ``fwd`` / ``bwd`` -- one op on whole tensors (forward; backward with the VJP of ``ops``); a
+  ``fwd`` step of phase ``re`` recomputes, in the backward, a whole op the recomputation DP
+  dropped after the forward (``RowPlan.recompute``, :mod:`planner.rows.with_dp`), into ``("rv",
+  var)``, right before the first backward step that reads it;
 * ``band`` -- one region op on the rows of one band, ``phase`` ``b`` (forward sweep) or ``r``
   (the backward's recomputation); under ``share`` the rows before ``fresh`` come from the tail;
 * ``tail`` -- ``share``: keep the rows of this band the next band needs;
@@ -15,7 +18,8 @@ Steps (``Step.kind``):
 * ``bandbwd`` -- one region op's backward on one band; gradients accumulate into the producers'
   band gradients, the region inputs' whole gradients and the parameter gradients.
 
-Buffer keys: ``("v", var)`` / ``("g", var)`` whole value / gradient, ``("pg", var)`` parameter
+Buffer keys: ``("v", var)`` / ``("g", var)`` whole value / gradient, ``("rv", var)`` a
+recomputed whole value, ``("pg", var)`` parameter
 gradient (kept: the step's result), ``(phase, op, band)`` band values, ``(phase + "t", op,
 band)`` tails, ``("bg", op, band)`` band gradients. A buffer is allocated at its first write and
 freed right after its last use (recycling after last use, as the plain executor with
@@ -40,7 +44,7 @@ class Step:
     band: int = -1
     phase: str = ""
     reads: list = dataclasses.field(default_factory=list)
-    inputs: dict = dataclasses.field(default_factory=dict)    # band steps: input position -> key
+    inputs: dict = dataclasses.field(default_factory=dict)    # input position -> key (-1: own output)
     writes: list = dataclasses.field(default_factory=list)     # (key, "set" | "acc")
     allocs: list = dataclasses.field(default_factory=list)
     frees: list = dataclasses.field(default_factory=list)
@@ -109,14 +113,15 @@ def _steps(p) -> list:
     forward, backward = [], []
     for kind, u in _units(p):
         if kind == "op":
-            forward.append(Step("fwd", u, reads=[("v", a) for a in ly.in_vars[u] if act[a]],
-                                writes=[(("v", int(ly.out_var[u])), "set")]))
+            forward.append(_whole_forward(ly, act, u, "v"))
             opdef = OPS[ly.ops[u]]
             st = Step("bwd", u)
             y = int(ly.out_var[u])
-            st.reads = [("g", y)] if y in consumed else []
-            st.reads += [("v", ly.in_vars[u][k]) for k in opdef.saves_inputs if act[ly.in_vars[u][k]]]
-            st.reads += [("v", y)] if opdef.saves_output else []
+            st.inputs = {k: ("v", ly.in_vars[u][k]) for k in opdef.saves_inputs
+                         if act[ly.in_vars[u][k]]}
+            if opdef.saves_output:
+                st.inputs[-1] = ("v", y)
+            st.reads = ([("g", y)] if y in consumed else []) + list(st.inputs.values())
             st.writes = [(("g", a) if act[a] else ("pg", a), "acc") for a in ly.in_vars[u]
                          if act[a] or _is_param(p.graph, a)]
             backward.append(st)
@@ -143,10 +148,58 @@ def _steps(p) -> list:
                              if act[a] or _is_param(p.graph, a)]
                 band_steps.append(st)
         backward.append(band_steps)
-    steps = list(forward)
+    steps = []
     for st in reversed(backward):
         steps.extend(st if isinstance(st, list) else [st])
-    return steps
+    return forward + _recomputed(p, steps)
+
+
+def _whole_forward(ly, act, i, out_kind, phase="") -> Step:
+    """The forward of whole op ``i`` writing ``(out_kind, var)``."""
+    st = Step("fwd", i, phase=phase, writes=[((out_kind, int(ly.out_var[i])), "set")])
+    st.inputs = {k: ("v", a) for k, a in enumerate(ly.in_vars[i]) if act[a]}
+    st.reads = list(st.inputs.values())
+    return st
+
+
+def _recomputed(p, backward: list) -> list:
+    """``backward`` with the whole ops of ``p.recompute`` recomputed where first read.
+
+    Their forward values are then last read in the forward and freed there; every backward read
+    of one goes to its recomputation ``("rv", var)``, made (after the recomputations of its own
+    inputs, in topological order) right before the first backward step that reads it.
+    """
+    ly, act = p.layers, p.graph.is_activation
+    again = {int(ly.out_var[i]): int(i) for i in sorted(p.recompute)}
+    if not again:
+        return backward
+
+    def rename(key):
+        return ("rv", key[1]) if key[0] == "v" and key[1] in again else key
+
+    out, done = [], set()
+
+    def ensure(a):
+        if a in done:
+            return
+        i = again[a]
+        for x in ly.in_vars[i]:
+            if x in again:
+                ensure(x)
+        st = _whole_forward(ly, act, i, "rv", phase="re")
+        st.inputs = {k: rename(key) for k, key in st.inputs.items()}
+        st.reads = list(st.inputs.values())
+        out.append(st)
+        done.add(a)
+
+    for st in backward:
+        for key in st.reads:
+            if key[0] == "v" and key[1] in again:
+                ensure(key[1])
+        st.reads = [rename(k) for k in st.reads]
+        st.inputs = {k: rename(key) for k, key in st.inputs.items()}
+        out.append(st)
+    return out
 
 
 def _is_param(g, v) -> bool:
@@ -155,7 +208,7 @@ def _is_param(g, v) -> bool:
 
 def _shape(p, key) -> tuple:
     ly = p.layers
-    if key[0] in ("v", "g", "pg"):
+    if key[0] in ("v", "rv", "g", "pg"):
         return tuple(ly.var_shape[key[1]]), ly.var_dtype[key[1]]
     _, i, j = key
     lo, hi = p.ranges[i, j]

@@ -1,0 +1,97 @@
+"""Rows + the recomputation DP: rows within the budget first, then the DP plans what remains.
+
+A row plan (:mod:`planner.rows.plan`) leaves two kinds of memory: the band buffers of its
+regions, which only the band count changes, and the *whole* tensors -- the values of the ops
+outside the regions (batch norms, the classifier, skip connections) and the region outputs /
+inputs stored between the passes. When the row plan alone does not fit ``budget_bytes``,
+:func:`combine` asks the recomputation DP (:class:`planner.solver.Solver`) which whole tensors to
+drop after the forward and recompute in the backward:
+
+* the DP runs on the activation graph of the whole training graph with the region-internal
+  activations at 0 bytes (they never exist whole under the row plan, so only what remains
+  counts), at a ladder of budgets (fractions of what remains);
+* from each schedule it emits, the whole ops it computes more than once become the row plan's
+  ``recompute`` set (region ops are recomputed band by band anyway; the loss never is);
+* every distinct set is walked (:func:`planner.rows.plan.with_recompute`: the same step list
+  the executor runs, so the prediction is exact), and the set with the fewest extra FLOPs whose
+  predicted peak fits the budget wins.
+
+It is sequential, not a joint search: the band count and policy are the caller's (or ``auto``'s),
+and the DP cannot touch the band buffers nor the region inputs and gradients a region's backward
+reads -- on VGG-16 the rows-alone peak sits exactly there (the stage-2 backward holds pool1's
+value, its gradient and pool2's gradient), so the DP finds nothing to drop; it pays off where
+whole tensors dominate (batch-norm networks, skip connections).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from hgraph.errors import InfeasibleError
+from planner.activation_graph import ActivationGraph
+from planner.emit import emit_groups
+from planner.rows.plan import RowPlan, with_recompute
+from planner.solver import Solver
+
+#: DP budgets tried, as fractions of the bytes of the whole tensors that remain.
+LADDER = (1.0, 0.9, 0.8, 0.7, 0.6, 0.5, 0.4, 0.3, 0.2, 0.1, 0.05)
+
+
+def remaining_graph(p: RowPlan) -> ActivationGraph:
+    """The activation graph with the bytes of region-internal activations set to 0."""
+    g = p.graph
+    ag = ActivationGraph.from_cg(g)
+    internal = (p.region >= 0) & ~p.outputs
+    node = ag.node_of_var[p.layers.out_var[internal]]
+    nbytes = ag.bytes.copy()
+    nbytes[node[node >= 0]] = 0
+    out = ActivationGraph(ag.var, ag.func, nbytes, ag.t, ag.src, ag.dst)
+    out.node_of_var = ag.node_of_var
+    return out
+
+
+def recomputations(g, schedule) -> np.ndarray:
+    """int64 [forward ops]: how many times ``schedule`` recomputes each forward op (computes it
+    beyond the first time)."""
+    nf = len(g.forward)
+    idx = np.asarray([op.index for op in schedule.ops if op.kind == "compute" and op.index < nf],
+                     dtype=np.int64)
+    return np.maximum(np.bincount(idx, minlength=nf) - 1, 0)
+
+
+def recomputed_whole_ops(p: RowPlan, schedule) -> tuple:
+    """Whole ops (outside regions, not the loss) that ``schedule`` computes more than once."""
+    twice = recomputations(p.graph, schedule) > 0
+    loss = np.asarray([op == "softmax_cross_entropy" for op in p.layers.ops], dtype=bool)
+    return tuple(np.flatnonzero(twice & (p.region < 0) & ~loss).tolist())
+
+
+def combine(p: RowPlan, budget_bytes: int, opts=None) -> RowPlan:
+    """``p`` itself when it fits ``budget_bytes``, else ``p`` with the cheapest DP recompute set
+    that fits (InfeasibleError naming the smallest peak found when none does)."""
+    if p.predicted_peak_bytes <= budget_bytes:
+        return p
+    ag = remaining_graph(p)
+    solver = Solver(p.graph, opts=opts, ag=ag)
+    remaining = int(ag.bytes.sum())
+    tried, found = set(), []
+    for fraction in LADDER:
+        res = solver.dp(max(1, int(fraction * remaining)))
+        if res.impossible:
+            continue
+        ops = recomputed_whole_ops(p, emit_groups(p.graph, res.groups, solver.ag))
+        if ops in tried:
+            continue
+        tried.add(ops)
+        q = with_recompute(p, ops, dp={"dp_budget_bytes": int(fraction * remaining),
+                                       "remaining_bytes": remaining, "candidates": 0})
+        found.append(q)
+    fits = [q for q in found if q.predicted_peak_bytes <= budget_bytes]
+    if not fits:
+        best = min(found, key=lambda q: q.predicted_peak_bytes, default=p)
+        raise InfeasibleError(f"rows {p.bands} {p.policy} + DP: no plan fits {budget_bytes:,} B; the "
+                              f"smallest predicted peak is {best.predicted_peak_bytes:,} B")
+    best = min(fits, key=lambda q: (q.flops()["extra_flops"], q.predicted_peak_bytes))
+    best.dp["candidates"] = len(found)
+    best.dp["rows_alone_peak_bytes"] = int(p.predicted_peak_bytes)
+    return best
