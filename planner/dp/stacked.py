@@ -162,16 +162,17 @@ def _thin_all(ns, nc, cnt, K: int, half: int, x, lam, is_lagrange) -> np.ndarray
     mark[rows[:, None], below] = True
     mark[:, 0] = True
     mark[rows, cb - 1] = True
-    for r in np.flatnonzero(is_lagrange[big]):
-        q = big[r]
-        s0, n = starts[r], cb[r]
-        score = ns[s0:s0 + n] - lam[q] * nc[s0:s0 + n].astype(np.float64)
-        order = np.argsort(-score, kind="stable")
-        if score[order[half - 1]] == score[order[half]]:   # a tie at the edge: the pass's rule
+    lg = np.flatnonzero(is_lagrange[big])
+    if lg.size:                                    # the best half by saved − λ·ckpt
+        score = np.where(real[lg], ns[idx[lg]] - lam[big[lg]][:, None] *
+                         nc2[lg].astype(np.float64), -np.inf)
+        order = np.argsort(-score, axis=1, kind="stable")
+        edge = score[np.arange(lg.size)[:, None], order[:, half - 1:half + 1]]
+        mark[lg[:, None], order[:, :half]] = True
+        for q in np.flatnonzero(edge[:, 0] == edge[:, 1]):    # a tie at the edge: the
+            r, s0, n = lg[q], starts[lg[q]], cb[lg[q]]         # pass's own rule decides
             mark[r] = False
-            mark[r, thin_lagrange(ns[s0:s0 + n], nc[s0:s0 + n], K, lam[q])] = True
-        else:
-            mark[r, order[:half]] = True
+            mark[r, thin_lagrange(ns[s0:s0 + n], nc[s0:s0 + n], K, lam[big[r]])] = True
     keep = np.ones(ns.size, bool)
     keep[idx[real]] = mark[real]
     return keep
