@@ -14,8 +14,8 @@ time. Here the ``P`` passes walk the states together:
   slots), so a state's candidates are one broadcast and one ``nonzero``; the first arrival
   per ``saved``, the Pareto cut and the thinning run for all passes at once (per-pass
   segments of one sorted array, and padded ``(P, ·)`` rows for the thinning);
-* every kept entry goes to one flat store (saved, ckpt, predecessor, state), from which the
-  best pass's chain is read back.
+* every kept entry goes to one flat store of predecessors (4 bytes an entry), from which the
+  best pass's chain is read back, its saved and ckpt re-added along its transitions.
 
 The plan is the per-pass loop's, entry for entry: candidates are the same (a source's key
 test and the window's lower bound in :func:`~planner.dp.loop.run_dp` only skip sources with
@@ -54,10 +54,10 @@ def run_stacked(fam, t: np.ndarray, m: np.ndarray, budget: int, window: int, fro
     """All passes of a capped solve (``lams``: ``None`` for a :func:`thin` pass, else the
     multiplier of a :func:`thin_lagrange` pass, in the per-pass order) in one loop.
 
-    Returns ``(fronts, entry)``: a :class:`Fronts` holding every pass's entries (``s``, ``c``,
-    ``pred``, ``state``; its ``ptr`` is not filled) and V's entry of the best pass — the
+    Returns ``(fronts, entry)``: the best pass's chain as a :class:`Fronts` of its own entries
+    (``s``, ``c``, ``pred``, ``state``; ``ptr`` not filled) and its last entry, V's — the
     strategy's end entry of the first pass, replaced by a later pass's only if it saves more,
-    or as much with less ckpt (``None`` when no pass reaches V).
+    or as much with less ckpt (``entry`` None when no pass reaches V).
     """
     L, W, K, P = fam.num_sets, int(window), int(front_cap), len(lams)
     two_mL = 2 * fam.mL
@@ -71,7 +71,7 @@ def run_stacked(fam, t: np.ndarray, m: np.ndarray, budget: int, window: int, fro
         x[p, :nlev[p]] = np.linspace(0.0, 1.0, int(nlev[p])) ** 0.5
     span = int(m.sum()) + 1                       # ckpt < span: per-pass offsets in one sort
     offsets_fit = span * (P + 1) < INF
-    store = _Store()
+    store = _Store(L, P * K)
     PK = P * K
     # ring of the last W states' fronts, each state twice (slots i % W and i % W + W) so the
     # window j − W .. j − 1 is the contiguous slice from j % W; per slot the fields
@@ -81,8 +81,7 @@ def run_stacked(fam, t: np.ndarray, m: np.ndarray, budget: int, window: int, fro
     ring = np.tile(empty, (2 * W, 1, 1))
     first = empty.copy()
     first[:, np.arange(P) * K] = 0
-    first[2, np.arange(P) * K] = store.add(np.zeros(P, np.int64), np.zeros(P, np.int64),
-                                           np.full(P, -1), 0)
+    first[2, np.arange(P) * K] = store.add(np.full(P, -1), 0)
     ring[0] = ring[W] = first
     ring_flat = ring.reshape(-1)
     ar_w = np.arange(W)
@@ -97,6 +96,7 @@ def run_stacked(fam, t: np.ndarray, m: np.ndarray, budget: int, window: int, fro
         flat = np.flatnonzero(ok)                  # (source, pass·K + position)
         if flat.size == 0:
             ring[s0] = ring[s0 + W] = empty
+            store.ptr[j + 1] = store.size
             continue
         w = flat // PK
         at = s0 * 3 * PK + flat + w * (2 * PK)
@@ -121,12 +121,15 @@ def run_stacked(fam, t: np.ndarray, m: np.ndarray, budget: int, window: int, fro
             cnt = np.bincount(p, minlength=P)
         slot = empty.copy()
         pos = p * K + np.arange(p.size) - np.repeat(np.cumsum(cnt) - cnt, cnt)
-        ids = store.add(ns, nc, e, j)
+        ids = store.add(e, j)
         slot[0, pos], slot[1, pos], slot[2, pos] = ns, nc, ids
         ring[s0] = ring[s0 + W] = slot
         if j == L - 1:
             last = (ns, nc, p, ids)
-    return store.fronts(), _best_end(last, P, strategy)
+    entry = _best_end(last, P, strategy)
+    if entry is None:
+        return Fronts.empty(0), None
+    return _chain_fronts(store, entry, W, dt, dm)
 
 
 def _pareto(p, nc, span: int, offsets_fit: bool) -> np.ndarray:
@@ -194,30 +197,42 @@ def _best_end(last, P: int, strategy: str):
     return None if best is None else int(ids[best])
 
 
+def _chain_fronts(store, entry: int, W: int, dt, dm) -> tuple:
+    """The chosen chain as a :class:`Fronts` of its own entries (∅'s first, ``pred`` within),
+    and the index of its last: saved and ckpt re-added along the chain's transitions (the
+    store keeps only predecessors, 4 bytes an entry at 10^6 states)."""
+    entries = []
+    while entry >= 0:
+        entries.append(entry)
+        entry = int(store.pred[entry])
+    entries = np.array(entries[::-1], np.int64)
+    state = np.searchsorted(store.ptr, entries, side="right") - 1
+    w = state[:-1] - (state[1:] - W)
+    s = np.concatenate([[0], np.cumsum(dt[state[1:], w])])
+    c = np.concatenate([[0], np.cumsum(dm[state[1:], w])])
+    pred = np.arange(-1, entries.size - 1)
+    none = np.zeros(0, np.int64)
+    return Fronts(s, c, pred, state, none, none, none, size=entries.size), entries.size - 1
+
+
 class _Store:
-    """Every pass's kept entries, appended state by state (amortised O(1) growth)."""
+    """Every pass's kept entries as predecessors only, appended state by state
+    (``ptr[j]``: the first of state ``j``; amortised O(1) growth)."""
 
-    def __init__(self, capacity: int = 1 << 16):
+    def __init__(self, n_states: int, per_state: int, capacity: int = 1 << 16):
         self.size = 0
-        self.cols = {k: np.zeros(capacity, np.int64) for k in ("s", "c", "pred", "state")}
+        self.ptr = np.zeros(n_states + 1, np.int64)
+        self.dtype = np.int32 if (n_states + 1) * per_state < 2**31 else np.int64
+        self.pred = np.zeros(capacity, self.dtype)
 
-    def add(self, s, c, pred, state: int) -> np.ndarray:
-        k = np.size(s)
-        if self.size + k > self.cols["s"].size:
-            cap = max(2 * self.cols["s"].size, self.size + k)
-            for name, arr in self.cols.items():
-                new = np.zeros(cap, np.int64)
-                new[:self.size] = arr[:self.size]
-                self.cols[name] = new
-        sl = slice(self.size, self.size + k)
-        self.cols["s"][sl], self.cols["c"][sl] = s, c
-        self.cols["pred"][sl], self.cols["state"][sl] = pred, state
+    def add(self, pred, state: int) -> np.ndarray:
+        """Store state ``state``'s entries (predecessor ids); returns their ids."""
+        k = np.size(pred)
+        if self.size + k > self.pred.size:
+            new = np.zeros(max(2 * self.pred.size, self.size + k), self.dtype)
+            new[:self.size] = self.pred[:self.size]
+            self.pred = new
+        self.pred[self.size:self.size + k] = pred
         self.size += k
-        return np.arange(sl.start, sl.stop)
-
-    def fronts(self) -> Fronts:
-        n = self.size
-        c = self.cols
-        none = np.zeros(0, np.int64)
-        return Fronts(c["s"][:n], c["c"][:n], c["pred"][:n], c["state"][:n], none, none, none,
-                      size=n)
+        self.ptr[state + 1] = self.size
+        return np.arange(self.size - k, self.size)
