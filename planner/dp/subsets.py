@@ -68,34 +68,11 @@ def _dense(fam, t, m):
 
 
 def _local(fam, t, m):
-    st = fam.local
-    seg = st.seg
-    pos, sstart, loc = seg.pos, seg.sstart, seg.loc
-    lloc, bndloc = st.lloc, st.bndloc
-    t_pos, m_pos = t[seg.node_at], m[seg.node_at]
-    node = fam.node
+    pairs = _pairs_local(fam, t, m)
 
     def step(j, src):
-        vj = int(node[j])
-        sj = int(sstart[vj])
-        v = node[src]
-        vv = np.maximum(v, 0)
-        same = (v >= 0) & (sstart[vv] == sj)
-        lv = loc[vv]
-        bit = ((lloc[vj][lv // 64] >> (lv % 64).astype(np.uint64)) & _ONE) == _ONE
-        sub = (v < 0) | (pos[vv] <= sj) | (same & bit)
-        src, v, same = src[sub], vv[sub], same[sub]
-        # only a source of the same segment holds any of ∂Lj
-        dt = np.full(src.size, int(fam.t_bnd[j]), np.int64)
-        dm = np.full(src.size, int(fam.m_bnd[j]), np.int64)
-        if same.any() and bndloc[vj].any():
-            bn = nodes(bndloc[vj])
-            rows = v[same]
-            member = ((lloc[rows[:, None], (bn // 64)[None, :]] >> (bn % 64).astype(np.uint64))
-                      & _ONE).astype(np.int64)
-            dt[same] -= member @ t_pos[sj + bn]
-            dm[same] -= member @ m_pos[sj + bn]
-        return src, dt, dm
+        sub, dt, dm = pairs(np.full(src.size, j), src)
+        return src[sub], dt[sub], dm[sub]
     return step
 
 
@@ -160,7 +137,9 @@ def _pairs_dense(fam, t, m):
 
 def _pairs_local(fam, t, m):
     """``f(jj, ii) -> (sub, dt, dm)`` for pairs of states, segment-local approximate family:
-    the same tests as :func:`_local` (only a same-segment source holds any of ``∂L_j``)."""
+    ``L_v`` is the positions before its segment plus local bits, so the test reads a position
+    and a bit, and only a same-segment source holds any of ``∂L_j`` (``dt``/``dm`` where
+    ``sub``)."""
     st = fam.local
     seg = st.seg
     pos, sstart, loc = seg.pos, seg.sstart, seg.loc
