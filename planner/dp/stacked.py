@@ -63,9 +63,9 @@ def run_stacked(fam, t: np.ndarray, m: np.ndarray, budget: int, window: int, fro
     two_mL = 2 * fam.mL
     sub, dt, dm = window_transitions(fam, t, m, W)
     lam = np.array([np.nan if x is None else float(x) for x in lams])
-    lagrange = np.flatnonzero(~np.isnan(lam)) if K >= 4 else np.zeros(0, np.int64)
+    is_lagrange = ~np.isnan(lam) & (K >= 4)        # as run_dp: thin only below a cap of 4
     half = K // 2
-    nlev = np.where(np.isin(np.arange(P), lagrange), K - half, K)
+    nlev = np.where(is_lagrange, K - half, K)
     x = np.full((P, K), np.nan)                    # thinning levels per pass (NaN: none)
     for p in range(P):
         x[p, :nlev[p]] = np.linspace(0.0, 1.0, int(nlev[p])) ** 0.5
@@ -87,7 +87,6 @@ def run_stacked(fam, t: np.ndarray, m: np.ndarray, budget: int, window: int, fro
     ar_w = np.arange(W)
     two_mL_pad = np.concatenate([np.zeros(W, np.int64), two_mL])
     budget_j = budget - two_mL - fam.mAB
-    is_lagrange = np.isin(np.arange(P), lagrange)
     last = None
     for j in range(1, L):
         s0 = j % W                                 # the window's first slot; j's own slot
@@ -100,8 +99,7 @@ def run_stacked(fam, t: np.ndarray, m: np.ndarray, budget: int, window: int, fro
             continue
         w = flat // PK
         at = s0 * 3 * PK + flat + w * (2 * PK)
-        pk = flat - w * PK
-        p = pk // K
+        p = (flat - w * PK) // K
         ns = ring_flat[at] + dt[j, w]
         nc = ring_flat[at + PK] + dm[j, w]
         e = ring_flat[at + 2 * PK]
