@@ -21,6 +21,8 @@ Modules, bottom up:
 * :mod:`planner.dp.subsets` — subset tests and transition deltas, dense or segment-local sets;
 * :mod:`planner.dp.scale` — the window / front-cap approximations for very big graphs;
 * :mod:`planner.dp.loop` — the DP loop (every family, every set representation);
+* :mod:`planner.dp.stacked` — a capped solve's passes in one walk over the states (the same
+  plans as the loop run once per pass, several times faster on the scale path);
 * :mod:`planner.dp.knapsack`, :mod:`planner.dp.exact_search` — the exact family's bounded search;
 * :mod:`planner.dp.solve` — which search for which family, and the plan read back.
 

@@ -32,6 +32,7 @@ from hgraph.errors import HGraphError
 from planner.dp.fronts import Fronts, end_entry, has_end, path
 from planner.dp.loop import run_dp
 from planner.dp.scale import LAMBDAS
+from planner.dp.stacked import STACKED_MAX_WINDOW, run_stacked
 from planner.dp.subsets import groups, groups_to_chain
 from planner.dp_families import approx_family
 
@@ -81,8 +82,11 @@ class DPResult:
 
 def solve_family(fam, g, budget_units: int, strategy: str = "time", comp_ratio: int = 1,
                  units: str = "bytes", window: int | None = None,
-                 front_cap: int | None = None) -> DPResult:
-    """The DP on ``fam`` (of the graph ``g`` in DP units) at ``budget_units``."""
+                 front_cap: int | None = None, stacked: bool = True) -> DPResult:
+    """The DP on ``fam`` (of the graph ``g`` in DP units) at ``budget_units``.
+
+    ``stacked``: run a capped solve's passes together (:mod:`planner.dp.stacked`) where it
+    applies; False runs them one by one (the same plan; for benches and tests)."""
     if strategy not in STRATEGIES:
         raise HGraphError(f"unknown strategy {strategy!r}; expected one of {', '.join(STRATEGIES)}")
     t0 = time.perf_counter()
@@ -91,7 +95,7 @@ def solve_family(fam, g, budget_units: int, strategy: str = "time", comp_ratio: 
         fronts = bounded_fronts(fam, g, b, strategy)
         entry = end_entry(fronts, strategy)
     else:
-        fronts, entry = _scale_passes(fam, g, b, strategy, window, front_cap)
+        fronts, entry = _scale_passes(fam, g, b, strategy, window, front_cap, stacked)
     res = DPResult(status="IMPOSSIBLE", family=fam.kind, strategy=strategy, units=units,
                    budget_bytes=b * comp_ratio, budget_units=b, comp_ratio=comp_ratio,
                    n_lower_sets=fam.num_sets, forward_cost=int(g.t.sum()),
@@ -102,18 +106,27 @@ def solve_family(fam, g, budget_units: int, strategy: str = "time", comp_ratio: 
     return res
 
 
-def _scale_passes(fam, g, budget: int, strategy: str, window, front_cap):
+def _scale_passes(fam, g, budget: int, strategy: str, window, front_cap, stacked: bool):
     """With a front cap, a time-centric solve runs one pass with fronts thinned over their ckpt
     range (the only pass of a memory-centric solve) and one per multiplier of
     :data:`~planner.dp.scale.LAMBDAS` (× T(V)/m(V)), and keeps the best chain (most saved,
-    then least ckpt); every pass's chains pass the peak test. Without a cap: one pass."""
-    fronts = run_dp(fam, g.t, g.m, budget, window=window, front_cap=front_cap)
-    entry = end_entry(fronts, strategy)
+    then least ckpt); every pass's chains pass the peak test. Without a cap: one pass.
+
+    With both a cap and a window of at most :data:`~planner.dp.stacked.STACKED_MAX_WINDOW`
+    on the approximate family, the passes run together (:func:`~planner.dp.stacked.run_stacked`,
+    the same plan) unless ``stacked`` is False."""
+    lams = [None]
     if front_cap is not None and front_cap >= 4 and strategy == "time":
         lam0 = float(g.t.sum()) / max(1.0, float(g.m.sum()))
-        for mult in LAMBDAS:
-            f2 = run_dp(fam, g.t, g.m, budget, window=window, front_cap=front_cap,
-                        lam=mult * lam0)
+        lams += [mult * lam0 for mult in LAMBDAS]
+    if (stacked and front_cap is not None and window is not None and fam.node is not None
+            and window <= STACKED_MAX_WINDOW):
+        return run_stacked(fam, g.t, g.m, budget, window, front_cap, lams, strategy)
+    fronts = run_dp(fam, g.t, g.m, budget, window=window, front_cap=front_cap)
+    entry = end_entry(fronts, strategy)
+    if len(lams) > 1:
+        for lam in lams[1:]:
+            f2 = run_dp(fam, g.t, g.m, budget, window=window, front_cap=front_cap, lam=lam)
             e2 = end_entry(f2, strategy)
             if e2 is not None and (entry is None or (f2.s[e2], -f2.c[e2]) >
                                    (fronts.s[entry], -fronts.c[entry])):

@@ -32,7 +32,7 @@ import numpy as np
 
 from planner.bitsets import nodes, unpack
 
-__all__ = ["transitions", "groups", "groups_to_chain"]
+__all__ = ["transitions", "window_transitions", "groups", "groups_to_chain"]
 
 _ONE = np.uint64(1)
 
@@ -68,6 +68,78 @@ def _dense(fam, t, m):
 
 
 def _local(fam, t, m):
+    pairs = _pairs_local(fam, t, m)
+
+    def step(j, src):
+        sub, dt, dm = pairs(np.full(src.size, j), src)
+        return src[sub], dt[sub], dm[sub]
+    return step
+
+
+def window_transitions(fam, t: np.ndarray, m: np.ndarray, window: int, chunk: int = 1 << 16):
+    """The transitions from the ``window`` states before every state, as ``(L, W)`` tables.
+
+    Column ``w`` of row ``j`` is the source ``i = j − W + w`` (none when ``i < 0``):
+    ``sub[j, w]`` says whether ``L_i ⊆ L_j``, ``dt``/``dm`` are the transition's terms as
+    :func:`transitions` gives them (where ``sub``). For the approximate family (``fam.node``),
+    dense or segment-local; built in chunks of ``chunk`` targets, no step per state.
+    """
+    L, W = fam.num_sets, int(window)
+    sub = np.zeros((L, W), bool)
+    dt = np.zeros((L, W), np.int64)
+    dm = np.zeros((L, W), np.int64)
+    if fam.sets is not None:
+        pairs, words = _pairs_dense(fam, t, m), fam.sets.shape[1]
+    else:
+        pairs, words = _pairs_local(fam, t, m), fam.local.lloc.shape[1]
+    chunk = max(1, min(chunk, (1 << 22) // (W * words)))     # ≤ 32 MB of bit rows a chunk
+    for lo in range(1, L, chunk):
+        hi = min(L, lo + chunk)
+        jj = np.repeat(np.arange(lo, hi), W)
+        ii = jj - W + np.tile(np.arange(W), hi - lo)
+        ok = ii >= 0
+        s, a, b = pairs(jj[ok], ii[ok])
+        for out, val in ((sub, s), (dt, a), (dm, b)):
+            block = out[lo:hi].reshape(-1)
+            block[ok] = val
+            out[lo:hi] = block.reshape(hi - lo, W)
+    return sub, dt, dm
+
+
+def _held_sums(x: np.ndarray, base: np.ndarray, wt: np.ndarray, wm: np.ndarray):
+    """Per row of the bit rows ``x``: exact int64 sums of ``wt``/``wm`` at ``base[row] + bit``
+    over its set bits (only non-zero words are unpacked)."""
+    rw, cw = np.nonzero(x)
+    st = np.zeros(x.shape[0], np.int64)
+    sm = np.zeros(x.shape[0], np.int64)
+    if rw.size:
+        r2, b2 = np.nonzero(unpack(x[rw, cw][:, None], 64))
+        row = rw[r2]
+        at = base[row] + cw[r2] * 64 + b2
+        np.add.at(st, row, wt[at])
+        np.add.at(sm, row, wm[at])
+    return st, sm
+
+
+def _pairs_dense(fam, t, m):
+    """``f(jj, ii) -> (sub, dt, dm)`` for pairs of states, dense approximate family."""
+    sets, bnd, node = fam.sets, fam.bnd, fam.node
+
+    def pairs(jj, ii):
+        v = node[ii]
+        vv = np.maximum(v, 0)
+        bit = ((sets[jj, vv // 64] >> (vv % 64).astype(np.uint64)) & _ONE) == _ONE
+        sub = (v < 0) | bit
+        held_t, held_m = _held_sums(sets[ii] & bnd[jj], np.zeros(ii.size, np.int64), t, m)
+        return sub, fam.t_bnd[jj] - held_t, fam.m_bnd[jj] - held_m
+    return pairs
+
+
+def _pairs_local(fam, t, m):
+    """``f(jj, ii) -> (sub, dt, dm)`` for pairs of states, segment-local approximate family:
+    ``L_v`` is the positions before its segment plus local bits, so the test reads a position
+    and a bit, and only a same-segment source holds any of ``∂L_j`` (``dt``/``dm`` where
+    ``sub``)."""
     st = fam.local
     seg = st.seg
     pos, sstart, loc = seg.pos, seg.sstart, seg.loc
@@ -75,28 +147,24 @@ def _local(fam, t, m):
     t_pos, m_pos = t[seg.node_at], m[seg.node_at]
     node = fam.node
 
-    def step(j, src):
-        vj = int(node[j])
-        sj = int(sstart[vj])
-        v = node[src]
+    def pairs(jj, ii):
+        vj = node[jj]
+        sj = sstart[vj]
+        v = node[ii]
         vv = np.maximum(v, 0)
         same = (v >= 0) & (sstart[vv] == sj)
         lv = loc[vv]
-        bit = ((lloc[vj][lv // 64] >> (lv % 64).astype(np.uint64)) & _ONE) == _ONE
+        bit = ((lloc[vj, lv // 64] >> (lv % 64).astype(np.uint64)) & _ONE) == _ONE
         sub = (v < 0) | (pos[vv] <= sj) | (same & bit)
-        src, v, same = src[sub], vv[sub], same[sub]
-        # only a source of the same segment holds any of ∂Lj
-        dt = np.full(src.size, int(fam.t_bnd[j]), np.int64)
-        dm = np.full(src.size, int(fam.m_bnd[j]), np.int64)
-        if same.any() and bndloc[vj].any():
-            bn = nodes(bndloc[vj])
-            rows = v[same]
-            member = ((lloc[rows[:, None], (bn // 64)[None, :]] >> (bn % 64).astype(np.uint64))
-                      & _ONE).astype(np.int64)
-            dt[same] -= member @ t_pos[sj + bn]
-            dm[same] -= member @ m_pos[sj + bn]
-        return src, dt, dm
-    return step
+        dt = fam.t_bnd[jj].copy()
+        dm = fam.m_bnd[jj].copy()
+        k = np.flatnonzero(same & sub)
+        if k.size:
+            held_t, held_m = _held_sums(lloc[vv[k]] & bndloc[vj[k]], sj[k], t_pos, m_pos)
+            dt[k] -= held_t
+            dm[k] -= held_m
+        return sub, dt, dm
+    return pairs
 
 
 def groups(fam, states: list, n: int) -> np.ndarray:

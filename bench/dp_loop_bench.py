@@ -1,0 +1,92 @@
+"""The capped approximate DP on the scale path: time and plan summary, per-pass vs stacked.
+
+Builds a ``planner.synth`` graph (transformer, or ``--kind cnn``) of about ``--nodes``
+activations, its segment-local approximate family (engine analyses in this process, local
+runtime), and solves it at ``--budget`` with the scale options
+(:func:`planner.dp.scale.plan_options`). It runs the DP twice in this process — the per-pass
+loop (:func:`planner.dp.loop.run_dp` once per pass) and the stacked loop
+(:func:`planner.dp.stacked.run_stacked`, all passes in one walk over the states) — prints
+both times, their ratio, and the plan summary (status, blocks, model recompute, model peak,
+ckpt, a hash of the chain), and exits 1 if the two plans differ.
+
+Run::
+
+    python3 bench/dp_loop_bench.py --nodes 20000
+    python3 bench/dp_loop_bench.py --nodes 100000 --only stacked
+    python3 bench/dp_loop_bench.py --nodes 8000 --kind cnn --budget 30%
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from planner import synth  # noqa: E402
+from planner.activation_graph import ActivationGraph  # noqa: E402
+from planner.analyses.local_stats import local_stats  # noqa: E402
+from planner.budget import parse_budget  # noqa: E402
+from planner.dp import scale  # noqa: E402
+from planner.dp.solve import solve_family  # noqa: E402
+from planner.dp_families import DPGraph, approx_family  # noqa: E402
+
+
+def build(kind: str, nodes: int):
+    """The DP graph and its segment-local family for a synth graph of about ``nodes``."""
+    if kind == "cnn":
+        g = synth.build_cnn(blocks=synth.cnn_blocks_for_nodes(nodes))
+    else:
+        g = synth.build(layers=synth.layers_for_nodes(nodes))
+    ag = ActivationGraph.from_cg(g)
+    dg = DPGraph(m=ag.bytes, t=ag.t, src=ag.src, dst=ag.dst)
+    fam = approx_family(dg, stats=local_stats(dg), dense=False)
+    return dg, fam
+
+
+def summary(r) -> dict:
+    """What must not change: status, the chain (hashed) and the model's numbers."""
+    chain = hashlib.sha256(",".join(map(str, r.chain_ids)).encode()).hexdigest()[:16]
+    return dict(status=r.status, blocks=r.blocks, recompute=r.model_recompute_cost,
+                peak=r.model_peak_bytes, ckpt=r.ckpt_bytes, chain=chain)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--nodes", type=int, default=20000)
+    ap.add_argument("--kind", choices=("transformer", "cnn"), default="transformer")
+    ap.add_argument("--budget", default="50%")
+    ap.add_argument("--strategy", choices=("time", "memory"), default="time")
+    ap.add_argument("--only", choices=("both", "per-pass", "stacked"), default="both")
+    args = ap.parse_args(argv)
+    t = time.perf_counter()
+    dg, fam = build(args.kind, args.nodes)
+    print(f"graph: {args.kind} {dg.n} nodes, family built in {time.perf_counter() - t:.1f}s",
+          flush=True)
+    b = parse_budget(args.budget, baseline=int(dg.m.sum()))
+    window, cap = scale.plan_options(dg.n, strategy=args.strategy)
+    rows = {}
+    for impl in ("per-pass", "stacked"):
+        if args.only not in ("both", impl):
+            continue
+        t = time.perf_counter()
+        r = solve_family(fam, dg, b, strategy=args.strategy, window=window, front_cap=cap,
+                         stacked=impl == "stacked")
+        rows[impl] = dict(dp_s=round(time.perf_counter() - t, 3), **summary(r))
+        print(impl, json.dumps(rows[impl]), flush=True)
+    if len(rows) == 2:
+        a, s = rows["per-pass"], rows["stacked"]
+        same = {k: v for k, v in a.items() if k != "dp_s"} == \
+            {k: v for k, v in s.items() if k != "dp_s"}
+        print(f"window {window} cap {cap}: per-pass {a['dp_s']:.2f}s, stacked {s['dp_s']:.2f}s, "
+              f"ratio {a['dp_s'] / max(s['dp_s'], 1e-9):.1f}x, plans identical: {same}")
+        return 0 if same else 1
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,116 @@
+"""The stacked capped DP (all passes in one walk) gives the per-pass loop's plans, entry for entry.
+
+Compared against :func:`planner.dp.loop.run_dp` run once per pass (the loop every other DP
+path uses), on dense and segment-local families, for windows and caps that thin most fronts,
+on random graphs with small integer weights (many Lagrangian ties, so the tie path runs), and
+against a plan summary frozen before the stacked loop existed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+import numpy as np
+import pytest
+
+from planner import synth
+from planner.activation_graph import ActivationGraph
+from planner.analyses.local_stats import local_stats
+from planner.dp import scale
+from planner.dp.fronts import end_entry, path
+from planner.dp.loop import run_dp
+from planner.dp.solve import solve_family
+from planner.dp.stacked import run_stacked
+from planner.dp.subsets import transitions, window_transitions
+from planner.dp_families import DPGraph, approx_family
+
+
+def _synth(layers):
+    ag = ActivationGraph.from_cg(synth.build(layers=layers, heads=3))
+    return DPGraph(m=ag.bytes, t=ag.t, src=ag.src, dst=ag.dst)
+
+
+def _plan(r):
+    return r.status, r.chain_ids, r.model_recompute_cost, r.model_peak_bytes, r.ckpt_bytes
+
+
+@pytest.mark.parametrize("dense", [True, False])
+def test_stacked_equals_per_pass_on_synth(dense):
+    g = _synth(4)
+    fam = approx_family(g, stats=local_stats(g), dense=dense)
+    S = int(g.m.sum())
+    for window, cap in ((8, 32), (4, 4), (6, 8), (3, 2)):
+        for frac in (0.3, 0.5, 0.8):
+            for strategy in ("time", "memory"):
+                a, b = (solve_family(fam, g, int(frac * S), strategy=strategy, window=window,
+                                     front_cap=cap, stacked=s) for s in (False, True))
+                assert _plan(a) == _plan(b), (window, cap, frac, strategy)
+
+
+def _random_chainy(n, seed):
+    """A DAG with short skips and tiny integer weights: many equal Lagrangian scores."""
+    rng = np.random.default_rng(seed)
+    src, dst = [], []
+    for v in range(1, n):
+        for u in set(rng.integers(max(0, v - 6), v, size=2).tolist()):
+            src.append(u)
+            dst.append(v)
+    for u in sorted(set(range(n - 1)) - set(src)):
+        src.append(u)
+        dst.append(n - 1)
+    return DPGraph(m=rng.integers(0, 4, n), t=rng.integers(1, 4, n), src=np.array(src),
+                   dst=np.array(dst))
+
+
+def _chain(fronts, entry):
+    if entry is None:
+        return None
+    return [(int(fronts.state[e]), int(fronts.s[e]), int(fronts.c[e])) for e in path(fronts, entry)]
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_stacked_equals_per_pass_with_ties(seed):
+    g = _random_chainy(200, seed)
+    lams = [None, 1.0, 0.5, 2.0]                 # integer weights: exact score ties
+    for dense in (True, False):
+        fam = approx_family(g, dense=dense)
+        for frac in (0.3, 0.6):
+            b = int(frac * g.m.sum())
+            for window, cap in ((8, 4), (6, 8)):
+                best = None
+                for lam in lams:
+                    f = run_dp(fam, g.t, g.m, b, window=window, front_cap=cap, lam=lam)
+                    e = end_entry(f, "time")
+                    if e is not None and (best is None or (f.s[e], -f.c[e]) >
+                                          (best[0].s[best[1]], -best[0].c[best[1]])):
+                        best = (f, e)
+                want = None if best is None else _chain(*best)
+                assert _chain(*run_stacked(fam, g.t, g.m, b, window, cap, lams, "time")) == want
+
+
+def test_window_transitions_match_per_state_transitions():
+    g = _synth(2)
+    for dense in (True, False):
+        fam = approx_family(g, stats=local_stats(g), dense=dense)
+        W = 7
+        sub, dt, dm = window_transitions(fam, g.t, g.m, W, chunk=5)
+        step = transitions(fam, g.t, g.m)
+        for j in range(1, fam.num_sets):
+            src = np.arange(max(0, j - W), j)
+            s, a, b = step(j, src)
+            cols = s - (j - W)
+            assert np.array_equal(np.flatnonzero(sub[j]), np.sort(cols))
+            assert np.array_equal(dt[j, cols], a) and np.array_equal(dm[j, cols], b)
+
+
+def test_frozen_plan_of_a_3000_node_transformer():
+    """Recorded with the per-pass loop before the stacked one was written
+    (``python3 bench/dp_loop_bench.py --nodes 3000 --only per-pass``)."""
+    ag = ActivationGraph.from_cg(synth.build(layers=synth.layers_for_nodes(3000)))
+    g = DPGraph(m=ag.bytes, t=ag.t, src=ag.src, dst=ag.dst)
+    fam = approx_family(g, stats=local_stats(g), dense=False)
+    window, cap = scale.plan_options(g.n)
+    r = solve_family(fam, g, int(g.m.sum()) // 2, window=window, front_cap=cap)
+    chain = hashlib.sha256(",".join(map(str, r.chain_ids)).encode()).hexdigest()[:16]
+    assert (g.n, r.blocks, r.model_recompute_cost, r.model_peak_bytes, r.ckpt_bytes, chain) == \
+        (3004, 885, 1370, 1510211584, 1505918976, "e00e70ddcdd8b851")
