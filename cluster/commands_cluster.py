@@ -61,7 +61,8 @@ def default_state_dir() -> Path:
 
 
 def add_arguments(parser) -> None:
-    parser.add_argument("action", choices=["up", "down", "status"])
+    parser.add_argument("action", choices=["up", "down", "status"],
+                        help="up: start the nodes; down: stop them; status: how many are alive")
     parser.add_argument("--nodes", type=int, default=3, help="Ray nodes including the head (default 3)")
     parser.add_argument("--cpus-per-node", type=int, default=2, help="logical CPUs per node (default 2)")
     parser.add_argument("--port", type=int, default=6390, help="GCS port of the head (default 6390)")

@@ -22,11 +22,13 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import re
 import sys
 from typing import Sequence
 
 from cluster import jobs_api
 from hgraph.errors import HGraphError
+from hgraph.fileio import check_writable
 
 #: The job table: name -> module. The only place that names what jobs exist.
 JOBS = {
@@ -56,16 +58,47 @@ def _load(module_name: str):
     return importlib.import_module(module_name)
 
 
+#: Flags that name an output file, in any command: all are checked before any work is done.
+OUTPUT_FLAGS = ("out", "report", "plot", "stats")
+
+
 class _Parser(argparse.ArgumentParser):
-    """argparse whose errors are one line and exit code 2."""
+    """argparse whose errors are one line and exit code 2; a missing command shows the usage and
+    the commands to choose from. A value such as ``-5GB`` is a value, not an unknown option, so
+    ``--budget -5GB`` reaches the flag's own check (argparse takes only plain negative numbers)."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        if hasattr(self, "_negative_number_matcher"):   # argparse's private switch; absent: its message
+            self._negative_number_matcher = re.compile(r"^-\.?[0-9]")
 
     def error(self, message):  # noqa: D401 - argparse API
+        if self._subparsers is not None and message.startswith("the following arguments are required"):
+            self.print_help(sys.stderr)
         self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+def version() -> str:
+    """The installed package's version (its metadata), else the source tree's pyproject.toml."""
+    from importlib import metadata
+    from pathlib import Path
+
+    try:
+        return metadata.version("hgraph")
+    except metadata.PackageNotFoundError:
+        import tomllib
+
+        try:
+            with open(Path(__file__).resolve().parent.parent / "pyproject.toml", "rb") as handle:
+                return tomllib.load(handle)["project"]["version"]
+        except (OSError, KeyError, tomllib.TOMLDecodeError):
+            return "unknown (not installed)"
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="hgraph", description="Plan GPU memory for computational graphs on a "
                                                 "Pregel engine over Ray.")
+    parser.add_argument("--version", action="version", version=f"hgraph {version()}")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
     submit = sub.add_parser("submit", help="run a named job")
@@ -123,6 +156,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{name.ljust(width)}  {help_text}")
         return 0
     try:
+        for flag in OUTPUT_FLAGS:       # an output that cannot be written fails before any work
+            check_writable(getattr(args, flag, None), f"--{flag}")
         if args.command == "submit":
             if jobs_api.wants_ray_job(args):   # --address http://HOST:8265: a Ray Job
                 words = list(sys.argv[1:] if argv is None else argv)

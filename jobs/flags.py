@@ -43,13 +43,17 @@ def add_common_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--address", default=None,
                         help="Ray cluster to use: HOST:PORT joins it, http://HOST:8265 submits a Ray Job "
                              "(default: RAY_ADDRESS, else an embedded local Ray when --runtime ray)")
-    parser.add_argument("--max-supersteps", type=positive_int, default=None)
+    parser.add_argument("--max-supersteps", type=positive_int, default=None, metavar="N",
+                        help="stop after N supersteps even if vertices are still active "
+                             "(default: run until every vertex halts)")
     parser.add_argument("--checkpoint-every", type=positive_int, default=None, metavar="K",
                         help="checkpoint worker state every K supersteps")
     parser.add_argument("--inject-failure", type=positive_int, default=None, metavar="SUPERSTEP",
                         help="kill one worker at this superstep (testing fault recovery)")
     parser.add_argument("--stats", default=None, help="write per-superstep stats (JSON list) here")
-    parser.add_argument("--progress", choices=["auto", "bar", "plain", "off"], default="auto")
+    parser.add_argument("--progress", choices=["auto", "bar", "plain", "off"], default="auto",
+                        help="progress display: bar (live), plain (a line per superstep), off; "
+                             "auto (default): bar on a terminal, else plain")
 
 
 def add_recovery_arguments(parser: argparse.ArgumentParser) -> None:
