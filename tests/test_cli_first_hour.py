@@ -144,6 +144,21 @@ def test_version_comes_from_the_package_metadata():
     assert proc.stdout.strip() == f"hgraph {metadata.version('hgraph')}"
 
 
+def test_version_falls_back_to_the_source_trees_pyproject(monkeypatch):
+    """Run from a checkout that was never installed: the version is pyproject.toml's."""
+    import tomllib
+    from importlib import metadata
+
+    from jobs import cli
+
+    def not_installed(name):
+        raise metadata.PackageNotFoundError(name)
+
+    monkeypatch.setattr(metadata, "version", not_installed)
+    with open(ROOT / "pyproject.toml", "rb") as handle:
+        assert cli.version() == tomllib.load(handle)["project"]["version"]
+
+
 def test_bare_hgraph_shows_the_usage_and_the_commands():
     proc = hgraph()
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
