@@ -51,9 +51,7 @@ def add_common_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--inject-failure", type=positive_int, default=None, metavar="SUPERSTEP",
                         help="kill one worker at this superstep (testing fault recovery)")
     parser.add_argument("--stats", default=None, help="write per-superstep stats (JSON list) here")
-    parser.add_argument("--progress", choices=["auto", "bar", "plain", "off"], default="auto",
-                        help="progress display: bar (live), plain (a line per superstep), off; "
-                             "auto (default): bar on a terminal, else plain")
+    parser.add_argument("--progress", choices=["auto", "bar", "plain", "off"], default="auto")
 
 
 def add_recovery_arguments(parser: argparse.ArgumentParser) -> None:
