@@ -22,13 +22,11 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import re
 import sys
 from typing import Sequence
 
 from cluster import jobs_api
 from hgraph.errors import HGraphError
-from hgraph.fileio import check_writable
 
 #: The job table: name -> module. The only place that names what jobs exist.
 JOBS = {
@@ -68,6 +66,8 @@ class _Parser(argparse.ArgumentParser):
     ``--budget -5GB`` reaches the flag's own check (argparse takes only plain negative numbers)."""
 
     def __init__(self, *args, **kwargs):
+        import re
+
         super().__init__(*args, **kwargs)
         if hasattr(self, "_negative_number_matcher"):   # argparse's private switch; absent: its message
             self._negative_number_matcher = re.compile(r"^-\.?[0-9]")
@@ -155,6 +155,8 @@ def main(argv: list[str] | None = None) -> int:
         for name, help_text in rows:
             print(f"{name.ljust(width)}  {help_text}")
         return 0
+    from hgraph.fileio import check_writable
+
     try:
         for flag in OUTPUT_FLAGS:       # an output that cannot be written fails before any work
             check_writable(getattr(args, flag, None), f"--{flag}")
