@@ -131,13 +131,16 @@ def read_state(state_dir: Path) -> dict | None:
 
 
 def _alive(pid: int) -> bool:
+    """Running: a process that exited but was not reaped yet (a zombie — ``up`` does not wait
+    for its nodes) is not, so a node that fails to start is reported at once."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:
         return True
-    return True
+    proc = Path(f"/proc/{pid}")
+    return not (proc.exists() and _zombie(proc))
 
 
 def _is_loopback(host: str) -> bool:
