@@ -1,10 +1,16 @@
-"""Per-superstep progress for long engine runs.
+"""Progress for long runs: per superstep of the engine, and per stage of a driver job.
 
 :func:`make_reporter` returns a callable the engine calls once per superstep with that superstep's
 stats row (``superstep``, ``mode``, ``active``, ``messages``, ``bytes``, ``seconds``) — exactly what
 ``hgraph.run(..., progress=reporter)`` passes. On a terminal it draws a live rich progress bar; in
 a log or a pipe (Ray Jobs, CI) it prints one plain line per superstep instead, so logs stay
 readable. Progress always goes to stderr: stdout is left to the job's own output.
+
+A driver job that runs in stages (the memory planner: levels on the engine, lower-set statistics
+on the engine, the DP, the replay) shows them with :class:`StageProgress`: the stage, the
+engine's superstep while one runs, the position inside a long loop with an ETA. The job makes one
+current (:func:`tracking`) and the code below reports to :func:`current` without being handed
+it; with none current every report is a no-op, so library calls stay silent.
 
 Example::
 
@@ -18,8 +24,11 @@ Example::
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import sys
-from typing import Any, Callable, Mapping, TextIO
+import time
+from typing import Any, Callable, Iterator, Mapping, TextIO
 
 KINDS = ("auto", "bar", "plain", "off")
 
@@ -190,3 +199,128 @@ def _is_terminal(stream) -> bool:
         return bool(stream.isatty())
     except (AttributeError, ValueError):
         return False
+
+
+# --------------------------------------------------------------------------------------------
+# stages of a driver job
+
+
+class StageProgress:
+    """The stages of a long driver job on ``stream`` (stderr by default).
+
+    ``kind``: ``"bar"`` — a live rich line (stage, progress bar, position, engine superstep,
+    elapsed time, ETA) that disappears when the job ends; ``"plain"`` — one line per finished
+    top-level stage with its seconds (for logs); ``"off"`` — nothing. Report with :meth:`stage` (a context manager;
+    stages nest, the innermost shows), :meth:`superstep` (the engine's per-superstep callback)
+    and :meth:`position` (``done`` of ``total`` steps of the current stage: the bar and ETA).
+    """
+
+    def __init__(self, kind: str = "bar", stream: TextIO | None = None):
+        if kind not in ("bar", "plain", "off"):
+            raise ValueError(f"stage progress kind must be bar, plain or off, got {kind!r}")
+        self.kind = kind
+        self.stream = stream if stream is not None else sys.stderr
+        self.names: list[str] = []
+        self.progress = None
+        if kind == "bar":
+            from rich.console import Console
+            from rich.progress import (BarColumn, MofNCompleteColumn, Progress, SpinnerColumn,
+                                       TextColumn, TimeElapsedColumn, TimeRemainingColumn)
+
+            self.progress = Progress(
+                SpinnerColumn(), TextColumn("[bold]{task.description}"), BarColumn(),
+                MofNCompleteColumn(), TextColumn("{task.fields[info]}"), TimeElapsedColumn(),
+                TextColumn("ETA"), TimeRemainingColumn(),
+                console=Console(file=self.stream), transient=True)
+            self.progress.start()
+            self.task = self.progress.add_task("starting", total=None, info="")
+
+    @contextlib.contextmanager
+    def stage(self, name: str) -> Iterator[None]:
+        """Run the body as stage ``name`` (its position and superstep start afresh)."""
+        self.names.append(name)
+        self._show(name)
+        t0 = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.names.pop()
+            if self.kind == "plain" and not self.names:       # top-level stages only
+                print(f"{name}: {time.perf_counter() - t0:.2f} s", file=self.stream, flush=True)
+            if self.names:
+                self._show(self.names[-1])
+
+    def _show(self, name: str) -> None:
+        if self.progress is not None:           # a fresh task: no stale total, its own clock
+            self.progress.remove_task(self.task)
+            self.task = self.progress.add_task(name, total=None, info="")
+            self.progress.refresh()             # a new stage shows at once, not at the next tick
+
+    def superstep(self, row: Mapping[str, Any]) -> None:
+        """The engine's ``progress`` callback: show the superstep running in this stage."""
+        if self.progress is not None:
+            self.progress.update(self.task, info=f"superstep {row.get('superstep', '?')} "
+                                                 f"{row.get('mode', '')} active "
+                                                 f"{int(row.get('active', 0)):,}")
+
+    def position(self, done: int, total: int) -> None:
+        """``done`` of ``total`` steps of the current stage (a DP's states): bar and ETA."""
+        if self.progress is not None:
+            self.progress.update(self.task, completed=done, total=total)
+
+    def close(self) -> None:
+        if self.progress is not None:
+            self.progress.stop()
+            self.progress = None
+
+
+class _NoStages:
+    """What :func:`current` gives when no job tracks its stages: every report is a no-op."""
+
+    kind = "off"
+
+    def stage(self, name: str):
+        return contextlib.nullcontext()
+
+    def superstep(self, row) -> None:
+        pass
+
+    def position(self, done: int, total: int) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+_NONE = _NoStages()
+_CURRENT: contextvars.ContextVar = contextvars.ContextVar("hgraph_stage_progress", default=_NONE)
+
+
+def current():
+    """The stage progress the running job reports to (a no-op one when none is tracked)."""
+    return _CURRENT.get()
+
+
+@contextlib.contextmanager
+def tracking(kind: str = "auto", stream: TextIO | None = None, *,
+             tracker=None) -> Iterator[StageProgress]:
+    """Make a :class:`StageProgress` current for the body, and close it after.
+
+    ``kind="auto"``: a live bar when ``stream`` (default stderr) is a terminal, else nothing —
+    a log or a pipe gets no progress noise (``"plain"`` asks for one line per stage).
+    ``tracker``: a ready-made one instead (anything with ``stage``/``superstep``/``position``/
+    ``close``, e.g. a recorder in a test).
+    """
+    if kind not in KINDS:
+        raise ValueError(f"progress kind must be one of {', '.join(KINDS)}, got {kind!r}")
+    if tracker is None:
+        target = stream if stream is not None else sys.stderr
+        if kind == "auto":
+            kind = "bar" if _is_terminal(target) else "off"
+        tracker = StageProgress(kind, target)
+    token = _CURRENT.set(tracker)
+    try:
+        yield tracker
+    finally:
+        _CURRENT.reset(token)
+        tracker.close()

@@ -3,9 +3,12 @@
 Reads a cg.txt (the NeurIPS'19 reference format), runs the graph analyses on the engine over
 ``--tasks`` workers, solves the DP (or Chen's chain) on the driver, checks the schedule with the
 independent simulator and writes: ``--out`` (the schedule, reference format), ``--report``
-(JSON, :mod:`planner.report`), ``--plot`` (memory timeline PNG); a summary table goes to stderr.
-All files are written atomically. ``--execute`` then runs the plan (:mod:`planner.execute`) and
-adds the measured peak to the report.
+(JSON, :mod:`planner.report`), ``--plot`` (memory timeline PNG). The summary table is the
+result: it goes to stdout (to stderr when ``--out -`` or ``--report -`` puts data there), whatever
+``--progress`` says; progress (stage, engine superstep, DP position, ETA) goes to stderr, live on
+a terminal and silent in a log or pipe unless ``--progress plain``. All files are written
+atomically. ``--execute`` then runs the plan (:mod:`planner.execute`) with lazy allocation and
+recycling after last use, and puts what it measured under the report's ``execute`` key.
 
 An infeasible budget exits with code 3 and one line giving the smallest feasible budget for the
 solver. Bad flags or files exit with code 2 and one line.
@@ -65,6 +68,7 @@ def add_arguments(parser) -> None:
 
 def main(args) -> int:
     import planner
+    from hgraph.progress import tracking
     from planner import report
     from planner.budget import Budget
 
@@ -82,36 +86,41 @@ def main(args) -> int:
             raise HGraphError(f"--{flag.replace('_', '-')} must be >= 0, got {getattr(args, flag)}")
     if args.max_lower_sets < 1:
         raise HGraphError(f"--max-lower-sets must be >= 1, got {args.max_lower_sets}")
-    p = planner.plan(args.graph, budget=budget, solver=args.solver, strategy=args.strategy,
-                     units=args.units, tasks=args.tasks, blocks=args.blocks, mode=args.mode,
-                     runtime=common.runtime_of(args), address=args.address,
-                     max_lower_sets=args.max_lower_sets, fallback=args.fallback,
-                     checkpoint_every=args.checkpoint_every, inject_failure=args.inject_failure,
-                     dp_window=args.dp_window, dp_front_cap=args.dp_front_cap)
-    if args.execute:
-        p.report["execute"] = _execute(p)
-    if args.out:
-        if args.out == "-":
-            sys.stdout.write(p.schedule.dumps())
-        else:
-            p.schedule.write(args.out)
-    if args.report:
-        report.write_json(p.report, args.report)
-    if args.plot:
-        report.plot(p, args.plot)
-    if args.progress != "off":
-        report.print_summary(p.report)
+    with tracking(args.progress or "auto") as stages:
+        p = planner.plan(args.graph, budget=budget, solver=args.solver, strategy=args.strategy,
+                         units=args.units, tasks=args.tasks, blocks=args.blocks, mode=args.mode,
+                         runtime=common.runtime_of(args), address=args.address,
+                         max_lower_sets=args.max_lower_sets, fallback=args.fallback,
+                         checkpoint_every=args.checkpoint_every,
+                         inject_failure=args.inject_failure,
+                         dp_window=args.dp_window, dp_front_cap=args.dp_front_cap)
+        if args.execute:
+            with stages.stage("executing the plan"):
+                p.report["execute"] = _execute(p)
+        with stages.stage("writing outputs"):
+            if args.out:
+                if args.out == "-":
+                    sys.stdout.write(p.schedule.dumps())
+                else:
+                    p.schedule.write(args.out)
+            if args.report:
+                report.write_json(p.report, args.report)
+            if args.plot:
+                report.plot(p, args.plot)
+    # the table is the result: stdout, unless --out - / --report - already put data there
+    data_on_stdout = "-" in (args.out, args.report)
+    report.print_summary(p.report, file=sys.stderr if data_on_stdout else sys.stdout)
     return 0
 
 
 def _execute(p) -> dict:
-    """Run the schedule with the executor (stand-in kernels for reference graphs)."""
+    """Run the schedule as a user's training step would (lazy allocation, recycling after last
+    use; stand-in kernels for reference graphs) and compare with the planned peak: the report's
+    ``execute`` object (``predicted_peak_bytes``, ``measured_peak_bytes``, ``recycle``,
+    ``peak_within_prediction`` …, :func:`planner.execute.executor.evaluate`)."""
     from planner.execute import executor
 
-    res = executor.run(p.graph, p.schedule, allocator="pool", recycle=False)
-    out = res.report()
-    out["predicted_peak_bytes"] = p.report["peak_bytes"]
-    return out
+    return executor.evaluate(p.graph, p.schedule, allocators=("pool",), recycle=True)
 
 
 if __name__ == "__main__":

@@ -102,7 +102,8 @@ def plan_main(args) -> int:
           f"{p.predicted_peak_bytes:,} B (plain {report['plain_peak_bytes']:,} B), activations "
           f"{report['predicted_activation_peak_bytes']:,} B = "
           f"{report['predicted_activation_peak_bytes'] / max(plain_act, 1):.3f} x plain, extra FLOPs "
-          f"{report['extra_flops']:,} ({100 * report['extra_flops_ratio']:.1f}%)", file=sys.stderr)
+          f"{report['extra_flops']:,} ({100 * report['extra_flops_ratio']:.1f}%)",
+          file=sys.stdout if args.report and args.report != "-" else sys.stderr)  # a result line
     return 0
 
 

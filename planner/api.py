@@ -6,7 +6,8 @@ few supersteps) → the DP on the driver through :class:`planner.solver.Solver` 
 above ``planner.dp.scale.EXACT_LIMIT`` activations with a window / front cap, reported) or
 Chen's chain (:mod:`planner.chen`) → the schedule (:mod:`planner.emit`) → an independent replay
 (:mod:`planner.simulate`) that checks it and measures its peak and recomputation → the report
-fields (:mod:`planner.report`).
+fields (:mod:`planner.report`). Each step is a stage of the current progress
+(:func:`hgraph.progress.current`: a live line when the plan job runs on a terminal).
 
 Example::
 
@@ -34,6 +35,7 @@ from pathlib import Path
 import numpy as np
 
 from hgraph.errors import HGraphError, InfeasibleError
+from hgraph.progress import current as current_progress
 from planner import cg, report as report_mod, simulate
 from planner.activation_graph import ActivationGraph
 from planner.analyses.engine import EngineOptions
@@ -150,8 +152,9 @@ def _replay(g, ag, s: Solver, dp_budget: int, check: bool):
     status, groups, model = s.solve(dp_budget)
     if status != "OK":
         return None
-    schedule = emit_groups(g, groups, ag)
-    sim = simulate.replay(g, schedule, check=check)
+    with current_progress().stage("schedule and replay"):
+        schedule = emit_groups(g, groups, ag)
+        sim = simulate.replay(g, schedule, check=check)
     if sim.violations:
         raise HGraphError(f"internal error: the emitted schedule fails the simulator: "
                           f"{sim.violations[0]}")
@@ -218,7 +221,9 @@ def plan(graph_or_path, budget="100%", solver: str = "approx", strategy: str = "
     _check_choice("solver", solver, SOLVERS)
     _check_choice("strategy", strategy, STRATEGIES)
     _check_choice("units", units, UNITS)
-    g = _load(graph_or_path)
+    stages = current_progress()
+    with stages.stage("reading the graph"):
+        g = _load(graph_or_path)
     if len(g.forward) == 0:
         raise HGraphError(f"{g.path or 'graph'}: no forward functions to plan")
     opts = EngineOptions(tasks=int(tasks), blocks=int(blocks), mode=mode, runtime=runtime,
@@ -226,13 +231,15 @@ def plan(graph_or_path, budget="100%", solver: str = "approx", strategy: str = "
                          inject_failure=inject_failure)
     ag = ActivationGraph.from_cg(g)
     dg_bytes = DPGraph(m=ag.bytes, t=ag.t, src=ag.src, dst=ag.dst)
-    level, level_steps = levels(dg_bytes, opts=opts, with_supersteps=True)
+    with stages.stage("levels (engine)"):
+        level, level_steps = levels(dg_bytes, opts=opts, with_supersteps=True)
     depth = int(level.max(initial=-1)) + 1
     act_sum = int(ag.bytes.sum())
     base_sched = base_tl = None
     if ag.n <= BASELINE_SCHEDULE_LIMIT:
-        base_sched = baseline_schedule(g)
-        base_sim = simulate.replay(g, base_sched, check=False)
+        with stages.stage("baseline replay"):
+            base_sched = baseline_schedule(g)
+            base_sim = simulate.replay(g, base_sched, check=False)
         baseline_peak, baseline_kind = base_sim.peak_bytes, "simulated"
         base_tl = base_sim.timeline
     else:
@@ -255,8 +262,9 @@ def plan(graph_or_path, budget="100%", solver: str = "approx", strategy: str = "
         # every DP transition's peak (ckpt + 2·Δm + m(A) + m(B)) is at most 5·m(V): at that
         # budget all of them fit, so if the solver's options allow a plan at all, it is there
         top = max(5 * act_sum, budget_bytes + 1, 1)
-        dp_min = _smallest(lambda x: s.solve(x)[0] == "OK",
-                           max(2 * act_sum, budget_bytes + 1, 1), top)
+        with stages.stage("smallest feasible budget (bisection)"):
+            dp_min = _smallest(lambda x: s.solve(x)[0] == "OK",
+                               max(2 * act_sum, budget_bytes + 1, 1), top)
         if dp_min is None:
             raise HGraphError(
                 f"no budget gives a plan with {_options_text(solver, strategy, units, s)} on "

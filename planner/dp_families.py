@@ -314,8 +314,9 @@ def exact_family(g: DPGraph, max_lower_sets: int = DEFAULT_MAX_LOWER_SETS,
                 return fam
             raise HGraphError(
                 f"exact DP: the graph has more than {max_lower_sets:,} lower sets "
-                f"({g.n} nodes); raise the limit (max_lower_sets / --max-lower-sets), "
-                f"or use the approximate solver")
+                f"({g.n} nodes); raise the limit (--max-lower-sets / max_lower_sets), "
+                f"pass --fallback (fallback=True) to use the approximate family instead, "
+                f"or use the approximate solver (--solver approx)")
     sets = np.vstack(levels)            # levels come out by size already: the DPfix order
     size, mL, tL, bnd, t_bnd, m_bnd, mAB = _set_stats(g, sets)
     return Family("exact", size, mL, tL, t_bnd, m_bnd, mAB, sets=sets, bnd=bnd)

@@ -2,7 +2,10 @@
 
 :func:`build` turns a solved plan (its blocks) and its simulated replay into the report dict (keys below);
 :func:`write_json` / :func:`plot` write files atomically (temporary name, then rename);
-:func:`summary_table` renders the few numbers a user looks at first (rich).
+:func:`summary_table` renders the few numbers a user looks at first (rich), including what
+changes how to read them: the DP family actually used (``fell_back``), the scale approximations
+(``dp_window``, ``dp_front_cap``, ``dp_exact``), how the baseline was obtained
+(``baseline_kind``) and, after ``--execute``, the measured peak.
 
 Report keys: ``graph``, ``nodes`` (activations), ``variables``, ``depth`` (topological levels),
 ``solver``, ``strategy``, ``units``, ``budget`` (as given), ``budget_bytes``, ``peak_bytes``
@@ -37,7 +40,8 @@ import numpy as np
 from hgraph.fileio import atomic_write, write_text
 from planner.budget import format_bytes
 
-__all__ = ["build", "decisions", "write_json", "summary_table", "print_summary", "plot"]
+__all__ = ["build", "decisions", "write_json", "summary_table", "print_summary", "plot",
+           "solver_text", "approximations_text", "BASELINE_KINDS"]
 
 
 def decisions(g, ag, groups, sim) -> list:
@@ -118,39 +122,77 @@ def write_json(report: dict, path) -> None:
         write_text(path, text)
 
 
+#: How the no-recomputation baseline was obtained (``baseline_kind``), as the table says it.
+BASELINE_KINDS = {"simulated": "simulated",
+                  "activation_sum": "Σ activations, not simulated"}
+
+
+def solver_text(report: dict) -> str:
+    """The solver as run: ``exact -> approx (fallback)`` when the exact DP fell back."""
+    if report.get("fell_back"):
+        return f"{report['solver']} -> {report.get('family', 'approx')} (fallback)"
+    return report["solver"]
+
+
+def approximations_text(report: dict) -> str | None:
+    """The approximate DP's scale options (``dp_window``/``dp_front_cap``), or None when the
+    report has none (graphs planned without the scale path)."""
+    if "dp_exact" not in report:
+        return None
+    if report["dp_exact"]:
+        return "none (exact approximate DP)"
+    parts = [f"window {report['dp_window']}" if report.get("dp_window") else "no window",
+             f"front cap {report['dp_front_cap']}" if report.get("dp_front_cap") else "no front cap"]
+    return ", ".join(parts)
+
+
 def summary_table(report: dict):
-    """A rich Table with the headline numbers."""
+    """A rich Table with the headline numbers and what qualifies them."""
     from rich.table import Table
 
-    tab = Table(title=f"plan: {report['graph']} ({report['nodes']:,} nodes, {report['solver']}, "
-                      f"{report['strategy']}-centric)", show_header=False)
+    tab = Table(title=f"plan: {report['graph']} ({report['nodes']:,} nodes, "
+                      f"{solver_text(report)}, {report['strategy']}-centric)", show_header=False)
     tab.add_column("what", style="bold")
     tab.add_column("value", justify="right")
     base = max(1, report["baseline_peak_bytes"])
+    kind = report.get("baseline_kind", "simulated")
     rows = [
         ("budget", f"{format_bytes(report['budget_bytes'])}  ({report['budget_bytes']:,} B)"),
         ("peak (simulated)", f"{format_bytes(report['peak_bytes'])}  "
                              f"({100 * report['peak_bytes'] / base:.1f}% of baseline)"),
-        ("baseline (no recompute)", format_bytes(report["baseline_peak_bytes"])),
+        ("baseline (no recompute)", f"{format_bytes(report['baseline_peak_bytes'])}  "
+                                    f"({BASELINE_KINDS.get(kind, kind)})"),
         ("lower bound", format_bytes(report["lower_bound_bytes"])),
         ("recompute / forward", f"{report['recompute_cost']:,} / {report['forward_cost']:,}  "
                                 f"({100 * report['overhead']:.1f}%)"),
         ("recomputed functions", f"{report['recomputed']:,}"),
         ("blocks", f"{report['blocks']:,}"),
-        ("seconds", f"{report['seconds']:.2f}"),
     ]
+    if report.get("fell_back"):
+        rows.append(("DP family", f"{report.get('family', 'approx')} (fell back: the exact DP "
+                                  f"is over --max-lower-sets)"))
+    approx = approximations_text(report)
+    if approx is not None:
+        rows.append(("DP approximations", approx))
+    ex = report.get("execute")
+    if ex:
+        rows.append(("peak (executed)", f"{format_bytes(ex['measured_peak_bytes'])}  "
+                                        f"({ex.get('backend', '?')}, "
+                                        f"{'recycling after last use' if ex.get('recycle') else 'freed at forgets'})"))
+    rows.append(("seconds", f"{report['seconds']:.2f}"))
     for k, v in rows:
         tab.add_row(k, v)
     return tab
 
 
 def print_summary(report: dict, file=None) -> None:
-    """Print :func:`summary_table` (to stderr by default, so stdout can carry data)."""
+    """Print :func:`summary_table` (to stdout by default: it is the result; pass stderr when
+    stdout carries data)."""
     import sys
 
     from rich.console import Console
 
-    Console(file=file or sys.stderr, width=100).print(summary_table(report))
+    Console(file=file or sys.stdout, width=100).print(summary_table(report))
 
 
 def plot(p, path) -> None:

@@ -5,7 +5,7 @@ activation sizes go through :func:`planner.units.scale_units` (bytes, or the ref
 scaled ints), the family is built once per scaling ratio and reused across budgets (the
 smallest-budget search solves many), and the DP runs on it (:mod:`planner.dp.solve`), or
 Chen's chain (:mod:`planner.chen`). :func:`planner.plan` and the conformance tests both go
-through here.
+through here. Each step is a stage of the current progress (:func:`hgraph.progress.current`).
 
 Example::
 
@@ -19,6 +19,7 @@ Example::
 
 from __future__ import annotations
 
+from hgraph.progress import current as current_progress
 from planner import chen
 from planner.activation_graph import ActivationGraph
 from planner.analyses.engine import EngineOptions
@@ -65,12 +66,14 @@ class Solver:
             ag = self.ag
             dg = DPGraph(m=ag.bytes // ratio, t=ag.t, src=ag.src, dst=ag.dst)
             if self.solver == "approx":
-                stats = local_stats(dg, opts=self.opts, level=self.level)
+                with current_progress().stage("lower-set statistics (engine)"):
+                    stats = local_stats(dg, opts=self.opts, level=self.level)
                 self.engine_supersteps += stats.supersteps
                 fam = approx_family(dg, stats=stats, dense=not self.scale)
             else:
-                fam = exact_family(dg, max_lower_sets=self.max_lower_sets,
-                                   fallback=self.fallback, opts=self.opts)
+                with current_progress().stage("lower sets (exact family)"):
+                    fam = exact_family(dg, max_lower_sets=self.max_lower_sets,
+                                       fallback=self.fallback, opts=self.opts)
             self._families[ratio] = (dg, fam)
         return self._families[ratio]
 
@@ -78,15 +81,17 @@ class Solver:
         """The DP's :class:`~planner.dp.solve.DPResult` at ``budget_bytes`` (approx / exact)."""
         u = scale_units(budget_bytes, self.act_sum, self.units)
         dg, fam = self.family(u.ratio)
-        return solve_family(fam, dg, u.budget, strategy=strategy or self.strategy,
-                            comp_ratio=u.ratio, units=self.units, window=self.window,
-                            front_cap=self.front_cap)
+        with current_progress().stage(f"DP ({fam.kind}, {fam.num_sets:,} states)"):
+            return solve_family(fam, dg, u.budget, strategy=strategy or self.strategy,
+                                comp_ratio=u.ratio, units=self.units, window=self.window,
+                                front_cap=self.front_cap)
 
     def solve(self, budget_bytes: int):
         """(status, block index of every node, model dict) at ``budget_bytes``."""
         if self.solver == "chen":
-            p = chen.solve(self.g, budget=max(1, budget_bytes), units=self.units, ag=self.ag,
-                           lower_set_limit=self.max_lower_sets)
+            with current_progress().stage("Chen's chain"):
+                p = chen.solve(self.g, budget=max(1, budget_bytes), units=self.units, ag=self.ag,
+                               lower_set_limit=self.max_lower_sets)
             grp = groups_of_chain(self.ag, p.chain)
             model = dict(blocks=p.blocks, model_recompute_cost=p.model_recompute_cost,
                          model_peak_bytes=p.model_peak_bytes, n_lower_sets=p.n_lower_sets,

@@ -385,6 +385,41 @@ def test_make_reporter_kinds():
         make_reporter("loud")
 
 
+def test_stage_tracking_kinds():
+    """Stage progress (issue 11 item 5): nothing in a pipe under auto, one line per top-level
+    stage with ``plain``, a live line with the stage, position and ETA on a terminal; outside
+    a tracked job every report is a no-op."""
+    from hgraph.progress import current, tracking
+
+    class Terminal(io.StringIO):
+        def isatty(self):
+            return True
+
+    def job():
+        stages = current()
+        with stages.stage("outer"):
+            with stages.stage("inner"):
+                stages.superstep({"superstep": 2, "mode": "pull", "active": 5})
+                stages.position(3, 10)
+
+    job()                                            # no tracker: silent, no error
+    for kind, stream, expect in (("auto", io.StringIO(), None), ("off", Terminal(), None),
+                                 ("plain", io.StringIO(), "outer"), ("auto", Terminal(), "ETA")):
+        with tracking(kind, stream=stream):
+            job()
+        text = stream.getvalue()
+        if expect is None:
+            assert text == "", kind
+        elif kind == "plain":
+            assert text.startswith("outer: ") and text.endswith(" s\n") and "inner" not in text
+        else:
+            assert "outer" in text and "inner" in text and "ETA" in text
+    assert current().kind == "off"
+    with pytest.raises(ValueError):
+        with tracking("loud"):
+            pass
+
+
 # --------------------------------------------------------------------------------------------
 # Ray runtime through the CLI
 

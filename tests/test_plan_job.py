@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import csv
+import io
 import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -46,7 +48,7 @@ def test_plan_job_writes_schedule_report_and_plot(tmp_path, capsys):
     sim = simulate.replay(g, Schedule.read(out))
     assert sim.ok and sim.peak_bytes == r["peak_bytes"] and sim.recompute_cost == r["recompute_cost"]
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    assert "peak (simulated)" in capsys.readouterr().err
+    assert "peak (simulated)" in capsys.readouterr().out
     assert not [p for p in tmp_path.rglob(".*.tmp")]
 
 
@@ -218,3 +220,239 @@ def test_a_plan_is_never_worse_than_not_planning(solver):
         planner.plan(g, budget="99%", solver=solver)
     ref = planner.plan(g, budget="1000%", solver=solver, units="reference")
     assert ref.family == solver                    # the reference's own DP plan, unchanged
+
+
+# --------------------------------------------------------------------------------------------
+# what a user sees (issue 11 items 5, 6, 7, 10, 11, 12)
+
+
+def _plan(*extra):
+    return ["submit", "plan", "--graph", str(SAMPLE), "--budget", "60%", *map(str, extra)]
+
+
+def _table(text):
+    """The summary table's rows (what -> value) and its title line."""
+    rows = {}
+    for line in text.splitlines():
+        cells = [c.strip() for c in line.split("│")[1:-1]]
+        if len(cells) == 2:
+            rows[cells[0]] = cells[1]
+    return rows, text.strip().splitlines()[0].strip()
+
+
+class _Recorder:
+    """A stage tracker that records what the planner reports."""
+
+    def __init__(self):
+        self.stages, self.supersteps, self.positions = [], [], []
+
+    def stage(self, name):
+        import contextlib
+
+        self.stages.append(name)
+        return contextlib.nullcontext()
+
+    def superstep(self, row):
+        self.supersteps.append(row["superstep"])
+
+    def position(self, done, total):
+        self.positions.append((done, total))
+
+    def close(self):
+        pass
+
+
+@pytest.mark.parametrize("solver", ["approx", "exact"])
+def test_plan_reports_stages_supersteps_and_dp_position(solver):
+    """Item 5: the planner tells the current tracker its stage, the engine's supersteps and
+    the DP's position (state j of L) — what the live line shows (on main: no such hooks)."""
+    from hgraph.progress import tracking
+
+    rec = _Recorder()
+    with tracking(tracker=rec):
+        p = planner.plan(SAMPLE, budget="60%", solver=solver, tasks=2)
+    assert rec.stages[:2] == ["reading the graph", "levels (engine)"]
+    assert any(s.startswith(f"DP ({solver}") for s in rec.stages)
+    assert "schedule and replay" in rec.stages
+    assert (solver == "approx") == ("lower-set statistics (engine)" in rec.stages)
+    assert len(rec.supersteps) >= p.report["engine"]["supersteps"] > 0
+    assert rec.positions and all(0 < done < total for done, total in rec.positions)
+    assert {total for _, total in rec.positions} == {p.report["n_lower_sets"]}
+    n = len(rec.stages), len(rec.positions)
+    planner.plan(SAMPLE, budget="60%")               # outside a job: nothing is reported
+    assert (len(rec.stages), len(rec.positions)) == n
+
+
+class _Terminal(io.StringIO):
+    def isatty(self):
+        return True
+
+
+def test_progress_live_on_a_terminal_quiet_in_a_pipe(tmp_path, monkeypatch, capsys):
+    """Item 5: on a terminal stderr shows the stages with a bar and an ETA; in a pipe (capsys)
+    nothing but the table, which is on stdout (on main: silence on the terminal, the table on
+    stderr)."""
+    tty = _Terminal()
+    monkeypatch.setattr(sys, "stderr", tty)
+    assert main(_plan("--tasks", "2", "--report", tmp_path / "r.json")) == 0
+    monkeypatch.undo()
+    shown = tty.getvalue()
+    for stage in ("levels (engine)", "lower-set statistics (engine)", "DP (approx, 177 states)",
+                  "schedule and replay", "writing outputs", "ETA"):
+        assert stage in shown, stage
+    assert "peak (simulated)" in capsys.readouterr().out
+    assert main(_plan("--tasks", "2")) == 0           # stderr is not a terminal: quiet
+    captured = capsys.readouterr()
+    assert captured.err == "" and "peak (simulated)" in captured.out
+
+
+def test_progress_off_keeps_the_table_and_plain_gives_stage_lines(capsys):
+    """Item 5: ``--progress off`` hides progress, not the result (on main it hid the table);
+    ``--progress plain`` writes one line per top-level stage for logs; the flag has a help."""
+    assert main(_plan("--progress", "off")) == 0
+    captured = capsys.readouterr()
+    assert "peak (simulated)" in captured.out and captured.err == ""
+    assert main(_plan("--progress", "plain")) == 0
+    captured = capsys.readouterr()
+    lines = captured.err.splitlines()
+    assert lines[0].startswith("reading the graph: ") and lines[0].endswith(" s")
+    assert any(line.startswith("levels (engine): ") for line in lines)
+    assert any(line.startswith("DP (approx, 177 states): ") for line in lines)
+    assert "peak (simulated)" in captured.out
+    with pytest.raises(SystemExit):
+        main(["submit", "plan", "--help"])
+    assert "results are printed either way" in " ".join(capsys.readouterr().out.split())
+
+
+def test_the_table_is_the_result_on_stdout(tmp_path):
+    """Item 11: ``> log`` captures the table (on main it went to stderr); with ``--report -``
+    stdout carries the JSON and the table moves to stderr."""
+    proc = _run("jobs", "submit", "plan", "--graph", str(SAMPLE), "--budget", "60%",
+                "--out", str(tmp_path / "s.txt"))
+    assert proc.returncode == 0, proc.stderr
+    assert "peak (simulated)" in proc.stdout and proc.stderr == ""
+    proc = _run("jobs", "submit", "plan", "--graph", str(SAMPLE), "--budget", "60%",
+                "--report", "-")
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["graph"] == "resnet50"
+    assert "peak (simulated)" in proc.stderr
+
+
+def test_a_row_plan_prints_its_result_line_on_stdout(tmp_path, capsys):
+    """Item 11 for ``plan --rows``: with ``--report FILE`` the result line is on stdout; without,
+    stdout carries the JSON and the line goes to stderr."""
+    from planner.execute import export, zoo
+
+    graph = tmp_path / "v.txt"
+    cg.write(export.to_cg(zoo.build("vgg16", width=4, depth=1, image=32)), graph)
+    assert main(["submit", "plan", "--graph", str(graph), "--rows", "4",
+                 "--report", str(tmp_path / "r.json")]) == 0
+    captured = capsys.readouterr()
+    assert captured.out.startswith("rows 4 overlap: ") and captured.err == ""
+    assert main(["submit", "plan", "--graph", str(graph), "--rows", "4"]) == 0
+    captured = capsys.readouterr()
+    assert json.loads(captured.out)["rows"] == 4 and captured.err.startswith("rows 4 overlap: ")
+
+
+def test_the_table_shows_approximations_and_how_the_baseline_was_made(tmp_path, capsys):
+    """Item 12: the DP's scale approximations and the baseline's kind are in the table, not
+    only in the JSON (on main: neither)."""
+    from planner import report, synth
+
+    graph = tmp_path / "g.txt"
+    cg.write(synth.build(layers=6, heads=2), graph)
+    assert main(["submit", "plan", "--graph", str(graph), "--budget", "50%",
+                 "--dp-window", "6", "--dp-front-cap", "0"]) == 0
+    rows, _ = _table(capsys.readouterr().out)
+    assert rows["DP approximations"] == "window 6, no front cap"
+    assert rows["baseline (no recompute)"].endswith("(simulated)")
+    assert main(_plan()) == 0                        # small graph: no scale path, no such row
+    assert "DP approximations" not in capsys.readouterr().out
+    p = planner.plan(SAMPLE, budget="60%")
+    rows = {"dp_window": 8, "dp_front_cap": 32, "dp_exact": False,
+            "baseline_kind": "activation_sum"}
+    buf = io.StringIO()
+    report.print_summary(dict(p.report, **rows), file=buf)
+    rows, _ = _table(buf.getvalue())
+    assert rows["DP approximations"] == "window 8, front cap 32"
+    assert rows["baseline (no recompute)"].endswith("(Σ activations, not simulated)")
+    buf = io.StringIO()
+    report.print_summary(dict(p.report, dp_window=None, dp_front_cap=None, dp_exact=True),
+                         file=buf)
+    assert "none (exact approximate DP)" in buf.getvalue()
+
+
+def test_fallback_is_shown_and_the_refusal_names_the_flag(tmp_path, capsys):
+    """Item 7: after ``--fallback`` the table says the approximate family was used (on main:
+    "exact"); without it the one-line refusal names ``--fallback``."""
+    rep = tmp_path / "r.json"
+    assert main(_plan("--solver", "exact", "--max-lower-sets", "50", "--fallback",
+                      "--report", rep)) == 0
+    rows, title = _table(capsys.readouterr().out)
+    assert "exact -> approx (fallback)" in title and rows["DP family"].startswith("approx (fell")
+    assert json.loads(rep.read_text())["fell_back"] is True
+    assert main(_plan("--solver", "exact")) == 0     # no fallback needed: no such words
+    assert "fallback" not in capsys.readouterr().out
+    proc = _run("jobs", "submit", "plan", "--graph", str(SAMPLE), "--budget", "60%",
+                "--solver", "exact", "--max-lower-sets", "50")
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1 and "--fallback" in proc.stderr
+
+
+def test_execute_recycles_after_last_use_as_the_readme_says(tmp_path, capsys):
+    """Item 10: ``--execute`` recycles after last use (on main: ``recycle: false``) and its
+    numbers are under ``report["execute"]``, as the README says."""
+    rep = tmp_path / "r.json"
+    assert main(_plan("--execute", "--report", rep)) == 0
+    r = json.loads(rep.read_text())
+    ex = r["execute"]
+    assert ex["recycle"] is True and ex["peak_within_prediction"] is True
+    assert ex["predicted_peak_bytes"] == r["peak_bytes"]
+    assert 0 < ex["measured_peak_bytes"] <= ex["predicted_peak_bytes"]
+    assert "recycling after last use" in capsys.readouterr().out
+    readme = " ".join((ROOT / "README.md").read_text().split())
+    assert 'report["execute"]' in readme and "`recycle: true`" in readme
+    assert "adds `predicted_peak_bytes`/`measured_peak_bytes` to the report" not in readme
+
+
+def _quick_start_lines():
+    text = (ROOT / "README.md").read_text()
+    block = text.split("## Quick start", 1)[1].split("```bash\n", 1)[1].split("```", 1)[0]
+    return [line for line in block.splitlines() if line.strip()]
+
+
+def _words(line, tmp_path):
+    """The plan command of a README line, its outputs under ``tmp_path``."""
+    import shlex
+
+    words = shlex.split(line.split("&&")[-1].strip())
+    assert words[:3] == ["hgraph", "submit", "plan"]
+    words = [str(ROOT / w) if w.startswith("jobs/data/") else w for w in words[1:]]
+    return [str(tmp_path / w) if w.startswith("out/") else w for w in words]
+
+
+def test_quick_start_plans_locally_then_shows_ray(tmp_path, capsys):
+    """Item 6: the first README command installs and plans locally (fast); the next line is the
+    same plan with ``--runtime ray`` (on main the first command started Ray)."""
+    first, ray_line = _quick_start_lines()[:2]
+    assert first.startswith("python3 -m pip install -e . && hgraph submit plan")
+    local = _words(first, tmp_path)
+    assert local[local.index("--runtime") + 1] == "local"
+    ray = _words(ray_line, tmp_path)
+    assert ray[ray.index("--runtime") + 1] == "ray"
+    for flag in ("--graph", "--tasks", "--budget"):
+        assert ray[ray.index(flag) + 1] == local[local.index(flag) + 1]
+    assert main(local) == 0
+    assert "peak (simulated)" in capsys.readouterr().out
+    for name in ("schedule.txt", "report.json", "timeline.png"):
+        assert (tmp_path / "out" / name).stat().st_size > 0
+
+
+@pytest.mark.ray
+def test_quick_start_ray_line_gives_the_same_schedule(ray_session, tmp_path):
+    """Item 6: the README's Ray line makes the same schedule as its local first command."""
+    first, ray_line = _quick_start_lines()[:2]
+    local, ray = _words(first, tmp_path), _words(ray_line, tmp_path)
+    assert main([*local, "--progress", "off"]) == 0 and main([*ray, "--progress", "off"]) == 0
+    sch = [Path(w[w.index("--out") + 1]).read_text() for w in (local, ray)]
+    assert sch[0] == sch[1] and sch[0]

@@ -2,7 +2,8 @@
 
 The plan is the same for any ``tasks``/``blocks``/``mode``/``runtime`` (the analyses combine with
 bitwise OR, max and integer sums, which do not depend on grouping); these options only say
-where and how the supersteps run.
+where and how the supersteps run. Each superstep is reported to the current stage progress
+(:func:`hgraph.progress.current`; silent unless a job tracks one).
 
 Example::
 
@@ -15,6 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import hgraph
+from hgraph.progress import current as current_progress
 
 __all__ = ["EngineOptions", "options"]
 
@@ -35,7 +37,8 @@ class EngineOptions:
         return hgraph.run(program, graph, tasks=self.tasks, blocks=self.blocks, mode=self.mode,
                           runtime=self.runtime, address=self.address,
                           checkpoint_every=self.checkpoint_every,
-                          inject_failure=self.inject_failure)
+                          inject_failure=self.inject_failure,
+                          progress=current_progress().superstep)
 
 
 

@@ -46,6 +46,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from hgraph.progress import current as current_progress
 from planner.dp.fronts import INF, Fronts, best_per_saved, has_end, segment_pareto
 from planner.dp.knapsack import KnapsackBound
 
@@ -220,7 +221,9 @@ class ExactSearch:
         need[end] = T - bound
         if self.cap0 < 0:
             need[:end] = INF                           # no checkpoint fits: only ∅ → V
+        report = current_progress().position
         for lo, tgt, src in self.chunks(keyc, smax, need):
+            report(lo, L)
             out = self._pareto_chunk(lo, tgt, src, bound, fronts, smax, cmin)
             if out is not None:
                 self._store(fronts, *out, keyc, smax, cmin, self.two_mL)

@@ -11,7 +11,8 @@ approximations (:mod:`planner.dp.scale`) and the objective bounds of :mod:`plann
 Speed: sources are filtered first by a per-source key (``min ckpt − 2·m(L)``, the reference's
 ``break`` on the cheapest entry) and, on the approximate family (ids ascend with ``m(L)``), by
 a window of ids found with one ``searchsorted``; only the feasible prefix of each source front
-is expanded. One Python step per state, NumPy over arrays within it.
+is expanded. One Python step per state, NumPy over arrays within it. The position (state j of
+L) goes to the current stage progress (:func:`hgraph.progress.current`) every ~0.5 %.
 
 Example::
 
@@ -28,6 +29,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from hgraph.progress import current as current_progress
 from planner.dp.fronts import INF, Fronts, best_per_saved, expand_fronts, pareto_mask
 from planner.dp.scale import thin, thin_lagrange
 from planner.dp.subsets import transitions
@@ -62,7 +64,10 @@ def run_dp(fam, t: np.ndarray, m: np.ndarray, budget: int, *, window: int | None
         end_of = np.arange(L)
     ordered = fam.node is not None                 # approx: ids ascend with m(L)
     subsets = transitions(fam, t, m)
+    report, every = current_progress().position, max(1, L // 200)   # the DP position, ~0.5 %
     for j in range(1, L):
+        if j % every == 0:
+            report(j, L)
         thr = budget - int(two_mL[j]) - int(fam.mAB[j])
         lo = int(np.searchsorted(two_mL, -thr, side="left")) if ordered else 0
         if window is not None:
