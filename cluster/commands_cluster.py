@@ -6,7 +6,9 @@ records their pids and session ids in a state file. ``down`` signals exactly tho
 SIGTERM, then SIGKILL for anything still alive after a short grace period (a ``ray start``
 node "drains" for up to 30 s on SIGTERM; a throwaway cluster need not wait for that) — so it
 stops the Ray processes it started and nothing else. It never runs ``ray stop``, which kills every Ray
-process on the machine, including other people's.
+process on the machine, including other people's. Then it removes what ``up`` left in the state
+folder (the node logs ``node-*.log`` and Ray's temp folder ``r/``) unless ``--keep-logs``; an
+``up`` that fails keeps them, since its error names the node log to read.
 
 **What it exposes.** By default every node binds to loopback (``127.0.0.1``): the GCS, the
 raylets, the object stores, the agents and the dashboard (Ray Jobs) are reachable from this
@@ -32,6 +34,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -58,7 +61,8 @@ def default_state_dir() -> Path:
 
 
 def add_arguments(parser) -> None:
-    parser.add_argument("action", choices=["up", "down", "status"])
+    parser.add_argument("action", choices=["up", "down", "status"],
+                        help="up: start the nodes; down: stop them; status: how many are alive")
     parser.add_argument("--nodes", type=int, default=3, help="Ray nodes including the head (default 3)")
     parser.add_argument("--cpus-per-node", type=int, default=2, help="logical CPUs per node (default 2)")
     parser.add_argument("--port", type=int, default=6390, help="GCS port of the head (default 6390)")
@@ -74,6 +78,8 @@ def add_arguments(parser) -> None:
     parser.add_argument("--state-dir", default=None,
                         help="where the state file and Ray's temp folder live (default "
                              "$HGRAPH_CLUSTER_DIR or /tmp/hgc-UID)")
+    parser.add_argument("--keep-logs", action="store_true",
+                        help="down: keep the node logs and Ray's temp folder (default: removed)")
 
 
 def main(args) -> int:
@@ -90,9 +96,11 @@ def main(args) -> int:
         print(f"  stop:            hgraph cluster down{_state_flag(args)}")
         return 0
     if args.action == "down":
-        stopped = down(state_dir)
+        stopped = down(state_dir, keep_logs=args.keep_logs)
         print(f"Ray cluster down: stopped {stopped} process group(s)" if stopped is not None
               else "no cluster recorded")
+        if stopped is not None and args.keep_logs:
+            print(f"  logs kept in {state_dir} (node-*.log, Ray's in r/)")
         return 0
     state = read_state(state_dir)
     if state is None:
@@ -120,13 +128,16 @@ def read_state(state_dir: Path) -> dict | None:
 
 
 def _alive(pid: int) -> bool:
+    """Running: a process that exited but was not reaped yet (a zombie — ``up`` does not wait
+    for its nodes) is not, so a node that fails to start is reported at once."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:
         return True
-    return True
+    proc = Path(f"/proc/{pid}")
+    return not (proc.exists() and _zombie(proc))
 
 
 def _is_loopback(host: str) -> bool:
@@ -219,7 +230,7 @@ def up(state_dir: Path, *, nodes: int = 3, cpus_per_node: int = 2, port: int = 6
         if dashboard_port is not None:
             _wait_port(dashboard_port, state, "the dashboard", reach)
     except BaseException:
-        down(state_dir)
+        down(state_dir, keep_logs=True)      # the error names a node log: keep it to be read
         raise
     return state
 
@@ -306,8 +317,9 @@ def _session_members(sids: set[int]) -> list[int]:
     return pids
 
 
-def down(state_dir: Path) -> int | None:
-    """Stop every process in the sessions recorded by :func:`up`; None when none is recorded."""
+def down(state_dir: Path, *, keep_logs: bool = False) -> int | None:
+    """Stop every process in the sessions recorded by :func:`up`, then remove their logs and
+    Ray's temp folder unless ``keep_logs``; None when no cluster is recorded."""
     import signal
 
     state = read_state(Path(state_dir))
@@ -340,4 +352,21 @@ def down(state_dir: Path) -> int | None:
             break
         time.sleep(0.1)
     state_path(Path(state_dir)).unlink(missing_ok=True)
+    if not keep_logs:
+        _remove_logs(Path(state_dir), state)
     return len(sids)
+
+
+def _remove_logs(state_dir: Path, state: dict) -> None:
+    """The node logs and Ray's temp folder that :func:`up` made — only inside ``state_dir``,
+    whatever the state file says."""
+    folder = state_dir.resolve()
+    made = [p["log"] for p in state["processes"]] + ([state["temp_dir"]] if state.get("temp_dir") else [])
+    for path in map(Path, made):
+        path = path.resolve()
+        if path.parent != folder:
+            continue
+        if path.is_dir():
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            path.unlink(missing_ok=True)

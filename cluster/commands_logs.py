@@ -45,7 +45,8 @@ def main(args) -> int:
         return jobs_api.follow(client, args.job_id, timeout=args.timeout, fetch=args.fetch,
                                to=args.to)
     info = jobs_api.job_info(client, args.job_id)
-    sys.stdout.write(ship_outputs.strip(jobs_api.job_logs(client, args.job_id)))
+    log = ship_outputs.strip(jobs_api.job_logs(client, args.job_id))
+    sys.stdout.write(jobs_api.job_output(log))
     sys.stdout.flush()
     if args.fetch:
         status = str(getattr(info.status, "value", info.status))

@@ -20,7 +20,8 @@
    remote cluster as well as a local one. The user's paths are also kept in the job's metadata,
    so ``hgraph logs JOB_ID --fetch [--to DIR]`` writes the results of a detached job later —
    under DIR (default: the current directory) only, since the metadata comes from the cluster.
-4. **Waiting.** ``--wait`` (the default) streams the job's log (result blocks hidden) until the job
+4. **Waiting.** ``--wait`` (the default) streams the job's log (result blocks, Ray's own INFO
+   lines and its echo of the shell entry point hidden: :func:`job_output`) until the job
    ends, within ``--job-timeout`` seconds; a failed job is one error line (the job's own last
    ``error:`` line when it printed one) and a non-zero exit. ``--detach`` prints the job id and
    returns; ``hgraph status JOB_ID`` / ``hgraph logs JOB_ID`` follow it.
@@ -58,6 +59,17 @@ OUTPUT_DESTS = frozenset({"out", "stats", "report", "schedule", "plan", "output"
 #: Ray job states that will not change any more.
 TERMINAL = frozenset({"SUCCEEDED", "FAILED", "STOPPED"})
 
+#: Ray SDK loggers whose INFO lines ("Uploading package ...") the CLI hides.
+#: (Each by its own name: a module may set its logger's level itself, as dashboard_sdk does.)
+QUIET_LOGGERS = ("ray.dashboard", "ray.dashboard.modules.dashboard_sdk",
+                 "ray.dashboard.modules.job.sdk", "ray._private.runtime_env",
+                 "ray._private.runtime_env.packaging")
+
+#: A line Ray itself writes into a job's log: its INFO/DEBUG log records, and the echo of the
+#: shell entry point (hgraph's own plumbing, not the user's command).
+_RAY_CHATTER = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d[,.]\d+\s+(INFO|DEBUG)\s"
+                          r"|Running entrypoint for job )")
+
 DEFAULT_DASHBOARD_PORT = 8265
 #: Seconds the dashboard may take to answer one HTTP request (uploads of the project included);
 #: ``HGRAPH_JOBS_HTTP_TIMEOUT`` overrides it.
@@ -83,12 +95,13 @@ def connect(address: str | None, *, timeout: float = 5.0):
     host, port = split_host_port(url, default_port=DEFAULT_DASHBOARD_PORT)
     probe(host, port, what="the Ray dashboard", timeout=timeout)
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
-    for name in ("ray.dashboard.modules.dashboard_sdk", "ray._private.runtime_env.packaging"):
-        logging.getLogger(name).setLevel(logging.WARNING)   # "Uploading package ..." chatter
     try:
         from ray.job_submission import JobSubmissionClient
     except ImportError as err:
         raise HGraphError(f"Ray Jobs need ray[default] installed here ({err})") from None
+    # After the import: importing ray configures its loggers, resetting levels set before.
+    for name in QUIET_LOGGERS:
+        logging.getLogger(name).setLevel(logging.WARNING)   # "Uploading package ..." chatter
     class _Client(JobSubmissionClient):
         """Every HTTP request has a timeout (Ray's SDK sets none: a silent server hangs it)."""
 
@@ -147,7 +160,9 @@ def rewrite_argv(module, argv: list[str]) -> tuple[list[str], list[tuple[Path, s
             outputs[name] = value
             return _Output(name)
         if dest not in OUTPUT_DESTS and value and os.path.isfile(value):
-            rel = f"{INPUTS_DIR}/{len(inputs)}-{Path(value).name}"
+            # A folder per input keeps the user's file name, which the job shows (a report's
+            # graph name, a table's title); the folder number keeps equal names apart.
+            rel = f"{INPUTS_DIR}/{len(inputs)}/{Path(value).name}"
             inputs.append((Path(value), rel))
             return Staged(rel)
         return value
@@ -309,7 +324,7 @@ def follow(client, job_id: str, *, timeout: float | None, fetch: bool, stream=No
         text = ship_outputs.strip(job_logs(client, job_id))
         complete = text if status in TERMINAL else text[:text.rfind("\n") + 1]
         if echo and len(complete) > shown:
-            stream.write(complete[shown:])
+            stream.write(job_output(complete[shown:]))
             stream.flush()
             shown = len(complete)
         if status in TERMINAL:
@@ -325,6 +340,12 @@ def follow(client, job_id: str, *, timeout: float | None, fetch: bool, stream=No
     return 0
 
 
+def job_output(log_text: str) -> str:
+    """What a job printed, without the lines Ray adds to its log (:data:`_RAY_CHATTER`)."""
+    return "".join(line for line in log_text.splitlines(keepends=True)
+                   if not _RAY_CHATTER.match(line))
+
+
 def _exit_code(info) -> int:
     code = getattr(info, "driver_exit_code", None)
     return int(code) if isinstance(code, int) and 0 < code < 256 else 1
@@ -334,9 +355,8 @@ def failure_line(job_id: str, info, log_text: str) -> str:
     """One line: the job's own last error line if it printed one, else its last log line, else
     Ray's message."""
     status = str(getattr(info.status, "value", info.status))
-    lines = [line.strip() for line in log_text.splitlines() if line.strip()
-             and not line.startswith(("Running entrypoint for job", "[result file "))
-             and " INFO " not in line]
+    lines = [line.strip() for line in job_output(log_text).splitlines() if line.strip()
+             and not line.startswith("[result file ")]
     errors = [line for line in lines if re.search(r"(^hgraph: error: |Error: |error: )", line)]
     message = (info.message or "").strip().splitlines()
     reason = errors[-1] if errors else lines[-1] if lines else message[0] if message else "no message"

@@ -103,6 +103,7 @@ def run(program, graph, tasks: int = 1, blocks: int = 1, mode: str = "hybrid",
         raise HGraphError(f"tasks and blocks must be >= 1, got tasks={tasks}, blocks={blocks}")
     partition = Partition(graph, tasks=int(tasks), blocks=int(blocks))
     rt = create(runtime, program, partition, address=address, timeout=timeout)
+    master = None
     try:
         master = Master(program, partition, rt, mode=mode, max_supersteps=max_supersteps,
                         checkpoint_every=checkpoint_every, checkpoint_dir=checkpoint_dir,
@@ -111,11 +112,10 @@ def run(program, graph, tasks: int = 1, blocks: int = 1, mode: str = "hybrid",
         values, stats, aggregates, supersteps, switcher = master.run()
     finally:
         rt.close()
-    kept = master.checkpoint_dir
-    if checkpoint_dir is None and kept is not None:
-        # A temporary run directory is the job's own business: gone once the job has finished.
-        shutil.rmtree(kept, ignore_errors=True)
-        kept = None
+        if checkpoint_dir is None and master is not None and master.checkpoint_dir is not None:
+            # A temporary run directory is the job's own business: gone once the job has ended,
+            # failed or not.
+            shutil.rmtree(master.checkpoint_dir, ignore_errors=True)
     return Result(values=values, stats=stats, aggregates=aggregates, supersteps=supersteps,
                   failures=master.failures, switches=switcher.switches if switcher else 0,
-                  checkpoint_dir=kept)
+                  checkpoint_dir=None if checkpoint_dir is None else master.checkpoint_dir)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import stat
 import tempfile
 from pathlib import Path
 
@@ -66,11 +67,8 @@ def process_umask(directory: Path | str = ".") -> int:
     (its read/write bits: all that matters for files created 0o666).
     """
     try:
-        with open("/proc/self/status", encoding="ascii") as status:
-            for line in status:
-                if line.startswith("Umask:"):
-                    return int(line.split()[1], 8)
-    except (OSError, ValueError, IndexError):
+        return int(_proc_status("Umask"), 8)
+    except (TypeError, ValueError):
         pass
     # os.urandom(6).hex() is secrets.token_hex(6) without importing secrets (hmac, hashlib)
     probe = os.path.join(str(directory or "."), f".umask-probe.{os.getpid()}.{os.urandom(6).hex()}")
@@ -80,6 +78,33 @@ def process_umask(directory: Path | str = ".") -> int:
     finally:
         os.close(fd)
         os.unlink(probe)
+
+
+def _proc_status(field: str) -> str | None:
+    """A field of Linux's ``/proc/self/status`` (``Umask``, ``CapEff`` ...); None elsewhere."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as status:
+            for line in status:
+                name, _, value = line.partition(":")
+                if name == field:
+                    return value.strip()
+    except OSError:
+        pass
+    return None
+
+
+#: Linux capability bit that lets a process replace other users' files in sticky folders.
+_CAP_FOWNER = 3
+
+
+def _may_replace_others_files() -> bool:
+    """Whether this process may rename over another user's file in a sticky folder (``/tmp``):
+    the CAP_FOWNER capability where Linux states it, else being root."""
+    caps = _proc_status("CapEff")
+    try:
+        return bool(int(caps, 16) >> _CAP_FOWNER & 1)
+    except (TypeError, ValueError):
+        return os.geteuid() == 0
 
 
 def write_text(path, text: str) -> None:
@@ -94,7 +119,12 @@ def write_bytes(path, data: bytes) -> None:
 
 def check_writable(path, flag: str = "output") -> None:
     """Fail before a run, not after it, when an output path cannot be a file (one line naming
-    ``flag`` and the path). ``-`` (stdout) and existing devices or pipes pass."""
+    ``flag`` and the path). ``-`` (stdout) and existing devices or pipes pass.
+
+    Checked: a folder at the path, a folder that cannot take a new file (read-only, or a file
+    where a folder should be), and an existing file that cannot be replaced — one this process
+    may not write (read-only to it, immutable) or another user's file in a sticky folder such as
+    ``/tmp``, where the kernel refuses the rename :func:`atomic_write` ends with."""
     if path is None or str(path) == "-":
         return
     p = Path(path)
@@ -111,3 +141,20 @@ def check_writable(path, flag: str = "output") -> None:
         os.unlink(probe)
     except OSError as err:
         raise HGraphError(f"{flag} {p}: cannot create a file in {parent}: {err.strerror}") from None
+    target = p.resolve()
+    if target.is_file():
+        _check_replaceable(target, f"{flag} {p}")
+
+
+def _check_replaceable(target: Path, what: str) -> None:
+    """An existing regular file: may this process write it, and rename a new one over it?"""
+    try:  # opened for writing without truncating: the content is untouched
+        os.close(os.open(target, os.O_WRONLY | os.O_NOCTTY | os.O_NONBLOCK))
+    except OSError as err:
+        raise HGraphError(f"{what}: the existing file cannot be replaced: {err.strerror}") from None
+    folder = target.parent.stat()
+    if folder.st_mode & stat.S_ISVTX and not _may_replace_others_files():
+        owner = target.stat().st_uid
+        if os.geteuid() not in (owner, folder.st_uid):
+            raise HGraphError(f"{what}: the existing file belongs to another user in a shared "
+                              f"(sticky) folder {target.parent}, so it cannot be replaced")

@@ -57,14 +57,29 @@ def _load(module_name: str):
     return importlib.import_module(module_name)
 
 
+#: Flags that name an output file, in any command: all are checked before any work is done.
+OUTPUT_FLAGS = ("out", "report", "plot", "stats")
+
+
 class _Parser(argparse.ArgumentParser):
-    """argparse whose errors are one line and exit code 2, and whose arguments may be added
-    when it is first used to parse: a sub-command's flags (and what its module imports to
-    declare them) cost nothing unless that sub-command is the one being run."""
+    """argparse whose errors are one line and exit code 2 (a missing command shows the usage and
+    the commands to choose from), and whose arguments may be added when it is first used to parse:
+    a sub-command's flags (and what its module imports to declare them) cost nothing unless that
+    sub-command is the one being run. A value such as ``-5GB`` is a value, not an unknown option,
+    so ``--budget -5GB`` reaches the flag's own check (argparse takes only plain negative numbers)."""
 
     _fill = None
 
+    def __init__(self, *args, **kwargs):
+        import re
+
+        super().__init__(*args, **kwargs)
+        if hasattr(self, "_negative_number_matcher"):   # argparse's private switch; absent: its message
+            self._negative_number_matcher = re.compile(r"^-\.?[0-9]")
+
     def error(self, message):  # noqa: D401 - argparse API
+        if self._subparsers is not None and message.startswith("the following arguments are required"):
+            self.print_help(sys.stderr)
         self.exit(2, f"{self.prog}: error: {message}\n")
 
     def parse_known_args(self, args=None, namespace=None):
@@ -74,9 +89,27 @@ class _Parser(argparse.ArgumentParser):
         return super().parse_known_args(args, namespace)
 
 
+def version() -> str:
+    """The installed package's version (its metadata), else the source tree's pyproject.toml."""
+    from importlib import metadata
+    from pathlib import Path
+
+    try:
+        return metadata.version("hgraph")
+    except metadata.PackageNotFoundError:
+        import tomllib
+
+        try:
+            with open(Path(__file__).resolve().parent.parent / "pyproject.toml", "rb") as handle:
+                return tomllib.load(handle)["project"]["version"]
+        except (OSError, KeyError, tomllib.TOMLDecodeError):
+            return "unknown (not installed)"
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="hgraph", description="Plan GPU memory for computational graphs on a "
                                                 "Pregel engine over Ray.")
+    parser.add_argument("--version", action="version", version=f"hgraph {version()}")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
     submit = sub.add_parser("submit", help="run a named job")
@@ -138,7 +171,11 @@ def main(argv: list[str] | None = None) -> int:
         for name, help_text in rows:
             print(f"{name.ljust(width)}  {help_text}")
         return 0
+    from hgraph.fileio import check_writable
+
     try:
+        for flag in OUTPUT_FLAGS:       # an output that cannot be written fails before any work
+            check_writable(getattr(args, flag, None), f"--{flag}")
         if args.command == "submit":
             if submit_flags.wants_ray_job(args):   # --address http://HOST:8265: a Ray Job
                 from cluster import jobs_api

@@ -28,7 +28,7 @@ from typing import Any, Callable, Iterable, Sequence
 import numpy as np
 
 from hgraph.errors import HGraphError
-from hgraph.fileio import atomic_write, check_writable
+from hgraph.fileio import atomic_write
 from jobs.flags import add_common_arguments, add_recovery_arguments
 
 #: Stats fields every superstep row carries (the engine may add more, e.g. failures).
@@ -121,8 +121,6 @@ def run_engine_job(args: argparse.Namespace, make_program: Callable[[Any], Any],
     ``prepare_graph(graph)`` may derive the graph the program runs on (e.g. symmetrised);
     ``output(result, graph)`` turns the engine's values into one value per vertex for ``--out``.
     """
-    for flag in ("out", "stats"):
-        check_writable(getattr(args, flag, None), f"--{flag}")
     graph = load_graph(args.graph)
     if prepare_graph is not None:
         graph = prepare_graph(graph)

@@ -43,7 +43,9 @@ def add_common_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--address", default=None,
                         help="Ray cluster to use: HOST:PORT joins it, http://HOST:8265 submits a Ray Job "
                              "(default: RAY_ADDRESS, else an embedded local Ray when --runtime ray)")
-    parser.add_argument("--max-supersteps", type=positive_int, default=None)
+    parser.add_argument("--max-supersteps", type=positive_int, default=None, metavar="N",
+                        help="stop after N supersteps even if vertices are still active "
+                             "(default: run until every vertex halts)")
     parser.add_argument("--checkpoint-every", type=positive_int, default=None, metavar="K",
                         help="checkpoint worker state every K supersteps")
     parser.add_argument("--inject-failure", type=positive_int, default=None, metavar="SUPERSTEP",

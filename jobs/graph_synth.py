@@ -27,15 +27,20 @@ def add_arguments(parser) -> None:
                         help="transformer (default) or cnn (Inception/DenseNet-style branches)")
     parser.add_argument("--nodes", type=positive_int, default=None,
                         help="at least this many activations (sets --layers / --blocks)")
-    parser.add_argument("--batch", type=positive_int, default=8)
+    parser.add_argument("--batch", type=positive_int, default=8,
+                        help="batch size: scales every activation (default %(default)s)")
     parser.add_argument("--out", required=True, help="cg.txt to write")
     tf = parser.add_argument_group("--kind transformer")
     tf.add_argument("--layers", type=positive_int, default=None,
                     help="transformer layers (or give --nodes)")
-    tf.add_argument("--hidden", type=positive_int, default=256)
-    tf.add_argument("--seq", type=positive_int, default=128)
-    tf.add_argument("--heads", type=positive_int, default=4)
-    tf.add_argument("--vocab", type=positive_int, default=1000)
+    tf.add_argument("--hidden", type=positive_int, default=256,
+                    help="transformer hidden width (default %(default)s)")
+    tf.add_argument("--seq", type=positive_int, default=128,
+                    help="sequence length (default %(default)s)")
+    tf.add_argument("--heads", type=positive_int, default=4,
+                    help="attention heads (default %(default)s)")
+    tf.add_argument("--vocab", type=positive_int, default=1000,
+                    help="vocabulary size (default %(default)s)")
     cnn = parser.add_argument_group("--kind cnn")
     cnn.add_argument("--blocks", type=positive_int, default=None,
                      help="Inception module + dense block pairs (or give --nodes)")

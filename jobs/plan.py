@@ -24,7 +24,6 @@ from __future__ import annotations
 import sys
 
 from hgraph.errors import HGraphError
-from hgraph.fileio import check_writable
 from jobs import common, rows_flags
 
 NAME = "plan"
@@ -78,9 +77,6 @@ def main(args) -> int:
     if args.budget is None:
         raise HGraphError("--budget is required (or --rows R for a row plan)")
     budget = Budget.parse(args.budget)          # bad values fail before any work
-    for flag, path in (("--out", args.out), ("--report", args.report), ("--plot", args.plot)):
-        if path is not None and path != "-":
-            check_writable(path, flag)
     for flag in ("max_supersteps", "stats"):
         if getattr(args, flag, None) is not None:
             raise HGraphError(f"--{flag.replace('_', '-')} does not apply to the plan job "

@@ -8,7 +8,9 @@ Accepted forms (case-insensitive units, optional space before the unit):
 * ``60%`` — a percentage of ``baseline`` (the peak without recomputation), which the caller
   supplies once the graph is known.
 
-Anything else is one clear :class:`~hgraph.errors.HGraphError` naming the value.
+Anything else is one clear :class:`~hgraph.errors.HGraphError` naming the value. Two slips get
+their own line: a bare number below 1 (``0.5`` — bytes, so almost surely a fraction meant as
+``50%``) and a negative budget (``-5GB``).
 
 Example::
 
@@ -37,6 +39,7 @@ _UNITS = {
     "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40, "pib": 2**50,
 }
 _PATTERN = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([A-Za-z]*|%)\s*$")
+_NEGATIVE = re.compile(r"^\s*-\s*\.?[0-9]")
 _HELP = "expected bytes (4000000000, 1e9), a size (1.5GB, 800MiB) or a percentage (60%)"
 #: Budgets are 64-bit signed byte counts.
 _MAX = 2**63 - 1
@@ -65,6 +68,8 @@ class Budget:
         if isinstance(text, float):
             text = repr(text)
         raw = str(text)
+        if _NEGATIVE.match(raw):
+            raise HGraphError(f"bad --budget {raw!r}: a budget cannot be negative")
         match = _PATTERN.match(raw)
         if not match:
             raise HGraphError(f"bad --budget {raw!r}: {_HELP}")
@@ -79,6 +84,8 @@ class Budget:
         if scale is None:
             raise HGraphError(f"bad --budget {raw!r}: unknown unit {unit!r} "
                               f"(use B, kB, MB, GB, TB, KiB, MiB, GiB, TiB or %)")
+        if not unit and number < 1:
+            raise HGraphError(f"bad --budget {raw!r}: a bare number is bytes; {_fraction_hint(number)}")
         value = _exact_product(match.group(1), scale)
         if value > _MAX:
             raise HGraphError(f"bad --budget {raw!r}: larger than 2^63 bytes")
@@ -91,6 +98,13 @@ class Budget:
         if baseline is None:
             raise HGraphError(f"--budget {self.text}: a percentage needs the baseline peak")
         return int(int(baseline) * _fraction(self.percent)) if baseline else 0
+
+
+def _fraction_hint(number: float) -> str:
+    """What a bare number below 1 most likely meant: a fraction of the baseline."""
+    if number == 0:
+        return "a budget of 0 bytes fits nothing (did you mean a percentage such as 60%?)"
+    return f"did you mean {number * 100:g}%?"
 
 
 def _fraction(percent: float):

@@ -12,7 +12,7 @@ from planner.budget import Budget, format_bytes, parse_budget
     ("4000000000", 4_000_000_000), ("1e9", 10**9), ("2.5e9", 2_500_000_000),
     ("1.5GB", 1_500_000_000), ("1.5 gb", 1_500_000_000), ("800MB", 800_000_000),
     ("800MiB", 800 * 2**20), ("2GiB", 2 * 2**30), ("64kB", 64_000), ("512KiB", 512 * 1024),
-    ("3TB", 3 * 10**12), ("1.1GB", 1_100_000_000), ("100B", 100), ("0", 0), (12345, 12345),
+    ("3TB", 3 * 10**12), ("1.1GB", 1_100_000_000), ("100B", 100), ("1", 1), (12345, 12345),
 ])
 def test_absolute_budgets(text, expected):
     assert parse_budget(text) == expected
@@ -29,8 +29,10 @@ def test_percentages_need_and_use_the_baseline():
 
 
 @pytest.mark.parametrize("text, fragment", [
-    ("", "expected bytes"), ("abc", "expected bytes"), ("-5", "expected bytes"),
-    ("1.5XB", "unknown unit 'XB'"), ("0%", "must be positive"), ("-10%", "expected bytes"),
+    ("", "expected bytes"), ("abc", "expected bytes"), ("-5", "cannot be negative"),
+    ("1.5XB", "unknown unit 'XB'"), ("0%", "must be positive"), ("-10%", "cannot be negative"),
+    ("-5GB", "cannot be negative"), ("0.5", "did you mean 50%?"), ("0.25", "did you mean 25%?"),
+    ("1e-1", "did you mean 10%?"), ("0", "0 bytes fits nothing"),
     ("1e400", "finite"), ("10 %%", "expected bytes"), ("1e30", "2^63"), (True, "expected bytes"),
     ("GB", "expected bytes"), ("1.2.3GB", "expected bytes"),
 ])

@@ -88,3 +88,16 @@ def test_new_files_get_the_umask_without_changing_it(tmp_path, monkeypatch):
     finally:
         monkeypatch.undo()
         os.umask(old)
+
+
+def test_check_writable_leaves_an_existing_file_untouched(tmp_path):
+    """The up-front check opens an existing output for writing without truncating it."""
+    from hgraph.fileio import check_writable
+
+    target = tmp_path / "out.txt"
+    target.write_text("old\n")
+    before = target.stat()
+    check_writable(target, "--out")
+    after = target.stat()
+    assert target.read_text() == "old\n" and after.st_mtime_ns == before.st_mtime_ns
+    assert [p.name for p in tmp_path.iterdir()] == ["out.txt"]      # no probe left behind

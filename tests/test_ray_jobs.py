@@ -94,6 +94,31 @@ def test_submission_returns_the_same_output_as_a_local_run(head, graph, tmp_path
     assert [r["superstep"] for r in rows] == list(range(len(rows)))
     assert "superstep 0" in captured.out              # the job's log was streamed
     assert "hgraph-output-begin" not in captured.out  # result blocks are hidden
+    assert_no_ray_chatter(captured)
+
+
+def assert_no_ray_chatter(captured) -> None:
+    """Neither Ray's INFO lines (its SDK here, its job manager in the log) nor its echo of the
+    shell entry point reach the user."""
+    for text in (captured.out, captured.err):
+        assert "Running entrypoint" not in text and '"$W"' not in text, text
+        assert not [line for line in text.splitlines() if "\tINFO " in line or " INFO " in line], text
+
+
+def test_a_plan_job_shows_the_users_file_name(head, tmp_path, capsys):
+    """The remote job's table and report name the graph as the user's file, not the staged
+    copy ("0-cg_mlp" before)."""
+    graph = tmp_path / "cg_mlp.txt"
+    assert hgraph_main(["graph", "zoo", "mlp", "--out", str(graph)]) == 0
+    capsys.readouterr()
+    report = tmp_path / "r.json"
+    code = hgraph_main(["submit", "plan", "--graph", str(graph), "--budget", "100%",
+                        "--address", head, "--job-timeout", JOB_TIMEOUT, "--report", str(report)])
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    assert json.loads(report.read_text())["graph"] == "mlp"
+    assert "plan: mlp (" in captured.out                # the summary table's title
+    assert_no_ray_chatter(captured)
 
 
 def test_detached_job_status_logs_and_fetch(head, graph, tmp_path, capsys, monkeypatch):
@@ -205,14 +230,27 @@ def test_submission_rewrites_paths_and_drops_submitter_flags(graph, tmp_path):
     words = ["--graph", str(graph), "--source", "3", "--address", "http://h:8265", "--detach",
              "--job-timeout=30", "--out", str(tmp_path / "d.tsv"), "--stats=-"]
     argv, inputs, outputs = jobs_api.rewrite_argv(sssp, words)
-    assert inputs == [(graph, "_hgraph_inputs/0-g.tsv")]
+    assert inputs == [(graph, "_hgraph_inputs/0/g.tsv")]
     assert outputs == {"0-d.tsv": str(tmp_path / "d.tsv")}   # as typed; fetched under --to
-    assert argv == ["--graph", "_hgraph_inputs/0-g.tsv", "--source", "3", "--out", "0-d.tsv",
+    assert argv == ["--graph", "_hgraph_inputs/0/g.tsv", "--source", "3", "--out", "0-d.tsv",
                     "--stats", "-", "--runtime", "ray"]
     command = jobs_api.entrypoint("sssp", argv, outputs, "python3")
     assert command.startswith('W="$PWD"; O="$(mktemp -d)"; python3 -m jobs.sssp --graph '
-                              '"$W"/_hgraph_inputs/0-g.tsv --source 3 --out "$O"/0-d.tsv')
+                              '"$W"/_hgraph_inputs/0/g.tsv --source 3 --out "$O"/0-d.tsv')
     assert 'python3 -m cluster.ship_outputs --dir "$O" 0-d.tsv; rc=$?' in command
+
+
+def test_ray_chatter_is_dropped_from_a_jobs_output():
+    from cluster.jobs_api import job_output
+
+    log = ("2026-11-23 14:14:58,444\tINFO job_manager.py:581 -- Runtime env is setting up.\n"
+           "Running entrypoint for job raysubmit_X: W=\"$PWD\"; python3 -m jobs.plan ...\n"
+           "superstep 0  push\n"
+           "2026-11-23 14:14:59,001\tWARNING worker.py:1 -- kept: a warning matters\n"
+           "hgraph: error: bad\n")
+    assert job_output(log) == ("superstep 0  push\n"
+                               "2026-11-23 14:14:59,001\tWARNING worker.py:1 -- kept: a warning matters\n"
+                               "hgraph: error: bad\n")
 
 
 def test_result_files_survive_the_log_round_trip(tmp_path):

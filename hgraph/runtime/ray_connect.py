@@ -3,7 +3,9 @@
 * no address and no ``RAY_ADDRESS``: start an embedded local Ray with laptop settings — no
   dashboard unless asked, a bounded object store (:data:`EMBEDDED_OBJECT_STORE_BYTES`), quiet
   logs, token auth off (``RAY_AUTH_MODE=disabled`` unless the environment says otherwise: a
-  cluster with token auth needs ``RAY_AUTH_MODE=token`` and its token in the environment);
+  cluster with token auth needs ``RAY_AUTH_MODE=token`` and its token in the environment). Its
+  session folder is a fresh short one (``RAY_TMPDIR`` or ``/tmp``; Unix-socket paths are
+  limited to 107 bytes), removed when the process exits unless :data:`KEEP_LOGS_ENV` is set;
 * ``address="HOST:PORT"`` (a GCS address), ``"auto"`` or ``RAY_ADDRESS``: join that cluster;
 * ``address="http://HOST:8265"`` is a cluster's dashboard, not a GCS: the engine cannot join it
   (:func:`is_dashboard_address` tells the two apart for callers that submit work there).
@@ -25,13 +27,20 @@ Example::
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
+import sys
+import tempfile
 from urllib.parse import urlparse
 
 from hgraph.errors import HGraphError
 
 #: Object store for the embedded Ray: bounded so a laptop keeps its memory.
 EMBEDDED_OBJECT_STORE_BYTES = 512 * 2**20
+
+#: Set (to anything but ``""``/``0``) to keep the embedded Ray's session folder (its logs) at exit.
+KEEP_LOGS_ENV = "HGRAPH_KEEP_RAY_LOGS"
 
 #: Seconds a TCP connect to a cluster address may take before it counts as unreachable.
 PROBE_TIMEOUT_S = 5.0
@@ -97,12 +106,7 @@ def ensure_ray(address: str | None = None, *, num_cpus: int | None = None,
         raise HGraphError(f"{address} is a Ray dashboard address; the engine joins a cluster "
                           "by its GCS address HOST:PORT (a dashboard takes submitted Ray Jobs)")
     if address is None:
-        try:
-            ray.init(address="local", num_cpus=num_cpus or max(4, os.cpu_count() or 1),
-                     include_dashboard=dashboard, log_to_driver=False, logging_level="ERROR",
-                     object_store_memory=EMBEDDED_OBJECT_STORE_BYTES)
-        except (ConnectionError, ValueError, RuntimeError, OSError) as err:
-            raise HGraphError(f"cannot start a local Ray: {_first_line(err)}") from None
+        _start_embedded(ray, num_cpus=num_cpus, dashboard=dashboard)
         return
     if address != "auto":
         host, port = split_host_port(address)
@@ -116,6 +120,33 @@ def ensure_ray(address: str | None = None, *, num_cpus: int | None = None,
         if "auth" in str(err).lower() or "token" in str(err).lower():
             hint = " (set RAY_AUTH_MODE to the cluster's auth mode)"
         raise HGraphError(f"cannot join the Ray cluster at {address}: {_first_line(err)}{hint}") from None
+
+
+def _start_embedded(ray, *, num_cpus: int | None, dashboard: bool) -> None:
+    """A local Ray in a session folder of its own, cleaned up when this process exits."""
+    temp_dir = tempfile.mkdtemp(prefix="hgr", dir=os.environ.get("RAY_TMPDIR") or "/tmp")
+    try:
+        ray.init(address="local", num_cpus=num_cpus or max(4, os.cpu_count() or 1),
+                 include_dashboard=dashboard, log_to_driver=False, logging_level="ERROR",
+                 object_store_memory=EMBEDDED_OBJECT_STORE_BYTES, _temp_dir=temp_dir)
+    except BaseException as err:
+        shutil.rmtree(temp_dir, ignore_errors=True)
+        if isinstance(err, (ConnectionError, ValueError, RuntimeError, OSError)):
+            raise HGraphError(f"cannot start a local Ray: {_first_line(err)}") from None
+        raise
+    # Registered after ray.init, so it runs before Ray's own exit hook (atexit is last-in first-out).
+    atexit.register(_stop_embedded, ray, temp_dir)
+
+
+def _stop_embedded(ray, temp_dir: str) -> None:
+    """Stop the embedded Ray, then remove its session folder (or say where its logs are kept)."""
+    ray.shutdown()
+    if os.environ.get(KEEP_LOGS_ENV, "") not in ("", "0"):
+        print(f"hgraph: Ray logs kept in {temp_dir}", file=sys.stderr)
+        return
+    shutil.rmtree(temp_dir, ignore_errors=True)
+    if os.path.exists(temp_dir):        # a Ray process still closing a file: once more
+        shutil.rmtree(temp_dir, ignore_errors=True)
 
 
 #: Ray's switch that keeps a process's Ray on 127.0.0.1 instead of the machine's network address.

@@ -1,0 +1,183 @@
+"""What a new user meets first on the command line (issue 11, items 8, 13, 16): outputs that
+cannot be written fail before any work, budgets that are almost surely slips are refused with a
+hint, ``--version``, a bare ``hgraph`` that shows the commands, and a help text for every flag.
+
+Every check runs the real command (a subprocess) and asserts what the user sees: one line, exit
+code 2, no traceback — and, for outputs, that no work was done first.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from jobs.cli import build_parser
+
+ROOT = Path(__file__).resolve().parents[1]
+TINY = str(ROOT / "examples" / "tiny.edges")
+
+#: Linux capabilities that let root write any file and replace other users' files.
+_CAP_DAC_OVERRIDE, _CAP_FOWNER = 1, 3
+_PR_CAPBSET_DROP = 24
+
+
+def _as_ordinary_user():
+    """A ``preexec_fn`` under which root obeys file modes and sticky folders like any user:
+    CAP_DAC_OVERRIDE and CAP_FOWNER leave the bounding set, so the command exec'd has neither
+    (a test run as root could otherwise write a read-only file). Nothing to do for a user."""
+    if os.geteuid() != 0:
+        return None
+    libc = ctypes.CDLL(None, use_errno=True)
+
+    def drop():
+        for cap in (_CAP_DAC_OVERRIDE, _CAP_FOWNER):
+            if libc.prctl(_PR_CAPBSET_DROP, cap, 0, 0, 0) != 0:
+                raise OSError(ctypes.get_errno(), "prctl(PR_CAPBSET_DROP)")
+    return drop
+
+
+@pytest.fixture(scope="module")
+def mlp(tmp_path_factory):
+    """A small training graph (the zoo's mlp) to plan."""
+    from jobs.cli import main
+
+    path = tmp_path_factory.mktemp("graphs") / "mlp.txt"
+    assert main(["graph", "zoo", "mlp", "--out", str(path)]) == 0
+    return path
+
+
+def hgraph(*args, preexec_fn=None):
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "RAY_AUTH_MODE": "disabled"}
+    return subprocess.run([sys.executable, "-m", "jobs", *map(str, args)], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=300, preexec_fn=preexec_fn)
+
+
+def assert_one_line_error(proc, *fragments):
+    assert proc.returncode == 2, proc.stderr
+    assert "Traceback" not in proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("hgraph: error: "), proc.stderr
+    for fragment in fragments:
+        assert fragment in lines[0], proc.stderr
+
+
+# ------------------------------------------------------------------------------ item 8: outputs
+
+
+def test_a_folder_at_an_output_path_fails_before_the_run(tmp_path):
+    """execute --report onto a folder: refused up front (before, the run finished and then
+    crashed with IsADirectoryError)."""
+    (tmp_path / "r.json").mkdir()
+    proc = hgraph("submit", "execute", "--model", "mlp", "--report", tmp_path / "r.json")
+    assert_one_line_error(proc, "--report", "is a directory")
+    assert proc.stdout == ""                     # no report, no allocator lines: nothing ran
+
+
+def test_an_output_below_a_file_fails_before_the_tool_runs(tmp_path):
+    (tmp_path / "f").write_text("a file, not a folder\n")
+    proc = hgraph("graph", "zoo", "mlp", "--out", tmp_path / "f" / "mlp.txt")
+    assert_one_line_error(proc, "--out", "Not a directory")
+
+
+def test_a_read_only_output_file_is_refused_before_the_run(tmp_path):
+    target = tmp_path / "values.tsv"
+    target.write_text("keep me\n")
+    target.chmod(0o444)
+    stats = tmp_path / "stats.json"
+    proc = hgraph("submit", "sssp", "--graph", TINY, "--out", target, "--stats", stats,
+                  "--progress", "off", preexec_fn=_as_ordinary_user())
+    assert_one_line_error(proc, "--out", str(target), "cannot be replaced")
+    assert target.read_text() == "keep me\n" and not stats.exists()   # nothing ran, nothing written
+
+
+def test_another_users_file_in_a_sticky_folder_is_refused_before_the_plan(tmp_path, mlp):
+    """The case of the issue: the file may be written but not renamed over (``/tmp``-like
+    folder, someone else's file): before, the whole plan ran, then PermissionError."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root to create a file owned by another user")
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    target = shared / "sch.txt"
+    target.write_text("someone else's\n")
+    target.chmod(0o666)
+    for path in (target, shared):
+        os.chown(path, 65534, 65534)
+    shared.chmod(0o1777)
+    proc = hgraph("submit", "plan", "--graph", mlp, "--budget",
+                  "100%", "--runtime", "local", "--report", tmp_path / "r.json", "--plot",
+                  tmp_path / "p.png", "--out", target, preexec_fn=_as_ordinary_user())
+    assert_one_line_error(proc, "--out", "another user", "cannot be replaced")
+    assert not (tmp_path / "r.json").exists() and not (tmp_path / "p.png").exists()
+    assert target.read_text() == "someone else's\n"
+
+
+# ------------------------------------------------------------------------------ item 13: budgets
+
+
+@pytest.mark.parametrize("words, fragments", [
+    (["--budget", "0.5"], ["'0.5'", "bare number is bytes", "did you mean 50%?"]),
+    (["--budget", "0.05"], ["did you mean 5%?"]),
+    (["--budget", "0"], ["0 bytes fits nothing"]),
+    (["--budget", "-5GB"], ["'-5GB'", "cannot be negative"]),
+    (["--budget=-5GB"], ["'-5GB'", "cannot be negative"]),
+    (["--budget", "-60%"], ["cannot be negative"]),
+])
+def test_budget_slips_are_one_clear_line(words, fragments, mlp):
+    proc = hgraph("submit", "plan", "--graph", mlp, "--runtime", "local", *words)
+    assert_one_line_error(proc, "--budget", *fragments)
+
+
+# ------------------------------------------------------------------------------ item 16
+
+
+def test_version_comes_from_the_package_metadata():
+    from importlib import metadata
+
+    proc = hgraph("--version")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == f"hgraph {metadata.version('hgraph')}"
+
+
+def test_version_falls_back_to_the_source_trees_pyproject(monkeypatch):
+    """Run from a checkout that was never installed: the version is pyproject.toml's."""
+    import tomllib
+    from importlib import metadata
+
+    from jobs import cli
+
+    def not_installed(name):
+        raise metadata.PackageNotFoundError(name)
+
+    monkeypatch.setattr(metadata, "version", not_installed)
+    with open(ROOT / "pyproject.toml", "rb") as handle:
+        assert cli.version() == tomllib.load(handle)["project"]["version"]
+
+
+def test_bare_hgraph_shows_the_usage_and_the_commands():
+    proc = hgraph()
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert proc.stderr.startswith("usage: hgraph")
+    for command in ("submit", "jobs", "graph", "status", "logs", "cluster"):
+        assert f"\n    {command} " in proc.stderr, command
+    assert "--version" in proc.stderr
+
+
+def test_every_flag_of_every_command_has_a_help_text():
+    missing = []
+
+    def walk(parser, path):
+        for action in parser._actions:  # noqa: SLF001 - argparse has no public walk
+            if isinstance(action, argparse._SubParsersAction):  # noqa: SLF001
+                for name, sub in action.choices.items():
+                    walk(sub, [*path, name])
+            elif not action.help:
+                missing.append(" ".join([*path, *(action.option_strings or [action.dest])]))
+
+    walk(build_parser(), ["hgraph"])
+    assert missing == []
