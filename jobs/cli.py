@@ -106,10 +106,20 @@ def version() -> str:
             return "unknown (not installed)"
 
 
+class _VersionAction(argparse.Action):
+    """``--version``: the version is looked up only when asked (importlib.metadata costs ~25 ms,
+    a tenth of a small plan)."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        print(f"hgraph {version()}")          # stdout, as argparse's own version action
+        parser.exit(0)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="hgraph", description="Plan GPU memory for computational graphs on a "
                                                 "Pregel engine over Ray.")
-    parser.add_argument("--version", action="version", version=f"hgraph {version()}")
+    parser.add_argument("--version", action=_VersionAction, nargs=0,
+                        help="show hgraph's version and exit")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
     submit = sub.add_parser("submit", help="run a named job")
