@@ -57,12 +57,21 @@ def _rss_pss(pid: int) -> tuple[int, int]:
     return rss, rss
 
 
+def _name(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()[:80].strip()
+    except OSError:
+        return "?"
+
+
 class TreeSampler:
     """Samples the summed RSS/PSS of ``root``'s process tree; ``start()`` runs it on a thread."""
 
     def __init__(self, root: int, interval: float = 0.25):
         self.root, self.interval = root, interval
         self.peak_rss_bytes = self.peak_pss_bytes = self.peak_processes = 0
+        #: [(PSS bytes, process name)] at the PSS peak, largest first
+        self.peak_breakdown: list[tuple[int, str]] = []
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -70,7 +79,11 @@ class TreeSampler:
         pids = tree_pids(self.root)
         sizes = [_rss_pss(p) for p in pids]
         self.peak_rss_bytes = max(self.peak_rss_bytes, sum(r for r, _ in sizes))
-        self.peak_pss_bytes = max(self.peak_pss_bytes, sum(p for _, p in sizes))
+        pss = sum(p for _, p in sizes)
+        if pss > self.peak_pss_bytes:       # who holds the memory at the peak
+            self.peak_pss_bytes = pss
+            self.peak_breakdown = sorted(((p, _name(pid)) for pid, (_, p) in zip(pids, sizes)),
+                                         reverse=True)
         self.peak_processes = max(self.peak_processes, len(pids))
 
     def _loop(self) -> None:
