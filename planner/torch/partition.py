@@ -197,10 +197,11 @@ class HGraphPartitioner(torch._inductor.custom_graph_pass.CustomPartitionerFn):
     with the planner's keywords ``plan_kwargs``; the plans made are kept in ``self.plans``. A
     budget below the smallest feasible one plans at the smallest (the report says
     ``budget_raised_to_smallest_feasible``): a compile must not fail over a budget.
+    ``self.parts``: (joint, forward, backward) modules of each partition (to measure them).
     """
 
     def __init__(self, budget="100%", **plan_kwargs):
-        self.budget, self.plan_kwargs, self.plans = budget, plan_kwargs, []
+        self.budget, self.plan_kwargs, self.plans, self.parts = budget, plan_kwargs, [], []
 
     def __call__(self, gm, joint_inputs, **kwargs):
         import planner
@@ -214,7 +215,9 @@ class HGraphPartitioner(torch._inductor.custom_graph_pass.CustomPartitionerFn):
             p = planner.plan(tg.cg, budget=err.min_budget_bytes, **self.plan_kwargs)
             p.report["budget_raised_to_smallest_feasible"] = True
         self.plans.append(p)
-        return partition(gm, kwargs["num_fwd_outputs"], _keep_names(tg.cg, p.schedule))
+        fw, bw = partition(gm, kwargs["num_fwd_outputs"], _keep_names(tg.cg, p.schedule))
+        self.parts.append((gm, fw, bw))
+        return fw, bw
 
     def uuid(self):
         return None             # plans depend on the budget: never reuse a cached compile
