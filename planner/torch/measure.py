@@ -152,15 +152,20 @@ def _storages(val) -> list:
     return []
 
 
-def _replay(gm, counted: set) -> tuple:
+def _replay(gm, counted: set, uncounted_storages=()) -> tuple:
     """(peak, bytes still live at the end) of running fx module ``gm`` as fx runs it.
 
     Memory is tracked per storage of the nodes' recorded values: a storage is allocated by
     the first node producing it and freed after the last node that reads it; the module's
-    outputs stay live. Placeholders count only where their name is in ``counted``.
+    outputs stay live. Placeholders count only where their name is in ``counted``; storages in
+    ``uncounted_storages`` (the step's parameters, buffers and inputs) never count.
     """
     nodes = list(gm.graph.nodes)
     size, last, start = {}, {}, {}
+    # storages of uncounted inputs (parameters, buffers, data) and of views of them: never counted
+    start.update((k, None) for n in nodes if n.op == "placeholder" and n.name not in counted
+                 for k, _ in _storages(n.meta.get("val")))
+    start.update((k, None) for k in uncounted_storages)
     for i, n in enumerate(nodes):
         if n.op == "output":
             for a in n.all_input_nodes:
@@ -200,7 +205,9 @@ def predict_step_peak(forward, backward) -> int:
     returns live on (as ``.grad``).
     """
     fw_peak, _ = _replay(forward, set())
+    inputs = {k for n in forward.graph.nodes if n.op == "placeholder"
+              for k, _ in _storages(n.meta.get("val"))}
     saved = {n.name for n in backward.graph.nodes
              if n.op == "placeholder" and not n.name.startswith("primals_")}
-    bw_peak, _ = _replay(backward, saved)
+    bw_peak, _ = _replay(backward, saved, inputs)     # saved views of parameters own nothing
     return int(max(fw_peak, bw_peak))
