@@ -2,7 +2,10 @@
 
 Runs a PyTorch model's real training step under a plan (:func:`planner.torch.apply`: the
 backward keeps exactly the schedule's tensors) and reports predicted against measured:
-``predicted_peak_bytes`` / ``measured_peak_bytes`` (allocator level), ``predicted_saved_bytes``
+``predicted_peak_bytes`` (the partitioned step's liveness replayed from tensor shapes,
+:func:`planner.torch.measure.predict_step_peak`) / ``measured_peak_bytes`` (allocator level),
+``plan_model_peak_bytes`` (the planner's own model of the schedule: it keeps every block
+boundary until the backward, where torch frees what no backward op reads), ``predicted_saved_bytes``
 / ``measured_saved_bytes``, ``recompute_flops`` (the plan's recomputation in the graph's
 costs), ``step_seconds`` and ``gradients_match`` (bitwise, against the plain eager step).
 
@@ -74,7 +77,10 @@ def run(spec_text: str, schedule_path: str | None, graph_path: str | None) -> di
     got = measure.measure_step(step, planned, spec.inputs)
     recomputed = measure.recompute_flops(tg.joint, step.partition["backward"])
     report = dict(model=spec_text, schedule=schedule_path or "keep-all", capture="eager",
-                  predicted_peak_bytes=int(sim.peak_bytes), measured_peak_bytes=got["measured_peak_bytes"],
+                  predicted_peak_bytes=measure.predict_step_peak(step.partition["forward"],
+                                                                 step.partition["backward"]),
+                  plan_model_peak_bytes=int(sim.peak_bytes),
+                  measured_peak_bytes=got["measured_peak_bytes"],
                   predicted_saved_bytes=int(predicted_saved),
                   measured_saved_bytes=got["measured_saved_bytes"],
                   predicted_recompute_flops=int(sim.recompute_cost),

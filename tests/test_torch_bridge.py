@@ -145,6 +145,11 @@ def test_execute_torch_reports_saved_bytes_and_matching_gradients(tmp_path):
     assert abs(r["measured_saved_bytes"] - r["predicted_saved_bytes"]) <= 0.01 * r["predicted_saved_bytes"]
     base = execute_torch.run(f"{spec}:model", None, None)
     assert base["recompute_flops"] == 0 and base["measured_saved_bytes"] >= r["measured_saved_bytes"]
+    for rep in (r, base):               # the partition's liveness replay predicts the peak
+        assert abs(rep["measured_peak_bytes"] - rep["predicted_peak_bytes"]) <= \
+            0.05 * rep["measured_peak_bytes"]
+    # saved tensors are freed at their last backward use: recomputing lowers the real peak
+    assert r["measured_peak_bytes"] < base["measured_peak_bytes"]
 
 
 def test_compile_partition_matches_torch_compile_default():

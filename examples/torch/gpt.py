@@ -50,3 +50,8 @@ def model(batch=4, seq=16, d=32, layers=2):
     idx = torch.randint(0, 64, (batch, seq))
     target = torch.roll(idx, -1, dims=1)
     return net, (idx,), lambda logits: F.cross_entropy(logits.reshape(-1, 64), target.reshape(-1))
+
+
+def blocks(net):
+    """The repeated blocks (what "checkpoint every block" wraps in bench/torch_bench.py)."""
+    return list(net.blocks)

@@ -55,3 +55,8 @@ def model(batch=4, image=16, width=8):
     x = torch.randn(batch, 3, image, image, dtype=torch.float64)
     labels = torch.arange(batch) % 10
     return net, (x,), lambda out: F.cross_entropy(out, labels)
+
+
+def blocks(net):
+    """The repeated blocks (what "checkpoint every block" wraps in bench/torch_bench.py)."""
+    return list(net.blocks)

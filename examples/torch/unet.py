@@ -43,3 +43,8 @@ def model(batch=2, image=16, width=4):
     torch.manual_seed(0)
     net = UNet(width=width).double()
     return net, (torch.randn(batch, 3, image, image, dtype=torch.float64),)
+
+
+def blocks(net):
+    """The conv stages (what "checkpoint every block" wraps in bench/torch_bench.py)."""
+    return [*net.down, net.mid, *net.up]

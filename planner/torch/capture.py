@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
-from functorch.compile import aot_function, make_boxed_func
+from functorch.compile import aot_function
 
 __all__ = ["Step", "make_step", "capture", "decompositions", "default_loss"]
 
@@ -80,7 +80,23 @@ def make_step(model, loss=None) -> Step:
 
 
 def _boxed(gm, _inputs):
-    return make_boxed_func(gm)
+    """Run ``gm`` as traced, in the boxed convention that frees each input after its last use.
+
+    AOTAutograd hands the backward its saved tensors in a list it gives away (``steal_args``);
+    fx's boxed code generation clears that list on entry, and fx frees every value after its
+    last use, so a saved tensor lives until the backward op that last reads it, not until the
+    whole backward ends (the plan frees it there too; Inductor does the same).
+    """
+    from torch.fx.graph import _BoxedCodeGen
+
+    gm.graph.set_codegen(_BoxedCodeGen())
+    gm.recompile()
+
+    def run(args):
+        return gm(args)
+
+    run._boxed_call = True
+    return run
 
 
 def traced(step: Step, partition_fn, decompose: bool):

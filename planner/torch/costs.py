@@ -19,7 +19,7 @@ import time
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
-__all__ = ["node_flops", "node_nanoseconds", "COST_KINDS"]
+__all__ = ["node_flops", "op_flops", "node_nanoseconds", "COST_KINDS"]
 
 COST_KINDS = ("flops", "measured")
 
@@ -58,8 +58,7 @@ def _real(val):
     return torch.zeros(val.shape, dtype=val.dtype)
 
 
-def _attention_flops(node) -> int:
-    q, k = node.args[0].meta["val"], node.args[1].meta["val"]
+def _attention_flops(q, k) -> int:
     *batch, tq, d = q.shape
     tk = k.shape[-2]
     b = 1
@@ -68,21 +67,30 @@ def _attention_flops(node) -> int:
     return 4 * b * int(tq) * int(tk) * int(d)
 
 
-def node_flops(node) -> int:
-    """FLOPs of one call_function node (at least its output element count)."""
-    floor = _out_numel(node.meta.get("val"))
-    name = getattr(node.target, "__name__", str(node.target))
+def op_flops(target, args, kwargs, out) -> int:
+    """FLOPs of one op call on (real or meta) tensors ``args`` (at least its output elements).
+
+    The one cost model for every method the bench compares: the planner's blocks
+    (:func:`node_flops`) and ops run eagerly under checkpointing (``measure.step_flops``).
+    """
+    floor = _out_numel(out)
+    name = getattr(target, "__name__", str(target))
     if any(a in name for a in _CPU_ATTENTION):
-        return max(floor, _attention_flops(node))
+        return max(floor, _attention_flops(args[0], args[1]))
     try:
-        args = _as(_meta, node.args)
-        kwargs = {k: _as(_meta, v) for k, v in node.kwargs.items()}
         with FlopCounterMode(display=False) as counter:
-            node.target(*args, **kwargs)
+            target(*args, **kwargs)
         flops = int(counter.get_total_flops())
     except (RuntimeError, NotImplementedError, TypeError, ValueError):
         flops = 0        # no meta kernel: the element count stands in
     return max(floor, flops)
+
+
+def node_flops(node) -> int:
+    """FLOPs of one call_function node (at least its output element count)."""
+    args = _as(_meta, node.args)
+    kwargs = {k: _as(_meta, v) for k, v in node.kwargs.items()}
+    return op_flops(node.target, args, kwargs, node.meta.get("val"))
 
 
 def node_nanoseconds(node, repeats: int = 3) -> int:

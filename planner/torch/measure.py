@@ -15,7 +15,7 @@ import time
 
 import torch
 
-__all__ = ["measure_step", "recompute_flops", "grads_of", "same_grads"]
+__all__ = ["measure_step", "recompute_flops", "step_flops", "predict_step_peak", "grads_of", "same_grads"]
 
 
 def _storage_key(t):
@@ -90,6 +90,35 @@ def recompute_flops(joint, backward) -> int:
     return total
 
 
+def step_flops(step, inputs) -> int:
+    """FLOPs of every aten op one run of ``step(*inputs)`` executes (:func:`costs.op_flops`).
+
+    For steps that recompute in eager autograd (``torch.utils.checkpoint``, selective
+    checkpointing) the recomputed FLOPs are this less the plain step's, in the same cost
+    model :func:`recompute_flops` uses for partitioned graphs.
+    """
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    from planner.torch.costs import op_flops
+
+    total = [0]
+
+    class Count(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            kwargs = kwargs or {}
+            out = func(*args, **kwargs)
+            if not func.is_view:
+                meta = torch.utils._pytree.tree_map_only(
+                    torch.Tensor, lambda t: torch.empty_strided(
+                        t.shape, t.stride(), dtype=t.dtype, device="meta"), (args, kwargs))
+                total[0] += op_flops(func, *meta, out)
+            return out
+
+    with Count():
+        step(*inputs)
+    return total[0]
+
+
 def grads_of(model) -> list:
     """Copies of the model's parameter gradients (None where a parameter got none)."""
     return [None if p.grad is None else p.grad.detach().clone() for p in model.parameters()]
@@ -108,3 +137,77 @@ def same_grads(a, b, rtol: float = 0.0) -> bool:
         elif (x - y).abs().max() > rtol * max(float(y.abs().max()), 1e-300):
             return False
     return len(a) == len(b)
+
+
+def _storages(val) -> list:
+    """(storage key, bytes) of each tensor in a node's recorded value (fake tensors share the
+    storage of what they alias, so views and in-place aliases map to their base)."""
+    from torch.multiprocessing.reductions import StorageWeakRef
+
+    if isinstance(val, torch.Tensor):
+        st = val.untyped_storage()
+        return [(StorageWeakRef(st).cdata, int(st.nbytes()))]
+    if isinstance(val, (tuple, list)):
+        return [x for v in val for x in _storages(v)]
+    return []
+
+
+def _replay(gm, counted: set, uncounted_storages=()) -> tuple:
+    """(peak, bytes still live at the end) of running fx module ``gm`` as fx runs it.
+
+    Memory is tracked per storage of the nodes' recorded values: a storage is allocated by
+    the first node producing it and freed after the last node that reads it; the module's
+    outputs stay live. Placeholders count only where their name is in ``counted``; storages in
+    ``uncounted_storages`` (the step's parameters, buffers and inputs) never count.
+    """
+    nodes = list(gm.graph.nodes)
+    size, last, start = {}, {}, {}
+    # storages of uncounted inputs (parameters, buffers, data) and of views of them: never counted
+    start.update((k, None) for n in nodes if n.op == "placeholder" and n.name not in counted
+                 for k, _ in _storages(n.meta.get("val")))
+    start.update((k, None) for k in uncounted_storages)
+    for i, n in enumerate(nodes):
+        if n.op == "output":
+            for a in n.all_input_nodes:
+                for k, _ in _storages(a.meta.get("val")):
+                    last[k] = len(nodes)
+            continue
+        for a in n.all_input_nodes:
+            for k, _ in _storages(a.meta.get("val")):
+                last[k] = max(last.get(k, i), i)
+        if n.op == "placeholder" and n.name not in counted:
+            continue
+        for k, nbytes in _storages(n.meta.get("val")):
+            if k not in start:
+                start[k], size[k] = (-1 if n.op == "placeholder" else i), nbytes
+    live = sum(size[k] for k in size if start[k] < 0)
+    peak = live
+    frees = {}
+    for k in size:
+        frees.setdefault(last.get(k, start[k]), []).append(k)
+    allocs = {}
+    for k in size:
+        if start[k] >= 0:
+            allocs.setdefault(start[k], []).append(k)
+    for i in range(len(nodes)):
+        live += sum(size[k] for k in allocs.get(i, ()))
+        peak = max(peak, live)
+        live -= sum(size[k] for k in frees.get(i, ()))
+    return peak, live
+
+
+def predict_step_peak(forward, backward) -> int:
+    """The step peak a partition implies, from the tensor shapes alone (no run).
+
+    Forward: each op allocates its output, freed after its last use; what it hands the backward
+    stays. Backward: starts with those saved tensors (parameters and inputs are not counted, as
+    :func:`measure_step` does not count them), frees each after its last use; the gradients it
+    returns live on (as ``.grad``).
+    """
+    fw_peak, _ = _replay(forward, set())
+    inputs = {k for n in forward.graph.nodes if n.op == "placeholder"
+              for k, _ in _storages(n.meta.get("val"))}
+    saved = {n.name for n in backward.graph.nodes
+             if n.op == "placeholder" and not n.name.startswith("primals_")}
+    bw_peak, _ = _replay(backward, saved, inputs)     # saved views of parameters own nothing
+    return int(max(fw_peak, bw_peak))

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import sys
 from dataclasses import dataclass
 
 from hgraph.errors import InputError
@@ -21,6 +22,7 @@ class ModelSpec:
     inputs: tuple
     loss: object
     source: str
+    module: object = None       # the imported model file (its other functions, e.g. blocks)
 
 
 def load(spec: str) -> ModelSpec:
@@ -35,9 +37,11 @@ def load(spec: str) -> ModelSpec:
     name = "hgraph_model_" + os.path.splitext(os.path.basename(path))[0]
     mod_spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(mod_spec)
+    sys.modules[name] = module      # torch.compile (dynamo) imports the model's module by name
     try:
         mod_spec.loader.exec_module(module)
     except SyntaxError as err:
+        del sys.modules[name]
         raise InputError(path, err.lineno, f"syntax error: {err.msg}") from None
     fn = getattr(module, func, None)
     if not callable(fn):
@@ -53,4 +57,4 @@ def load(spec: str) -> ModelSpec:
     if not isinstance(model, torch.nn.Module) or not all(isinstance(x, torch.Tensor)
                                                          for x in inputs):
         raise InputError(path, None, f"{func}() must return an nn.Module and tensor inputs")
-    return ModelSpec(model, tuple(inputs), loss, path)
+    return ModelSpec(model, tuple(inputs), loss, path, module)

@@ -13,9 +13,9 @@ Mapping (one var per tensor the forward computes, one forward block per var):
   backward op reads is an ``input`` read of the backward block of the first forward block of
   that ``seq_nr`` (or the closest earlier one) when it is that block's input; otherwise of the
   first forward block that reads it (a value no forward op reads gets one: the zero-cost
-  ``hgraph.keep`` block). No ``output`` reads: the planner's schedule recomputes a forgotten
-  output for its own backward (the reference's ReLU exception), which would recompute every
-  saved statistic; an input read keeps the value through its reader block's backward.
+  ``hgraph.keep`` block). A sibling output of the op a backward op differentiates (batch
+  norm's saved statistics, max-pool indices) is an ``output`` read of its own block's backward
+  instead: torch keeps it until that op's backward, so the plan must too (or recompute it).
 
 Every block's details JSON carries ``node`` (the fx node name), ``op``, ``cost`` (FLOPs or
 measured ns, :mod:`planner.torch.costs`) and ``capture`` (``inductor`` / ``eager``), so a graph
@@ -235,9 +235,15 @@ def from_joint(joint, num_fwd_outputs: int, decompose: bool, costs: str = "flops
             if v is None or v not in block_of_var:
                 continue        # a parameter / input: always live
             b = block_for_seq(s)
-            if v not in fwd[b][2]:
-                b = -1 - v      # resolved below: a forward reader of v
-            reads_of.setdefault(b, set()).add(v)
+            if v in fwd[b][2]:
+                reads_of.setdefault(b, {})[v] = "input"
+            elif fwd[block_of_var[v]][1] is fwd[b][1] or seq[block_of_var[v]] == s:
+                # a sibling output of the op this backward op differentiates (batch norm's
+                # statistics, max-pool indices): read as the output of its own block, so it
+                # stays live (or is recomputed) until the op's backward, as torch keeps it
+                reads_of.setdefault(block_of_var[v], {})[v] = "output"
+            else:
+                reads_of.setdefault(-1 - v, {})[v] = "input"    # a forward reader of v, below
     _add_keep_block(fwd, list(block_of_var), var_bytes, var_names, var_node, op_cost)
     first_reader = {}
     for i, (_, _, ins) in enumerate(fwd):
@@ -245,8 +251,8 @@ def from_joint(joint, num_fwd_outputs: int, decompose: bool, costs: str = "flops
             first_reader.setdefault(v, i)
     reads = [dict() for _ in range(len(fwd))]
     for b, vs in reads_of.items():
-        for v in vs:
-            reads[b if b >= 0 else first_reader[v]][v] = "input"
+        for v, tag in vs.items():
+            reads[b if b >= 0 else first_reader[v]].setdefault(v, tag)
     nf = len(fwd)
     out_var = [var_of[n] if n is not KEEP else len(var_bytes) - 1 for n, _, _ in fwd]
     capture = "inductor" if decompose else "eager"

@@ -34,17 +34,31 @@ __all__ = ["kept_vars", "saved_nodes", "partition", "apply_plan", "apply_keep", 
 
 
 def kept_vars(g, schedule) -> set:
-    """Forward vars live when the schedule's backward phase starts (the tensors it keeps)."""
+    """Forward vars whose forward-phase value the schedule's backward reads (what torch saves).
+
+    A var live when the backward phase starts (every forward block has run) is kept only if a backward block or a
+    recomputation reads it before the backward forgets it; one the backward forgets first is
+    recomputed there, which is what the partition does with a value it does not save.
+    """
     nf = len(g.forward)
-    live = set()
+    live, kept, dropped, done = set(), set(), set(), set()
     for op in schedule.ops:
-        if op.kind == "compute":
-            if op.index >= nf:
-                break
-            live.add(g.forward[op.index].outputs[0])
-        elif op.which == "forward":
-            live.discard(op.index)
-    return {v for v in live if g.is_activation[v]}
+        started = len(done) == nf      # the forward phase ends once every block has run
+        if op.kind == "forget":
+            if op.which == "forward":
+                live.discard(op.index)
+                if started:
+                    dropped.add(op.index)
+            continue
+        if not started:
+            if op.index < nf:
+                done.add(op.index)
+                live.add(g.forward[op.index].outputs[0])
+            continue
+        for v, tag in g.functions[op.index].inputs:   # a backward block or a recomputation
+            if tag != "gradient" and v in live and v not in dropped:
+                kept.add(v)
+    return {v for v in kept if g.is_activation[v]}
 
 
 def plan_capture(g) -> str:
@@ -183,10 +197,11 @@ class HGraphPartitioner(torch._inductor.custom_graph_pass.CustomPartitionerFn):
     with the planner's keywords ``plan_kwargs``; the plans made are kept in ``self.plans``. A
     budget below the smallest feasible one plans at the smallest (the report says
     ``budget_raised_to_smallest_feasible``): a compile must not fail over a budget.
+    ``self.parts``: (joint, forward, backward) modules of each partition (to measure them).
     """
 
     def __init__(self, budget="100%", **plan_kwargs):
-        self.budget, self.plan_kwargs, self.plans = budget, plan_kwargs, []
+        self.budget, self.plan_kwargs, self.plans, self.parts = budget, plan_kwargs, [], []
 
     def __call__(self, gm, joint_inputs, **kwargs):
         import planner
@@ -200,7 +215,9 @@ class HGraphPartitioner(torch._inductor.custom_graph_pass.CustomPartitionerFn):
             p = planner.plan(tg.cg, budget=err.min_budget_bytes, **self.plan_kwargs)
             p.report["budget_raised_to_smallest_feasible"] = True
         self.plans.append(p)
-        return partition(gm, kwargs["num_fwd_outputs"], _keep_names(tg.cg, p.schedule))
+        fw, bw = partition(gm, kwargs["num_fwd_outputs"], _keep_names(tg.cg, p.schedule))
+        self.parts.append((gm, fw, bw))
+        return fw, bw
 
     def uuid(self):
         return None             # plans depend on the budget: never reuse a cached compile
