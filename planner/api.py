@@ -29,7 +29,7 @@ keep everything (time-centric always; memory-centric when the DP's plan would no
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -70,10 +70,15 @@ class Plan:
     schedule: object
     report: dict
     graph: object = None
-    chain: list = field(default_factory=list)
     groups: np.ndarray | None = None
     timeline: np.ndarray | None = None
     baseline_timeline: np.ndarray | None = None
+
+    @property
+    def chain(self) -> list:
+        """The chain's lower sets, built when asked: they take O(nodes × blocks) memory (11 GiB
+        at 100k nodes), so a plan keeps only ``groups``."""
+        return [] if self.groups is None else groups_to_chain(self.groups)
 
     def __getattr__(self, name):
         report = self.__dict__.get("report")
@@ -294,5 +299,5 @@ def plan(graph_or_path, budget="100%", solver: str = "approx", strategy: str = "
         engine=dict(tasks=opts.tasks, blocks=opts.blocks, mode=opts.mode, runtime=opts.runtime,
                     supersteps=s.engine_supersteps),
         seconds=time.perf_counter() - t0)
-    return Plan(schedule=schedule, report=rep, graph=g, chain=groups_to_chain(groups),
+    return Plan(schedule=schedule, report=rep, graph=g,
                 groups=groups, timeline=sim.timeline, baseline_timeline=base_tl)
