@@ -15,7 +15,7 @@ import sys
 from jobs.flags import positive_int
 
 NAME = "zoo"
-HELP = "write a model-zoo training graph (mlp, resnet, unet, transformer) as cg.txt"
+HELP = "write a model-zoo training graph (mlp, resnet, unet, transformer, vgg16, resnet50) as cg.txt"
 
 
 def add_size_arguments(parser) -> None:
@@ -23,7 +23,7 @@ def add_size_arguments(parser) -> None:
     parser.add_argument("--batch", type=positive_int, default=None, help="batch size")
     parser.add_argument("--width", type=positive_int, default=None, help="hidden units / channels / model width")
     parser.add_argument("--depth", type=positive_int, default=None, help="layers / blocks per stage / levels")
-    parser.add_argument("--image", type=positive_int, default=None, help="image side (mlp, resnet, unet)")
+    parser.add_argument("--image", type=positive_int, default=None, help="image side (mlp and the CNNs)")
     parser.add_argument("--seq", type=positive_int, default=None, help="sequence length (transformer)")
 
 
