@@ -115,6 +115,15 @@ class PlainReporter:
         pass
 
 
+class FailuresReporter(PlainReporter):
+    """Only the supersteps that lost a worker: what ``auto`` prints in a pipe or a log, where a
+    line per superstep is noise but a recovery is a diagnostic worth keeping."""
+
+    def __call__(self, row: Mapping[str, Any]) -> None:
+        if row.get("failure"):
+            super().__call__(row)
+
+
 class BarReporter:
     """A live rich progress bar: superstep count (of ``total`` when known), mode, active, bytes."""
 
@@ -179,14 +188,17 @@ def make_reporter(kind: str = "auto", *, total: int | None = None,
     """A progress callable for ``hgraph.run(progress=...)``; call ``.close()`` when the run ends.
 
     ``kind``: ``"bar"`` (live rich bar), ``"plain"`` (one line per superstep), ``"off"``, or
-    ``"auto"`` — a bar when ``stream`` (default stderr) is a terminal, plain lines otherwise.
+    ``"auto"`` — a bar when ``stream`` (default stderr) is a terminal; otherwise (a log or a
+    pipe) only the lines of supersteps that lost a worker (``"plain"`` asks for every line).
     ``total``: the superstep bound if known (e.g. ``--max-supersteps``), for the bar's length.
     """
     if kind not in KINDS:
         raise ValueError(f"progress kind must be one of {', '.join(KINDS)}, got {kind!r}")
     target = stream if stream is not None else sys.stderr
     if kind == "auto":
-        kind = "bar" if _is_terminal(target) else "plain"
+        if not _is_terminal(target):
+            return FailuresReporter(target)
+        kind = "bar"
     if kind == "bar":
         return BarReporter(target, total=total)
     if kind == "plain":

@@ -52,9 +52,9 @@ def add_common_arguments(parser: argparse.ArgumentParser) -> None:
                         help="kill one worker at this superstep (testing fault recovery)")
     parser.add_argument("--stats", default=None, help="write per-superstep stats (JSON list) here")
     parser.add_argument("--progress", choices=["auto", "bar", "plain", "off"], default="auto",
-                        help="progress on stderr: auto (default: a live bar on a terminal; in a "
-                             "pipe or log, plain lines for engine jobs, nothing for plan), bar, "
-                             "plain (lines) or off; results are printed either way")
+                        help="progress on stderr: auto (default: live on a terminal, nothing in a "
+                             "pipe or log), bar, plain (one line per superstep or stage) or off; "
+                             "results are printed either way")
 
 
 def add_recovery_arguments(parser: argparse.ArgumentParser) -> None:

@@ -286,10 +286,15 @@ def test_python_m_jobs_module_equals_hgraph_submit(tmp_path):
     _one_line_error(run_cli("jobs.cc", "--graph", tmp_path / "missing.edges"), 2)
 
 
-def test_plain_progress_lines_on_a_pipe(tmp_path):
+def test_auto_progress_is_quiet_on_a_pipe_and_plain_gives_lines(tmp_path):
+    """Issue 11 item 5: --progress auto shows progress on a terminal only; in a pipe or a log
+    there is no line per superstep unless --progress plain asks for them."""
     stats = tmp_path / "s.json"
+    quiet = run_cli("jobs", "submit", "sssp", "--graph", EXAMPLES / "tiny.edges",
+                    "--stats", stats, check=True)  # --progress auto, stderr is a pipe
+    assert not [line for line in quiet.stderr.splitlines() if line.startswith("superstep ")]
     proc = run_cli("jobs", "submit", "sssp", "--graph", EXAMPLES / "tiny.edges",
-                   "--stats", stats, check=True)  # --progress auto, stderr is a pipe
+                   "--stats", stats, "--progress", "plain", check=True)
     rows = json.loads(stats.read_text())
     lines = [line for line in proc.stderr.splitlines() if line.startswith("superstep ")]
     assert len(lines) == len(rows)
@@ -371,10 +376,12 @@ def test_make_reporter_kinds():
     report.close()
     assert "worker 1 lost at superstep 4" in buf.getvalue()
 
-    buf = io.StringIO()  # auto on a non-terminal: plain lines
+    buf = io.StringIO()  # auto on a non-terminal: quiet, but a lost worker is still said
     report = make_reporter("auto", stream=buf)
     report(row)
-    assert buf.getvalue().startswith("superstep 4")
+    assert buf.getvalue() == ""
+    report(failed)
+    assert buf.getvalue().endswith("worker 1 lost at superstep 4, resumed at 2 after 0.50 s\n")
 
     buf = io.StringIO()
     report = make_reporter("off", stream=buf)
