@@ -86,7 +86,7 @@ def test_submission_returns_the_same_output_as_a_local_run(head, graph, tmp_path
     out, stats = tmp_path / "sub" / "ray.tsv", tmp_path / "ray-stats.json"
     code = hgraph_main(["submit", "sssp", "--graph", str(graph), "--source", "3", "--tasks", "2",
                         "--address", head, "--wait", "--job-timeout", JOB_TIMEOUT,
-                        "--out", str(out), "--stats", str(stats)])
+                        "--out", str(out), "--stats", str(stats), "--progress", "plain"])
     captured = capsys.readouterr()
     assert code == 0, captured.err
     assert out.read_bytes() == expected
