@@ -36,7 +36,8 @@ import numpy as np
 from hgraph.errors import InputError
 from hgraph.fileio import write_text
 
-__all__ = ["Function", "ComputationalGraph", "read", "loads", "write", "dumps"]
+__all__ = ["Function", "FunctionColumns", "ComputationalGraph", "TAGS", "read", "loads", "write",
+           "dumps"]
 
 FORWARD_TAGS = ("_",)
 BACKWARD_TAGS = ("gradient", "input", "output")
@@ -64,33 +65,132 @@ class Function:
         return [v for v, t in self.inputs if t == tag]
 
 
+#: Input tags, in the order of :attr:`FunctionColumns.in_tag`'s codes.
+TAGS = ("_", "gradient", "input", "output")
+GRADIENT = TAGS.index("gradient")
+
+
+@dataclass
+class FunctionColumns:
+    """The function blocks as flat arrays: what the planner reads, without an object per block.
+
+    ``k``/``p``: int64 [M] inputs/outputs per block; ``in_var``/``in_tag``: every block's input
+    vars in file order and their tags (uint8 codes into :data:`TAGS`); ``out_var``: every output
+    var; ``types``: object [M] the function type per block; ``details``: list[str] [M] the raw
+    JSON lines; ``line``: int64 [M] the 1-based line of each direction line (0 when built in
+    memory). ``in_ptr``/``out_ptr`` (int64 [M + 1]) index block ``b``'s inputs/outputs.
+    """
+
+    k: np.ndarray
+    p: np.ndarray
+    in_var: np.ndarray
+    in_tag: np.ndarray
+    out_var: np.ndarray
+    types: np.ndarray
+    details: list
+    line: np.ndarray
+
+    def __post_init__(self):
+        self.in_ptr = np.concatenate(([0], np.cumsum(self.k))).astype(np.int64)
+        self.out_ptr = np.concatenate(([0], np.cumsum(self.p))).astype(np.int64)
+
+    @property
+    def num_forward(self) -> int:
+        return int(self.k.size) // 2
+
+    @property
+    def in_grad(self) -> np.ndarray:
+        return self.in_tag == GRADIENT
+
+    @property
+    def in_block(self) -> np.ndarray:
+        """int64 [Σk]: the block of every input."""
+        return np.repeat(np.arange(self.k.size, dtype=np.int64), self.k)
+
+    @classmethod
+    def of(cls, functions) -> "FunctionColumns":
+        """From :class:`Function` blocks (built in memory, or the line-by-line reader's)."""
+        ins = [x for f in functions for x in f.inputs]
+        code = {t: i for i, t in enumerate(TAGS)}
+        return cls(k=np.array([len(f.inputs) for f in functions], dtype=np.int64),
+                   p=np.array([len(f.outputs) for f in functions], dtype=np.int64),
+                   in_var=np.array([v for v, _ in ins], dtype=np.int64),
+                   in_tag=np.array([code.get(t, 255) for _, t in ins], dtype=np.uint8),
+                   out_var=np.array([v for f in functions for v in f.outputs], dtype=np.int64),
+                   types=np.array([f.type for f in functions], dtype=object),
+                   details=[f.details for f in functions],
+                   line=np.array([f.line for f in functions], dtype=np.int64))
+
+    def functions(self) -> list:
+        """The blocks as :class:`Function` objects (what the columns were built from)."""
+        half = self.num_forward
+        ins = list(zip(self.in_var.tolist(), [TAGS[t] for t in self.in_tag.tolist()]))
+        outs = self.out_var.tolist()
+        ki, pi = self.in_ptr.tolist(), self.out_ptr.tolist()
+        return [Function(b, "forward" if b < half else "backward", ins[ki[b]:ki[b + 1]],
+                         outs[pi[b]:pi[b + 1]], t, d, ln)
+                for b, (t, d, ln) in enumerate(zip(self.types.tolist(), self.details,
+                                                   self.line.tolist()))]
+
+
 class ComputationalGraph:
     """A parsed cg.txt: variables (bytes, names) and forward/backward function blocks.
 
-    Attributes: ``var_bytes`` (int64 [N]), ``var_names`` (list[str]), ``functions`` (M blocks,
-    file order), ``forward`` / ``backward`` (the halves; ``backward[i]`` belongs to ``forward[i]``),
+    Attributes: ``var_bytes`` (int64 [N]), ``var_names`` (list[str]), ``columns`` (the M blocks
+    as flat arrays, :class:`FunctionColumns`), ``functions`` (M :class:`Function` objects, file
+    order), ``forward`` / ``backward`` (the halves; ``backward[i]`` belongs to ``forward[i]``),
     ``producer`` (int64 [N], the forward index producing a var, -1 for parameters and inputs),
     ``is_activation`` (bool [N]), ``path`` (where it was read from, or None).
+
+    **Why columns.** A graph read from a file holds its blocks as :class:`FunctionColumns`
+    only; the :class:`Function` objects are built the first time ``functions``/``forward``/
+    ``backward`` is read. At 10^6 activations they would be 2·10^6 objects (~2 GB): the
+    planner's scale path (activation graph, emit, replay, report) reads the columns instead.
     """
 
-    def __init__(self, var_bytes, var_names, functions, path=None, _out_var=None):
+    def __init__(self, var_bytes, var_names, functions=None, path=None, *, columns=None):
         self.var_bytes = np.asarray(var_bytes, dtype=np.int64)
         self.var_names = list(var_names)
-        self.functions = list(functions)
-        half = len(self.functions) // 2
-        self.forward = self.functions[:half]
-        self.backward = self.functions[half:]
+        if columns is None:
+            functions = list(functions if functions is not None else [])
+            columns = FunctionColumns.of(functions)
+            self._functions = functions
+        self.columns = columns
         self.path = path
+        half = columns.num_forward
         n = len(self.var_bytes)
         self.producer = np.full(n, -1, dtype=np.int64)
-        counts = [len(f.outputs) for f in self.forward]
-        if _out_var is None:                  # built in memory: read the blocks once
-            outs = np.array([v for f in self.forward for v in f.outputs], dtype=np.int64)
-        else:                                 # the reader's flat outputs (forward blocks first)
-            outs = np.asarray(_out_var[:sum(counts)], dtype=np.int64)
+        counts = columns.p[:half]
+        outs = columns.out_var[:int(counts.sum())]
         # a var produced twice (the reader rejects that) keeps its last producer, as a loop would
         self.producer[outs] = np.repeat(np.arange(half, dtype=np.int64), counts)
         self.is_activation = self.producer >= 0
+
+    @property
+    def functions(self) -> list:
+        """The M blocks as :class:`Function` objects (built from ``columns`` when first read)."""
+        if "_functions" not in self.__dict__:
+            self._functions = self.columns.functions()
+        return self._functions
+
+    @property
+    def forward(self) -> list:
+        return self.functions[:self.num_forward]
+
+    @property
+    def backward(self) -> list:
+        return self.functions[self.num_forward:]
+
+    @property
+    def num_forward(self) -> int:
+        """M/2: the number of forward (and of backward) blocks."""
+        return self.columns.num_forward
+
+    @property
+    def forward_output(self) -> np.ndarray:
+        """int64 [M/2]: the (first) output var of each forward block."""
+        c = self.columns
+        return c.out_var[c.out_ptr[:self.num_forward]]
 
     @property
     def costs(self):
@@ -100,10 +200,10 @@ class ComputationalGraph:
         and then the reference's cost model applies (:func:`planner.units.forward_costs`).
         """
         if "_costs" not in self.__dict__:
-            fwd = self.forward
+            details = self.columns.details[:self.num_forward]
             own = None
-            if fwd and '"cost"' in fwd[0].details:
-                vals = [json.loads(f.details).get("cost") for f in fwd]
+            if details and '"cost"' in details[0]:
+                vals = [json.loads(d).get("cost") for d in details]
                 if all(isinstance(v, int) and v >= 0 for v in vals):
                     own = np.asarray(vals, dtype=np.int64)
             self._costs = own
@@ -115,7 +215,7 @@ class ComputationalGraph:
 
     @property
     def num_functions(self) -> int:
-        return len(self.functions)
+        return int(self.columns.k.size)
 
     @property
     def activations(self) -> np.ndarray:
@@ -172,12 +272,13 @@ class _Lines:
 
 def loads(text, path="<string>") -> ComputationalGraph:
     """Parse cg.txt content (``str`` or ``bytes``); raises InputError on any deviation."""
+    raw = None
     if isinstance(text, (bytes, bytearray)):
         if b"\0" in text:
             line = text[: text.index(b"\0")].count(b"\n") + 1
             raise InputError(path, line, "expected text, found binary data (NUL byte)")
         try:
-            text = bytes(text).decode("utf-8")
+            raw, text = bytes(text), bytes(text).decode("utf-8")
         except UnicodeDecodeError as err:
             line = bytes(text)[: err.start].count(b"\n") + 1
             raise InputError(path, line, "expected UTF-8 text, found binary data") from None
@@ -186,23 +287,26 @@ def loads(text, path="<string>") -> ComputationalGraph:
     if "\r" in text:
         line = text[: text.index("\r")].count("\n") + 1
         raise InputError(path, line, "expected LF line endings, found a carriage return")
+    if not text.endswith("\n"):
+        raise InputError(path, text.count("\n") + 1, "expected a newline at the end of the "
+                                                     "last line (truncated file?)")
+    head = text.index("\n")
+    n, m = _Lines([text[:head]], path).ints("header 'N M'", 2, "N variables, M functions")
+    if m % 2:
+        raise InputError(path, 1, f"expected an even function count M (forward + backward "
+                                  f"blocks), got {m}")
+    if text.isascii():
+        fast = _fast_parse(text, raw if raw is not None else text.encode("ascii"), n, m,
+                           head + 1)
+        if fast is not None:
+            g = ComputationalGraph(fast[0], fast[1], path=path, columns=fast[2])
+            _check_structure(g, path, fast[2])
+            return g
+
     lines = text.split("\n")
-    if lines[-1] != "":
-        raise InputError(path, len(lines), "expected a newline at the end of the last line "
-                                           "(truncated file?)")
     lines.pop()
     cur = _Lines(lines, path)
-
-    n, m = cur.ints("header 'N M'", 2, "N variables, M functions")
-    if m % 2:
-        cur.fail(f"expected an even function count M (forward + backward blocks), got {m}")
-
-    fast = _fast_parse(lines, text, n, m)
-    if fast is not None:
-        g = ComputationalGraph(fast[0], fast[1], fast[2], path=path, _out_var=fast[3].out_var)
-        _check_structure(g, path, fast[3])
-        return g
-
+    cur.pos = 1
     var_bytes = np.zeros(n, dtype=np.int64)
     names = []
     limit = np.iinfo(np.int64).max
@@ -233,65 +337,66 @@ def loads(text, path="<string>") -> ComputationalGraph:
                  f"got {lines[cur.pos - 1][:60]!r}")
 
     g = ComputationalGraph(var_bytes, names, functions, path=path)
-    _check_structure(g, path, _Columns.of(functions))
+    _check_structure(g, path, g.columns)
     return g
 
 
 _NAT = "(?:0|[1-9][0-9]*)"
-_VARS = re.compile(f"(?:{_NAT} {_NAT} [^ \n]+\n)*")
+_VAR_LINE = f"{_NAT} {_NAT} [^ \n]+\n"
 _BLOCK = re.compile(
     f"((forward|backward)\n({_NAT}) ({_NAT})\n((?:{_NAT} (?:_|gradient|input|output)\n)*)"
     f"((?:{_NAT}\n)*)([A-Za-z_][!-~]*)\n([^\n]*)\n)")
 #: Runs of digits as JSON's number grammar splits them (a leading "0" is a run of its own).
 _DIGITS = re.compile("0|[1-9][0-9]*")
+#: Characters of block text the fast reader matches at once (a few MB: bounded temporaries).
+_CHUNK = 1 << 22
+_TAG_CODE = {t: i for i, t in enumerate(TAGS)}
 
 
-@dataclass
-class _Columns:
-    """The function blocks as flat arrays (what the structure checks read, vectorised).
-
-    ``k``/``p``: inputs/outputs per block; ``in_var``/``in_grad``: every block's input vars in
-    file order and whether each is tagged ``gradient``; ``out_var``: every output var;
-    ``types``: the function type per block.
-    """
-
-    k: np.ndarray
-    p: np.ndarray
-    in_var: np.ndarray
-    in_grad: np.ndarray
-    out_var: np.ndarray
-    types: np.ndarray
-
-    @classmethod
-    def of(cls, functions) -> "_Columns":
-        """From parsed :class:`Function` blocks (the line-by-line reader's result)."""
-        ins = [x for f in functions for x in f.inputs]
-        return cls(k=np.array([len(f.inputs) for f in functions], dtype=np.int64),
-                   p=np.array([len(f.outputs) for f in functions], dtype=np.int64),
-                   in_var=np.array([v for v, _ in ins], dtype=np.int64),
-                   in_grad=np.array([t == "gradient" for _, t in ins], dtype=bool),
-                   out_var=np.array([v for f in functions for v in f.outputs], dtype=np.int64),
-                   types=np.array([f.type for f in functions], dtype=object))
+def _nats(buf: np.ndarray, starts: np.ndarray, ends: np.ndarray):
+    """int64 values of the canonical decimal numbers ``buf[starts[i]:ends[i]]`` (ASCII digits,
+    already matched), or None when one is 2^63 or more. One NumPy pass per digit count."""
+    lens = ends - starts
+    out = np.zeros(starts.size, np.int64)
+    if not lens.size:
+        return out
+    if lens.max() > 19:
+        return None
+    for length in np.flatnonzero(np.bincount(lens)).tolist():
+        rows = np.flatnonzero(lens == length)
+        val = np.zeros(rows.size, np.uint64)
+        for j in range(length):
+            val = val * np.uint64(10) + (buf[starts[rows] + j] - 48).astype(np.uint64)
+        if length == 19 and np.any(val >= np.uint64(2**63)):
+            return None
+        out[rows] = val.astype(np.int64)
+    return out
 
 
 def _ints(tokens) -> np.ndarray:
     return np.array(list(map(int, tokens)), dtype=np.int64)
 
 
-def _json_objects(details) -> bool:
-    """Whether every line is a one-line JSON object, parsing each distinct *shape* once.
+def _json_shapes(details, shapes: set, escaped: set) -> None:
+    """Add the *shapes* of these detail lines to ``shapes`` (lines with a backslash, as they
+    are, to ``escaped``): :func:`_json_objects` parses each distinct shape once.
 
     Replacing every digit run (as the number grammar splits them: ``0`` alone, else
     ``[1-9][0-9]*``) by ``0`` keeps a line valid or invalid — digits appear in JSON only in
     numbers, where each run keeps its place in the grammar, and in strings, where any run is
-    valid; ``\\uXXXX`` escapes are the exception, so lines with a backslash are parsed as they
+    valid; ``\\uXXXX`` escapes are the exception, so lines with a backslash are kept as they
     are. The reference's details differ mostly in numbers (``"rank": 17``), so a file has a few
     shapes, not one per block.
     """
-    plain = [d for d in set(details) if "\\" not in d]
-    escaped = [d for d in set(details) if "\\" in d]
-    shapes = set(_DIGITS.sub("0", "\n".join(plain)).split("\n")) if plain else set()
-    for d in list(shapes) + escaped:
+    plain = [d for d in details if "\\" not in d]
+    escaped.update(d for d in details if "\\" in d)
+    if plain:
+        shapes.update(_DIGITS.sub("0", "\n".join(plain)).split("\n"))
+
+
+def _json_objects(shapes) -> bool:
+    """Whether every line of ``shapes`` is a one-line JSON object."""
+    for d in shapes:
         try:
             if not isinstance(json.loads(d), dict):
                 return False
@@ -300,61 +405,89 @@ def _json_objects(details) -> bool:
     return True
 
 
-def _fast_parse(lines, text, n, m):
-    """The common case, quickly: a well-formed file parsed with a few whole-file regexes.
+def _parse_vars(text: str, raw: bytes, start: int, n: int):
+    """``(var_bytes, names, end)`` of the ``n`` variable lines from ``start``, or None."""
+    m = re.compile(f"(?:{_VAR_LINE}){{{n}}}").match(text, start)
+    if m is None:
+        return None
+    end = m.end()
+    if n == 0:
+        return np.zeros(0, np.int64), [], end
+    buf = np.frombuffer(raw, np.uint8, end - start, start)
+    nl = np.flatnonzero(buf == 10)
+    sp = np.flatnonzero(buf == 32).reshape(n, 2)          # names hold no space: two a line
+    ls = np.concatenate(([0], nl[:-1] + 1))
+    ids = _nats(buf, ls, sp[:, 0])
+    sizes = _nats(buf, sp[:, 0] + 1, sp[:, 1])
+    if ids is None or sizes is None or not np.array_equal(ids, np.arange(n)):
+        return None
+    names = [text[a:b] for a, b in zip((start + sp[:, 1] + 1).tolist(), (start + nl).tolist())]
+    return sizes, names, end
 
-    Returns ``(var_bytes, names, functions, columns)`` or None at the first doubt, in which
-    case the line-by-line parser (the authority, with the precise error messages) runs instead.
-    It never accepts what that parser rejects: every pattern here is a subset of what it accepts,
-    the blocks must tile the text exactly, and each block's line counts must match its header.
+
+def _fast_parse(text: str, raw: bytes, n: int, m: int, start: int):
+    """The common case, quickly: an ASCII file parsed with whole-text regexes and NumPy.
+
+    Returns ``(var_bytes, names, columns)`` or None at the first doubt, in which case the
+    line-by-line parser (the authority, with the precise error messages) runs instead. It
+    never accepts what that parser rejects: every pattern here is a subset of what it accepts,
+    the blocks must tile the text exactly (matched a few MB at a time, so the temporaries stay
+    small at any size), and each block's line counts must match its header.
     """
-    if len(lines) < n + 1:
+    found_vars = _parse_vars(text, raw, start, n)
+    if found_vars is None:
         return None
-    head = len(lines[0]) + 1
-    pos = len("\n".join(lines[:n + 1])) + 1          # character offset of the first block
-    var_text = text[head:pos]
-    if not _VARS.fullmatch(var_text):
-        return None
-    tokens = var_text.replace("\n", " ").split(" ")[:-1]
-    if n and not np.array_equal(_ints(tokens[0::3]), np.arange(n)):
-        return None
-    sizes = list(map(int, tokens[1::3]))
-    if sizes and max(sizes) >= 2**63:
-        return None
-    names = tokens[2::3]
-    found = _BLOCK.findall(text, pos)
-    if len(found) != m or sum(map(len, (x[0] for x in found))) != len(text) - pos:
-        return None                                  # the blocks do not tile the rest exactly
-    if not m:
-        return sizes, names, [], _Columns.of([])
-    _, dirs, ks, ps, ins, outs, types, details = zip(*found)
+    sizes, names, pos = found_vars
     half = m // 2
-    if dirs[:half].count("forward") != half or dirs[half:].count("backward") != m - half:
+    ks, ps, in_vars, in_tags, out_vars, types, details = [], [], [], [], [], [], []
+    shapes, escaped, interned = set(), set(), {}
+    done = 0
+    while pos < len(text):
+        stop = len(text)
+        if pos + _CHUNK < stop:          # cut before a direction line (tiling checks the cut)
+            cuts = [c for c in (text.find("\nforward\n", pos + _CHUNK, pos + 2 * _CHUNK),
+                                text.find("\nbackward\n", pos + _CHUNK, pos + 2 * _CHUNK))
+                    if c >= 0]
+            stop = min(cuts) + 1 if cuts else stop
+        found = _BLOCK.findall(text, pos, stop)
+        if not found or sum(map(len, (x[0] for x in found))) != stop - pos:
+            return None                              # the blocks do not tile the text exactly
+        _, dirs, kt, pt, ins, outs, tps, dts = zip(*found)
+        nb = len(found)
+        fw = min(max(half - done, 0), nb)            # forward blocks in this chunk
+        if dirs[:fw].count("forward") != fw or dirs[fw:].count("backward") != nb - fw:
+            return None
+        k, p = _ints(kt), _ints(pt)
+        if (not np.array_equal(k, np.fromiter(map(str.count, ins, ["\n"] * nb), np.int64, nb))
+                or not np.array_equal(p, np.fromiter(map(str.count, outs, ["\n"] * nb),
+                                                     np.int64, nb))):
+            return None
+        in_tokens = "".join(ins).replace("\n", " ").split(" ")[:-1]
+        ks.append(k)
+        ps.append(p)
+        in_vars.append(_ints(in_tokens[0::2]))
+        in_tags.append(np.fromiter(map(_TAG_CODE.__getitem__, in_tokens[1::2]), np.uint8,
+                                   len(in_tokens) // 2))
+        out_vars.append(_ints("".join(outs).split("\n")[:-1]))
+        types.extend(interned.setdefault(t, t) for t in tps)
+        details.extend(dts)
+        _json_shapes(dts, shapes, escaped)
+        done += nb
+        pos = stop
+    if done != m or not _json_objects(shapes | escaped):
         return None
-    k, p = _ints(ks), _ints(ps)
-    if (not np.array_equal(k, np.fromiter(map(str.count, ins, ["\n"] * m), np.int64, m))
-            or not np.array_equal(p, np.fromiter(map(str.count, outs, ["\n"] * m), np.int64, m))):
-        return None
-    in_tokens = "".join(ins).replace("\n", " ").split(" ")[:-1]
-    in_var, in_tag = _ints(in_tokens[0::2]), np.array(in_tokens[1::2], dtype=object)
-    out_var = _ints("".join(outs).split("\n")[:-1])
+    cat = (lambda xs, dt: np.concatenate(xs) if xs else np.zeros(0, dt))
+    k, p = cat(ks, np.int64), cat(ps, np.int64)
+    in_var, in_tag, out_var = cat(in_vars, np.int64), cat(in_tags, np.uint8), cat(out_vars, np.int64)
     if (in_var.size and in_var.max() >= n) or (out_var.size and out_var.max() >= n):
         return None
     # forward blocks take only "_" inputs, backward blocks never
-    if not np.array_equal(in_tag == "_", np.repeat(np.arange(m) < half, k)):
+    if not np.array_equal(in_tag == 0, np.repeat(np.arange(m) < half, k)):
         return None
-    if not _json_objects(details):
-        return None
-    line = n + 2 + np.concatenate(([0], np.cumsum(4 + k + p)[:-1]))
-    in_pairs = list(zip(in_var.tolist(), in_tag.tolist()))
-    outs_list = out_var.tolist()
-    ki = np.concatenate(([0], np.cumsum(k))).tolist()
-    pi = np.concatenate(([0], np.cumsum(p))).tolist()
-    functions = [Function(b, dirs[b], in_pairs[ki[b]:ki[b + 1]], outs_list[pi[b]:pi[b + 1]],
-                          types[b], details[b], ln) for b, ln in enumerate(line.tolist())]
-    cols = _Columns(k=k, p=p, in_var=in_var, in_grad=in_tag == "gradient", out_var=out_var,
-                    types=np.array(types, dtype=object))
-    return sizes, names, functions, cols
+    line = n + 2 + np.concatenate(([0], np.cumsum(4 + k + p)[:-1])) if m else k
+    cols = FunctionColumns(k=k, p=p, in_var=in_var, in_tag=in_tag, out_var=out_var,
+                           types=np.array(types, dtype=object), details=details, line=line)
+    return sizes, names, cols
 
 
 def _is_block_start(line: str) -> bool:
@@ -405,13 +538,13 @@ def _read_block(cur: _Lines, b: int, half: int, n: int) -> Function:
     return Function(b, direction, inputs, outputs, ftype, details, start)
 
 
-def _check_structure(g: ComputationalGraph, path, cols: _Columns) -> None:
+def _check_structure(g: ComputationalGraph, path, cols: FunctionColumns) -> None:
     """Cross-block checks: one output per forward block, unique producers, pairing, no cycles.
 
     Vectorised over ``cols``; the first failing block (in the order a loop over the blocks
     would meet it) is then re-checked on its own to word the error.
     """
-    half = len(g.forward)
+    half = g.num_forward
     k_fw, p_fw = cols.k[:half], cols.p[:half]
     not_one = np.flatnonzero(p_fw != 1)
     limit = int(not_one[0]) if not_one.size else half
