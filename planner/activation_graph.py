@@ -84,15 +84,10 @@ class ActivationGraph:
         node_of_var[var] = np.arange(len(var))
         func = g.producer[var]
         t = forward_costs(g)[func]
-        src, dst = [], []
-        for f in g.forward:
-            y = node_of_var[f.outputs[0]]
-            for a, _ in f.inputs:
-                if node_of_var[a] >= 0:
-                    src.append(node_of_var[a])
-                    dst.append(y)
-        ag = cls(var, func, g.var_bytes[var], t, np.asarray(src, dtype=np.int64),
-                 np.asarray(dst, dtype=np.int64), ratio=ratio)
+        c, half = g.columns, g.num_forward
+        a = node_of_var[c.in_var[:c.in_ptr[half]]]          # every forward block's inputs
+        y = np.repeat(node_of_var[g.forward_output], c.k[:half])
+        ag = cls(var, func, g.var_bytes[var], t, a[a >= 0], y[a >= 0], ratio=ratio)
         ag.node_of_var = node_of_var
         return ag
 

@@ -101,16 +101,21 @@ def lower_bound_bytes(g) -> int:
     """
     vb = np.asarray(g.var_bytes, dtype=np.int64)
     act = g.is_activation
-    sinks = {f.outputs[0] for f in g.forward} - {v for b in g.backward for v in b.outputs}
-    best = 0
-    for f in g.forward:
-        best = max(best, int(sum(int(vb[a]) for a, _ in f.inputs if act[a])) + int(vb[f.outputs[0]]))
-    for b in g.backward:
-        need = sum(int(vb[a]) for a, tag in b.inputs if tag != "gradient" and act[a])
-        need += sum(int(vb[a]) for a, tag in b.inputs if tag == "gradient" and a not in sinks)
-        best = max(best, need)
-    param_grads = {v for b in g.backward for v in b.outputs if not act[v]}
-    return max(best, int(vb[list(param_grads)].sum()) if param_grads else 0)
+    c, half = g.columns, g.num_forward
+    v, grad = c.in_var, c.in_grad
+    bw_out = c.out_var[c.out_ptr[half]:]
+    fwd_out = g.forward_output
+    has_grad = np.zeros(g.num_vars, bool)
+    has_grad[bw_out] = True
+    sink = np.zeros(g.num_vars, bool)
+    sink[fwd_out[~has_grad[fwd_out]]] = True
+    fwd = c.input_sums(np.where(act[v], vb[v], 0))[:half] + vb[fwd_out]
+    bwd = c.input_sums(np.where(grad, np.where(sink[v], 0, vb[v]),
+                                np.where(act[v], vb[v], 0)))[half:]
+    best = max(int(fwd.max(initial=0)), int(bwd.max(initial=0)))
+    param_grad = np.zeros(g.num_vars, bool)
+    param_grad[bw_out[~act[bw_out]]] = True
+    return max(best, int(vb[param_grad].sum()))
 
 
 def _load(graph_or_path):
@@ -229,7 +234,7 @@ def plan(graph_or_path, budget="100%", solver: str = "approx", strategy: str = "
     stages = current_progress()
     with stages.stage("reading the graph"):
         g = _load(graph_or_path)
-    if len(g.forward) == 0:
+    if g.num_forward == 0:
         raise HGraphError(f"{g.path or 'graph'}: no forward functions to plan")
     opts = EngineOptions(tasks=int(tasks), blocks=int(blocks), mode=mode, runtime=runtime,
                          address=address, checkpoint_every=checkpoint_every,

@@ -98,6 +98,11 @@ class FunctionColumns:
     def num_forward(self) -> int:
         return int(self.k.size) // 2
 
+    def input_sums(self, values: np.ndarray) -> np.ndarray:
+        """int64 [M]: per block, the sum of ``values`` (one number per input, ``in_var`` order)."""
+        cs = np.concatenate(([0], np.cumsum(values, dtype=np.int64)))
+        return cs[self.in_ptr[1:]] - cs[self.in_ptr[:-1]]
+
     @property
     def in_grad(self) -> np.ndarray:
         return self.in_tag == GRADIENT

@@ -48,6 +48,7 @@ from __future__ import annotations
 import numpy as np
 
 from planner.activation_graph import ActivationGraph
+from planner.cg import TAGS
 from planner.reference_order import hoist_forgets, topsor
 from planner.schedule import Op, Schedule
 
@@ -93,7 +94,8 @@ def emit_groups(g, groups: np.ndarray, ag: ActivationGraph | None = None,
     grp = np.asarray(groups, dtype=np.int64)
     n = ag.n
     k = int(grp.max(initial=-1)) + 1
-    nf = len(g.forward)
+    nf = g.num_forward
+    cols = g.columns
     node_of_var = ag.node_of_var
     is_act = g.is_activation
     var = ag.var.tolist()
@@ -107,7 +109,7 @@ def emit_groups(g, groups: np.ndarray, ag: ActivationGraph | None = None,
     order = topsor(g)
     topo_pos = np.empty(nf, dtype=np.int64)
     topo_pos[order] = np.arange(nf)
-    node_of_func = node_of_var[[f.outputs[0] for f in g.forward]]
+    node_of_func = node_of_var[g.forward_output]
     fgrp = grp[node_of_func]
     sorted_f = order[np.argsort(fgrp[order], kind="stable")]
     fb = np.searchsorted(fgrp[sorted_f], np.arange(k + 1))
@@ -141,7 +143,9 @@ def emit_groups(g, groups: np.ndarray, ag: ActivationGraph | None = None,
                 live.discard(v)
 
     ran = [False] * nf
-    has_output_tag = [any(tag == "output" for _, tag in bw.inputs) for bw in g.backward]
+    has_output_tag = (np.bincount(cols.in_block[cols.in_tag == TAGS.index("output")],
+                                  minlength=2 * nf)[nf:] > 0).tolist()
+    out_var, out_ptr = cols.out_var.tolist(), cols.out_ptr.tolist()
     upper = set()                # live forward values of nodes in blocks ≥ i
     glive = set()                # nodes whose gradient is live
     for i in range(k - 1, -1, -1):
@@ -151,7 +155,7 @@ def emit_groups(g, groups: np.ndarray, ag: ActivationGraph | None = None,
                 append(Op("compute", f))
                 live.add(v)
         for f in sorted(cand[i], key=tpos.__getitem__, reverse=True):
-            outs = g.backward[f].outputs
+            outs = out_var[out_ptr[f + nf]:out_ptr[f + nf + 1]]
             idx = []
             some_in = False
             first = not ran[f]

@@ -46,6 +46,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from planner.cg import GRADIENT
 from planner.units import forward_costs
 
 __all__ = ["SimResult", "replay"]
@@ -90,7 +91,7 @@ def replay(g, schedule, mode: str = "reference", check: bool = True) -> SimResul
     if mode not in ("reference", "exact"):
         raise ValueError(f"mode must be 'reference' or 'exact', got {mode!r}")
     ops = schedule.ops if hasattr(schedule, "ops") else list(schedule)
-    nf = len(g.forward)
+    nf = g.num_forward
     n = g.num_vars
     vbytes = g.var_bytes.tolist()
     is_act = g.is_activation.tolist()
@@ -102,17 +103,24 @@ def replay(g, schedule, mode: str = "reference", check: bool = True) -> SimResul
         res.timeline = np.zeros(0, dtype=np.int64)
         return res
 
-    # consumers of each var's gradient: (backward block, output index) pairs that produce it
-    grad_sources = [[] for _ in range(n)]
-    for bw in g.backward:
-        for j, v in enumerate(bw.outputs):
-            grad_sources[v].append((bw.index, j))
-    sinks = {f.outputs[0] for f in g.forward if not grad_sources[f.outputs[0]]}
+    # the blocks as flat lists: block b's inputs are in_var[ip[b]:ip[b + 1]] (tags in_tag),
+    # its outputs out_var[op_[b]:op_[b + 1]]; a backward output is produced once: produced[k]
+    cols = g.columns
+    in_var, in_tag = cols.in_var.tolist(), cols.in_tag.tolist()
+    ip, op_ = cols.in_ptr.tolist(), cols.out_ptr.tolist()
+    out_var = cols.out_var.tolist()
+    fwd_out = g.forward_output.tolist()
+    # parts of each var's gradient: how many backward outputs produce it, how many have so far
+    bw_out = cols.out_var[cols.out_ptr[nf]:]
+    parts = np.bincount(bw_out, minlength=n).tolist()
+    done_parts = [0] * n
+    sinks = {y for y in fwd_out if not parts[y]}
     exact = mode == "exact"
+    GRAD = GRADIENT
 
     F = bytearray(n)                     # live forward values
     G = bytearray(n)                     # live gradients
-    produced = set()
+    produced = bytearray(len(out_var))
     computes = [0] * nf
     timeline = np.zeros(len(ops), dtype=np.int64)
     live = live_act = 0                  # bytes(F)+bytes(G), and the same without param gradients
@@ -125,19 +133,27 @@ def replay(g, schedule, mode: str = "reference", check: bool = True) -> SimResul
         if len(violations) < MAX_VIOLATIONS:
             violations.append(f"op {step + 1}: {msg}")
 
+    def first_missing(a):
+        """(block, index) of the first backward output of var ``a`` not produced yet."""
+        for k in np.flatnonzero(bw_out == a).tolist():
+            k += op_[nf]
+            if not produced[k]:
+                blk = int(np.searchsorted(cols.out_ptr, k, side="right")) - 1
+                return blk, k - op_[blk]
+        return None
+
     for step, op in enumerate(ops):
         if op.kind == "compute":
             f = op.index
             if 0 <= f < nf:
                 if op.grads:
                     bad(step, f"forward compute {f} lists gradient indices")
-                fn = g.forward[f]
                 if check:
-                    for a, _ in fn.inputs:
+                    for a in in_var[ip[f]:ip[f + 1]]:
                         if is_act[a] and not F[a]:
                             bad(step, f"compute {f} reads var {a} (forward), which is not live")
                 computes[f] += 1
-                y = fn.outputs[0]
+                y = fwd_out[f]
                 if not F[y]:
                     F[y] = 1
                     live += vbytes[y]
@@ -147,34 +163,35 @@ def replay(g, schedule, mode: str = "reference", check: bool = True) -> SimResul
                     live += vbytes[y]
                     live_act += vbytes[y]
             elif nf <= f < 2 * nf:
-                bw = g.functions[f]
                 if check:
-                    for a, tag in bw.inputs:
-                        if tag == "gradient":
+                    for a, tag in zip(in_var[ip[f]:ip[f + 1]], in_tag[ip[f]:ip[f + 1]]):
+                        if tag == GRAD:
                             if a in sinks:
                                 if not F[a] and not loss_grad_live[a] and computes[f - nf] == 0:
                                     bad(step, f"compute {f} reads the loss gradient of var {a} "
                                               f"before the loss is computed")
                             elif not G[a]:
                                 bad(step, f"compute {f} reads var {a} (gradient), which is not live")
-                            else:
-                                missing = [s for s in grad_sources[a] if s not in produced]
-                                if missing:
-                                    bad(step, f"compute {f} reads the gradient of var {a} before "
-                                              f"block {missing[0][0]} added its part")
+                            elif done_parts[a] < parts[a]:
+                                missing = first_missing(a)
+                                bad(step, f"compute {f} reads the gradient of var {a} before "
+                                          f"block {missing[0]} added its part")
                         elif is_act[a] and not F[a]:
                             bad(step, f"compute {f} reads var {a} (forward), which is not live")
                 if not op.grads:
                     bad(step, f"backward compute {f} lists no gradient indices")
+                base, count = op_[f], op_[f + 1] - op_[f]
                 for j in op.grads:
-                    if j >= len(bw.outputs):
+                    if j >= count:
                         bad(step, f"compute {f}: gradient index {j} out of range "
-                                  f"({len(bw.outputs)} outputs)")
+                                  f"({count} outputs)")
                         continue
-                    if (f, j) in produced:
+                    v = out_var[base + j]
+                    if produced[base + j]:
                         bad(step, f"compute {f}: gradient index {j} produced twice")
-                    produced.add((f, j))
-                    v = bw.outputs[j]
+                    else:
+                        produced[base + j] = 1
+                        done_parts[v] += 1
                     if not G[v]:
                         G[v] = 1
                         live += vbytes[v]
@@ -210,11 +227,11 @@ def replay(g, schedule, mode: str = "reference", check: bool = True) -> SimResul
     never = np.flatnonzero(comp == 0)
     if never.size:
         bad(len(ops) - 1, f"{never.size} forward function(s) never run, first {int(never[0])}")
-    missing = [(bw.index, j) for bw in g.backward for j in range(len(bw.outputs))
-               if (bw.index, j) not in produced]
-    if missing:
-        bad(len(ops) - 1, f"{len(missing)} backward output(s) never produced, first block "
-                          f"{missing[0][0]} index {missing[0][1]}")
+    missing = np.flatnonzero(np.frombuffer(bytes(produced), np.uint8)[op_[nf]:] == 0) + op_[nf]
+    if missing.size:
+        blk = int(np.searchsorted(cols.out_ptr, missing[0], side="right")) - 1
+        bad(len(ops) - 1, f"{missing.size} backward output(s) never produced, first block "
+                          f"{blk} index {int(missing[0]) - op_[blk]}")
     res.peak_bytes = int(peak)
     res.peak_step = int(peak_step)
     res.peak_act_only_bytes = int(peak_act)

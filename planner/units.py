@@ -46,8 +46,9 @@ def forward_costs(g) -> np.ndarray:
     own = getattr(g, "costs", None)
     if own is not None:
         return own
-    return np.fromiter((function_cost(f.type) for f in g.forward), dtype=np.int64,
-                       count=len(g.forward))
+    types = g.columns.types[:g.num_forward].tolist()
+    cost = {t: function_cost(t) for t in set(types)}
+    return np.fromiter(map(cost.__getitem__, types), dtype=np.int64, count=len(types))
 
 
 def comp_ratio(budget: int, act_sum: int) -> int:

@@ -24,19 +24,14 @@ from planner.analyses.engine import EngineOptions, options
 __all__ = ["BlockLevels", "levels", "level_graph"]
 
 
-def _local_longest(preds: np.ndarray, start: int, vals: np.ndarray) -> np.ndarray:
-    """Longest-path relaxation inside one block (Kahn waves over its in-block edges).
+#: "Unreachable" in :func:`_by_cuts` (far below any level, and no overflow when added to).
+_NEG = -(1 << 60)
 
-    ``preds``: int64 [size, dmax] global predecessor ids (-1 padded); ``vals``: the levels the
-    block starts from (its own and what other blocks sent). Returns ``max(vals, level(u) + 1)``
-    propagated along every in-block path — one NumPy step per wave, no per-vertex loop.
-    """
-    size = vals.size
-    rows, cols = np.nonzero((preds >= start) & (preds < start + size))
-    if rows.size == 0:
-        return vals
-    src = preds[rows, cols] - start
-    dst = rows
+
+def _waves(src: np.ndarray, dst: np.ndarray, vals: np.ndarray) -> np.ndarray:
+    """``max(vals, vals[u] + 1)`` propagated along every path of the edges (local ids), one
+    NumPy step per Kahn wave (``vals``: [size] or [size, columns])."""
+    size = vals.shape[0]
     order = np.argsort(src, kind="stable")
     src, dst = src[order], dst[order]
     ptr = np.searchsorted(src, np.arange(size + 1))
@@ -51,10 +46,68 @@ def _local_longest(preds: np.ndarray, start: int, vals: np.ndarray) -> np.ndarra
             break
         idx = np.repeat(starts - np.cumsum(cnt) + cnt, cnt) + np.arange(total)
         tgt = dst[idx]
-        np.maximum.at(vals, tgt, np.repeat(vals[frontier] + 1, cnt))
+        np.maximum.at(vals, tgt, np.repeat(vals[frontier] + 1, cnt, axis=0))
         np.subtract.at(indeg, tgt, 1)
         frontier = np.unique(tgt[indeg[tgt] == 0])
     return vals
+
+
+def _by_cuts(src: np.ndarray, dst: np.ndarray, vals: np.ndarray) -> np.ndarray:
+    """:func:`_waves` for edges with ``src < dst``, in a few NumPy steps on deep graphs.
+
+    A *cut* ``c`` is a position no edge jumps over (every edge from before ``c`` lands at
+    ``c`` at the latest), so the positions split into segments ``[c_k, c_k+1)`` whose edges
+    stay inside or land on the next cut. Waves inside all segments at once (as many as the
+    deepest segment, not the whole depth) give each node ``local`` (paths from inside its
+    segment) and ``dist`` (longest path from its segment's cut); the cuts' levels then follow
+    ``x_k+1 = max(b_k, x_k + a_k)``, an associative recurrence solved by a doubling scan.
+    """
+    size = vals.size
+    reach = np.full(size, -1, np.int64)
+    np.maximum.at(reach, src, dst)
+    before = np.concatenate(([-1], np.maximum.accumulate(reach)[:-1]))
+    cut = before <= np.arange(size)
+    seg = np.cumsum(cut) - 1
+    inside = seg[src] == seg[dst]
+    init = np.empty((size, 2), np.int64)
+    init[:, 0] = vals
+    init[:, 1] = np.where(cut, 0, _NEG)
+    local, dist = _waves(src[inside], dst[inside], init).T
+    dist = np.where(dist > _NEG // 2, dist, _NEG)
+    # segment k -> cut k + 1: x_k+1 = max(b_k, x_k + a_k)
+    cuts = np.flatnonzero(cut)
+    a = np.full(cuts.size - 1, _NEG, np.int64)
+    b = vals[cuts[1:]].astype(np.int64)
+    xs, xk = src[~inside], seg[src[~inside]]
+    np.maximum.at(a, xk, dist[xs] + 1)
+    np.maximum.at(b, xk, local[xs] + 1)
+    step = 1
+    while step < a.size:                  # inclusive scan of the maps x -> max(b, x + a)
+        a2 = np.maximum(a[step:] + a[:-step], _NEG)
+        b2 = np.maximum(b[step:], b[:-step] + a[step:])
+        a[step:], b[step:] = a2, b2
+        step *= 2
+    x = np.concatenate(([vals[0]], np.maximum(b, vals[0] + a)))
+    reached = dist > _NEG
+    return np.where(reached, np.maximum(local, x[seg] + dist), local)
+
+
+def _local_longest(preds: np.ndarray, start: int, vals: np.ndarray) -> np.ndarray:
+    """Longest-path relaxation inside one block.
+
+    ``preds``: int64 [size, dmax] global predecessor ids (-1 padded); ``vals``: the levels the
+    block starts from (its own and what other blocks sent). Returns ``max(vals, level(u) + 1)``
+    propagated along every in-block path — no per-vertex loop: by segments between cuts
+    (:func:`_by_cuts`) when ids follow a topological order inside the block, else by Kahn waves.
+    """
+    size = vals.size
+    rows, cols = np.nonzero((preds >= start) & (preds < start + size))
+    if rows.size == 0:
+        return vals
+    src = preds[rows, cols] - start
+    if np.all(src < rows):
+        return _by_cuts(src, rows, vals)
+    return _waves(src, rows, vals)
 
 
 class BlockLevels(hgraph.VertexProgram):
