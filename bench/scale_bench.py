@@ -1,8 +1,9 @@
-"""Scale benchmark: plan synthetic transformer graphs with the approximate DP on Ray tasks.
+"""Scale benchmark: plan synthetic transformer (or CNN) graphs with the approximate DP on Ray tasks.
 
-Writes a ``hgraph graph synth`` graph of ``--nodes`` activations (default 100,000) and runs the
-real product path on it — ``hgraph submit plan --solver approx --tasks 4 --runtime ray`` — in a
-child process, so that its wall time and peak memory (max RSS, from ``wait4``) are the planner's
+Writes a ``hgraph graph synth --kind KIND`` graph of ``--nodes`` activations (default 100,000;
+kept and reused under ``--workdir``) and runs the real product path on it — ``hgraph submit
+plan --solver approx --tasks 4 --runtime ray --progress plain`` — in a child process, so that its
+wall time, its stages' seconds (the plain progress lines) and peak memory are the planner's
 own. ``--ladder`` plans smaller graphs first, which shows how each size grows. Every child runs
 under ``--limit`` seconds; one that does not finish is reported as such, with what it reached.
 ``--stages`` additionally times the pieces in-process at each ladder size (engine analyses, DP,
@@ -12,6 +13,7 @@ Run::
 
     python3 bench/scale_bench.py                                  # 100k nodes, 4 Ray tasks
     python3 bench/scale_bench.py --nodes 100000 --ladder 1000,2000,4000 --stages --limit 900
+    python3 bench/scale_bench.py --kind cnn --nodes 300000 --ladder '' --workdir /tmp/w
 
 Graphs above ``planner.dp.scale.EXACT_LIMIT`` activations are planned on the scale path
 (segment-local sets, a few engine supersteps, the approximate DP with the reported
@@ -55,11 +57,26 @@ def run_child(argv, limit: float) -> dict:
     wall = time.perf_counter() - t0
     sampler.stop()
     return {"rc": proc.returncode, "timed_out": timed_out, "seconds": wall,
+            "stage_seconds": stage_seconds(err or ""),
             "tree_pss_mib": sampler.peak_pss_bytes / 2**20,
             "tree_rss_mib": sampler.peak_rss_bytes / 2**20,
             "processes": sampler.peak_processes,
             "top_pss": [(round(b / 2**20), name) for b, name in sampler.peak_breakdown[:6]],
             "stderr_tail": err.strip().splitlines()[-1:] if err else []}
+
+
+def stage_seconds(stderr: str) -> dict:
+    """``{stage: seconds}`` from the plan job's ``--progress plain`` lines (``name: 1.23 s``);
+    a stage run more than once (the DP in a budget search) adds up."""
+    out = {}
+    for line in stderr.splitlines():
+        name, sep, rest = line.rpartition(": ")
+        if sep and rest.endswith(" s") and name and not name.startswith(" "):
+            try:
+                out[name] = out.get(name, 0.0) + float(rest[:-2])
+            except ValueError:
+                continue
+    return out
 
 
 def stages(path: str, tasks: int, runtime: str, budget: str) -> dict:
@@ -108,6 +125,8 @@ def stages(path: str, tasks: int, runtime: str, budget: str) -> dict:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--nodes", type=int, default=100_000)
+    ap.add_argument("--kind", choices=["transformer", "cnn"], default="transformer",
+                    help="hgraph graph synth --kind (default transformer)")
     ap.add_argument("--ladder", default="1000,2000", help="smaller sizes planned first ('' none)")
     ap.add_argument("--tasks", type=int, default=4)
     ap.add_argument("--runtime", choices=["local", "ray"], default="ray")
@@ -120,21 +139,23 @@ def main(argv=None) -> int:
 
     work = Path(args.workdir or tempfile.mkdtemp(prefix="hgraph-scale-"))
     sizes = [int(x) for x in args.ladder.split(",") if x.strip()] + [args.nodes]
-    print(f"{'nodes':>8} {'layers':>6} {'status':>10} {'seconds':>9} {'tree PSS MiB':>12} "
+    print(f"{'nodes':>8} {'layers' if args.kind == 'transformer' else 'blocks':>6} {'status':>10} {'seconds':>9} {'tree PSS MiB':>12} "
           f"{'tree RSS MiB':>12}  detail")
     rows = []
     for n in sizes:
-        layers = synth.layers_for_nodes(n)
-        path = work / f"cg_synth_{n}.txt"
+        layers = (synth.layers_for_nodes(n) if args.kind == "transformer" else
+                  synth.cnn_blocks_for_nodes(n))
+        path = work / f"cg_{args.kind}_{n}.txt"
         t = time.perf_counter()
-        subprocess.run([sys.executable, "-m", "jobs", "graph", "synth", "--layers", str(layers),
-                        "--out", str(path)], check=True, capture_output=True,
-                       env=dict(os.environ, PYTHONPATH=str(ROOT)))
+        if not path.exists():          # a --workdir kept from an earlier run is reused
+            subprocess.run([sys.executable, "-m", "jobs", "graph", "synth", "--kind", args.kind,
+                            "--nodes", str(n), "--out", str(path)], check=True,
+                           capture_output=True, env=dict(os.environ, PYTHONPATH=str(ROOT)))
         synth_s = time.perf_counter() - t
         rep = work / f"report_{n}.json"
         res = run_child(["jobs", "submit", "plan", "--graph", str(path), "--solver", "approx",
                          "--tasks", str(args.tasks), "--runtime", args.runtime, "--budget",
-                         args.budget, "--report", str(rep), "--progress", "off"], args.limit)
+                         args.budget, "--report", str(rep), "--progress", "plain"], args.limit)
         if res["timed_out"]:
             status, detail = "TIMEOUT", f"killed after {args.limit:.0f} s"
         elif res["rc"] == 0:
@@ -151,6 +172,9 @@ def main(argv=None) -> int:
         else:
             status, detail = f"rc={res['rc']}", " ".join(res["stderr_tail"])
         detail += f"; synth {synth_s:.1f} s"
+        if res["stage_seconds"]:
+            detail += "; stages: " + ", ".join(f"{k} {v:.1f} s"
+                                               for k, v in res["stage_seconds"].items())
         row = {"nodes": n, "layers": layers, "status": status, **res}
         if args.stages and n != args.nodes:
             row["stages"] = stages(str(path), args.tasks, args.runtime, args.budget)
