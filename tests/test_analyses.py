@@ -61,3 +61,20 @@ def test_more_blocks_than_vertices():
         for k in ("size", "mL", "tL", "t_bnd", "m_bnd", "mAB"):
             assert np.array_equal(getattr(ls, k), want[k]), (tasks, blocks, k)
         assert np.array_equal(levels(g, tasks=tasks, blocks=blocks), g.topological_levels())
+
+
+def test_levels_by_cuts_equal_kahn_waves():
+    """The segment-cut relaxation (ids in topological order) gives what plain Kahn waves give,
+    start values from other blocks included: short edges (many cuts) and long ones (few)."""
+    from planner.analyses.levels import _by_cuts, _waves
+
+    rng = np.random.default_rng(7)
+    for trial in range(600):
+        n = int(rng.integers(2, 60))
+        s = rng.integers(0, n - 1, int(rng.integers(1, 3 * n)))
+        d = s + rng.integers(1, 4 if trial % 2 else n, s.size)
+        s, d = s[d < n], d[d < n]
+        if not s.size:
+            continue
+        vals = rng.integers(0, 6, n) * (rng.random(n) < 0.3)
+        assert np.array_equal(_by_cuts(s, d, vals), _waves(s, d, vals)), trial

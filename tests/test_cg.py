@@ -127,3 +127,24 @@ def test_fast_path_equals_line_by_line_parser(name, monkeypatch):
     assert fast.functions == slow.functions
     assert fast.var_names == slow.var_names
     assert np.array_equal(fast.var_bytes, slow.var_bytes)
+
+
+def test_a_read_graph_plans_from_its_columns(tmp_path):
+    """A graph read from a file holds its blocks as columns; the scale path (activation graph,
+    emit, replay, lower bound, report) never builds the Function objects, which are built,
+    equal to the written ones, only when asked."""
+    from planner import emit, report, simulate, synth
+    from planner.activation_graph import ActivationGraph
+    from planner.api import lower_bound_bytes
+
+    built = synth.build(layers=3, heads=2)
+    cg.write(built, tmp_path / "cg_t.txt")
+    g = cg.read(tmp_path / "cg_t.txt")
+    ag = ActivationGraph.from_cg(g)
+    groups = np.arange(ag.n) // 7
+    sim = simulate.replay(g, emit.emit_groups(g, groups, ag))
+    assert sim.ok and lower_bound_bytes(g) > 0 and len(report.decisions(g, ag, groups, sim))
+    assert "_functions" not in g.__dict__
+    key = (lambda fs: [(f.index, f.direction, f.inputs, f.outputs, f.type, f.details)
+                       for f in fs])
+    assert key(g.functions) == key(built.functions) and cg.dumps(g) == cg.dumps(built)
