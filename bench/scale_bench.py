@@ -6,8 +6,9 @@ plan --solver approx --tasks 4 --runtime ray --progress plain`` — in a child p
 wall time, its stages' seconds (the plain progress lines) and peak memory are the planner's
 own. ``--ladder`` plans smaller graphs first, which shows how each size grows. Every child runs
 under ``--limit`` seconds; one that does not finish is reported as such, with what it reached.
-``--stages`` additionally times the pieces in-process at each ladder size (engine analyses, DP,
-emit, replay), which says *where* the time goes.
+``--stages`` additionally times the pieces in-process at each size (CPU seconds and resident
+MiB after each: read, activation graph, engine analyses, DP, emit, replay, report, writing),
+which says *where* the time and memory go.
 
 Run::
 
@@ -81,44 +82,79 @@ def stage_seconds(stderr: str) -> dict:
 
 def stages(path: str, tasks: int, runtime: str, budget: str) -> dict:
     """Time the pieces of one plan in-process, as :func:`planner.plan` runs them on a graph of
-    this size (engine analyses, DP, emit, replay)."""
-    from planner import cg, emit, simulate
+    this size: ``{piece}_cpu`` (CPU seconds of this process: on a shared machine they say more
+    than wall seconds; engine workers on Ray are not in them) and ``{piece}_mib`` (resident
+    MiB after it), for reading, the activation graph, levels, lower-set statistics, the DP,
+    emit, replay, lower bound, report and writing the report and the schedule."""
+    import gc
+    import resource
+
+    from planner import cg, emit, report, simulate
     from planner.activation_graph import ActivationGraph
     from planner.analyses.engine import EngineOptions
     from planner.analyses.levels import levels
     from planner.analyses.local_stats import local_stats
+    from planner.api import lower_bound_bytes
     from planner.budget import parse_budget
     from planner.dp import scale
     from planner.dp.solve import solve_family
     from planner.dp_families import DPGraph, approx_family
 
     out = {}
-    t = time.perf_counter()
-    g = cg.read(path)
-    out["read_s"] = time.perf_counter() - t
-    ag = ActivationGraph.from_cg(g)
-    dg = DPGraph(m=ag.bytes, t=ag.t, src=ag.src, dst=ag.dst)
+    page = os.sysconf("SC_PAGE_SIZE")
+
+    class piece:
+        def __init__(self, name):
+            self.name = name
+
+        def __enter__(self):
+            self.t = time.process_time()
+
+        def __exit__(self, *exc):
+            out[f"{self.name}_cpu"] = time.process_time() - self.t
+            with open("/proc/self/statm") as fh:
+                out[f"{self.name}_mib"] = int(fh.read().split()[1]) * page / 2**20
+
+    with piece("read"):
+        g = cg.read(path)
+    with piece("activation_graph"):
+        ag = ActivationGraph.from_cg(g)
+        dg = DPGraph(m=ag.bytes, t=ag.t, src=ag.src, dst=ag.dst)
     opts = EngineOptions(tasks=tasks, runtime=runtime)
-    t = time.perf_counter()
-    lv, steps = levels(dg, opts=opts, with_supersteps=True)
-    out["levels_s"], out["depth"] = time.perf_counter() - t, int(lv.max()) + 1
+    with piece("levels"):
+        lv, steps = levels(dg, opts=opts, with_supersteps=True)
     b = parse_budget(budget, baseline=int(ag.bytes.sum()))
     big = ag.n > scale.EXACT_LIMIT
     window, cap = scale.plan_options(ag.n)
-    t = time.perf_counter()
-    st = local_stats(dg, opts=opts, level=lv)
-    out["lower_set_stats_s"], out["supersteps"] = time.perf_counter() - t, steps + st.supersteps
-    fam = approx_family(dg, stats=st, dense=not big)
-    t = time.perf_counter()
-    r = solve_family(fam, dg, b, window=window, front_cap=cap)
-    out["dp_s"], out["dp_status"] = time.perf_counter() - t, r.status
+    with piece("lower_set_stats"):
+        st = local_stats(dg, opts=opts, level=lv)
+        fam = approx_family(dg, stats=st, dense=not big)
+    with piece("dp"):
+        r = solve_family(fam, dg, b, window=window, front_cap=cap)
+    out["dp_status"], out["supersteps"] = r.status, steps + st.supersteps
+    del fam, st
+    gc.collect()
     if r.status == "OK":
-        t = time.perf_counter()
-        s = emit.emit_groups(g, r.groups, ag)
-        out["emit_s"] = time.perf_counter() - t
-        t = time.perf_counter()
-        out["replay_peak"] = simulate.replay(g, s).peak_bytes
-        out["replay_s"] = time.perf_counter() - t
+        with piece("emit"):
+            s = emit.emit_groups(g, r.groups, ag)
+        with piece("replay"):
+            sim = simulate.replay(g, s)
+        with piece("lower_bound"):
+            lb = lower_bound_bytes(g)
+        model = dict(blocks=r.blocks, model_recompute_cost=r.model_recompute_cost,
+                     model_peak_bytes=r.model_peak_bytes, n_lower_sets=r.n_lower_sets,
+                     comp_ratio=1, family=r.family, fell_back=False)
+        with piece("report"):
+            rep = report.build(g, ag, r.groups, sim, solver="approx", strategy="time",
+                               units="bytes", budget=budget, budget_bytes=b,
+                               baseline_peak=int(ag.bytes.sum()),
+                               baseline_kind="activation_sum", lower_bound=lb, model=model,
+                               depth=int(lv.max()) + 1, engine={}, seconds=0.0)
+        with tempfile.TemporaryDirectory() as tmp, piece("write"):
+            report.write_json(rep, os.path.join(tmp, "report.json"))
+            s.write(os.path.join(tmp, "schedule.txt"))
+        out["recompute"], out["peak"] = sim.recompute_cost, sim.peak_bytes
+    out["peak_mib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     return out
 
 
@@ -132,7 +168,7 @@ def main(argv=None) -> int:
     ap.add_argument("--runtime", choices=["local", "ray"], default="ray")
     ap.add_argument("--budget", default="50%")
     ap.add_argument("--limit", type=float, default=600.0, help="seconds per plan (default 600)")
-    ap.add_argument("--stages", action="store_true", help="also time the stages at ladder sizes")
+    ap.add_argument("--stages", action="store_true", help="also time the pieces in-process (CPU s, MiB) at every size")
     ap.add_argument("--workdir", default=None)
     args = ap.parse_args(argv)
     from planner import synth
@@ -176,7 +212,7 @@ def main(argv=None) -> int:
             detail += "; stages: " + ", ".join(f"{k} {v:.1f} s"
                                                for k, v in res["stage_seconds"].items())
         row = {"nodes": n, "layers": layers, "status": status, **res}
-        if args.stages and n != args.nodes:
+        if args.stages:
             row["stages"] = stages(str(path), args.tasks, args.runtime, args.budget)
             detail += "  " + " ".join(f"{k}={v:.2f}" if isinstance(v, float) else f"{k}={v}"
                                       for k, v in row["stages"].items())
