@@ -44,6 +44,9 @@ def run_child(argv, limit: float) -> dict:
     :mod:`proctree`: ``tree_pss_mib`` what the tree costs, ``tree_rss_mib`` an upper bound)."""
     env = dict(os.environ, RAY_AUTH_MODE=os.environ.get("RAY_AUTH_MODE", "disabled"),
                RAY_USAGE_STATS_ENABLED="0", PYTHONPATH=str(ROOT))
+    import resource
+
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
     proc = subprocess.Popen([sys.executable, "-m", *argv], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, env=env, start_new_session=True)
@@ -57,8 +60,10 @@ def run_child(argv, limit: float) -> dict:
         out, err = proc.communicate()
     wall = time.perf_counter() - t0
     sampler.stop()
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     return {"rc": proc.returncode, "timed_out": timed_out, "seconds": wall,
-            "stage_seconds": stage_seconds(err or ""),
+            "stage_seconds": stage_seconds(err or ""), "cpu_seconds": cpu,
             "tree_pss_mib": sampler.peak_pss_bytes / 2**20,
             "tree_rss_mib": sampler.peak_rss_bytes / 2**20,
             "processes": sampler.peak_processes,
@@ -207,7 +212,8 @@ def main(argv=None) -> int:
                       f"(model {r['model_recompute_cost']:,}), {r['blocks']:,} blocks, {dp_opts}")
         else:
             status, detail = f"rc={res['rc']}", " ".join(res["stderr_tail"])
-        detail += f"; synth {synth_s:.1f} s"
+        detail += (f"; CPU {res['cpu_seconds']:.1f} s (the child and the descendants it reaped)"
+                   f"; synth {synth_s:.1f} s")
         if res["stage_seconds"]:
             detail += "; stages: " + ", ".join(f"{k} {v:.1f} s"
                                                for k, v in res["stage_seconds"].items())
