@@ -47,10 +47,24 @@ from __future__ import annotations
 import numpy as np
 
 from hgraph.progress import current as current_progress
-from planner.dp.fronts import INF, Fronts, best_per_saved, has_end, segment_pareto
+from planner.bitsets import unpack
+from planner.dp.fronts import INF, Fronts, best_per_saved, end_entry, has_end, segment_pareto
 from planner.dp.knapsack import KnapsackBound
+from planner.dp.subsets import pair_transitions
 
-__all__ = ["ExactSearch"]
+__all__ = ["ExactSearch", "searchable", "APPROX_SEARCH_MAX_SETS"]
+
+#: Largest dense approximate family searched here (its inclusion matrix is L² bits); bigger
+#: ones run :func:`planner.dp.loop.run_dp` bounded by the objective.
+APPROX_SEARCH_MAX_SETS = 4096
+
+
+def searchable(fam) -> bool:
+    """Whether :class:`ExactSearch` takes the family: the exact one, or a dense approximate
+    one of at most :data:`APPROX_SEARCH_MAX_SETS` sets."""
+    if fam.kind == "exact":
+        return True
+    return fam.sets is not None and fam.num_sets <= APPROX_SEARCH_MAX_SETS
 
 
 def _chunk_bits(words: int) -> int:
@@ -76,6 +90,32 @@ def _nonzero2(mask: np.ndarray):
     return np.divmod(flat, mask.shape[1])
 
 
+def _approx_inclusion(fam, n: int):
+    """The approximate family's inclusion matrix (packed as :meth:`Family.subset_matrix`) and
+    its levels, kept on the family.
+
+    ``L_i ⊆ L_j ⟺ v_i ∈ L_j`` (∅ in every set), so the matrix is the sets' bits with columns
+    taken in family order. Ids ascend with ``(m(L), |L|)``, so a set's proper subsets have
+    smaller ids; a level is a run of consecutive ids none of which holds another (they are
+    then independent), found greedily once per family.
+    """
+    if "approx_inclusion" not in fam.cache:
+        L = fam.num_sets
+        bits = unpack(fam.sets, n)[:, np.maximum(fam.node, 0)]
+        bits[:, fam.node < 0] = True
+        packed = np.zeros((L, 8 * ((L + 63) // 64)), np.uint8)
+        packed[:, :(L + 7) // 8] = np.packbits(bits, axis=1, bitorder="little")
+        low = np.tril(bits, -1)
+        low[:, 0] = False
+        last = np.where(low.any(axis=1), L - 1 - np.argmax(low[:, ::-1], axis=1), -1)
+        starts = [0, 1] if L > 1 else [0]
+        for j, p in enumerate(last[2:].tolist(), start=2):   # once per family, scalar ints
+            if p >= starts[-1]:
+                starts.append(j)
+        fam.cache["approx_inclusion"] = (packed, np.array(starts + [L], np.int64))
+    return fam.cache["approx_inclusion"]
+
+
 class ExactSearch:
     """The exact family's DP at one budget, searched with admissible bounds (module docstring).
 
@@ -93,17 +133,22 @@ class ExactSearch:
         self.end = self.L - 1
         self.two_mL = 2 * fam.mL
         self.thr = self.B - self.two_mL - fam.mAB           # c_i − 2·m(L_i) ≤ thr_j: feasible
-        self.sub = fam.subset_matrix()
+        if fam.kind == "exact":
+            self.sub = fam.subset_matrix()
+            self.levels = np.flatnonzero(np.r_[True, fam.size[1:] != fam.size[:-1], True])
+            self.tab_t, self.tab_m = self._popcount_tables(fam, g)
+            self.pairs = None
+        else:                                               # dense approximate family
+            self.sub, self.levels = _approx_inclusion(fam, g.n)
+            self.pairs = pair_transitions(fam, g.t, g.m)
         self.span = int(g.m.sum()) + 1                      # > any ckpt
         has_succ = np.zeros(g.n, bool)
         has_succ[g.src] = True
         sinks = np.flatnonzero(~has_succ)
         # c_final + 2·m(last block) ≤ B, and the last block holds a sink: room for checkpoints
         self.cap0 = self.B - 2 * int(g.m[sinks].min()) if sinks.size else self.B
-        self.tab_t, self.tab_m = self._popcount_tables(fam, g)
         self.knapsack = KnapsackBound(fam, g)
         self.ks0 = self.knapsack(np.arange(self.L), np.full(self.L, max(self.cap0, 0)))
-        self.levels = np.flatnonzero(np.r_[True, fam.size[1:] != fam.size[:-1], True])
 
     # --------------------------------------------------------------- per-state quantities
     @staticmethod
@@ -119,6 +164,8 @@ class ExactSearch:
 
     def deltas(self, tgt: np.ndarray, src: np.ndarray):
         """``(dt, dm)`` of each pair ``L_src → L_tgt``: ``t``, ``m`` of ``∂L_tgt \\ L_src``."""
+        if self.pairs is not None:                          # approximate family
+            return self.pairs(tgt, src)[1:]
         bits = _chunk_bits(self.fam.sets.shape[1])
         per_word, mask = 64 // bits, np.uint64((1 << bits) - 1)
         bnd, sets = self.fam.bnd, self.fam.sets
@@ -266,15 +313,26 @@ class ExactSearch:
         """Iterative deepening on the recompute bound from the root's lower bound.
 
         Each pass is exact once its bound is at least the optimum (it reaches V); the bound
-        grows by 2, 4, 8, … so the passes that fail cost less than the one that succeeds. A
-        pass at ``bound ≥ T`` prunes nothing a plan could use: empty V there is IMPOSSIBLE.
+        grows by 2, 4, 8, … so the passes that fail cost less than the one that succeeds.
+        After the first failed pass one :meth:`lexmin` pass (one entry per state, cheap)
+        settles feasibility (no plan: its fronts, V empty, are returned) and gives an upper
+        bound: its plan's recompute, at least the optimum, so no pass goes beyond it (the
+        pass at that bound reaches V).
         """
         bound, step = self.lower_bound_root(), 2
+        fronts = self.pareto(min(bound, self.T))
+        if has_end(fronts) or bound >= self.T:
+            return fronts
+        lex = self.lexmin()
+        if not has_end(lex):
+            return lex
+        upper = self.T - int(lex.s[end_entry(lex, "memory")])
         while True:
-            fronts = self.pareto(min(bound, self.T))
-            if has_end(fronts) or bound >= self.T:
+            bound = min(bound + step, upper)
+            step *= 2
+            fronts = self.pareto(bound)
+            if has_end(fronts) or bound >= upper:
                 return fronts
-            bound, step = bound + step, 2 * step
 
     # --------------------------------------------------------------- memory-centric
     def lexmin(self, cbound: int = INF) -> Fronts:

@@ -1,7 +1,9 @@
 """Solve the DP on a family at one budget: pick the search, run it, read the plan back.
 
-* approximate family, no scale option: the loop of :mod:`planner.dp.loop` (for families over
-  4,096 sets bounded by the objective, :func:`objective_bounded`, which keeps the plan);
+* approximate family, no scale option: the bounded search of :mod:`planner.dp.exact_search`
+  (as the exact family; dense families up to 4,096 sets), else the loop of
+  :mod:`planner.dp.loop` bounded by the objective (:func:`objective_bounded`); both keep the
+  unpruned DP's plan;
 * approximate family with a window or front cap (:mod:`planner.dp.scale`): one pass with
   thinned fronts and, time-centric, one per Lagrange multiplier; the best chain wins;
 * exact family: :class:`~planner.dp.exact_search.ExactSearch`.
@@ -29,6 +31,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from hgraph.errors import HGraphError
+from planner.dp.exact_search import ExactSearch, searchable
 from planner.dp.fronts import Fronts, end_entry, has_end, path
 from planner.dp.loop import run_dp
 from planner.dp.scale import LAMBDAS
@@ -41,8 +44,6 @@ __all__ = ["DPResult", "solve_family", "bounded_fronts", "objective_bounded",
 
 STRATEGIES = ("time", "memory")
 UNITS = ("bytes", "reference")
-#: Approximate families up to this many sets run the loop unbounded.
-UNBOUNDED_MAX_SETS = 4096
 
 
 @dataclass
@@ -151,19 +152,18 @@ def _read_plan(res: DPResult, fam, fronts: Fronts, entry: int, n: int) -> None:
 def bounded_fronts(fam, g, b_units: int, strategy: str) -> Fronts:
     """The DP's fronts, as far as the chosen strategy's plan needs them.
 
-    The exact family is searched by :class:`~planner.dp.exact_search.ExactSearch`
-    (knapsack-bounded fronts for time-centric plans, one entry per state for memory-centric
-    ones); the approximate family runs the loop, bounded by :func:`objective_bounded` when big.
+    The exact family and dense approximate ones up to
+    :data:`~planner.dp.exact_search.APPROX_SEARCH_MAX_SETS` sets are searched by
+    :class:`~planner.dp.exact_search.ExactSearch` (knapsack-bounded fronts for time-centric
+    plans, one entry per state for memory-centric ones); bigger approximate families run the
+    loop bounded by :func:`objective_bounded`. Both keep the unpruned DP's plan.
     """
-    if fam.kind == "exact":
-        from planner.dp.exact_search import ExactSearch    # the approximate DP never loads it
-
+    if searchable(fam):
         search = ExactSearch(fam, g, b_units)
         if strategy == "time":
             return search.time_fronts()
-        return search.memory_fronts(_approx_memory_upper(fam, g, b_units))
-    if fam.num_sets <= UNBOUNDED_MAX_SETS:
-        return run_dp(fam, g.t, g.m, b_units)
+        upper = _approx_memory_upper(fam, g, b_units) if fam.kind == "exact" else None
+        return search.memory_fronts(upper)
     return objective_bounded(fam, g, b_units, strategy)
 
 
@@ -181,7 +181,7 @@ def _approx_memory_upper(exact, g, b_units: int) -> int | None:
     fam = cached[1]
     if fam is None:
         return None
-    fronts = run_dp(fam, g.t, g.m, b_units)
+    fronts = bounded_fronts(fam, g, b_units, "memory")
     entry = end_entry(fronts, "memory")
     return None if entry is None else int(fronts.c[entry])
 
