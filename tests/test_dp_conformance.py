@@ -433,7 +433,8 @@ def test_subset_matrix_is_inclusion():
     sets = fam.sets
     want = np.all((sets[None, :, :] & ~sets[:, None, :]) == 0, axis=2)    # [j, i]: L_i ⊆ L_j
     assert np.array_equal(bits, want)
-    assert np.array_equal(_subset_matrix(sets, fam.size), sub)
+    assert np.array_equal(_subset_matrix(sets, fam.size), sub)     # every node tried
+    assert np.array_equal(_subset_matrix(sets, fam.size, g.src, g.dst), sub)   # maximal only
 
 
 # ----------------------------------------------------------------------- exact bytes
