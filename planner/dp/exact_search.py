@@ -48,7 +48,8 @@ import numpy as np
 
 from hgraph.progress import current as current_progress
 from planner.bitsets import unpack
-from planner.dp.fronts import INF, Fronts, best_per_saved, end_entry, has_end, segment_pareto
+from planner.dp.fronts import (INF, Fronts, best_per_saved, end_entry, has_end, run_starts,
+                               segment_pareto)
 from planner.dp.knapsack import KnapsackBound
 from planner.dp.subsets import pair_transitions
 
@@ -309,30 +310,33 @@ class ExactSearch:
         keep = segment_pareto(st, ns, nc)
         return st[keep], ns[keep], nc[keep], e[keep]
 
-    def time_fronts(self) -> Fronts:
+    def time_fronts(self, lexmin_after: int | None = 4, give_up_after: int | None = None):
         """Iterative deepening on the recompute bound from the root's lower bound.
 
         Each pass is exact once its bound is at least the optimum (it reaches V); the bound
         grows by 2, 4, 8, … so the passes that fail cost less than the one that succeeds.
-        After the first failed pass one :meth:`lexmin` pass (one entry per state, cheap)
+        After ``lexmin_after`` failed passes (None: never) one :meth:`lexmin` pass (one entry per state)
         settles feasibility (no plan: its fronts, V empty, are returned) and gives an upper
-        bound: its plan's recompute, at least the optimum, so no pass goes beyond it (the
-        pass at that bound reaches V).
+        bound: its plan's recompute, at least the optimum, so no later pass goes beyond it
+        (the pass at that bound reaches V). ``give_up_after``: None after that many failed
+        passes (the caller runs the unpruned DP instead: where the budget, not the bound,
+        keeps the fronts small, that is cheaper than deepening further).
         """
-        bound, step = self.lower_bound_root(), 2
-        fronts = self.pareto(min(bound, self.T))
-        if has_end(fronts) or bound >= self.T:
-            return fronts
-        lex = self.lexmin()
-        if not has_end(lex):
-            return lex
-        upper = self.T - int(lex.s[end_entry(lex, "memory")])
+        bound, step, upper, failed = self.lower_bound_root(), 2, self.T, 0
         while True:
-            bound = min(bound + step, upper)
-            step *= 2
+            bound = min(bound, upper)
             fronts = self.pareto(bound)
             if has_end(fronts) or bound >= upper:
                 return fronts
+            failed += 1
+            if give_up_after is not None and failed >= give_up_after:
+                return None
+            if failed == lexmin_after:
+                lex = self.lexmin()
+                if not has_end(lex):
+                    return lex
+                upper = self.T - int(lex.s[end_entry(lex, "memory")])
+            bound, step = bound + step, 2 * step
 
     # --------------------------------------------------------------- memory-centric
     def lexmin(self, cbound: int = INF) -> Fronts:
@@ -381,8 +385,8 @@ class ExactSearch:
         m_bnd = self.fam.m_bnd
         hi = cmin[src] + m_bnd[tgt]
         lo = hi - np.minimum(m_bnd[src], m_bnd[tgt])
-        starts = np.flatnonzero(np.r_[True, tgt[1:] != tgt[:-1]])
-        seg = np.repeat(np.arange(starts.size), np.diff(np.r_[starts, tgt.size]))
+        starts = run_starts(tgt)
+        seg = np.repeat(np.arange(starts.size), np.diff(np.append(starts, tgt.size)))
         ok = (lo <= cbound) & (lo <= np.minimum.reduceat(hi, starts)[seg])
         return tgt[ok], src[ok]
 
@@ -390,13 +394,13 @@ class ExactSearch:
     def _lexmin_pick(tgt, nc, ns):
         """Per run of equal ``tgt`` (ascending; sources ascending within): the index of the
         least ``nc``, then the largest ``ns``, then the first (least source id)."""
-        starts = np.flatnonzero(np.r_[True, tgt[1:] != tgt[:-1]])
-        seg = np.repeat(np.arange(starts.size), np.diff(np.r_[starts, tgt.size]))
+        starts = run_starts(tgt)
+        seg = np.repeat(np.arange(starts.size), np.diff(np.append(starts, tgt.size)))
         best = nc == np.minimum.reduceat(nc, starts)[seg]
         s = np.where(best, ns, -INF)
         best &= s == np.maximum.reduceat(s, starts)[seg]
         idx = np.flatnonzero(best)
-        return idx[np.r_[True, tgt[idx][1:] != tgt[idx][:-1]]]
+        return idx[run_starts(tgt[idx])]
 
     def memory_fronts(self, upper: int | None = None) -> Fronts:
         """:meth:`lexmin` pruned at ``upper`` (a feasible plan's ckpt), unpruned if that fails."""

@@ -39,6 +39,9 @@ from planner.dp.stacked import STACKED_MAX_WINDOW, run_stacked
 from planner.dp.subsets import groups, groups_to_chain
 from planner.dp_families import approx_family
 
+#: Failed deepening passes after which a time-centric approximate solve runs the plain loop.
+APPROX_DEEPENING_PASSES = 5
+
 __all__ = ["DPResult", "solve_family", "bounded_fronts", "objective_bounded",
            "STRATEGIES", "UNITS"]
 
@@ -156,12 +159,19 @@ def bounded_fronts(fam, g, b_units: int, strategy: str) -> Fronts:
     :data:`~planner.dp.exact_search.APPROX_SEARCH_MAX_SETS` sets are searched by
     :class:`~planner.dp.exact_search.ExactSearch` (knapsack-bounded fronts for time-centric
     plans, one entry per state for memory-centric ones); bigger approximate families run the
-    loop bounded by :func:`objective_bounded`. Both keep the unpruned DP's plan.
+    loop bounded by :func:`objective_bounded`. Both keep the unpruned DP's plan. A
+    time-centric approximate search that has not reached V after
+    :data:`APPROX_DEEPENING_PASSES` passes runs the unpruned loop instead (the budget keeps
+    its fronts small there: densenet at 20 %, 0.25 s against 2 s of deepening); that loop
+    also settles IMPOSSIBLE.
     """
     if searchable(fam):
         search = ExactSearch(fam, g, b_units)
         if strategy == "time":
-            return search.time_fronts()
+            if fam.kind == "exact":
+                return search.time_fronts()
+            fronts = search.time_fronts(lexmin_after=None, give_up_after=APPROX_DEEPENING_PASSES)
+            return fronts if fronts is not None else run_dp(fam, g.t, g.m, b_units)
         upper = _approx_memory_upper(fam, g, b_units) if fam.kind == "exact" else None
         return search.memory_fronts(upper)
     return objective_bounded(fam, g, b_units, strategy)
