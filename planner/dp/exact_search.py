@@ -53,19 +53,7 @@ from planner.dp.fronts import (INF, Fronts, best_per_saved, end_entry, has_end, 
 from planner.dp.knapsack import KnapsackBound
 from planner.dp.subsets import pair_transitions
 
-__all__ = ["ExactSearch", "searchable", "APPROX_SEARCH_MAX_SETS"]
-
-#: Largest dense approximate family searched here (its inclusion matrix is L² bits); bigger
-#: ones run :func:`planner.dp.loop.run_dp` bounded by the objective.
-APPROX_SEARCH_MAX_SETS = 4096
-
-
-def searchable(fam) -> bool:
-    """Whether :class:`ExactSearch` takes the family: the exact one, or a dense approximate
-    one of at most :data:`APPROX_SEARCH_MAX_SETS` sets."""
-    if fam.kind == "exact":
-        return True
-    return fam.sets is not None and fam.num_sets <= APPROX_SEARCH_MAX_SETS
+__all__ = ["ExactSearch"]
 
 
 def _chunk_bits(words: int) -> int:

@@ -1,9 +1,9 @@
 """Solve the DP on a family at one budget: pick the search, run it, read the plan back.
 
-* approximate family, no scale option: the bounded search of :mod:`planner.dp.exact_search`
-  (as the exact family; dense families up to 4,096 sets), else the loop of
-  :mod:`planner.dp.loop` bounded by the objective (:func:`objective_bounded`); both keep the
-  unpruned DP's plan;
+* approximate family, no scale option: the loop of :mod:`planner.dp.loop` (under 512 sets),
+  the bounded search of :mod:`planner.dp.exact_search` as for the exact family (dense
+  families up to 4,096 sets), else the loop bounded by the objective
+  (:func:`objective_bounded`); all keep the unpruned DP's plan;
 * approximate family with a window or front cap (:mod:`planner.dp.scale`): one pass with
   thinned fronts and, time-centric, one per Lagrange multiplier; the best chain wins;
 * exact family: :class:`~planner.dp.exact_search.ExactSearch`.
@@ -31,7 +31,6 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from hgraph.errors import HGraphError
-from planner.dp.exact_search import ExactSearch, searchable
 from planner.dp.fronts import Fronts, end_entry, has_end, path
 from planner.dp.loop import run_dp
 from planner.dp.scale import LAMBDAS
@@ -41,6 +40,10 @@ from planner.dp_families import approx_family
 
 #: Failed deepening passes after which a time-centric approximate solve runs the plain loop.
 APPROX_DEEPENING_PASSES = 5
+#: Dense approximate families between these sizes run the bounded search: below, the plain
+#: loop is cheaper than the search's tables (unet, resnet50, googlenet: ~0.05 s less); above,
+#: the inclusion matrix (L² bits) is not built and the loop runs bounded by the objective.
+APPROX_SEARCH_SETS = (512, 4096)
 
 __all__ = ["DPResult", "solve_family", "bounded_fronts", "objective_bounded",
            "STRATEGIES", "UNITS"]
@@ -155,17 +158,20 @@ def _read_plan(res: DPResult, fam, fronts: Fronts, entry: int, n: int) -> None:
 def bounded_fronts(fam, g, b_units: int, strategy: str) -> Fronts:
     """The DP's fronts, as far as the chosen strategy's plan needs them.
 
-    The exact family and dense approximate ones up to
-    :data:`~planner.dp.exact_search.APPROX_SEARCH_MAX_SETS` sets are searched by
-    :class:`~planner.dp.exact_search.ExactSearch` (knapsack-bounded fronts for time-centric
-    plans, one entry per state for memory-centric ones); bigger approximate families run the
-    loop bounded by :func:`objective_bounded`. Both keep the unpruned DP's plan. A
-    time-centric approximate search that has not reached V after
+    The exact family and dense approximate ones of :data:`APPROX_SEARCH_SETS` sets are
+    searched by :class:`~planner.dp.exact_search.ExactSearch` (knapsack-bounded fronts for
+    time-centric plans, one entry per state for memory-centric ones); smaller approximate
+    families run the plain loop, bigger ones the loop bounded by :func:`objective_bounded`.
+    All keep the unpruned DP's plan. A time-centric approximate search that has not reached V after
     :data:`APPROX_DEEPENING_PASSES` passes runs the unpruned loop instead (the budget keeps
     its fronts small there: densenet at 20 %, 0.25 s against 2 s of deepening); that loop
     also settles IMPOSSIBLE.
     """
-    if searchable(fam):
+    if fam.kind == "approx" and fam.num_sets < APPROX_SEARCH_SETS[0]:
+        return run_dp(fam, g.t, g.m, b_units)
+    if fam.kind == "exact" or (fam.sets is not None and fam.num_sets <= APPROX_SEARCH_SETS[1]):
+        from planner.dp.exact_search import ExactSearch    # small approximate DPs never load it
+
         search = ExactSearch(fam, g, b_units)
         if strategy == "time":
             if fam.kind == "exact":
