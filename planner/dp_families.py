@@ -128,6 +128,7 @@ class Family:
     bnd: np.ndarray | None = None    # uint64 [L, words]: ∂L (dense)
     node: np.ndarray | None = None   # approx only: int64 [L], the v of L_v (-1 for ∅)
     local: object = None             # approx only: LocalStats behind segment-local sets
+    edges: tuple | None = None       # exact only: the graph's (src, dst), for the covers
     fell_back: bool = False
     cache: dict = field(default_factory=dict, repr=False, compare=False)   # budget-free tables
 
@@ -152,13 +153,17 @@ class Family:
         if "subsets" not in self.cache:
             L = self.num_sets
             ok = self.kind == "exact" and L * ((L + 7) // 8) <= SUBSET_MATRIX_MAX_BYTES
-            self.cache["subsets"] = _subset_matrix(self.sets, self.size) if ok else None
+            self.cache["subsets"] = (_subset_matrix(self.sets, self.size, *(self.edges or ()))
+                                     if ok else None)
         return self.cache["subsets"]
 
 
 def _weighted(x: np.ndarray, w: np.ndarray) -> np.ndarray:
-    """Exact int64 row sums of ``w`` over the True entries of bool matrix ``x``."""
-    return (x.astype(np.int64) * w[None, :]).sum(axis=1) if x.size else np.zeros(x.shape[0], np.int64)
+    """Exact int64 row sums of ``w`` (one column or several) over the True entries of bool
+    matrix ``x``."""
+    if not x.size:
+        return np.zeros((x.shape[0],) + w.shape[1:], np.int64)
+    return x.view(np.uint8) @ w.astype(np.int64, copy=False)   # integer matmul: exact
 
 
 def _set_stats(g: DPGraph, sets: np.ndarray, chunk: int = 4096):
@@ -172,29 +177,23 @@ def _set_stats(g: DPGraph, sets: np.ndarray, chunk: int = 4096):
     m_bnd = np.empty(L, np.int64)
     mAB = np.empty(L, np.int64)
     n = g.n
-    by_src = np.argsort(g.src, kind="stable")
-    by_dst = np.argsort(g.dst, kind="stable")
-    src_s, dst_d = g.src[by_src], g.dst[by_dst]
-    src_groups = np.flatnonzero(np.r_[True, src_s[1:] != src_s[:-1]]) if src_s.size else np.zeros(0, int)
-    dst_groups = np.flatnonzero(np.r_[True, dst_d[1:] != dst_d[:-1]]) if dst_d.size else np.zeros(0, int)
+    mt = np.stack([g.m, g.t], axis=1)                       # both weights in one product
     for lo in range(0, L, chunk):
         hi = min(L, lo + chunk)
         x = unpack(sets[lo:hi], n)
         size[lo:hi] = x.sum(axis=1)
-        mL[lo:hi] = _weighted(x, g.m)
-        tL[lo:hi] = _weighted(x, g.t)
+        mL[lo:hi], tL[lo:hi] = _weighted(x, mt).T
         b = np.zeros_like(x)
         a = np.zeros_like(x)
         bb = np.zeros_like(x)
-        if g.src.size:
-            leaving = x[:, g.src] & ~x[:, g.dst]            # edge leaves L
-            b[:, src_s[src_groups]] = np.logical_or.reduceat(leaving[:, by_src], src_groups, axis=1)
-            a[:, dst_d[dst_groups]] = np.logical_or.reduceat(leaving[:, by_dst], dst_groups, axis=1)
-            feeds_a = a[:, g.dst] & ~x[:, g.src]             # pred outside L of a node of A
-            bb[:, src_s[src_groups]] = np.logical_or.reduceat(feeds_a[:, by_src], src_groups, axis=1)
+        if g.src.size:                                      # few edges cross: scatter them
+            r, e = np.nonzero(x[:, g.src] & ~x[:, g.dst])   # edge leaves L
+            b[r, g.src[e]] = True
+            a[r, g.dst[e]] = True
+            r, e = np.nonzero(a[:, g.dst] & ~x[:, g.src])   # pred outside L of a node of A
+            bb[r, g.src[e]] = True
         bnd[lo:hi] = pack(b, sets.shape[1])
-        t_bnd[lo:hi] = _weighted(b, g.t)
-        m_bnd[lo:hi] = _weighted(b, g.m)
+        m_bnd[lo:hi], t_bnd[lo:hi] = _weighted(b, mt).T
         mAB[lo:hi] = _weighted(a, g.m) + _weighted(bb, g.m)
     return size, mL, tL, bnd, t_bnd, m_bnd, mAB
 
@@ -205,36 +204,46 @@ def _row_keys(sets: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(sets.astype(">u8")).view(f"V{8 * W}").ravel()
 
 
-def _subset_matrix(sets: np.ndarray, size: np.ndarray) -> np.ndarray:
+def _subset_matrix(sets: np.ndarray, size: np.ndarray, src: np.ndarray | None = None,
+                   dst: np.ndarray | None = None) -> np.ndarray:
     """Inclusion matrix of a family sorted by size: ``sub(L) = {L} ∪ ⋃ sub(L \\ {v})``.
 
     Walks the cover relation (drop one node) level by level: each candidate ``L \\ {v}`` is
     looked up among the previous level's sets by exact row keys; a hit is a lower set and
     so a cover. Rows are OR-reduced per set, so the whole matrix costs one pass over the
-    covers (~|family| · width), not a test per pair.
+    covers (~|family| · width), not a test per pair. With the graph's edges (``src``/``dst``)
+    only the maximal nodes of each set (no successor inside it) are tried — the only ones
+    whose removal leaves a lower set — instead of every node.
     """
     L, W = sets.shape
+    edges = src is not None and src.size > 0
+    if edges:
+        by_src = np.argsort(src, kind="stable")
+        src_s, dst_s = src[by_src], dst[by_src]
+        groups = np.flatnonzero(np.r_[True, src_s[1:] != src_s[:-1]])
     words = (L + 63) // 64
     sub = np.zeros((L, words), np.uint64)                  # uint64 words: 8× fewer ORs
     ids = np.arange(L)
     sub[ids, ids // 64] = _ONE << (ids % 64).astype(np.uint64)
     bounds = np.flatnonzero(np.r_[True, size[1:] != size[:-1], True])
-    bits = unpack(sets, 64 * W)
     for (a, b), (pa, pb) in zip(zip(bounds[1:-1], bounds[2:]), zip(bounds[:-2], bounds[1:-1])):
         if size[pa] != size[a] - 1:
             continue
         prev = _row_keys(sets[pa:pb])
         order = np.argsort(prev)
-        r, v = np.nonzero(bits[a:b])                       # drop node v from set a + r
+        top = unpack(sets[a:b], 64 * W)                    # maximal nodes: no successor inside
+        if edges:
+            top[:, src_s[groups]] &= ~np.logical_or.reduceat(top[:, dst_s], groups, axis=1)
+        r, v = np.nonzero(top)                             # drop node v from set a + r
         cand = sets[a + r].copy()
         cand[np.arange(r.size), v // 64] &= ~(_ONE << (v % 64).astype(np.uint64))
         keys = _row_keys(cand)
         pos = np.minimum(np.searchsorted(prev[order], keys), order.size - 1)
         hit = prev[order][pos] == keys
-        tgt, src = a + r[hit], pa + order[pos[hit]]        # tgt ascending (np.nonzero order)
+        tgt, low = a + r[hit], pa + order[pos[hit]]        # tgt ascending (np.nonzero order)
         starts = np.flatnonzero(np.r_[True, tgt[1:] != tgt[:-1]])
         w = (int(pb) + 63) // 64                           # sources' bits all lie below pb
-        sub[tgt[starts], :w] |= np.bitwise_or.reduceat(sub[src, :w], starts, axis=0)
+        sub[tgt[starts], :w] |= np.bitwise_or.reduceat(sub[low, :w], starts, axis=0)
     return sub.astype("<u8").view(np.uint8)
 
 
@@ -267,14 +276,19 @@ def approx_family(g: DPGraph, stats=None, dense: bool = True, opts=None, **engin
 
 
 def _lower_set_levels(g: DPGraph, limit: int):
-    """Yield the lower sets of each size 0, 1, …, n as uint64 bitset matrices (rows sorted)."""
+    """Yield the lower sets of each size 0, 1, …, n as uint64 bitset matrices (rows sorted).
+
+    A child of ``L`` adds a node ``v ∉ L`` none of whose predecessors is outside ``L``: one
+    pass over the edges per level (``blocked[v]`` = OR of "pred outside" over ``v``'s
+    in-edges), then the children's rows sorted word by word and deduplicated.
+    """
     W = g.words
     n = g.n
-    pred_mask = np.zeros((n, W), np.uint64)
-    if g.src.size:
-        np.bitwise_or.at(pred_mask, (g.dst, g.src // 64), _ONE << (g.src % 64).astype(np.uint64))
     node_word = np.arange(n) // 64
     node_bit = _ONE << (np.arange(n) % 64).astype(np.uint64)
+    by_dst = np.argsort(g.dst, kind="stable")
+    src_d, dst_d = g.src[by_dst], g.dst[by_dst]
+    groups = np.flatnonzero(np.r_[True, dst_d[1:] != dst_d[:-1]]) if dst_d.size else None
     level = np.zeros((1, W), np.uint64)
     total = 0
     while level.shape[0]:
@@ -285,17 +299,29 @@ def _lower_set_levels(g: DPGraph, limit: int):
         children = []
         for lo in range(0, level.shape[0], 512):
             cur = level[lo:lo + 512]
+            inside = unpack(cur, n)
             # node v addable to L: v ∉ L and preds(v) ⊆ L
-            inside = (cur[:, node_word] & node_bit[None, :]) != 0
-            ready = np.all((pred_mask[None, :, :] & ~cur[:, None, :]) == 0, axis=2)
-            r, v = np.nonzero(ready & ~inside)
+            free = ~inside
+            if groups is not None:
+                free[:, dst_d[groups]] &= ~np.logical_or.reduceat(~inside[:, src_d], groups,
+                                                                   axis=1)
+            r, v = np.nonzero(free)
             if r.size:
                 child = cur[r].copy()
                 child[np.arange(r.size), node_word[v]] |= node_bit[v]
                 children.append(child)
         if not children:
             return
-        level = np.unique(np.vstack(children), axis=0)
+        level = _unique_rows(np.vstack(children))
+
+
+def _unique_rows(rows: np.ndarray) -> np.ndarray:
+    """The distinct rows, sorted by word 0, then word 1, … (``np.unique(rows, axis=0)``'s
+    order, without its structured-dtype round trip)."""
+    order = np.lexsort(rows.T[::-1])
+    rows = rows[order]
+    keep = np.r_[True, np.any(rows[1:] != rows[:-1], axis=1)]
+    return rows[keep]
 
 
 def exact_family(g: DPGraph, max_lower_sets: int = DEFAULT_MAX_LOWER_SETS,
@@ -319,4 +345,5 @@ def exact_family(g: DPGraph, max_lower_sets: int = DEFAULT_MAX_LOWER_SETS,
                 f"or use the approximate solver (--solver approx)")
     sets = np.vstack(levels)            # levels come out by size already: the DPfix order
     size, mL, tL, bnd, t_bnd, m_bnd, mAB = _set_stats(g, sets)
-    return Family("exact", size, mL, tL, t_bnd, m_bnd, mAB, sets=sets, bnd=bnd)
+    return Family("exact", size, mL, tL, t_bnd, m_bnd, mAB, sets=sets, bnd=bnd,
+                  edges=(g.src, g.dst))

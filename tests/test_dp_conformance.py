@@ -379,12 +379,18 @@ def _random_exact_case(seed, single_sink=True):
 
 
 @pytest.mark.parametrize("seed", range(8))
-@pytest.mark.parametrize("single_sink", [True, False])
-def test_bounded_exact_search_keeps_the_plan(seed, single_sink):
-    """Knapsack-bounded fronts and the lexmin memory pass = the unpruned DP, chain included."""
+@pytest.mark.parametrize("single_sink,family", [(True, "exact"), (False, "exact"),
+                                                (True, "approx")])
+def test_bounded_exact_search_keeps_the_plan(seed, single_sink, family, monkeypatch):
+    """Knapsack-bounded fronts and the lexmin memory pass = the unpruned DP, chain included
+    (the exact family, and the dense approximate one, which the same search runs from 512
+    sets: here at every size)."""
+    from planner.dp import solve
+
+    monkeypatch.setattr(solve, "APPROX_SEARCH_SETS", (0, 4096))
     g = _random_exact_case(seed, single_sink)
-    fam = exact_family(g)
-    assert fam.num_sets > 30
+    fam = exact_family(g) if family == "exact" else approx_family(g)
+    assert fam.num_sets > (30 if family == "exact" else 14)
     total = int(g.m.sum())
     checked = 0
     for frac in (0.4, 0.6, 0.8, 1.0, 1.3, 1.7, 2.2, 3.0, 5.0):
@@ -431,7 +437,8 @@ def test_subset_matrix_is_inclusion():
     sets = fam.sets
     want = np.all((sets[None, :, :] & ~sets[:, None, :]) == 0, axis=2)    # [j, i]: L_i ⊆ L_j
     assert np.array_equal(bits, want)
-    assert np.array_equal(_subset_matrix(sets, fam.size), sub)
+    assert np.array_equal(_subset_matrix(sets, fam.size), sub)     # every node tried
+    assert np.array_equal(_subset_matrix(sets, fam.size, g.src, g.dst), sub)   # maximal only
 
 
 # ----------------------------------------------------------------------- exact bytes

@@ -47,8 +47,11 @@ from __future__ import annotations
 import numpy as np
 
 from hgraph.progress import current as current_progress
-from planner.dp.fronts import INF, Fronts, best_per_saved, has_end, segment_pareto
+from planner.bitsets import unpack
+from planner.dp.fronts import (INF, Fronts, best_per_saved, end_entry, has_end, run_starts,
+                               segment_pareto)
 from planner.dp.knapsack import KnapsackBound
+from planner.dp.subsets import pair_transitions
 
 __all__ = ["ExactSearch"]
 
@@ -76,6 +79,32 @@ def _nonzero2(mask: np.ndarray):
     return np.divmod(flat, mask.shape[1])
 
 
+def _approx_inclusion(fam, n: int):
+    """The approximate family's inclusion matrix (packed as :meth:`Family.subset_matrix`) and
+    its levels, kept on the family.
+
+    ``L_i ⊆ L_j ⟺ v_i ∈ L_j`` (∅ in every set), so the matrix is the sets' bits with columns
+    taken in family order. Ids ascend with ``(m(L), |L|)``, so a set's proper subsets have
+    smaller ids; a level is a run of consecutive ids none of which holds another (they are
+    then independent), found greedily once per family.
+    """
+    if "approx_inclusion" not in fam.cache:
+        L = fam.num_sets
+        bits = unpack(fam.sets, n)[:, np.maximum(fam.node, 0)]
+        bits[:, fam.node < 0] = True
+        packed = np.zeros((L, 8 * ((L + 63) // 64)), np.uint8)
+        packed[:, :(L + 7) // 8] = np.packbits(bits, axis=1, bitorder="little")
+        low = np.tril(bits, -1)
+        low[:, 0] = False
+        last = np.where(low.any(axis=1), L - 1 - np.argmax(low[:, ::-1], axis=1), -1)
+        starts = [0, 1] if L > 1 else [0]
+        for j, p in enumerate(last[2:].tolist(), start=2):   # once per family, scalar ints
+            if p >= starts[-1]:
+                starts.append(j)
+        fam.cache["approx_inclusion"] = (packed, np.array(starts + [L], np.int64))
+    return fam.cache["approx_inclusion"]
+
+
 class ExactSearch:
     """The exact family's DP at one budget, searched with admissible bounds (module docstring).
 
@@ -93,17 +122,22 @@ class ExactSearch:
         self.end = self.L - 1
         self.two_mL = 2 * fam.mL
         self.thr = self.B - self.two_mL - fam.mAB           # c_i − 2·m(L_i) ≤ thr_j: feasible
-        self.sub = fam.subset_matrix()
+        if fam.kind == "exact":
+            self.sub = fam.subset_matrix()
+            self.levels = np.flatnonzero(np.r_[True, fam.size[1:] != fam.size[:-1], True])
+            self.tab_t, self.tab_m = self._popcount_tables(fam, g)
+            self.pairs = None
+        else:                                               # dense approximate family
+            self.sub, self.levels = _approx_inclusion(fam, g.n)
+            self.pairs = pair_transitions(fam, g.t, g.m)
         self.span = int(g.m.sum()) + 1                      # > any ckpt
         has_succ = np.zeros(g.n, bool)
         has_succ[g.src] = True
         sinks = np.flatnonzero(~has_succ)
         # c_final + 2·m(last block) ≤ B, and the last block holds a sink: room for checkpoints
         self.cap0 = self.B - 2 * int(g.m[sinks].min()) if sinks.size else self.B
-        self.tab_t, self.tab_m = self._popcount_tables(fam, g)
         self.knapsack = KnapsackBound(fam, g)
         self.ks0 = self.knapsack(np.arange(self.L), np.full(self.L, max(self.cap0, 0)))
-        self.levels = np.flatnonzero(np.r_[True, fam.size[1:] != fam.size[:-1], True])
 
     # --------------------------------------------------------------- per-state quantities
     @staticmethod
@@ -119,6 +153,8 @@ class ExactSearch:
 
     def deltas(self, tgt: np.ndarray, src: np.ndarray):
         """``(dt, dm)`` of each pair ``L_src → L_tgt``: ``t``, ``m`` of ``∂L_tgt \\ L_src``."""
+        if self.pairs is not None:                          # approximate family
+            return self.pairs(tgt, src)[1:]
         bits = _chunk_bits(self.fam.sets.shape[1])
         per_word, mask = 64 // bits, np.uint64((1 << bits) - 1)
         bnd, sets = self.fam.bnd, self.fam.sets
@@ -262,18 +298,32 @@ class ExactSearch:
         keep = segment_pareto(st, ns, nc)
         return st[keep], ns[keep], nc[keep], e[keep]
 
-    def time_fronts(self) -> Fronts:
+    def time_fronts(self, lexmin_after: int | None = 4, give_up_after: int | None = None):
         """Iterative deepening on the recompute bound from the root's lower bound.
 
         Each pass is exact once its bound is at least the optimum (it reaches V); the bound
-        grows by 2, 4, 8, … so the passes that fail cost less than the one that succeeds. A
-        pass at ``bound ≥ T`` prunes nothing a plan could use: empty V there is IMPOSSIBLE.
+        grows by 2, 4, 8, … so the passes that fail cost less than the one that succeeds.
+        After ``lexmin_after`` failed passes (None: never) one :meth:`lexmin` pass (one entry per state)
+        settles feasibility (no plan: its fronts, V empty, are returned) and gives an upper
+        bound: its plan's recompute, at least the optimum, so no later pass goes beyond it
+        (the pass at that bound reaches V). ``give_up_after``: None after that many failed
+        passes (the caller runs the unpruned DP instead: where the budget, not the bound,
+        keeps the fronts small, that is cheaper than deepening further).
         """
-        bound, step = self.lower_bound_root(), 2
+        bound, step, upper, failed = self.lower_bound_root(), 2, self.T, 0
         while True:
-            fronts = self.pareto(min(bound, self.T))
-            if has_end(fronts) or bound >= self.T:
+            bound = min(bound, upper)
+            fronts = self.pareto(bound)
+            if has_end(fronts) or bound >= upper:
                 return fronts
+            failed += 1
+            if give_up_after is not None and failed >= give_up_after:
+                return None
+            if failed == lexmin_after:
+                lex = self.lexmin()
+                if not has_end(lex):
+                    return lex
+                upper = self.T - int(lex.s[end_entry(lex, "memory")])
             bound, step = bound + step, 2 * step
 
     # --------------------------------------------------------------- memory-centric
@@ -323,8 +373,8 @@ class ExactSearch:
         m_bnd = self.fam.m_bnd
         hi = cmin[src] + m_bnd[tgt]
         lo = hi - np.minimum(m_bnd[src], m_bnd[tgt])
-        starts = np.flatnonzero(np.r_[True, tgt[1:] != tgt[:-1]])
-        seg = np.repeat(np.arange(starts.size), np.diff(np.r_[starts, tgt.size]))
+        starts = run_starts(tgt)
+        seg = np.repeat(np.arange(starts.size), np.diff(np.append(starts, tgt.size)))
         ok = (lo <= cbound) & (lo <= np.minimum.reduceat(hi, starts)[seg])
         return tgt[ok], src[ok]
 
@@ -332,13 +382,13 @@ class ExactSearch:
     def _lexmin_pick(tgt, nc, ns):
         """Per run of equal ``tgt`` (ascending; sources ascending within): the index of the
         least ``nc``, then the largest ``ns``, then the first (least source id)."""
-        starts = np.flatnonzero(np.r_[True, tgt[1:] != tgt[:-1]])
-        seg = np.repeat(np.arange(starts.size), np.diff(np.r_[starts, tgt.size]))
+        starts = run_starts(tgt)
+        seg = np.repeat(np.arange(starts.size), np.diff(np.append(starts, tgt.size)))
         best = nc == np.minimum.reduceat(nc, starts)[seg]
         s = np.where(best, ns, -INF)
         best &= s == np.maximum.reduceat(s, starts)[seg]
         idx = np.flatnonzero(best)
-        return idx[np.r_[True, tgt[idx][1:] != tgt[idx][:-1]]]
+        return idx[run_starts(tgt[idx])]
 
     def memory_fronts(self, upper: int | None = None) -> Fronts:
         """:meth:`lexmin` pruned at ``upper`` (a feasible plan's ckpt), unpruned if that fails."""

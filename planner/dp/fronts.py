@@ -23,10 +23,26 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["Fronts", "INF", "best_per_saved", "expand_fronts", "pareto_mask", "segment_pareto",
+__all__ = ["Fronts", "INF", "run_starts", "best_per_saved", "expand_fronts", "pareto_mask", "segment_pareto",
            "has_end", "end_entry", "path"]
 
 INF = np.iinfo(np.int64).max // 4
+
+
+def run_starts(keys: np.ndarray) -> np.ndarray:
+    """Indices where a run of equal consecutive ``keys`` starts (0 first, when any)."""
+    if keys.size == 0:
+        return np.zeros(0, np.int64)
+    return np.flatnonzero(np.concatenate(([True], keys[1:] != keys[:-1])))
+
+
+def _suffix_min_after(v: np.ndarray) -> np.ndarray:
+    """``out[k] = min(v[k+1:])`` (INF past the end)."""
+    out = np.empty_like(v)
+    if v.size:
+        out[:-1] = np.minimum.accumulate(v[:0:-1])[::-1]
+        out[-1] = INF
+    return out
 
 
 @dataclass
@@ -88,8 +104,8 @@ class Fronts:
         """
         start = self.size
         k = self._write(states, s, c, pred)
-        first = np.flatnonzero(np.r_[True, states[1:] != states[:-1]])
-        last = np.r_[first[1:], k] - 1
+        first = run_starts(states)
+        last = np.append(first[1:], k) - 1
         self.ptr[states[first] + 1] = start + last + 1
         return first, last
 
@@ -106,7 +122,7 @@ def best_per_saved(ns, nc, e):
     if ns.size <= 4096 or width > 4 * ns.size + 1024:
         order = np.lexsort((e, nc, ns))
         ns, nc, e = ns[order], nc[order], e[order]
-        first = np.r_[True, ns[1:] != ns[:-1]]
+        first = run_starts(ns)
         return ns[first], nc[first], e[first]
     INF = np.iinfo(np.int64).max
     k = ns - lo
@@ -130,17 +146,22 @@ def expand_fronts(fronts: Fronts, starts, cnt, dt, dm):
 def pareto_mask(nc: np.ndarray) -> np.ndarray:
     """Over candidates sorted by ``saved``: keep one only if every larger-saved one costs
     strictly more (``nc`` of the winners of :func:`best_per_saved`)."""
-    return nc < np.r_[np.minimum.accumulate(nc[::-1])[::-1][1:], INF]
+    return nc < _suffix_min_after(nc)
 
 
 def segment_pareto(seg: np.ndarray, ns: np.ndarray, nc: np.ndarray) -> np.ndarray:
     """Pareto mask over entries sorted by (seg, ns): keep if every later entry of the segment
     costs strictly more. One suffix minimum over all segments: each segment's costs are
     lifted above every later segment's (ranks of ``nc`` plus ``seg``·(#ranks + 1))."""
-    _, rank = np.unique(nc, return_inverse=True)
-    v = rank.astype(np.int64) + (seg - seg[0]) * (int(rank.max()) + 2)
-    later = np.r_[np.minimum.accumulate(v[::-1])[::-1][1:], INF]
-    return v < later
+    if seg[0] == seg[-1]:                                    # one segment
+        return pareto_mask(nc)
+    lo, width = int(nc.min()), int(nc.max()) - int(nc.min()) + 2
+    if width * (int(seg[-1]) - int(seg[0]) + 1) < INF:       # the costs themselves as ranks
+        v = (nc - lo) + (seg - seg[0]) * width
+    else:
+        _, rank = np.unique(nc, return_inverse=True)
+        v = rank.astype(np.int64) + (seg - seg[0]) * (int(rank.max()) + 2)
+    return v < _suffix_min_after(v)
 
 
 def has_end(fronts: Fronts) -> bool:

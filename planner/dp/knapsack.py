@@ -21,7 +21,7 @@ Example::
 
 from __future__ import annotations
 
-from fractions import Fraction
+from functools import cmp_to_key
 
 import numpy as np
 
@@ -31,11 +31,17 @@ __all__ = ["KnapsackBound", "KNAPSACK_TABLE_MAX_CELLS"]
 def _ratio_order(m: np.ndarray, t: np.ndarray, items: np.ndarray) -> np.ndarray:
     """``items`` by ``t/m`` descending, exactly (``m = 0`` first): the fractional-knapsack order.
 
-    Exact rationals, not floats: a misordered pair would make the bound inadmissible.
+    Exact, not floats (a misordered pair would make the bound inadmissible): ``t_a/m_a`` is
+    compared with ``t_b/m_b`` as ``t_a·m_b`` against ``t_b·m_a`` in Python integers; equal
+    ratios keep their order (a stable sort).
     """
-    def key(v):
-        return (0, 0) if m[v] == 0 else (1, -Fraction(int(t[v]), int(m[v])))
-    return np.array(sorted(items.tolist(), key=key), dtype=np.int64)
+    def before(a, b):
+        ma, mb = int(m[a]), int(m[b])
+        if ma == 0 or mb == 0:
+            return (mb == 0) - (ma == 0)        # m = 0 first
+        return int(t[b]) * ma - int(t[a]) * mb   # < 0: a's ratio is larger
+
+    return np.array(sorted(items.tolist(), key=cmp_to_key(before)), dtype=np.int64)
 
 
 #: Per-state knapsack tables (two int64 [L, items] arrays) up to this many cells; past it

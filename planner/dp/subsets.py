@@ -32,7 +32,7 @@ import numpy as np
 
 from planner.bitsets import nodes, unpack
 
-__all__ = ["transitions", "window_transitions", "groups", "groups_to_chain"]
+__all__ = ["transitions", "pair_transitions", "window_transitions", "groups", "groups_to_chain"]
 
 _ONE = np.uint64(1)
 
@@ -76,6 +76,14 @@ def _local(fam, t, m):
     return step
 
 
+def pair_transitions(fam, t: np.ndarray, m: np.ndarray):
+    """``f(jj, ii) -> (sub, dt, dm)`` for pairs of states of the approximate family (dense or
+    segment-local): whether ``L_ii ⊆ L_jj``, and the transition's ``dt``/``dm`` where it is."""
+    if fam.sets is not None:
+        return _pairs_dense(fam, t, m)
+    return _pairs_local(fam, t, m)
+
+
 def window_transitions(fam, t: np.ndarray, m: np.ndarray, window: int, chunk: int = 1 << 16):
     """The transitions from the ``window`` states before every state, as ``(L, W)`` tables.
 
@@ -88,10 +96,8 @@ def window_transitions(fam, t: np.ndarray, m: np.ndarray, window: int, chunk: in
     sub = np.zeros((L, W), bool)
     dt = np.zeros((L, W), np.int64)
     dm = np.zeros((L, W), np.int64)
-    if fam.sets is not None:
-        pairs, words = _pairs_dense(fam, t, m), fam.sets.shape[1]
-    else:
-        pairs, words = _pairs_local(fam, t, m), fam.local.lloc.shape[1]
+    pairs = pair_transitions(fam, t, m)
+    words = fam.sets.shape[1] if fam.sets is not None else fam.local.lloc.shape[1]
     chunk = max(1, min(chunk, (1 << 22) // (W * words)))     # ≤ 32 MB of bit rows a chunk
     for lo in range(1, L, chunk):
         hi = min(L, lo + chunk)
