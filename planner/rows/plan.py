@@ -25,7 +25,7 @@ import dataclasses
 
 import numpy as np
 from scipy.sparse import coo_matrix
-from scipy.sparse.csgraph import connected_components
+from scipy.sparse.csgraph import breadth_first_order, connected_components
 
 from hgraph.errors import HGraphError, InfeasibleError
 from planner.execute.ops import BACKWARD_FLOPS_FACTOR
@@ -58,6 +58,12 @@ class RowPlan:
     own: np.ndarray
     fresh: np.ndarray
     supersteps: int
+    phase_ranges: np.ndarray = None   # int64 [P, n, R, 2]: rows of each backward phase ([0] = ranges)
+    phase_fresh: np.ndarray = None    # int64 [P, n, R]: first row computed ([0] = fresh; else lo)
+    phase_own: np.ndarray = None      # int64 [P, n, R, 2]: rows each phase's seeds own
+    seeds: np.ndarray = None          # bool [P, n]: where each phase's backward starts
+    carriers: np.ndarray = None       # bool [P, n]: ops back-propagated in each phase
+    whole_forward: np.ndarray = None  # bool [regions]: regions with batch norm (forward whole)
     walk: object = None               # planner.rows.walk.Walk: the steps and their buffers
     predicted_peak_bytes: int = 0
     param_grad_bytes: int = 0
@@ -68,21 +74,34 @@ class RowPlan:
     def num_regions(self) -> int:
         return int(self.region.max()) + 1 if self.region.size else 0
 
-    def computed_rows(self, fresh_only: bool) -> np.ndarray:
-        """int64 [n]: rows of each op's output computed in one sweep over all bands."""
-        lo = self.fresh if fresh_only else self.ranges[..., 0]
-        return np.maximum(self.ranges[..., 1] - lo, 0).sum(axis=1)
+    @property
+    def phases(self) -> int:
+        return int(self.phase_ranges.shape[0])
+
+    def computed_rows(self, fresh_only: bool, phase: int = 0) -> np.ndarray:
+        """int64 [n]: rows of each op's output computed in one sweep of ``phase`` over all bands."""
+        rng = self.phase_ranges[phase]
+        lo = self.phase_fresh[phase] if fresh_only else rng[..., 0]
+        return np.maximum(rng[..., 1] - lo, 0).sum(axis=1)
 
     def flops(self) -> dict:
-        """Forward/backward FLOPs of a plain step and of this plan's step."""
+        """Forward/backward FLOPs of a plain step and of this plan's step.
+
+        Forward: region ops of a band sweep at the rows they compute, regions with batch norm
+        once on whole maps; backward: every phase's band recomputation (a phase's seeds are not
+        recomputed) and its VJPs at the rows of that phase."""
         ly, inside = self.layers, self.region >= 0
         h = np.maximum(ly.h_out, 1)
         f = ly.flops.astype(np.float64)
-        sweep = np.where(inside, self.computed_rows(self.policy == "share") / h, 1.0)
-        back = np.where(inside, self.computed_rows(False) / h, 1.0)
-        sweeps = np.where(inside, 2.0, 1.0)           # the forward sweep, then the recompute
+        whole = inside & self.whole_forward[np.maximum(self.region, 0)]
+        share = self.policy == "share"
+        forward = np.where(inside & ~whole, self.computed_rows(share) / h, 1.0)
+        again = sum(self.computed_rows(share and q == 0, q) * ~self.seeds[q] for q in range(self.phases))
+        back = sum(self.computed_rows(False, q) * (self.carriers[q] | self.seeds[q] & (q > 0))
+                   for q in range(self.phases))
         plain = float(f.sum()) * (1 + BACKWARD_FLOPS_FACTOR)
-        rows = float((f * sweep * sweeps).sum() + (BACKWARD_FLOPS_FACTOR * f * back).sum()
+        rows = float((f * forward).sum() + (f * np.where(inside, again / h, 0.0)).sum()
+                     + (BACKWARD_FLOPS_FACTOR * f * np.where(inside, back / h, 1.0)).sum()
                      + f[list(self.recompute)].sum())
         return {"plain_flops": int(plain), "row_flops": int(rows), "extra_flops": int(rows - plain)}
 
@@ -113,6 +132,9 @@ class RowPlan:
                 "kept_between_passes": {"region_outputs": kept, "region_inputs": inputs,
                                         "whole_ops": "values their VJPs read, as in a plain step"},
                 "recomputed": "every region op, band by band, in the backward",
+                "backward_phases": self.phases,
+                "batch_norms_in_regions": int((ly.norm & (self.region >= 0)).sum()),
+                "regions_forward_whole": int(self.whole_forward.sum()),
                 "combined_with_dp": bool(self.recompute),
                 "dp_recomputed_ops": [int(i) for i in self.recompute],
                 "dp_recomputed_vars": [int(ly.out_var[i]) for i in self.recompute],
@@ -148,7 +170,8 @@ def plan(g, bands: int, policy: str = "overlap", opts: EngineOptions | None = No
         raise HGraphError(f"--rows {bands} is larger than the image height {image}")
     opts = opts or EngineOptions()
     rowwise = (ly.kind != layers_mod.BARRIER) & (ly.h_out >= bands)
-    ends = ~rowwise | (stages & rowwise & (ly.h_out < ly.h_in))
+    residual = np.asarray([op == "add" for op in ly.ops], dtype=bool)
+    ends = ~rowwise | (stages & rowwise & (ly.h_out < ly.h_in)) | residual
     depth = row_program.barrier_depth(ly, ends, opts)
     region = _regions(ly, rowwise, depth)
     if prune:
@@ -168,8 +191,60 @@ def plan(g, bands: int, policy: str = "overlap", opts: EngineOptions | None = No
     if policy == "share":
         prev_hi = np.concatenate([np.zeros((ly.n, 1), np.int64), ranges[:, :-1, 1]], axis=1)
         fresh = np.clip(np.maximum(fresh, prev_hi), None, ranges[..., 1])
-    return with_recompute(RowPlan(g, ly, bands, policy, region, outputs, ranges, own, fresh,
-                                  int(supersteps)), ())
+    p = RowPlan(g, ly, bands, policy, region, outputs, ranges, own, fresh, int(supersteps))
+    _phases(p, cuts, opts)
+    return with_recompute(p, ())
+
+
+def _phases(p: RowPlan, cuts: np.ndarray, opts) -> None:
+    """The backward phases of ``p`` (fills ``phase_*``, ``seeds``, ``carriers``, ``whole_forward``).
+
+    A batch norm's input gradient needs two sums over its whole map of its output gradient, so
+    it cannot go on band by band until every band has delivered that gradient. A batch norm
+    ``b`` at *level* ``L`` (the most batch norms after it on a path to a region output) has all
+    of its output gradient after phase ``L``: phases ``0 .. L`` accumulate it, whole, with the
+    two sums (its parameter gradients, band by band); phase ``L + 1`` starts from it (``b`` is a
+    *seed*, owning rows as a region output does) and carries its input gradient on, band by
+    band, down to the next batch norms or the region inputs. Each phase recomputes, band by
+    band, the rows its VJPs read (the engine's row ranges from its seeds' rows).
+    """
+    ly, region, n = p.layers, p.region, p.layers.n
+    inner = (region[ly.src] >= 0) & (region[ly.src] == region[ly.dst])
+    src, dst = ly.src[inner], ly.dst[inner]
+    norm = ly.norm & (region >= 0)
+    level = row_program.longest_path(dst, src, norm[dst], n, opts)      # reversed edges
+    count = int(level[norm].max(initial=-1)) + 2
+    seeds = np.zeros((count, n), dtype=bool)
+    seeds[0] = p.outputs
+    seeds[1:] = norm[None, :] & (level[None, :] == np.arange(count - 1)[:, None])
+    own = np.repeat(p.own[None], count, axis=0)
+    own[1:, :, :, 0], own[1:, :, :, 1] = cuts[:, :-1], cuts[:, 1:]
+    own[1:][~seeds[1:]] = (1, 0)
+    ranges = np.repeat(p.ranges[None], count, axis=0)
+    fresh = np.repeat(p.fresh[None], count, axis=0)
+    carriers = np.zeros((count, n), dtype=bool)
+    for q in range(count):            # one engine run per phase: a handful per plan
+        if q:
+            ranges[q] = row_program.row_ranges(ly, region, own[q], opts)[0]
+            fresh[q] = ranges[q, ..., 0]
+        carriers[q] = _carried(n, src, dst, norm, seeds[q], q > 0)
+    p.phase_ranges, p.phase_fresh, p.phase_own, p.seeds, p.carriers = ranges, fresh, own, seeds, carriers
+    p.whole_forward = np.bincount(region[norm], minlength=p.num_regions) > 0
+
+
+def _carried(n: int, src, dst, norm, seeds, seeds_pass: bool) -> np.ndarray:
+    """bool [n]: ops a gradient reaches from ``seeds`` against the edges ``src -> dst`` without
+    passing a batch norm (one it reaches accumulates and stops; a seed passes it on when
+    ``seeds_pass``). The seeds are carriers unless ``seeds_pass`` (then they only start it)."""
+    through = ~norm[dst] | (seeds[dst] & seeds_pass)
+    start = np.flatnonzero(seeds)
+    rows = np.concatenate([dst[through], np.full(start.size, n)])
+    cols = np.concatenate([src[through], start])
+    adj = coo_matrix((np.ones(rows.size), (rows, cols)), shape=(n + 1, n + 1)).tocsr()
+    reached = np.zeros(n + 1, dtype=bool)
+    reached[breadth_first_order(adj, n, directed=True, return_predecessors=False)] = True
+    reached = reached[:n]
+    return reached & ~seeds if seeds_pass else reached
 
 
 def with_recompute(p: RowPlan, ops, dp: dict | None = None) -> RowPlan:
