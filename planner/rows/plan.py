@@ -68,6 +68,7 @@ class RowPlan:
     predicted_peak_bytes: int = 0
     param_grad_bytes: int = 0
     recompute: tuple = ()             # whole ops dropped after the forward, recomputed in the backward
+    resweep: tuple = ()               # regions whose outputs are dropped too, swept again in the backward
     dp: dict | None = None            # how the recomputation DP chose them (planner.rows.with_dp)
 
     @property
@@ -102,7 +103,8 @@ class RowPlan:
         plain = float(f.sum()) * (1 + BACKWARD_FLOPS_FACTOR)
         rows = float((f * forward).sum() + (f * np.where(inside, again / h, 0.0)).sum()
                      + (BACKWARD_FLOPS_FACTOR * f * np.where(inside, back / h, 1.0)).sum()
-                     + f[list(self.recompute)].sum())
+                     + f[list(self.recompute)].sum()
+                     + (f * forward * np.isin(self.region, self.resweep)).sum())
         return {"plain_flops": int(plain), "row_flops": int(rows), "extra_flops": int(rows - plain)}
 
     def halo(self) -> list:
@@ -135,8 +137,10 @@ class RowPlan:
                 "backward_phases": self.phases,
                 "batch_norms_in_regions": int((ly.norm & (self.region >= 0)).sum()),
                 "regions_forward_whole": int(self.whole_forward.sum()),
-                "combined_with_dp": bool(self.recompute),
+                "combined_with_dp": bool(self.recompute or self.resweep),
                 "dp_recomputed_ops": [int(i) for i in self.recompute],
+                "dp_reswept_regions": [int(r) for r in self.resweep],
+                "dp_reswept_vars": [int(v) for v in ly.out_var[self.outputs & np.isin(self.region, self.resweep)]],
                 "dp_recomputed_vars": [int(ly.out_var[i]) for i in self.recompute],
                 **({"dp": self.dp} if self.dp else {}), "engine_supersteps": int(self.supersteps),
                 "bands": [{"band": j, "rows": {int(i): self.ranges[i, j].tolist()
@@ -247,15 +251,20 @@ def _carried(n: int, src, dst, norm, seeds, seeds_pass: bool) -> np.ndarray:
     return reached & ~seeds if seeds_pass else reached
 
 
-def with_recompute(p: RowPlan, ops, dp: dict | None = None) -> RowPlan:
-    """Plan ``p`` with whole ops ``ops`` recomputed in the backward (and its new walk and peak).
+def with_recompute(p: RowPlan, ops, dp: dict | None = None, resweep=()) -> RowPlan:
+    """Plan ``p`` with whole ops ``ops`` recomputed in the backward, and the outputs of regions
+    ``resweep`` dropped after the forward and made again by one more forward band sweep of their
+    region where the backward first reads them (and its new walk and peak).
 
-    Only ops outside the row regions qualify (a region's ops are recomputed band by band
-    anyway); the loss is never recomputed."""
+    Only ops outside the row regions qualify for ``ops`` (a region's ops are recomputed band by
+    band anyway); the loss is never recomputed."""
     ops = tuple(sorted(int(i) for i in ops))
+    resweep = tuple(sorted(int(r) for r in resweep))
     if any(p.region[i] >= 0 or p.layers.ops[i] == "softmax_cross_entropy" for i in ops):
         raise HGraphError("only whole ops other than the loss can be recomputed whole")
-    q = dataclasses.replace(p, recompute=ops, dp=dp)
+    if any(not 0 <= r < p.num_regions for r in resweep):
+        raise HGraphError(f"no such row region among {resweep}")
+    q = dataclasses.replace(p, recompute=ops, resweep=resweep, dp=dp)
     w = walk.build(q)
     q.walk, q.predicted_peak_bytes, q.param_grad_bytes = w, w.peak_bytes, w.param_grad_bytes
     return q

@@ -10,18 +10,27 @@ Steps (``Step.kind``):
   ``fwd`` step of phase ``re`` recomputes, in the backward, a whole op the recomputation DP
   dropped after the forward (``RowPlan.recompute``, :mod:`planner.rows.with_dp`), into ``("rv",
   var)``, right before the first backward step that reads it;
-* ``band`` -- one region op on the rows of one band, ``phase`` ``b`` (forward sweep) or ``r``
-  (the backward's recomputation); under ``share`` the rows before ``fresh`` come from the tail;
+* ``band`` -- one region op on the rows of one band, ``phase`` ``b`` (forward sweep), ``r`` (the
+  backward's recomputation, in backward phase ``level``) or ``c`` (a region of
+  ``RowPlan.resweep`` swept again in the backward to remake its outputs as ``("rv", var)``);
+  under ``share`` the rows before ``fresh`` come from the tail; a batch norm normalises its band
+  with the statistics ``("st", op)`` its region's whole forward kept;
 * ``tail`` -- ``share``: keep the rows of this band the next band needs;
 * ``store`` -- copy a region output's owned rows into its whole tensor;
 * ``seed`` -- start a band's backward: the owned rows of a region output's whole gradient;
 * ``bandbwd`` -- one region op's backward on one band; gradients accumulate into the producers'
-  band gradients, the region inputs' whole gradients and the parameter gradients.
+  band gradients, the region inputs' whole gradients and the parameter gradients;
+* ``bnsink`` -- a batch norm in a backward phase before its own: its band's output gradient goes
+  into the whole ``("gw", op)`` and its two per-channel sums into ``("s", op)`` (and the
+  parameter gradients);
+* ``bnseed`` -- a batch norm in its own phase: its input gradient on the rows the band owns.
 
 Buffer keys: ``("v", var)`` / ``("g", var)`` whole value / gradient, ``("rv", var)`` a
 recomputed whole value, ``("pg", var)`` parameter
 gradient (kept: the step's result), ``(phase, op, band)`` band values, ``(phase + "t", op,
-band)`` tails, ``("bg", op, band)`` band gradients. A buffer is allocated at its first write and
+band)`` tails, ``("bg", op, band)`` band gradients (band keys carry the backward phase as a
+fourth element), ``("st", op)`` / ``("s", op)`` / ``("gw", op)`` a batch norm's statistics,
+gradient sums and whole output gradient. A buffer is allocated at its first write and
 freed right after its last use (recycling after last use, as the plain executor with
 ``recycle=True``).
 """
@@ -59,6 +68,11 @@ class Walk:
     live: np.ndarray         # int64 [steps]: bytes held during each step
     peak_bytes: int
     param_grad_bytes: int
+    span: dict = None        # key -> (first step, last step) it is held
+
+    def held_at(self, s: int) -> list:
+        """Keys held during step ``s``."""
+        return [k for k, (a, b) in self.span.items() if a <= s <= b]
 
 
 def _units(p) -> list:
@@ -100,9 +114,9 @@ def _steps(p) -> list:
             if p.phase_fresh[lv, i, j] > p.phase_ranges[lv, i, j, 0]:
                 st.reads.append((phase + "t", i, j - 1, lv))
             out.append(st)
-            if phase == "b" and p.outputs[i]:
+            if phase in ("b", "c") and p.outputs[i]:       # c: a re-sweep (RowPlan.resweep)
                 out.append(Step("store", i, j, phase, reads=[(phase, i, j, lv)],
-                                writes=[(("v", int(ly.out_var[i])), "acc")]))
+                                writes=[(("v" if phase == "b" else "rv", int(ly.out_var[i])), "acc")]))
             if share and j + 1 < p.bands and p.phase_fresh[lv, i, j + 1] > p.phase_ranges[lv, i, j + 1, 0]:
                 out.append(Step("tail", i, j, phase, lv, reads=[(phase, i, j, lv)],
                                 writes=[((phase + "t", i, j, lv), "set")]))
@@ -177,7 +191,8 @@ def _steps(p) -> list:
     steps = []
     for st in reversed(backward):
         steps.extend(st if isinstance(st, list) else [st])
-    return forward + _recomputed(p, steps)
+    resweeps = {r: [st for j in range(p.bands) for st in sweep(r, j, "c", 0)] for r in p.resweep}
+    return forward + _recomputed(p, steps, resweeps)
 
 
 def _whole_forward(ly, act, i, out_kind, phase="") -> Step:
@@ -188,43 +203,49 @@ def _whole_forward(ly, act, i, out_kind, phase="") -> Step:
     return st
 
 
-def _recomputed(p, backward: list) -> list:
-    """``backward`` with the whole ops of ``p.recompute`` recomputed where first read.
+def _recomputed(p, backward: list, resweeps: dict) -> list:
+    """``backward`` with the whole ops of ``p.recompute`` recomputed, and the regions of
+    ``p.resweep`` swept again (``resweeps``: region -> its sweep steps), where first read.
 
     Their forward values are then last read in the forward and freed there; every backward read
     of one goes to its recomputation ``("rv", var)``, made (after the recomputations of its own
     inputs, in topological order) right before the first backward step that reads it.
     """
     ly, act = p.layers, p.graph.is_activation
-    again = {int(ly.out_var[i]): int(i) for i in sorted(p.recompute)}
+    again = {int(ly.out_var[i]): ("op", int(i)) for i in sorted(p.recompute)}
+    again.update({int(ly.out_var[i]): ("region", int(p.region[i]))
+                  for i in np.flatnonzero(p.outputs & np.isin(p.region, list(p.resweep))).tolist()})
     if not again:
         return backward
 
     def rename(key):
         return ("rv", key[1]) if key[0] == "v" and key[1] in again else key
 
+    def renamed(st):
+        st.reads = [rename(k) for k in st.reads]
+        st.inputs = {k: rename(key) for k, key in st.inputs.items()}
+        return st
+
     out, done = [], set()
 
     def ensure(a):
-        if a in done:
+        unit = again[a]
+        if unit in done:
             return
-        i = again[a]
-        for x in ly.in_vars[i]:
-            if x in again:
-                ensure(x)
-        st = _whole_forward(ly, act, i, "rv", phase="re")
-        st.inputs = {k: rename(key) for k, key in st.inputs.items()}
-        st.reads = list(st.inputs.values())
-        out.append(st)
-        done.add(a)
+        kind, u = unit
+        made = [_whole_forward(ly, act, u, "rv", phase="re")] if kind == "op" else resweeps[u]
+        for st in made:
+            for key in st.reads:
+                if key[0] == "v" and key[1] in again:
+                    ensure(key[1])
+        out.extend(renamed(st) for st in made)
+        done.add(unit)
 
     for st in backward:
         for key in st.reads:
             if key[0] == "v" and key[1] in again:
                 ensure(key[1])
-        st.reads = [rename(k) for k in st.reads]
-        st.inputs = {k: rename(key) for k, key in st.inputs.items()}
-        out.append(st)
+        out.append(renamed(st))
     return out
 
 
@@ -278,4 +299,5 @@ def build(p) -> Walk:
             delta[last[key] + 1] -= nbytes[key]
     live = np.cumsum(delta)[:-1]
     pg = sum(b for k, b in nbytes.items() if k[0] == "pg")
-    return Walk(steps, shapes, nbytes, live, int(live.max(initial=0)), int(pg))
+    span = {k: (s, last[k] if k[0] != "pg" else len(steps)) for k, s in first.items()}
+    return Walk(steps, shapes, nbytes, live, int(live.max(initial=0)), int(pg), span)
