@@ -15,6 +15,15 @@ once in the backward, where each band recomputes its maps and back-propagates th
 the rows it owns. The backward is linear in the incoming gradient, so the bands' contributions
 (weight gradients, the region inputs' gradients) add up to the plain step's.
 
+A region holding batch norms (ResNet-50's bottleneck blocks) stays exact: its forward runs
+layer by layer on whole maps (freed after their last forward use; the per-channel statistics are
+kept), and its backward runs in *phases* (:func:`_phases`), one more per batch norm on the
+longest path through it: a phase sums a batch norm's output gradient, whole, and its two
+per-channel sums band by band; the next starts from it band by band. Each phase recomputes the
+rows it needs, so a block of three chained batch norms recomputes its prefix up to four times.
+Regions end at every residual add too (its output is the block's checkpoint), which keeps the
+phases to one block's.
+
 ``auto`` (:func:`choose`) tries ``R`` in 2, 4, 8, 16, 32 with both policies and keeps the least
 extra FLOPs whose predicted peak fits the budget (the smallest peak when none fits).
 """
@@ -182,7 +191,7 @@ def plan(g, bands: int, policy: str = "overlap", opts: EngineOptions | None = No
         region = _profitable(ly, region)
     if not (convs & (region >= 0)).any():
         raise HGraphError(f"--rows {bands}: no convolution stack where row bands save memory (maps of "
-                          f"at least {bands} rows between batch norms / downsampling)")
+                          f"at least {bands} rows between downsampling ops)")
     outputs = _region_outputs(ly, region)
     own = np.zeros((ly.n, bands, 2), dtype=np.int64)
     h = ly.h_out[:, None]
@@ -287,8 +296,8 @@ def _profitable(ly, region: np.ndarray) -> np.ndarray:
 
     A region saves the whole maps a plain step keeps of its inner ops (values a VJP reads) and
     costs the maps of its inputs that a plain step would not keep (it recomputes from them):
-    after every batch norm of a ResNet, a region {ReLU, conv} keeps the batch norm's output
-    instead of the ReLU's -- no gain, so it runs whole.
+    ResNet-50's stem convolution alone between the image and its stride would keep the same map
+    whole as a plain step -- no gain, so it runs whole.
     """
     n_reg = int(region.max()) + 1 if region.size else 0
     if n_reg == 0:
