@@ -3,9 +3,10 @@
 For VGG-16 and the ResNet-50 CNN of the zoo (224x224, real widths, small batch), in one
 process: the plain step (no recomputation, buffers freed after their last use), the DP's
 checkpointing schedule at ``--budget``, row plans with both policies for each ``R``, and rows +
-DP (``planner.rows.with_dp.combine``: the overlap plan with whole ops recomputed and region
-outputs swept again, from the DP's schedules and a greedy search on the exact walk, at the
-smallest of ``--dp-fractions`` x the rows-alone peak it reaches; none when nothing lowers it),
+DP (``planner.rows.with_dp.combine`` on the overlap plan: whole ops recomputed, region outputs
+swept again and stage ends opened, from the DP's schedules and a greedy search on the exact step
+list, at the smallest of ``--dp-fractions`` x the rows-alone activation peak it reaches; the
+label counts them as ``Nr`` / ``Ns`` / ``No``; none when nothing lowers it),
 each beside the DP alone at that rows + DP peak. Per row: the executor's tracked peak and the
 activation peak (minus the parameter gradients, which no plan can touch), ``device_peak_bytes``
 where CuPy runs, extra FLOPs over the plain step, wall and CPU time (this process, all threads)
@@ -83,13 +84,16 @@ def _row(label, peak, act, device, extra, timing, base, err, predicted=None):
 
 
 def _with_dp(name, label, p, fractions):
-    """Rows + DP at the smallest of ``fractions`` x the rows-alone peak that the DP reaches."""
+    """Rows + DP at the smallest of ``fractions`` x the rows-alone activation peak (the peak
+    minus the parameter gradients) that it reaches."""
+    found = with_dp.candidates(p)
     for fraction in sorted(fractions):
         try:
-            return with_dp.combine(p, int(fraction * p.predicted_peak_bytes))
+            return with_dp.choose(p, found, p.param_grad_bytes + int(fraction * (p.predicted_peak_bytes
+                                                                                 - p.param_grad_bytes)))
         except InfeasibleError:
             continue
-    print(f"{name}: {label}: the DP finds no whole tensor whose recomputation lowers the peak "
+    print(f"{name}: {label}: neither the DP nor the walk search lowers the activation peak "
           f"below {max(fractions):.0%} of rows alone", file=sys.stderr)
     return None
 
@@ -168,8 +172,8 @@ def bench_model(name, args, be):
                 p = _with_dp(name, label, p, args.dp_fractions)
                 if p is None:
                     continue
-                label += f" {len(p.recompute)} ops"
-                label += f" {len(p.resweep)} regions" if p.resweep else ""
+                label += "".join(f" {len(x)}{c}" for x, c in ((p.recompute, "r"), (p.resweep, "s"),
+                                                                 (p.open_stages, "o")) if x)
                 same = _dp_row(name, g, p.predicted_peak_bytes, be, args.repeat, plain, pgrad, base, ref,
                                fallback=False)
                 rows += [same] if same else []
@@ -194,9 +198,9 @@ def main(argv=None) -> int:
     ap.add_argument("--width", type=int, default=64, help="channel multiplier (64: the real widths)")
     ap.add_argument("--bands", default="2,4,8,16")
     ap.add_argument("--budget", default="60%", help="the checkpointing DP's budget")
-    ap.add_argument("--dp-fractions", default="0.5,0.6,0.7,0.8,0.9,0.97",
-                    help="rows + DP: budgets tried, as fractions of the rows-alone predicted peak "
-                         "(the smallest that fits is run)")
+    ap.add_argument("--dp-fractions", default="0.5,0.6,0.7,0.75,0.8,0.85,0.9,0.95,0.97",
+                    help="rows + DP: budgets tried, as fractions of the rows-alone predicted "
+                         "activation peak (the smallest that fits is run)")
     ap.add_argument("--backend", default="numpy")
     ap.add_argument("--dtype", default="float32", choices=["float32", "float64"])
     ap.add_argument("--json", default=None, help="write the results here")

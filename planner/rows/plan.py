@@ -78,6 +78,8 @@ class RowPlan:
     param_grad_bytes: int = 0
     recompute: tuple = ()             # whole ops dropped after the forward, recomputed in the backward
     resweep: tuple = ()               # regions whose outputs are dropped too, swept again in the backward
+    open_stages: tuple = ()           # downsampling ops that do not end a region (plan's open_stages)
+    prune: bool = True                # plan's prune
     dp: dict | None = None            # how the recomputation DP chose them (planner.rows.with_dp)
 
     @property
@@ -149,6 +151,7 @@ class RowPlan:
                 "combined_with_dp": bool(self.recompute or self.resweep),
                 "dp_recomputed_ops": [int(i) for i in self.recompute],
                 "dp_reswept_regions": [int(r) for r in self.resweep],
+                "open_stages": [int(i) for i in self.open_stages],
                 "dp_reswept_vars": [int(v) for v in ly.out_var[self.outputs & np.isin(self.region, self.resweep)]],
                 "dp_recomputed_vars": [int(ly.out_var[i]) for i in self.recompute],
                 **({"dp": self.dp} if self.dp else {}), "engine_supersteps": int(self.supersteps),
@@ -159,7 +162,7 @@ class RowPlan:
 
 
 def plan(g, bands: int, policy: str = "overlap", opts: EngineOptions | None = None,
-         stages: bool = True, prune: bool = True) -> RowPlan:
+         stages: bool = True, prune: bool = True, open_stages=()) -> RowPlan:
     """The row plan of zoo graph ``g`` with ``bands`` row bands under ``policy``.
 
     ``stages``: a region also ends at every downsampling op (pooling, strided convolution), whose
@@ -167,6 +170,8 @@ def plan(g, bands: int, policy: str = "overlap", opts: EngineOptions | None = No
     nearly the whole image (VGG-16's conv5_3 sees 212 of 224 rows), so every band recomputes
     almost everything and holds almost whole maps; with it the halo stays within one resolution.
     ``prune``: regions that would not lower the memory (:func:`_profitable`) run on whole tensors.
+    ``open_stages``: downsampling ops that do not end a region even so (the search of
+    :func:`planner.rows.with_dp.walk_search` opens the one whose map the peak holds).
     """
     if policy not in POLICIES:
         raise HGraphError(f"unknown row policy {policy!r}; choose from {', '.join(POLICIES)} or auto")
@@ -184,7 +189,9 @@ def plan(g, bands: int, policy: str = "overlap", opts: EngineOptions | None = No
     opts = opts or EngineOptions()
     rowwise = (ly.kind != layers_mod.BARRIER) & (ly.h_out >= bands)
     residual = np.asarray([op == "add" for op in ly.ops], dtype=bool)
-    ends = ~rowwise | (stages & rowwise & (ly.h_out < ly.h_in)) | residual
+    down = stages & rowwise & (ly.h_out < ly.h_in)
+    down[list(open_stages)] = False
+    ends = ~rowwise | down | residual
     depth = row_program.barrier_depth(ly, ends, opts)
     region = _regions(ly, rowwise, depth)
     if prune:
@@ -204,7 +211,8 @@ def plan(g, bands: int, policy: str = "overlap", opts: EngineOptions | None = No
     if policy == "share":
         prev_hi = np.concatenate([np.zeros((ly.n, 1), np.int64), ranges[:, :-1, 1]], axis=1)
         fresh = np.clip(np.maximum(fresh, prev_hi), None, ranges[..., 1])
-    p = RowPlan(g, ly, bands, policy, region, outputs, ranges, own, fresh, int(supersteps))
+    p = RowPlan(g, ly, bands, policy, region, outputs, ranges, own, fresh, int(supersteps),
+                open_stages=tuple(sorted(int(i) for i in open_stages)), prune=prune)
     _phases(p, cuts, opts)
     return with_recompute(p, ())
 

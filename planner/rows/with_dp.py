@@ -31,10 +31,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from hgraph.errors import InfeasibleError
+from hgraph.errors import HGraphError, InfeasibleError
 from planner.activation_graph import ActivationGraph
 from planner.emit import emit_groups
-from planner.rows.plan import RowPlan, with_recompute
+from planner.rows.plan import RowPlan, plan, with_recompute
 from planner.solver import Solver
 
 #: DP budgets tried, as fractions of the bytes of the whole tensors that remain.
@@ -74,18 +74,25 @@ def recomputed_whole_ops(p: RowPlan, schedule) -> tuple:
 
 
 def idle_at_peak(q: RowPlan) -> list:
-    """Whole values held but not used at the peak step of ``q``'s walk that recomputation could
-    drop: ``("op", i)`` for a whole op (not the loss), ``("region", r)`` for a region output."""
+    """Moves that could lower the peak of ``q``'s walk, from the whole maps held at its peak step:
+    ``("op", i)`` recompute a whole op (not the loss) whose value is held but not used there,
+    ``("region", r)`` sweep region ``r`` again for such an output of it, ``("open", i)`` let
+    downsampling op ``i`` (a region output whose value or gradient is held there, whole) not end
+    its region, so that map never exists whole."""
     w, ly = q.walk, q.layers
     s = int(np.argmax(w.live))
     used = set(w.steps[s].reads) | {k for k, _ in w.steps[s].writes}
     producer = {int(v): i for i, v in enumerate(ly.out_var.tolist())}
     out = []
     for key in w.held_at(s):
-        if key[0] != "v" or key in used or key[1] not in producer:
+        if key[0] not in ("v", "g") or key[1] not in producer:
             continue
         i = producer[key[1]]
         r = int(q.region[i])
+        if r >= 0 and q.outputs[i] and ly.h_out[i] < ly.h_in[i] and i not in q.open_stages:
+            out.append(("open", i))
+        if key[0] != "v" or key in used:
+            continue
         if r >= 0 and q.outputs[i] and r not in q.resweep:
             out.append(("region", r))
         elif r < 0 and ly.ops[i] != "softmax_cross_entropy" and i not in q.recompute:
@@ -93,18 +100,31 @@ def idle_at_peak(q: RowPlan) -> list:
     return sorted(set(out))
 
 
+def _move(q: RowPlan, kind: str, u: int) -> RowPlan | None:
+    """``q`` after one move of :func:`idle_at_peak` (None when the re-plan refuses it)."""
+    dp = {"search": "walk", "candidates": 0}
+    if kind != "open":
+        return with_recompute(q, q.recompute + ((u,) if kind == "op" else ()), dp=dp,
+                              resweep=q.resweep + ((u,) if kind == "region" else ()))
+    try:
+        n = plan(q.graph, q.bands, q.policy, prune=q.prune, open_stages=q.open_stages + (u,))
+    except HGraphError:
+        return None
+    swept = np.flatnonzero(q.outputs & np.isin(q.region, q.resweep))
+    regions = {int(n.region[i]) for i in swept if n.region[i] >= 0 and n.outputs[i]}
+    return with_recompute(n, [i for i in q.recompute if n.region[i] < 0], dp=dp, resweep=regions)
+
+
 def walk_search(p: RowPlan, rounds: int = 12) -> list:
-    """Greedy search on the exact walk: from ``p``, drop (recompute / sweep again) the idle whole
-    value at the peak whose removal lowers the predicted peak most; repeat while one does.
-    Returns every plan on the way (each lower than the last)."""
+    """Greedy search on the exact walk: from ``p``, make the move of :func:`idle_at_peak` that
+    lowers the predicted peak most; repeat while one does. Returns every plan on the way (each
+    lower than the last)."""
     out, q = [], p
     for _ in range(rounds):
         best = None
         for kind, u in idle_at_peak(q):
-            c = with_recompute(q, q.recompute + ((u,) if kind == "op" else ()),
-                               dp={"search": "walk", "candidates": 0},
-                               resweep=q.resweep + ((u,) if kind == "region" else ()))
-            if c.predicted_peak_bytes < (best or q).predicted_peak_bytes:
+            c = _move(q, kind, u)
+            if c is not None and c.predicted_peak_bytes < (best or q).predicted_peak_bytes:
                 best = c
         if best is None:
             break
@@ -113,15 +133,11 @@ def walk_search(p: RowPlan, rounds: int = 12) -> list:
     return out
 
 
-def combine(p: RowPlan, budget_bytes: int, opts=None) -> RowPlan:
-    """``p`` itself when it fits ``budget_bytes``, else ``p`` with the cheapest recompute set
-    that fits (InfeasibleError naming the smallest peak found when none does).
-
-    Candidates: the DP's schedules at a ladder of budgets (:func:`recomputed_whole_ops`) and the
-    plans of :func:`walk_search` (the DP's memory model does not see the band buffers and the
-    whole gradients a region's backward holds, so its choices can miss the walk's peak)."""
-    if p.predicted_peak_bytes <= budget_bytes:
-        return p
+def candidates(p: RowPlan, opts=None) -> list:
+    """Every plan that :func:`combine` chooses from: the DP's schedules at a ladder of budgets
+    (:func:`recomputed_whole_ops`) and the plans of :func:`walk_search` (the DP's memory model
+    does not see the band buffers and the whole gradients a region's backward holds, so its
+    choices can miss the walk's peak)."""
     ag = remaining_graph(p)
     solver = Solver(p.graph, opts=opts, ag=ag)
     remaining = int(ag.bytes.sum())
@@ -134,17 +150,28 @@ def combine(p: RowPlan, budget_bytes: int, opts=None) -> RowPlan:
         if (ops, regions) in tried:
             continue
         tried.add((ops, regions))
-        q = with_recompute(p, ops, dp={"search": "dp", "dp_budget_bytes": int(fraction * remaining),
-                                       "remaining_bytes": remaining, "candidates": 0},
-                           resweep=regions)
-        found.append(q)
-    found += walk_search(p)
+        found.append(with_recompute(p, ops, resweep=regions,
+                                    dp={"search": "dp", "dp_budget_bytes": int(fraction * remaining),
+                                        "remaining_bytes": remaining, "candidates": 0}))
+    return found + walk_search(p)
+
+
+def choose(p: RowPlan, found: list, budget_bytes: int) -> RowPlan:
+    """The plan of ``found`` with the fewest extra FLOPs whose predicted peak fits
+    ``budget_bytes`` (InfeasibleError naming the smallest peak found when none does)."""
     fits = [q for q in found if q.predicted_peak_bytes <= budget_bytes]
     if not fits:
         best = min(found, key=lambda q: q.predicted_peak_bytes, default=p)
         raise InfeasibleError(f"rows {p.bands} {p.policy} + DP: no plan fits {budget_bytes:,} B; the "
                               f"smallest predicted peak is {best.predicted_peak_bytes:,} B")
     best = min(fits, key=lambda q: (q.flops()["extra_flops"], q.predicted_peak_bytes))
-    best.dp["candidates"] = len(found)
-    best.dp["rows_alone_peak_bytes"] = int(p.predicted_peak_bytes)
+    best.dp = {**best.dp, "candidates": len(found), "rows_alone_peak_bytes": int(p.predicted_peak_bytes)}
     return best
+
+
+def combine(p: RowPlan, budget_bytes: int, opts=None) -> RowPlan:
+    """``p`` itself when it fits ``budget_bytes``, else the cheapest of :func:`candidates` that
+    fits (InfeasibleError naming the smallest peak found when none does)."""
+    if p.predicted_peak_bytes <= budget_bytes:
+        return p
+    return choose(p, candidates(p, opts), budget_bytes)
