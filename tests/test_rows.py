@@ -257,3 +257,26 @@ def test_jobs_combine_rows_with_the_dp(tmp_path, capsys):
     assert rep["dp"]["rows_alone_peak_bytes"] > rep["predicted_peak_bytes"]
     assert code_e == 0 and rep_e["combined_with_dp"] and rep_e["gradients_match"]
     assert rep_e["loss_identical"] and rep_e["measured_peak_bytes"] <= rep_e["predicted_peak_bytes"]
+
+
+def test_open_stages_run_exact_and_the_walk_search_opens_one():
+    from planner.rows import with_dp
+
+    g = export.to_cg(zoo.build("vgg16", width=4, depth=3, image=64, batch=1, dtype="float64"))
+    ly = layers.read(g)
+    pools = [i for i, op in enumerate(ly.ops) if op == "max_pool"]
+    ref = executor.run(g, executor.plain_schedule(g), recycle=True)
+    for policy in ("overlap", "share"):
+        q = rows_plan.plan(g, 4, policy, open_stages=pools[:2])
+        assert q.num_regions == rows_plan.plan(g, 4, policy).num_regions - 2
+        assert not q.outputs[pools[:2]].any()                   # pool1, pool2 never whole
+        r = rows_exec.run(g, q)
+        assert r.loss == ref.loss and r.measured_peak_bytes == q.predicted_peak_bytes
+        assert rows_exec.relative_error(r.param_grads, ref.param_grads) <= 1e-10
+    # at 224 rows the stage-2 backward holds pool1 whole (value and gradient): the search opens it
+    big = export.to_cg(zoo.build("vgg16", width=16, depth=3, image=224, batch=1))
+    p = rows_plan.plan(big, 8, "overlap")
+    path = with_dp.walk_search(p)
+    assert path and path[0].open_stages == (pools[0],)
+    assert path[-1].predicted_peak_bytes < p.predicted_peak_bytes
+    assert with_dp.choose(p, path, path[-1].predicted_peak_bytes) is not None
