@@ -2,13 +2,15 @@
 row step against the plain step and both against a float64 step of the same model.
 
 Where the plain float32 step is itself far from float64 (a badly conditioned gradient: ResNet-50's
-early-layer gradients pass ~50 batch-norm backwards; VGG-16's bias gradients sum 50,000
-cancelling terms), any change of float32 rounding order moves it by that order, and the row step
-is judged by its distance to float64 instead (``bench/rows_bench.py``'s check). Norm-wise:
+early-layer gradients pass ~50 batch-norm backwards; VGG-16 at 224x224: one conv5_3 output of
+2.5e-8 in float32, zero in float64, passes its ReLU and wins its max-pool window, see ``--kinks``),
+any change of float32 rounding can move it by that much, and the row step is judged by its distance
+to float64 instead (``bench/rows_bench.py``'s check). Norm-wise:
 ||a - b|| / ||b|| per parameter; ``max`` is max |a - b| / max |b|.
 
     python3 bench/rows_precision.py --model resnet50 --rows 8
     python3 bench/rows_precision.py --model vgg16 --rows 8 --policy share --image 224
+    python3 bench/rows_precision.py --model vgg16 --rows 8 --kinks
 
 ``--kinks`` adds where the float32 and float64 forwards take different branches of a
 non-differentiable op: a ReLU output zero in one and positive in the other, a max-pool window whose
