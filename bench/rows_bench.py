@@ -3,15 +3,21 @@
 For VGG-16 and the ResNet-50 CNN of the zoo (224x224, real widths, small batch), in one
 process: the plain step (no recomputation, buffers freed after their last use), the DP's
 checkpointing schedule at ``--budget``, row plans with both policies for each ``R``, and rows +
-DP (``planner.rows.with_dp``: the overlap plan with the DP's whole-tensor recomputation at the
-smallest of ``--dp-fractions`` x the rows-alone peak it reaches; none when the DP cannot lower it). Per
-row: the executor's tracked peak and the activation peak (minus the parameter gradients, which
-no plan can touch), ``device_peak_bytes`` where CuPy runs, extra FLOPs over the plain step, wall
-and CPU time (this process, all threads) as ratios to the plain step, and the gradients' relative error against the plain step
-(max |diff| / max |plain| and ||diff|| / ||plain|| per parameter, worst parameter; the
-check is the norm-wise one <= 1e-4 in float32, or, where the plain float32 step is itself further
-from a float64 step, no further from the float64 step than twice that). Exit status 1 if a row plan's measured peak exceeds its prediction or a
-gradient check fails.
+DP (``planner.rows.with_dp.combine`` on the overlap plan: whole ops recomputed, region outputs
+swept again and stage ends opened, from the DP's schedules and a greedy search on the exact step
+list, at the smallest of ``--dp-fractions`` x the rows-alone activation peak it reaches; the
+label counts them as ``Nr`` / ``Ns`` / ``No``; none when nothing lowers it),
+each beside the DP alone at that rows + DP peak. Per row: the executor's tracked peak and the
+activation peak (minus the parameter gradients, which no plan can touch), ``device_peak_bytes``
+where CuPy runs, extra FLOPs over the plain step, wall and CPU time (this process, all threads)
+as ratios to the plain step, and the gradients' relative error against the plain step (max
+|diff| / max |plain| and ||diff|| / ||plain|| per parameter, worst parameter) and, in float32,
+against a float64 step of the same model (||diff|| / ||float64||: the plain row's own figure
+there is what float32 rounding gives, ReLU / max-pool branches flipped by it included:
+``bench/rows_precision.py --kinks``). The check is the norm-wise one <= 1e-4 against the
+plain step, or, where the plain float32 step is itself further from the float64 step, no
+further from the float64 step than twice that. Exit status 1 if a row plan's measured peak
+exceeds its prediction or a gradient check fails.
 
     python3 bench/rows_bench.py                       # both models, 224x224, batch 1
     python3 bench/rows_bench.py --models vgg16 --bands 2,4 --image 64 --width 16   # quick
@@ -42,9 +48,12 @@ def mib(n):
     return "-" if n is None else f"{n / 2**20:9.1f}"
 
 
-def _errors(grads, plain):
+def _errors(grads, plain, ref=None):
+    """(max |d| / max |plain|, ||d|| / ||plain||, ||grads - ref|| / ||ref||) per parameter, worst
+    parameter; the last against the float64 step (None without one)."""
     return (rows_exec.relative_error(grads, plain.param_grads),
-            rows_exec.relative_error(grads, plain.param_grads, norm=True))
+            rows_exec.relative_error(grads, plain.param_grads, norm=True),
+            None if ref is None else rows_exec.relative_error(grads, ref, norm=True))
 
 
 def _timed(fn, repeat):
@@ -65,24 +74,27 @@ def _timed(fn, repeat):
 
 
 def _row(label, peak, act, device, extra, timing, base, err, predicted=None):
-    err, norm_err = err
+    err, norm_err, f64_err = err
     seconds, cpu = timing
     return {"config": label, "measured_peak_bytes": int(peak), "activation_peak_bytes": int(act),
             "device_peak_bytes": device, "predicted_peak_bytes": predicted, "extra_flops": extra,
             "seconds": round(seconds, 3), "time_ratio": round(seconds / base["seconds"], 3),
             "cpu_seconds": round(cpu, 3), "cpu_ratio": round(cpu / base["cpu_seconds"], 3),
             "activation_ratio": round(act / base["activation_peak_bytes"], 4), "max_relative_error": err,
-            "norm_relative_error": norm_err}
+            "norm_relative_error": norm_err, "float64_norm_relative_error": f64_err}
 
 
 def _with_dp(name, label, p, fractions):
-    """Rows + DP at the smallest of ``fractions`` x the rows-alone peak that the DP reaches."""
+    """Rows + DP at the smallest of ``fractions`` x the rows-alone activation peak (the peak
+    minus the parameter gradients) that it reaches."""
+    found = with_dp.candidates(p)
     for fraction in sorted(fractions):
         try:
-            return with_dp.combine(p, int(fraction * p.predicted_peak_bytes))
+            return with_dp.choose(p, found, p.param_grad_bytes + int(fraction * (p.predicted_peak_bytes
+                                                                                 - p.param_grad_bytes)))
         except InfeasibleError:
             continue
-    print(f"{name}: {label}: the DP finds no whole tensor whose recomputation lowers the peak "
+    print(f"{name}: {label}: neither the DP nor the walk search lowers the activation peak "
           f"below {max(fractions):.0%} of rows alone", file=sys.stderr)
     return None
 
@@ -113,7 +125,7 @@ def _exact(grads, plain, tol, ref, dtype) -> bool:
     return ref is not None and rows_exec.relative_error(grads, ref, norm=True) <= tol
 
 
-def _dp_row(name, g, budget, be, repeat, plain, pgrad, base, fallback=True):
+def _dp_row(name, g, budget, be, repeat, plain, pgrad, base, ref, fallback=True):
     """The checkpointing DP alone at ``budget`` (``fallback``: at its smallest feasible budget
     when ``budget`` is infeasible), executed; None when it cannot plan."""
     try:
@@ -132,7 +144,7 @@ def _dp_row(name, g, budget, be, repeat, plain, pgrad, base, fallback=True):
     extra = int((with_dp.recomputations(g, p.schedule) * rows_layers.read(g).flops).sum())
     return _row(f"DP {p.report['budget_bytes'] / 2**20:.1f} MiB", r.measured_peak_bytes,
                 r.measured_peak_bytes - pgrad, r.device_peak_bytes, extra, (wall, cpu), base,
-                _errors(r.param_grads, plain))
+                _errors(r.param_grads, plain, ref))
 
 
 def bench_model(name, args, be):
@@ -143,10 +155,10 @@ def bench_model(name, args, be):
     pgrad = sum(int(a.nbytes) for a in plain.param_grads.values())
     base = {"seconds": wall, "cpu_seconds": cpu, "activation_peak_bytes": plain.measured_peak_bytes - pgrad}
     fl = rows_plan.plan(g, 2, "overlap", prune=False).flops()["plain_flops"]
-    rows = [_row("plain", plain.measured_peak_bytes, base["activation_peak_bytes"],
-                 plain.device_peak_bytes, 0, (wall, cpu), base, (0.0, 0.0))]
     ok, (tol, ref) = True, _reference(name, args, be, plain)
-    dp_row = _dp_row(name, g, args.budget, be, args.repeat, plain, pgrad, base)
+    rows = [_row("plain", plain.measured_peak_bytes, base["activation_peak_bytes"],
+                 plain.device_peak_bytes, 0, (wall, cpu), base, _errors(plain.param_grads, plain, ref))]
+    dp_row = _dp_row(name, g, args.budget, be, args.repeat, plain, pgrad, base, ref)
     rows += [dp_row] if dp_row else []
     for bands in args.bands:
         for policy in ("overlap", "share", "overlap+dp"):
@@ -161,12 +173,13 @@ def bench_model(name, args, be):
                 p = _with_dp(name, label, p, args.dp_fractions)
                 if p is None:
                     continue
-                label += f" {len(p.recompute)} ops"
-                same = _dp_row(name, g, p.predicted_peak_bytes, be, args.repeat, plain, pgrad, base,
+                label += "".join(f" {len(x)}{c}" for x, c in ((p.recompute, "r"), (p.resweep, "s"),
+                                                                 (p.open_stages, "o")) if x)
+                same = _dp_row(name, g, p.predicted_peak_bytes, be, args.repeat, plain, pgrad, base, ref,
                                fallback=False)
                 rows += [same] if same else []
             r, wall, cpu = _timed(lambda: rows_exec.run(g, p, backend=be), args.repeat)
-            err = _errors(r.param_grads, plain)
+            err = _errors(r.param_grads, plain, ref)
             good = r.measured_peak_bytes <= r.predicted_peak_bytes and _exact(r.param_grads, plain, tol, ref, args.dtype)
             ok &= good
             rows.append(_row(label, r.measured_peak_bytes, r.activation_peak_bytes,
@@ -186,9 +199,9 @@ def main(argv=None) -> int:
     ap.add_argument("--width", type=int, default=64, help="channel multiplier (64: the real widths)")
     ap.add_argument("--bands", default="2,4,8,16")
     ap.add_argument("--budget", default="60%", help="the checkpointing DP's budget")
-    ap.add_argument("--dp-fractions", default="0.5,0.6,0.7,0.8,0.9,0.97",
-                    help="rows + DP: budgets tried, as fractions of the rows-alone predicted peak "
-                         "(the smallest that fits is run)")
+    ap.add_argument("--dp-fractions", default="0.5,0.6,0.7,0.75,0.8,0.85,0.9,0.95,0.97",
+                    help="rows + DP: budgets tried, as fractions of the rows-alone predicted "
+                         "activation peak (the smallest that fits is run)")
     ap.add_argument("--backend", default="numpy")
     ap.add_argument("--dtype", default="float32", choices=["float32", "float64"])
     ap.add_argument("--json", default=None, help="write the results here")
@@ -208,7 +221,7 @@ def main(argv=None) -> int:
               f"{res['plain_flops'] / 1e9:.1f} GFLOP, parameter gradients {mib(res['param_grad_bytes'])} MiB")
         print(f"{'config':26s} {'peak':>9s} {'act':>9s} {'act/plain':>9s} {'device':>9s} "
               f"{'extra FLOPs':>12s} {'wall':>7s} {'w/plain':>7s} {'cpu':>7s} {'c/plain':>7s} "
-              f"{'max err':>8s} {'norm err':>8s}")
+              f"{'max err':>8s} {'norm err':>8s} {'f64 err':>8s}")
         for r in res["rows"]:
             extra = r["extra_flops"]
             extra = f"{100 * extra / res['plain_flops']:+.1f}%" if isinstance(extra, int) else extra
@@ -216,7 +229,9 @@ def main(argv=None) -> int:
                   f"{r['activation_ratio']:9.3f} {mib(r['device_peak_bytes'])} {extra:>12s} "
                   f"{r['seconds']:7.2f} {r['time_ratio']:7.2f} {r['cpu_seconds']:7.2f} {r['cpu_ratio']:7.2f} "
                   f"{r['max_relative_error']:8.1e} "
-                  f"{r['norm_relative_error']:8.1e}")
+                  f"{r['norm_relative_error']:8.1e} "
+                  + ("       -" if r["float64_norm_relative_error"] is None else
+                     f"{r['float64_norm_relative_error']:8.1e}"))
         print(f"({time.perf_counter() - t0:.0f} s)", flush=True)
     if args.json:
         write_text(args.json, json.dumps(results, indent=2) + "\n")

@@ -5,8 +5,11 @@ row plan's report (:meth:`planner.rows.plan.RowPlan.report`: predicted peak, ext
 plain step, halo overhead per layer, bands, what is kept between the passes); ``--row-policy
 auto`` chooses ``R`` and the policy for ``--budget`` (a percentage is of the plain step's peak).
 With ``--rows R --budget B`` the row plan is combined with the recomputation DP when rows alone
-do not fit (:mod:`planner.rows.with_dp`: rows first, then the DP drops and recomputes whole
-tensors); the report then says ``combined_with_dp: true`` and lists the DP's recomputed ops.
+do not fit (:mod:`planner.rows.with_dp`: rows first, then whole tensors are dropped and
+recomputed -- whole ops, and region outputs remade by one more band sweep of their region -- as
+the DP's schedules or a greedy search on the exact step list choose); the report then says
+``combined_with_dp: true`` and lists the recomputed ops (``dp_recomputed_ops``) and the regions
+swept again (``dp_reswept_regions``).
 
 ``hgraph submit execute --model vgg16 --rows 8`` runs the row plan for real
 (:mod:`planner.execute.rows_exec`) beside a plain step and reports ``measured_peak_bytes``,
@@ -106,7 +109,8 @@ def plan_main(args) -> int:
     plain_act = report["plain_peak_bytes"] - p.param_grad_bytes
     report["plain_activation_peak_bytes"] = plain_act
     _emit(report, args.report)
-    dp = f" + DP recomputing {len(p.recompute)} whole ops" if p.recompute else ""
+    dp = (f" + DP recomputing {len(p.recompute)} whole ops and sweeping {len(p.resweep)} regions again"
+          if p.recompute or p.resweep else "")
     print(f"rows {p.bands} {p.policy}{dp}: {p.num_regions} regions, predicted peak "
           f"{p.predicted_peak_bytes:,} B (plain {report['plain_peak_bytes']:,} B), activations "
           f"{report['predicted_activation_peak_bytes']:,} B = "
@@ -146,7 +150,8 @@ def execute_main(args) -> int:
               "gradients_match": err <= TOLERANCE.get(dtype, 1e-4), "max_relative_error": err,
               "loss": r.loss, "plain_loss": plain.loss, "loss_identical": r.loss == plain.loss,
               "extra_flops": fl["extra_flops"], "plain_flops": fl["plain_flops"],
-              "combined_with_dp": bool(p.recompute), "dp_recomputed_ops": list(p.recompute),
+              "combined_with_dp": bool(p.recompute or p.resweep), "dp_recomputed_ops": list(p.recompute),
+              "dp_reswept_regions": list(p.resweep),
               "plain_peak_bytes": plain.measured_peak_bytes,
               "plain_activation_peak_bytes": plain.measured_peak_bytes - r.param_grad_bytes,
               "seconds": round(r.seconds, 6), "plain_seconds": round(plain.seconds, 6)}

@@ -275,12 +275,19 @@ def _norm_axes(ndim, axis):
     return tuple(i for i in range(ndim) if i != axis), axis
 
 
-def _norm_stats(xp, x, a, reduce_axes):
+def norm_statistics(xp, x, a, reduce_axes):
+    """(mean, 1 / sqrt(var + eps)) over ``reduce_axes`` (kept as size-1 axes): what normalising
+    ``x`` needs; ``(x - mean) * inv`` is then the normalised value, bit for bit as the forward
+    computes it (row-centric steps normalise row bands with statistics of the whole map)."""
     mean = x.mean(axis=reduce_axes, keepdims=True)
     xc = x - mean
     var = (xc * xc).mean(axis=reduce_axes, keepdims=True)
-    inv = np.float32(1) / xp.sqrt(var + np.float32(a.get("eps", 1e-5)))
-    return xc * inv, inv
+    return mean, np.float32(1) / xp.sqrt(var + np.float32(a.get("eps", 1e-5)))
+
+
+def _norm_stats(xp, x, a, reduce_axes):
+    mean, inv = norm_statistics(xp, x, a, reduce_axes)
+    return (x - mean) * inv, inv
 
 
 def _batchnorm_axes(x, a):

@@ -30,7 +30,7 @@ from hgraph.errors import HGraphError
 from planner.execute import backend as backend_mod
 from planner.execute import executor
 from planner.execute.allocator import TrackedAllocator
-from planner.execute.ops import OPS
+from planner.execute.ops import OPS, norm_statistics
 from planner.rows import layers as L
 from planner.rows import walk as walk_mod
 
@@ -108,9 +108,19 @@ class _Run:
 
     def offset(self, key) -> int:
         """First map row held by a band buffer (0 for whole tensors)."""
-        if key[0] in ("v", "rv", "g"):
+        if key[0] in walk_mod.WHOLE:
             return 0
-        return int(self.p.ranges[key[1], key[2], 0])
+        return int(self.p.phase_ranges[key[3], key[1], key[2], 0])
+
+    def stats(self, i):
+        """(mean, inv) of batch norm ``i`` shaped to broadcast over its map."""
+        st = self.arrays[("st", i)]
+        return st[0].reshape(1, -1, 1, 1), st[1].reshape(1, -1, 1, 1)
+
+    def band_rows(self, key, lo, hi):
+        """Rows ``[lo, hi)`` of the map held by ``key``."""
+        off = self.offset(key)
+        return self.get(key)[:, :, lo - off:hi - off]
 
     # ------------------------------------------------------------ steps
     def run(self):
@@ -135,6 +145,9 @@ class _Run:
                                    ly.attrs[i])
         key = st.writes[0][0]
         self.arrays[key][...] = y
+        if len(st.writes) > 1:           # a batch norm of a row region: keep its statistics
+            mean, inv = norm_statistics(self.xp, self._arg(st, 0), ly.attrs[i], (0, 2, 3))
+            self.arrays[st.writes[1][0]][...] = self.xp.stack([mean.reshape(-1), inv.reshape(-1)])
         if ly.ops[i] == "softmax_cross_entropy" and st.phase != "re":
             self.loss = float(self.be.to_numpy(self.arrays[key]))
 
@@ -189,22 +202,26 @@ class _Run:
         return out
 
     def _band(self, st):
-        i, j, ly = st.op, st.band, self.ly
-        lo, hi = (int(v) for v in self.p.ranges[i, j])
-        fresh = int(self.p.fresh[i, j])
+        i, j, lv, ly = st.op, st.band, st.level, self.ly
+        lo, hi = (int(v) for v in self.p.phase_ranges[lv, i, j])
+        fresh = int(self.p.phase_fresh[lv, i, j])
         out = self.arrays[st.writes[0][0]]
         if fresh > lo:
-            out[:, :, :fresh - lo] = self.arrays[(st.phase + "t", i, j - 1)]
+            out[:, :, :fresh - lo] = self.arrays[(st.phase + "t", i, j - 1, lv)]
         if fresh >= hi:
             return
         xs, cut = self._band_inputs(st, fresh, hi)
-        y = OPS[ly.ops[i]].forward(self.xp, xs, _band_attrs(ly, i))
+        if ly.norm[i]:                   # normalised with the whole map's statistics
+            mean, inv = self.stats(i)
+            y = ((xs[0] - mean) * inv) * xs[1].reshape(mean.shape) + xs[2].reshape(mean.shape)
+        else:
+            y = OPS[ly.ops[i]].forward(self.xp, xs, _band_attrs(ly, i))
         out[:, :, fresh - lo:] = y[:, :, cut.crop:cut.crop + hi - fresh]
 
     def _tail(self, st):
-        i, j = st.op, st.band
-        lo = int(self.p.ranges[i, j, 0])
-        self.arrays[st.writes[0][0]][...] = self.arrays[st.reads[0]][:, :, int(self.p.ranges[i, j + 1, 0]) - lo:]
+        i, j, rng = st.op, st.band, self.p.phase_ranges[st.level]
+        lo = int(rng[i, j, 0])
+        self.arrays[st.writes[0][0]][...] = self.arrays[st.reads[0]][:, :, int(rng[i, j + 1, 0]) - lo:]
 
     def _store(self, st):
         i, j = st.op, st.band
@@ -218,19 +235,54 @@ class _Run:
         lo = int(self.p.ranges[i, j, 0])
         self.arrays[st.writes[0][0]][:, :, a - lo:b - lo] += self.arrays[st.reads[0]][:, :, a:b]
 
+    def _xhat(self, st, lo, hi):
+        """Batch norm ``st.op``'s normalised input on rows ``[lo, hi)`` (recomputed band)."""
+        mean, inv = self.stats(st.op)
+        return (self.band_rows(st.inputs[0], lo, hi) - mean) * inv, inv
+
+    def _bnsink(self, st):
+        """A band's share of batch norm's output gradient: into the whole gradient, and its two
+        per-channel sums (= the parameter gradients) into ``("s", op)`` and the parameters'."""
+        i, j, lv = st.op, st.band, st.level
+        lo, hi = (int(v) for v in self.p.phase_ranges[lv, i, j])
+        gy = self.arrays[("bg", i, j, lv)]
+        xhat, _ = self._xhat(st, lo, hi)
+        sums = self.xp.stack([gy.sum(axis=(0, 2, 3)), (gy * xhat).sum(axis=(0, 2, 3))])
+        (gw, _), (s, _), (gamma, _), (beta, _) = st.writes
+        self.arrays[gw][:, :, lo:hi] += gy
+        self.arrays[s] += sums
+        self.arrays[gamma] += sums[1]
+        self.arrays[beta] += sums[0]
+
+    def _bnseed(self, st):
+        """Batch norm's input gradient on the rows band ``st.band`` owns, from its whole output
+        gradient and the two sums: ``inv / m * (m * dxhat - sum dxhat - xhat * sum dxhat xhat)``."""
+        i, j, lv, ly = st.op, st.band, st.level, self.ly
+        a, b = (int(v) for v in self.p.phase_own[lv, i, j])
+        xhat, inv = self._xhat(st, a, b)
+        gamma = self.value(ly.in_vars[i][1]).reshape(inv.shape)
+        s = self.arrays[("s", i)]
+        n, _, h, w = ly.out_shapes[i]
+        m = np.float32(n * h * w)
+        dxhat = self.arrays[("gw", i)][:, :, a:b] * gamma
+        dx = (inv / m) * (m * dxhat - gamma * s[0].reshape(inv.shape) - xhat * (gamma * s[1].reshape(inv.shape)))
+        key = st.writes[0][0]
+        off = self.offset(key)
+        self.arrays[key][:, :, a - off:b - off] += dx
+
     def _bandbwd(self, st):
-        i, j, ly, xp = st.op, st.band, self.ly, self.xp
-        lo, hi = (int(v) for v in self.p.ranges[i, j])
+        i, j, lv, ly, xp = st.op, st.band, st.level, self.ly, self.xp
+        lo, hi = (int(v) for v in self.p.phase_ranges[lv, i, j])
         opdef = OPS[ly.ops[i]]
         xs, cut = self._band_inputs(st, lo, hi)
         shapes = self._band_shapes(i, xs, cut)
-        gy = self.arrays[("bg", i, j)]
+        gy = self.arrays[("bg", i, j, lv)]
         if ly.kind[i] == L.UPSAMPLE:
             f = int(ly.s[i])
             full = xp.zeros(shapes[0][:2] + (shapes[0][2] * f, shapes[0][3] * f), dtype=gy.dtype)
             full[:, :, cut.crop:cut.crop + hi - lo] = gy
             gy = full
-        y = self.arrays[("r", i, j)] if opdef.saves_output else None
+        y = self.arrays[("r", i, j, lv)] if opdef.saves_output else None
         want = [k for k, a in enumerate(ly.in_vars[i]) if self.act[a] or _param(self.g, a)]
         grads = opdef.backward(xp, gy, {k: xs[k] for k in opdef.saves_inputs}, y, _band_attrs(ly, i),
                                shapes, want)

@@ -12,20 +12,18 @@ Row-wise ops (``ROWWISE``) map a band of output rows to a band of input rows of 
 * ``upsample`` by ``f`` -- output rows ``[a, b)`` read ``[a // f, (b-1) // f + 1)``;
 * ``relu``, ``gelu``, ``add``, ``bias`` and ``concat`` over channels -- the same rows.
 
+Batch norm (``batch_norm`` over the channel axis of a map) runs inside row regions too, exact:
+its output rows are its input rows (``SAME``), and ``norm`` marks it so that the row plan gives
+it what its batch statistics need (:mod:`planner.rows.plan`, :mod:`planner.rows.walk`): the
+forward of a region holding batch norms runs layer by layer on whole maps (each freed after its
+last forward use, so only the region outputs and per-channel statistics outlive it), which
+computes every mean and variance exactly as a plain step does; the backward's band
+recomputation normalises each band with those statistics (elementwise, so the same numbers), and
+the two per-channel sums of batch norm's input gradient (``sum dy`` and ``sum dy * xhat``) are
+summed band by band in one backward *phase* before the next phase uses them band by band.
+
 Everything else stops row-wise computation (a *barrier*, run on whole tensors) and why:
 
-* ``batch_norm`` -- its batch statistics (mean, variance over batch, rows and columns; in the
-  backward the two sums over the whole map) couple every row of the map. It stays exact by
-  running on the whole tensor: its input is a region output and its output a region input, so
-  the row regions on either side are separate (``planner.rows.row_program.barrier_depth``);
-  LR-CNN's alternative, a statistics pass inside the bands, is not implemented: the forward
-  would sweep the region prefix once more per batch norm to sum each channel's mean and
-  variance band by band before any band can be normalised, and the backward needs two more
-  whole-map sums (of ``dy * gamma`` and of ``dy * gamma * xhat``) before any band's input
-  gradient -- so a region holding ``b`` batch norms sweeps its prefix ``O(b)`` extra times in
-  each pass (quadratic in depth for ResNet-50's conv-BN chains). On ResNet-50 each region
-  would then trade its BN outputs (the whole maps a plain step keeps) for those sweeps; today
-  the regions between batch norms are {ReLU, conv} pairs that save nothing and are pruned;
 * global pooling (``avg_pool`` whose kernel covers the map), ``reshape`` (flatten), ``matmul``
   (fully connected), ``attention``, ``layer_norm`` and the loss -- every output value reads every
   row;
@@ -77,6 +75,7 @@ class Layers:
     dst: np.ndarray
     edge_saved: np.ndarray  # bool per edge: the consumer's VJP reads this input
     saves_output: np.ndarray  # bool [n]: the op's VJP reads its own output
+    norm: np.ndarray        # bool [n]: batch norm over the channels of a map (runs in regions)
     var_shape: dict         # var id -> shape (every op input and output)
     var_dtype: dict
 
@@ -112,7 +111,13 @@ def _geometry(op: str, attrs: dict, in_shapes: list, out_shape: list) -> tuple:
         return WINDOW, int(k), int(attrs["stride"]), int(attrs.get("pad", 0))
     if op == "upsample":
         return UPSAMPLE, 1, int(attrs["factor"]), 0
+    if _is_map_norm(op, attrs):
+        return SAME, 1, 1, 0
     return BARRIER, 1, 1, 0
+
+
+def _is_map_norm(op: str, attrs: dict) -> bool:
+    return op == "batch_norm" and attrs.get("kind") == "batch" and attrs.get("axis", 1) % 4 == 1
 
 
 def read(g) -> Layers:
@@ -152,7 +157,9 @@ def read(g) -> Layers:
                   np.asarray(flops, dtype=np.int64),
                   np.asarray(g.var_bytes, dtype=np.int64)[out_var],
                   src.astype(np.int64), dst.astype(np.int64), saved[producer >= 0],
-                  np.asarray([OPS[op].saves_output for op in ops], dtype=bool), var_shape, var_dtype)
+                  np.asarray([OPS[op].saves_output for op in ops], dtype=bool),
+                  np.asarray([geo[i, 0] == SAME and _is_map_norm(op, attrs[i]) for i, op in enumerate(ops)],
+                             dtype=bool), var_shape, var_dtype)
 
 
 def input_rows(kind, k, s, p, h_in, lo, hi):

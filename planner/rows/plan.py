@@ -15,6 +15,15 @@ once in the backward, where each band recomputes its maps and back-propagates th
 the rows it owns. The backward is linear in the incoming gradient, so the bands' contributions
 (weight gradients, the region inputs' gradients) add up to the plain step's.
 
+A region holding batch norms (ResNet-50's bottleneck blocks) stays exact: its forward runs
+layer by layer on whole maps (freed after their last forward use; the per-channel statistics are
+kept), and its backward runs in *phases* (:func:`_phases`), one more per batch norm on the
+longest path through it: a phase sums a batch norm's output gradient, whole, and its two
+per-channel sums band by band; the next starts from it band by band. Each phase recomputes the
+rows it needs, so a block of three chained batch norms recomputes its prefix up to four times.
+Regions end at every residual add too (its output is the block's checkpoint), which keeps the
+phases to one block's.
+
 ``auto`` (:func:`choose`) tries ``R`` in 2, 4, 8, 16, 32 with both policies and keeps the least
 extra FLOPs whose predicted peak fits the budget (the smallest peak when none fits).
 """
@@ -25,7 +34,7 @@ import dataclasses
 
 import numpy as np
 from scipy.sparse import coo_matrix
-from scipy.sparse.csgraph import connected_components
+from scipy.sparse.csgraph import breadth_first_order, connected_components
 
 from hgraph.errors import HGraphError, InfeasibleError
 from planner.execute.ops import BACKWARD_FLOPS_FACTOR
@@ -58,32 +67,55 @@ class RowPlan:
     own: np.ndarray
     fresh: np.ndarray
     supersteps: int
+    phase_ranges: np.ndarray = None   # int64 [P, n, R, 2]: rows of each backward phase ([0] = ranges)
+    phase_fresh: np.ndarray = None    # int64 [P, n, R]: first row computed ([0] = fresh; else lo)
+    phase_own: np.ndarray = None      # int64 [P, n, R, 2]: rows each phase's seeds own
+    seeds: np.ndarray = None          # bool [P, n]: where each phase's backward starts
+    carriers: np.ndarray = None       # bool [P, n]: ops back-propagated in each phase
+    whole_forward: np.ndarray = None  # bool [regions]: regions with batch norm (forward whole)
     walk: object = None               # planner.rows.walk.Walk: the steps and their buffers
     predicted_peak_bytes: int = 0
     param_grad_bytes: int = 0
     recompute: tuple = ()             # whole ops dropped after the forward, recomputed in the backward
+    resweep: tuple = ()               # regions whose outputs are dropped too, swept again in the backward
+    open_stages: tuple = ()           # downsampling ops that do not end a region (plan's open_stages)
+    prune: bool = True                # plan's prune
     dp: dict | None = None            # how the recomputation DP chose them (planner.rows.with_dp)
 
     @property
     def num_regions(self) -> int:
         return int(self.region.max()) + 1 if self.region.size else 0
 
-    def computed_rows(self, fresh_only: bool) -> np.ndarray:
-        """int64 [n]: rows of each op's output computed in one sweep over all bands."""
-        lo = self.fresh if fresh_only else self.ranges[..., 0]
-        return np.maximum(self.ranges[..., 1] - lo, 0).sum(axis=1)
+    @property
+    def phases(self) -> int:
+        return int(self.phase_ranges.shape[0])
+
+    def computed_rows(self, fresh_only: bool, phase: int = 0) -> np.ndarray:
+        """int64 [n]: rows of each op's output computed in one sweep of ``phase`` over all bands."""
+        rng = self.phase_ranges[phase]
+        lo = self.phase_fresh[phase] if fresh_only else rng[..., 0]
+        return np.maximum(rng[..., 1] - lo, 0).sum(axis=1)
 
     def flops(self) -> dict:
-        """Forward/backward FLOPs of a plain step and of this plan's step."""
+        """Forward/backward FLOPs of a plain step and of this plan's step.
+
+        Forward: region ops of a band sweep at the rows they compute, regions with batch norm
+        once on whole maps; backward: every phase's band recomputation (a phase's seeds are not
+        recomputed) and its VJPs at the rows of that phase."""
         ly, inside = self.layers, self.region >= 0
         h = np.maximum(ly.h_out, 1)
         f = ly.flops.astype(np.float64)
-        sweep = np.where(inside, self.computed_rows(self.policy == "share") / h, 1.0)
-        back = np.where(inside, self.computed_rows(False) / h, 1.0)
-        sweeps = np.where(inside, 2.0, 1.0)           # the forward sweep, then the recompute
+        whole = inside & self.whole_forward[np.maximum(self.region, 0)]
+        share = self.policy == "share"
+        forward = np.where(inside & ~whole, self.computed_rows(share) / h, 1.0)
+        again = sum(self.computed_rows(share and q == 0, q) * ~self.seeds[q] for q in range(self.phases))
+        back = sum(self.computed_rows(False, q) * (self.carriers[q] | self.seeds[q] & (q > 0))
+                   for q in range(self.phases))
         plain = float(f.sum()) * (1 + BACKWARD_FLOPS_FACTOR)
-        rows = float((f * sweep * sweeps).sum() + (BACKWARD_FLOPS_FACTOR * f * back).sum()
-                     + f[list(self.recompute)].sum())
+        rows = float((f * forward).sum() + (f * np.where(inside, again / h, 0.0)).sum()
+                     + (BACKWARD_FLOPS_FACTOR * f * np.where(inside, back / h, 1.0)).sum()
+                     + f[list(self.recompute)].sum()
+                     + (f * forward * np.isin(self.region, self.resweep)).sum())
         return {"plain_flops": int(plain), "row_flops": int(rows), "extra_flops": int(rows - plain)}
 
     def halo(self) -> list:
@@ -113,8 +145,14 @@ class RowPlan:
                 "kept_between_passes": {"region_outputs": kept, "region_inputs": inputs,
                                         "whole_ops": "values their VJPs read, as in a plain step"},
                 "recomputed": "every region op, band by band, in the backward",
-                "combined_with_dp": bool(self.recompute),
+                "backward_phases": self.phases,
+                "batch_norms_in_regions": int((ly.norm & (self.region >= 0)).sum()),
+                "regions_forward_whole": int(self.whole_forward.sum()),
+                "combined_with_dp": bool(self.recompute or self.resweep),
                 "dp_recomputed_ops": [int(i) for i in self.recompute],
+                "dp_reswept_regions": [int(r) for r in self.resweep],
+                "open_stages": [int(i) for i in self.open_stages],
+                "dp_reswept_vars": [int(v) for v in ly.out_var[self.outputs & np.isin(self.region, self.resweep)]],
                 "dp_recomputed_vars": [int(ly.out_var[i]) for i in self.recompute],
                 **({"dp": self.dp} if self.dp else {}), "engine_supersteps": int(self.supersteps),
                 "bands": [{"band": j, "rows": {int(i): self.ranges[i, j].tolist()
@@ -124,7 +162,7 @@ class RowPlan:
 
 
 def plan(g, bands: int, policy: str = "overlap", opts: EngineOptions | None = None,
-         stages: bool = True, prune: bool = True) -> RowPlan:
+         stages: bool = True, prune: bool = True, open_stages=()) -> RowPlan:
     """The row plan of zoo graph ``g`` with ``bands`` row bands under ``policy``.
 
     ``stages``: a region also ends at every downsampling op (pooling, strided convolution), whose
@@ -132,6 +170,8 @@ def plan(g, bands: int, policy: str = "overlap", opts: EngineOptions | None = No
     nearly the whole image (VGG-16's conv5_3 sees 212 of 224 rows), so every band recomputes
     almost everything and holds almost whole maps; with it the halo stays within one resolution.
     ``prune``: regions that would not lower the memory (:func:`_profitable`) run on whole tensors.
+    ``open_stages``: downsampling ops that do not end a region even so (the search of
+    :func:`planner.rows.with_dp.walk_search` opens the one whose map the peak holds).
     """
     if policy not in POLICIES:
         raise HGraphError(f"unknown row policy {policy!r}; choose from {', '.join(POLICIES)} or auto")
@@ -148,14 +188,17 @@ def plan(g, bands: int, policy: str = "overlap", opts: EngineOptions | None = No
         raise HGraphError(f"--rows {bands} is larger than the image height {image}")
     opts = opts or EngineOptions()
     rowwise = (ly.kind != layers_mod.BARRIER) & (ly.h_out >= bands)
-    ends = ~rowwise | (stages & rowwise & (ly.h_out < ly.h_in))
+    residual = np.asarray([op == "add" for op in ly.ops], dtype=bool)
+    down = stages & rowwise & (ly.h_out < ly.h_in)
+    down[list(open_stages)] = False
+    ends = ~rowwise | down | residual
     depth = row_program.barrier_depth(ly, ends, opts)
     region = _regions(ly, rowwise, depth)
     if prune:
         region = _profitable(ly, region)
     if not (convs & (region >= 0)).any():
         raise HGraphError(f"--rows {bands}: no convolution stack where row bands save memory (maps of "
-                          f"at least {bands} rows between batch norms / downsampling)")
+                          f"at least {bands} rows between downsampling ops)")
     outputs = _region_outputs(ly, region)
     own = np.zeros((ly.n, bands, 2), dtype=np.int64)
     h = ly.h_out[:, None]
@@ -168,19 +211,77 @@ def plan(g, bands: int, policy: str = "overlap", opts: EngineOptions | None = No
     if policy == "share":
         prev_hi = np.concatenate([np.zeros((ly.n, 1), np.int64), ranges[:, :-1, 1]], axis=1)
         fresh = np.clip(np.maximum(fresh, prev_hi), None, ranges[..., 1])
-    return with_recompute(RowPlan(g, ly, bands, policy, region, outputs, ranges, own, fresh,
-                                  int(supersteps)), ())
+    p = RowPlan(g, ly, bands, policy, region, outputs, ranges, own, fresh, int(supersteps),
+                open_stages=tuple(sorted(int(i) for i in open_stages)), prune=prune)
+    _phases(p, cuts, opts)
+    return with_recompute(p, ())
 
 
-def with_recompute(p: RowPlan, ops, dp: dict | None = None) -> RowPlan:
-    """Plan ``p`` with whole ops ``ops`` recomputed in the backward (and its new walk and peak).
+def _phases(p: RowPlan, cuts: np.ndarray, opts) -> None:
+    """The backward phases of ``p`` (fills ``phase_*``, ``seeds``, ``carriers``, ``whole_forward``).
 
-    Only ops outside the row regions qualify (a region's ops are recomputed band by band
-    anyway); the loss is never recomputed."""
+    A batch norm's input gradient needs two sums over its whole map of its output gradient, so
+    it cannot go on band by band until every band has delivered that gradient. A batch norm
+    ``b`` at *level* ``L`` (the most batch norms after it on a path to a region output) has all
+    of its output gradient after phase ``L``: phases ``0 .. L`` accumulate it, whole, with the
+    two sums (its parameter gradients, band by band); phase ``L + 1`` starts from it (``b`` is a
+    *seed*, owning rows as a region output does) and carries its input gradient on, band by
+    band, down to the next batch norms or the region inputs. Each phase recomputes, band by
+    band, the rows its VJPs read (the engine's row ranges from its seeds' rows).
+    """
+    ly, region, n = p.layers, p.region, p.layers.n
+    inner = (region[ly.src] >= 0) & (region[ly.src] == region[ly.dst])
+    src, dst = ly.src[inner], ly.dst[inner]
+    norm = ly.norm & (region >= 0)
+    level = row_program.longest_path(dst, src, norm[dst], n, opts)      # reversed edges
+    count = int(level[norm].max(initial=-1)) + 2
+    seeds = np.zeros((count, n), dtype=bool)
+    seeds[0] = p.outputs
+    seeds[1:] = norm[None, :] & (level[None, :] == np.arange(count - 1)[:, None])
+    own = np.repeat(p.own[None], count, axis=0)
+    own[1:, :, :, 0], own[1:, :, :, 1] = cuts[:, :-1], cuts[:, 1:]
+    own[1:][~seeds[1:]] = (1, 0)
+    ranges = np.repeat(p.ranges[None], count, axis=0)
+    fresh = np.repeat(p.fresh[None], count, axis=0)
+    carriers = np.zeros((count, n), dtype=bool)
+    for q in range(count):            # one engine run per phase: a handful per plan
+        if q:
+            ranges[q] = row_program.row_ranges(ly, region, own[q], opts)[0]
+            fresh[q] = ranges[q, ..., 0]
+        carriers[q] = _carried(n, src, dst, norm, seeds[q], q > 0)
+    p.phase_ranges, p.phase_fresh, p.phase_own, p.seeds, p.carriers = ranges, fresh, own, seeds, carriers
+    p.whole_forward = np.bincount(region[norm], minlength=p.num_regions) > 0
+
+
+def _carried(n: int, src, dst, norm, seeds, seeds_pass: bool) -> np.ndarray:
+    """bool [n]: ops a gradient reaches from ``seeds`` against the edges ``src -> dst`` without
+    passing a batch norm (one it reaches accumulates and stops; a seed passes it on when
+    ``seeds_pass``). The seeds are carriers unless ``seeds_pass`` (then they only start it)."""
+    through = ~norm[dst] | (seeds[dst] & seeds_pass)
+    start = np.flatnonzero(seeds)
+    rows = np.concatenate([dst[through], np.full(start.size, n)])
+    cols = np.concatenate([src[through], start])
+    adj = coo_matrix((np.ones(rows.size), (rows, cols)), shape=(n + 1, n + 1)).tocsr()
+    reached = np.zeros(n + 1, dtype=bool)
+    reached[breadth_first_order(adj, n, directed=True, return_predecessors=False)] = True
+    reached = reached[:n]
+    return reached & ~seeds if seeds_pass else reached
+
+
+def with_recompute(p: RowPlan, ops, dp: dict | None = None, resweep=()) -> RowPlan:
+    """Plan ``p`` with whole ops ``ops`` recomputed in the backward, and the outputs of regions
+    ``resweep`` dropped after the forward and made again by one more forward band sweep of their
+    region where the backward first reads them (and its new walk and peak).
+
+    Only ops outside the row regions qualify for ``ops`` (a region's ops are recomputed band by
+    band anyway); the loss is never recomputed."""
     ops = tuple(sorted(int(i) for i in ops))
+    resweep = tuple(sorted(int(r) for r in resweep))
     if any(p.region[i] >= 0 or p.layers.ops[i] == "softmax_cross_entropy" for i in ops):
         raise HGraphError("only whole ops other than the loss can be recomputed whole")
-    q = dataclasses.replace(p, recompute=ops, dp=dp)
+    if any(not 0 <= r < p.num_regions for r in resweep):
+        raise HGraphError(f"no such row region among {resweep}")
+    q = dataclasses.replace(p, recompute=ops, resweep=resweep, dp=dp)
     w = walk.build(q)
     q.walk, q.predicted_peak_bytes, q.param_grad_bytes = w, w.peak_bytes, w.param_grad_bytes
     return q
@@ -203,8 +304,8 @@ def _profitable(ly, region: np.ndarray) -> np.ndarray:
 
     A region saves the whole maps a plain step keeps of its inner ops (values a VJP reads) and
     costs the maps of its inputs that a plain step would not keep (it recomputes from them):
-    after every batch norm of a ResNet, a region {ReLU, conv} keeps the batch norm's output
-    instead of the ReLU's -- no gain, so it runs whole.
+    ResNet-50's stem convolution alone between the image and its stride would keep the same map
+    whole as a plain step -- no gain, so it runs whole.
     """
     n_reg = int(region.max()) + 1 if region.size else 0
     if n_reg == 0:

@@ -83,8 +83,12 @@ class RowRanges(hgraph.VertexProgram):
 
 def barrier_depth(layers, ends: np.ndarray, opts) -> np.ndarray:
     """int64 [n]: region ends on the longest path into each op (``opts``: EngineOptions)."""
-    w = ends[layers.src].astype(np.float64)
-    eg = hgraph.Graph.from_edges(layers.src, layers.dst, weights=w, n=layers.n)
+    return longest_path(layers.src, layers.dst, ends[layers.src], layers.n, opts)
+
+
+def longest_path(src, dst, weights, n: int, opts) -> np.ndarray:
+    """int64 [n]: the largest total weight (0/1 per edge) of a path into each vertex."""
+    eg = hgraph.Graph.from_edges(src, dst, weights=np.asarray(weights, dtype=np.float64), n=n)
     return np.asarray(opts.run(BarrierDepth(), eg).values, dtype=np.int64)
 
 

@@ -10,18 +10,27 @@ Steps (``Step.kind``):
   ``fwd`` step of phase ``re`` recomputes, in the backward, a whole op the recomputation DP
   dropped after the forward (``RowPlan.recompute``, :mod:`planner.rows.with_dp`), into ``("rv",
   var)``, right before the first backward step that reads it;
-* ``band`` -- one region op on the rows of one band, ``phase`` ``b`` (forward sweep) or ``r``
-  (the backward's recomputation); under ``share`` the rows before ``fresh`` come from the tail;
+* ``band`` -- one region op on the rows of one band, ``phase`` ``b`` (forward sweep), ``r`` (the
+  backward's recomputation, in backward phase ``level``) or ``c`` (a region of
+  ``RowPlan.resweep`` swept again in the backward to remake its outputs as ``("rv", var)``);
+  under ``share`` the rows before ``fresh`` come from the tail; a batch norm normalises its band
+  with the statistics ``("st", op)`` its region's whole forward kept;
 * ``tail`` -- ``share``: keep the rows of this band the next band needs;
 * ``store`` -- copy a region output's owned rows into its whole tensor;
 * ``seed`` -- start a band's backward: the owned rows of a region output's whole gradient;
 * ``bandbwd`` -- one region op's backward on one band; gradients accumulate into the producers'
-  band gradients, the region inputs' whole gradients and the parameter gradients.
+  band gradients, the region inputs' whole gradients and the parameter gradients;
+* ``bnsink`` -- a batch norm in a backward phase before its own: its band's output gradient goes
+  into the whole ``("gw", op)`` and its two per-channel sums into ``("s", op)`` (and the
+  parameter gradients);
+* ``bnseed`` -- a batch norm in its own phase: its input gradient on the rows the band owns.
 
 Buffer keys: ``("v", var)`` / ``("g", var)`` whole value / gradient, ``("rv", var)`` a
 recomputed whole value, ``("pg", var)`` parameter
 gradient (kept: the step's result), ``(phase, op, band)`` band values, ``(phase + "t", op,
-band)`` tails, ``("bg", op, band)`` band gradients. A buffer is allocated at its first write and
+band)`` tails, ``("bg", op, band)`` band gradients (band keys carry the backward phase as a
+fourth element), ``("st", op)`` / ``("s", op)`` / ``("gw", op)`` a batch norm's statistics,
+gradient sums and whole output gradient. A buffer is allocated at its first write and
 freed right after its last use (recycling after last use, as the plain executor with
 ``recycle=True``).
 """
@@ -43,6 +52,7 @@ class Step:
     op: int
     band: int = -1
     phase: str = ""
+    level: int = 0           # backward phase (planner.rows.plan.RowPlan.phases)
     reads: list = dataclasses.field(default_factory=list)
     inputs: dict = dataclasses.field(default_factory=dict)    # input position -> key (-1: own output)
     writes: list = dataclasses.field(default_factory=list)     # (key, "set" | "acc")
@@ -58,6 +68,11 @@ class Walk:
     live: np.ndarray         # int64 [steps]: bytes held during each step
     peak_bytes: int
     param_grad_bytes: int
+    span: dict = None        # key -> (first step, last step) it is held
+
+    def held_at(self, s: int) -> list:
+        """Keys held during step ``s``."""
+        return [k for k, (a, b) in self.span.items() if a <= s <= b]
 
 
 def _units(p) -> list:
@@ -76,38 +91,75 @@ def _steps(p) -> list:
     producer = {int(v): i for i, v in enumerate(ly.out_var.tolist())}
     share = p.policy == "share"
 
-    def source(i, a, j, phase):
-        """Key of activation input ``a`` of region op ``i`` in band ``j``."""
+    def source(i, a, j, phase, lv):
+        """Key of activation input ``a`` of region op ``i`` in band ``j`` of phase ``lv``."""
         q = producer[a]
-        return (phase, q, j) if p.region[q] == p.region[i] else ("v", a)
+        return (phase, q, j, lv) if p.region[q] == p.region[i] else ("v", a)
 
-    def has_rows(i, j):
-        return p.ranges[i, j, 0] < p.ranges[i, j, 1]
+    def has_rows(i, j, lv):
+        return p.phase_ranges[lv, i, j, 0] < p.phase_ranges[lv, i, j, 1]
 
-    def sweep(r, j, phase):
+    def band_inputs(st, i, j, phase, lv, positions):
+        st.inputs = {k: source(i, ly.in_vars[i][k], j, phase, lv) for k in positions
+                     if act[ly.in_vars[i][k]]}
+        st.reads += list(st.inputs.values()) + ([("st", i)] if ly.norm[i] else [])
+
+    def sweep(r, j, phase, lv):
         out = []
         for i in members[r]:
-            if not has_rows(i, j):
-                continue
-            st = Step("band", i, j, phase, writes=[((phase, i, j), "set")])
-            st.inputs = {k: source(i, a, j, phase) for k, a in enumerate(ly.in_vars[i]) if act[a]}
-            st.reads = list(st.inputs.values())
-            if p.fresh[i, j] > p.ranges[i, j, 0]:
-                st.reads.append((phase + "t", i, j - 1))
+            if not has_rows(i, j, lv) or (lv and p.seeds[lv, i]):
+                continue            # a phase's seeds start from their whole gradient
+            st = Step("band", i, j, phase, lv, writes=[((phase, i, j, lv), "set")])
+            band_inputs(st, i, j, phase, lv, range(len(ly.in_vars[i])))
+            if p.phase_fresh[lv, i, j] > p.phase_ranges[lv, i, j, 0]:
+                st.reads.append((phase + "t", i, j - 1, lv))
             out.append(st)
-            if phase == "b" and p.outputs[i]:
-                out.append(Step("store", i, j, phase, reads=[(phase, i, j)],
-                                writes=[(("v", int(ly.out_var[i])), "acc")]))
-            if share and j + 1 < p.bands and p.fresh[i, j + 1] > p.ranges[i, j + 1, 0]:
-                out.append(Step("tail", i, j, phase, reads=[(phase, i, j)],
-                                writes=[((phase + "t", i, j), "set")]))
+            if phase in ("b", "c") and p.outputs[i]:       # c: a re-sweep (RowPlan.resweep)
+                out.append(Step("store", i, j, phase, reads=[(phase, i, j, lv)],
+                                writes=[(("v" if phase == "b" else "rv", int(ly.out_var[i])), "acc")]))
+            if share and j + 1 < p.bands and p.phase_fresh[lv, i, j + 1] > p.phase_ranges[lv, i, j + 1, 0]:
+                out.append(Step("tail", i, j, phase, lv, reads=[(phase, i, j, lv)],
+                                writes=[((phase + "t", i, j, lv), "set")]))
         return out
 
-    def grad_key(i, a, j):
+    def grad_key(i, a, j, lv):
         if not act[a]:
             return ("pg", a)
         q = producer[a]
-        return ("bg", q, j) if p.region[q] == p.region[i] else ("g", a)
+        return ("bg", q, j, lv) if p.region[q] == p.region[i] else ("g", a)
+
+    def phase_steps(r, j, lv):
+        """Band ``j`` of backward phase ``lv`` of region ``r``."""
+        out = sweep(r, j, "r", lv)
+        if lv == 0:
+            for i in members[r]:
+                if p.outputs[i] and has_rows(i, j, 0):
+                    out.append(Step("seed", i, j, reads=[("g", int(ly.out_var[i]))],
+                                    writes=[(("bg", i, j, 0), "acc")]))
+        for i in reversed(members[r]):
+            if not has_rows(i, j, lv):
+                continue
+            x, gamma, beta = (ly.in_vars[i] + [None] * 3)[:3]
+            if lv and p.seeds[lv, i]:            # batch norm: its input gradient, own rows
+                st = Step("bnseed", i, j, "r", lv, reads=[("gw", i), ("s", i)],
+                          writes=[(grad_key(i, x, j, lv), "acc")])
+                band_inputs(st, i, j, "r", lv, [0])
+                out.append(st)
+            elif p.carriers[lv, i] and ly.norm[i]:   # batch norm: sums and whole output gradient
+                st = Step("bnsink", i, j, "r", lv, reads=[("bg", i, j, lv)],
+                          writes=[(("gw", i), "acc"), (("s", i), "acc"), (("pg", gamma), "acc"),
+                                  (("pg", beta), "acc")])
+                band_inputs(st, i, j, "r", lv, [0])
+                out.append(st)
+            elif p.carriers[lv, i]:
+                opdef = OPS[ly.ops[i]]
+                st = Step("bandbwd", i, j, "r", lv, reads=[("bg", i, j, lv)])
+                band_inputs(st, i, j, "r", lv, opdef.saves_inputs)
+                st.reads += [("r", i, j, lv)] if opdef.saves_output else []
+                st.writes = [(grad_key(i, a, j, lv), "acc") for a in ly.in_vars[i]
+                             if act[a] or _is_param(p.graph, a)]
+                out.append(st)
+        return out
 
     consumed = {a for vs in ly.in_vars for a in vs}
     forward, backward = [], []
@@ -126,32 +178,21 @@ def _steps(p) -> list:
                          if act[a] or _is_param(p.graph, a)]
             backward.append(st)
             continue
-        for j in range(p.bands):
-            forward.extend(sweep(u, j, "b"))
-        band_steps = []
-        for j in range(p.bands):
-            band_steps.extend(sweep(u, j, "r"))
+        if p.whole_forward[u]:           # batch norms: whole maps, layer by layer, statistics kept
             for i in members[u]:
-                if p.outputs[i] and has_rows(i, j):
-                    band_steps.append(Step("seed", i, j, reads=[("g", int(ly.out_var[i]))],
-                                           writes=[(("bg", i, j), "acc")]))
-            for i in reversed(members[u]):
-                if not has_rows(i, j):
-                    continue
-                opdef = OPS[ly.ops[i]]
-                st = Step("bandbwd", i, j, "r", reads=[("bg", i, j)])
-                st.inputs = {k: source(i, ly.in_vars[i][k], j, "r") for k in opdef.saves_inputs
-                             if act[ly.in_vars[i][k]]}
-                st.reads += list(st.inputs.values())
-                st.reads += [("r", i, j)] if opdef.saves_output else []
-                st.writes = [(grad_key(i, a, j), "acc") for a in ly.in_vars[i]
-                             if act[a] or _is_param(p.graph, a)]
-                band_steps.append(st)
-        backward.append(band_steps)
+                st = _whole_forward(ly, act, i, "v")
+                st.writes += [(("st", i), "set")] if ly.norm[i] else []
+                forward.append(st)
+        else:
+            for j in range(p.bands):
+                forward.extend(sweep(u, j, "b", 0))
+        levels = [lv for lv in range(p.phases) if lv == 0 or p.seeds[lv, members[u]].any()]
+        backward.append([st for lv in levels for j in range(p.bands) for st in phase_steps(u, j, lv)])
     steps = []
     for st in reversed(backward):
         steps.extend(st if isinstance(st, list) else [st])
-    return forward + _recomputed(p, steps)
+    resweeps = {r: [st for j in range(p.bands) for st in sweep(r, j, "c", 0)] for r in p.resweep}
+    return forward + _recomputed(p, steps, resweeps)
 
 
 def _whole_forward(ly, act, i, out_kind, phase="") -> Step:
@@ -162,43 +203,49 @@ def _whole_forward(ly, act, i, out_kind, phase="") -> Step:
     return st
 
 
-def _recomputed(p, backward: list) -> list:
-    """``backward`` with the whole ops of ``p.recompute`` recomputed where first read.
+def _recomputed(p, backward: list, resweeps: dict) -> list:
+    """``backward`` with the whole ops of ``p.recompute`` recomputed, and the regions of
+    ``p.resweep`` swept again (``resweeps``: region -> its sweep steps), where first read.
 
     Their forward values are then last read in the forward and freed there; every backward read
     of one goes to its recomputation ``("rv", var)``, made (after the recomputations of its own
     inputs, in topological order) right before the first backward step that reads it.
     """
     ly, act = p.layers, p.graph.is_activation
-    again = {int(ly.out_var[i]): int(i) for i in sorted(p.recompute)}
+    again = {int(ly.out_var[i]): ("op", int(i)) for i in sorted(p.recompute)}
+    again.update({int(ly.out_var[i]): ("region", int(p.region[i]))
+                  for i in np.flatnonzero(p.outputs & np.isin(p.region, list(p.resweep))).tolist()})
     if not again:
         return backward
 
     def rename(key):
         return ("rv", key[1]) if key[0] == "v" and key[1] in again else key
 
+    def renamed(st):
+        st.reads = [rename(k) for k in st.reads]
+        st.inputs = {k: rename(key) for k, key in st.inputs.items()}
+        return st
+
     out, done = [], set()
 
     def ensure(a):
-        if a in done:
+        unit = again[a]
+        if unit in done:
             return
-        i = again[a]
-        for x in ly.in_vars[i]:
-            if x in again:
-                ensure(x)
-        st = _whole_forward(ly, act, i, "rv", phase="re")
-        st.inputs = {k: rename(key) for k, key in st.inputs.items()}
-        st.reads = list(st.inputs.values())
-        out.append(st)
-        done.add(a)
+        kind, u = unit
+        made = [_whole_forward(ly, act, u, "rv", phase="re")] if kind == "op" else resweeps[u]
+        for st in made:
+            for key in st.reads:
+                if key[0] == "v" and key[1] in again:
+                    ensure(key[1])
+        out.extend(renamed(st) for st in made)
+        done.add(unit)
 
     for st in backward:
         for key in st.reads:
             if key[0] == "v" and key[1] in again:
                 ensure(key[1])
-        st.reads = [rename(k) for k in st.reads]
-        st.inputs = {k: rename(key) for k, key in st.inputs.items()}
-        out.append(st)
+        out.append(renamed(st))
     return out
 
 
@@ -206,14 +253,22 @@ def _is_param(g, v) -> bool:
     return g.var_names[v].startswith("/")
 
 
+#: Keys of whole tensors: (kind, var) or, for batch norm op ``i``, (kind, i).
+WHOLE = ("v", "rv", "g", "pg", "gw", "st", "s")
+
+
 def _shape(p, key) -> tuple:
     ly = p.layers
     if key[0] in ("v", "rv", "g", "pg"):
         return tuple(ly.var_shape[key[1]]), ly.var_dtype[key[1]]
-    _, i, j = key
-    lo, hi = p.ranges[i, j]
-    if key[0].endswith("t"):
-        lo, hi = p.ranges[i, j + 1, 0], p.ranges[i, j, 1]
+    if key[0] == "gw":
+        return tuple(ly.out_shapes[key[1]]), ly.dtypes[key[1]]
+    if key[0] in ("st", "s"):
+        return (2, int(ly.out_shapes[key[1]][1])), ly.dtypes[key[1]]
+    kind, i, j, lv = key
+    lo, hi = p.phase_ranges[lv, i, j]
+    if kind.endswith("t"):
+        lo, hi = p.phase_ranges[lv, i, j + 1, 0], p.phase_ranges[lv, i, j, 1]
     shape = list(ly.out_shapes[i])
     shape[2] = int(hi - lo)
     return tuple(shape), ly.dtypes[i]
@@ -244,4 +299,5 @@ def build(p) -> Walk:
             delta[last[key] + 1] -= nbytes[key]
     live = np.cumsum(delta)[:-1]
     pg = sum(b for k, b in nbytes.items() if k[0] == "pg")
-    return Walk(steps, shapes, nbytes, live, int(live.max(initial=0)), int(pg))
+    span = {k: (s, last[k] if k[0] != "pg" else len(steps)) for k, s in first.items()}
+    return Walk(steps, shapes, nbytes, live, int(live.max(initial=0)), int(pg), span)

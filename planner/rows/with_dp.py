@@ -2,7 +2,7 @@
 
 A row plan (:mod:`planner.rows.plan`) leaves two kinds of memory: the band buffers of its
 regions, which only the band count changes, and the *whole* tensors -- the values of the ops
-outside the regions (batch norms, the classifier, skip connections) and the region outputs /
+outside the regions (the classifier, ops on maps too small for the bands) and the region outputs /
 inputs stored between the passes. When the row plan alone does not fit ``budget_bytes``,
 :func:`combine` asks the recomputation DP (:class:`planner.solver.Solver`) which whole tensors to
 drop after the forward and recompute in the backward:
@@ -11,26 +11,30 @@ drop after the forward and recompute in the backward:
   activations at 0 bytes (they never exist whole under the row plan, so only what remains
   counts), at a ladder of budgets (fractions of what remains);
 * from each schedule it emits, the whole ops it computes more than once become the row plan's
-  ``recompute`` set (region ops are recomputed band by band anyway; the loss never is);
-* every distinct set is walked (:func:`planner.rows.plan.with_recompute`: the same step list
-  the executor runs, so the prediction is exact), and the set with the fewest extra FLOPs whose
+  ``recompute`` set (the loss never is), and the regions one of whose outputs it computes more
+  than once its ``resweep`` set: their outputs -- the whole maps a row plan keeps between the
+  passes -- are dropped after the forward and remade by one more forward band sweep of the
+  region right before the backward first reads them (so the DP acts on what rows keep);
+* every distinct pair is walked (:func:`planner.rows.plan.with_recompute`: the same step list
+  the executor runs, so the prediction is exact), and the pair with the fewest extra FLOPs whose
   predicted peak fits the budget wins.
 
 It is sequential, not a joint search: the band count and policy are the caller's (or ``auto``'s),
-and the DP cannot touch the band buffers nor the region inputs and gradients a region's backward
-reads -- on VGG-16 the rows-alone peak sits exactly there (the stage-2 backward holds pool1's
-value, its gradient and pool2's gradient), so the DP finds nothing to drop; it pays off where
-whole tensors dominate (batch-norm networks, skip connections).
+and the DP cannot touch the band buffers nor what the backward of the region at the peak reads
+and writes (its input map, that map's gradient, its outputs' gradients) -- on VGG-16 the
+rows-alone peak sits exactly there (the stage-2 backward holds pool1's value, its gradient and
+pool2's gradient), so the DP finds nothing to drop; it pays off where checkpoints of other regions
+or whole tensors are idle at the peak (ResNet-50's block outputs, U-Net's skips).
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from hgraph.errors import InfeasibleError
+from hgraph.errors import HGraphError, InfeasibleError
 from planner.activation_graph import ActivationGraph
 from planner.emit import emit_groups
-from planner.rows.plan import RowPlan, with_recompute
+from planner.rows.plan import RowPlan, plan, with_recompute
 from planner.solver import Solver
 
 #: DP budgets tried, as fractions of the bytes of the whole tensors that remain.
@@ -60,17 +64,80 @@ def recomputations(g, schedule) -> np.ndarray:
 
 
 def recomputed_whole_ops(p: RowPlan, schedule) -> tuple:
-    """Whole ops (outside regions, not the loss) that ``schedule`` computes more than once."""
+    """(whole ops, regions): the whole ops (outside regions, not the loss) that ``schedule``
+    computes more than once, and the regions one of whose outputs it computes more than once
+    (they are swept again in the backward: ``RowPlan.resweep``)."""
     twice = recomputations(p.graph, schedule) > 0
     loss = np.asarray([op == "softmax_cross_entropy" for op in p.layers.ops], dtype=bool)
-    return tuple(np.flatnonzero(twice & (p.region < 0) & ~loss).tolist())
+    regions = np.unique(p.region[twice & p.outputs])
+    return tuple(np.flatnonzero(twice & (p.region < 0) & ~loss).tolist()), tuple(regions.tolist())
 
 
-def combine(p: RowPlan, budget_bytes: int, opts=None) -> RowPlan:
-    """``p`` itself when it fits ``budget_bytes``, else ``p`` with the cheapest DP recompute set
-    that fits (InfeasibleError naming the smallest peak found when none does)."""
-    if p.predicted_peak_bytes <= budget_bytes:
-        return p
+def idle_at_peak(q: RowPlan) -> list:
+    """Moves that could lower the peak of ``q``'s walk, from the whole maps held at its peak step:
+    ``("op", i)`` recompute a whole op (not the loss) whose value is held but not used there,
+    ``("region", r)`` sweep region ``r`` again for such an output of it, ``("open", i)`` let
+    downsampling op ``i`` (a region output whose value or gradient is held there, whole) not end
+    its region, so that map never exists whole."""
+    w, ly = q.walk, q.layers
+    s = int(np.argmax(w.live))
+    used = set(w.steps[s].reads) | {k for k, _ in w.steps[s].writes}
+    producer = {int(v): i for i, v in enumerate(ly.out_var.tolist())}
+    out = []
+    for key in w.held_at(s):
+        if key[0] not in ("v", "g") or key[1] not in producer:
+            continue
+        i = producer[key[1]]
+        r = int(q.region[i])
+        if r >= 0 and q.outputs[i] and ly.h_out[i] < ly.h_in[i] and i not in q.open_stages:
+            out.append(("open", i))
+        if key[0] != "v" or key in used:
+            continue
+        if r >= 0 and q.outputs[i] and r not in q.resweep:
+            out.append(("region", r))
+        elif r < 0 and ly.ops[i] != "softmax_cross_entropy" and i not in q.recompute:
+            out.append(("op", i))
+    return sorted(set(out))
+
+
+def _move(q: RowPlan, kind: str, u: int) -> RowPlan | None:
+    """``q`` after one move of :func:`idle_at_peak` (None when the re-plan refuses it)."""
+    dp = {"search": "walk", "candidates": 0}
+    if kind != "open":
+        return with_recompute(q, q.recompute + ((u,) if kind == "op" else ()), dp=dp,
+                              resweep=q.resweep + ((u,) if kind == "region" else ()))
+    try:
+        n = plan(q.graph, q.bands, q.policy, prune=q.prune, open_stages=q.open_stages + (u,))
+    except HGraphError:
+        return None
+    swept = np.flatnonzero(q.outputs & np.isin(q.region, q.resweep))
+    regions = {int(n.region[i]) for i in swept if n.region[i] >= 0 and n.outputs[i]}
+    return with_recompute(n, [i for i in q.recompute if n.region[i] < 0], dp=dp, resweep=regions)
+
+
+def walk_search(p: RowPlan, rounds: int = 12) -> list:
+    """Greedy search on the exact walk: from ``p``, make the move of :func:`idle_at_peak` that
+    lowers the predicted peak most; repeat while one does. Returns every plan on the way (each
+    lower than the last)."""
+    out, q = [], p
+    for _ in range(rounds):
+        best = None
+        for kind, u in idle_at_peak(q):
+            c = _move(q, kind, u)
+            if c is not None and c.predicted_peak_bytes < (best or q).predicted_peak_bytes:
+                best = c
+        if best is None:
+            break
+        out.append(best)
+        q = best
+    return out
+
+
+def candidates(p: RowPlan, opts=None) -> list:
+    """Every plan that :func:`combine` chooses from: the DP's schedules at a ladder of budgets
+    (:func:`recomputed_whole_ops`) and the plans of :func:`walk_search` (the DP's memory model
+    does not see the band buffers and the whole gradients a region's backward holds, so its
+    choices can miss the walk's peak)."""
     ag = remaining_graph(p)
     solver = Solver(p.graph, opts=opts, ag=ag)
     remaining = int(ag.bytes.sum())
@@ -79,19 +146,32 @@ def combine(p: RowPlan, budget_bytes: int, opts=None) -> RowPlan:
         res = solver.dp(max(1, int(fraction * remaining)))
         if res.impossible:
             continue
-        ops = recomputed_whole_ops(p, emit_groups(p.graph, res.groups, solver.ag))
-        if ops in tried:
+        ops, regions = recomputed_whole_ops(p, emit_groups(p.graph, res.groups, solver.ag))
+        if (ops, regions) in tried:
             continue
-        tried.add(ops)
-        q = with_recompute(p, ops, dp={"dp_budget_bytes": int(fraction * remaining),
-                                       "remaining_bytes": remaining, "candidates": 0})
-        found.append(q)
+        tried.add((ops, regions))
+        found.append(with_recompute(p, ops, resweep=regions,
+                                    dp={"search": "dp", "dp_budget_bytes": int(fraction * remaining),
+                                        "remaining_bytes": remaining, "candidates": 0}))
+    return found + walk_search(p)
+
+
+def choose(p: RowPlan, found: list, budget_bytes: int) -> RowPlan:
+    """The plan of ``found`` with the fewest extra FLOPs whose predicted peak fits
+    ``budget_bytes`` (InfeasibleError naming the smallest peak found when none does)."""
     fits = [q for q in found if q.predicted_peak_bytes <= budget_bytes]
     if not fits:
         best = min(found, key=lambda q: q.predicted_peak_bytes, default=p)
         raise InfeasibleError(f"rows {p.bands} {p.policy} + DP: no plan fits {budget_bytes:,} B; the "
                               f"smallest predicted peak is {best.predicted_peak_bytes:,} B")
     best = min(fits, key=lambda q: (q.flops()["extra_flops"], q.predicted_peak_bytes))
-    best.dp["candidates"] = len(found)
-    best.dp["rows_alone_peak_bytes"] = int(p.predicted_peak_bytes)
+    best.dp = {**best.dp, "candidates": len(found), "rows_alone_peak_bytes": int(p.predicted_peak_bytes)}
     return best
+
+
+def combine(p: RowPlan, budget_bytes: int, opts=None) -> RowPlan:
+    """``p`` itself when it fits ``budget_bytes``, else the cheapest of :func:`candidates` that
+    fits (InfeasibleError naming the smallest peak found when none does)."""
+    if p.predicted_peak_bytes <= budget_bytes:
+        return p
+    return choose(p, candidates(p, opts), budget_bytes)
