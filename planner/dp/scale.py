@@ -35,7 +35,8 @@ from __future__ import annotations
 import numpy as np
 
 __all__ = ["EXACT_LIMIT", "DEFAULT_WINDOW", "DEFAULT_FRONT_CAP", "MEMORY_WINDOW",
-           "MEMORY_FRONT_CAP", "LAMBDAS", "plan_options", "thin", "thin_lagrange"]
+           "MEMORY_FRONT_CAP", "LAMBDAS", "plan_options", "pass_lambdas", "thin",
+           "thin_lagrange"]
 
 #: Graphs up to this many activations run the exact approximate DP (no window, no cap): the
 #: reference's own limit (MAX_N = 2500); the exact DP takes ~10 s there, ~2 min at 4,000.
@@ -85,5 +86,16 @@ def thin_lagrange(ns: np.ndarray, nc: np.ndarray, cap: int, lam: float) -> np.nd
 
 #: Lagrange multipliers tried by a capped time-centric solve, in units of T(V)/m(V).
 LAMBDAS = (0.1, 0.25, 0.6, 1.5)
+
+
+def pass_lambdas(t: np.ndarray, m: np.ndarray, front_cap, strategy: str) -> list:
+    """The passes of a solve with ``front_cap``: ``None`` for the :func:`thin` pass (the only
+    one memory-centric or below a cap of 4), then one multiplier of :data:`LAMBDAS`
+    (× T(V)/m(V)) per :func:`thin_lagrange` pass."""
+    lams = [None]
+    if front_cap is not None and front_cap >= 4 and strategy == "time":
+        lam0 = float(t.sum()) / max(1.0, float(m.sum()))
+        lams += [mult * lam0 for mult in LAMBDAS]
+    return lams
 
 
