@@ -10,14 +10,20 @@ time. Here the ``P`` passes walk the states together:
 * what depends on the family only — which of the ``W`` states before ``j`` are subsets of
   ``L_j`` and the transitions' ``(dt, dm)`` — is an ``(L, W)`` table built before the loop
   (:func:`planner.dp.subsets.window_transitions`);
-* the last ``W`` states' fronts are dense ``(P, W, K)`` blocks (ckpt ``INF`` in unused
-  slots), so a state's candidates are one broadcast and one ``nonzero``; the first arrival
-  per ``saved``, the Pareto cut and the thinning run for all passes at once (per-pass
-  segments of one sorted array, and padded ``(P, ·)`` rows for the thinning);
+* the last ``W`` states' fronts are dense ``(W, P·K)`` blocks (ckpt ``INF`` in unused
+  slots), so a state's candidates are one comparison and one ``nonzero``; the first arrival
+  per ``saved``, the Pareto cut and the thinning run for all passes at once: saved carries
+  its pass (``pass·span_s + saved``) so one two-key stable sort orders every pass, and the
+  thinning levels of all passes are one ``searchsorted`` into ``pass·span + ckpt``;
 * every kept entry goes to one flat store of predecessors (4 bytes an entry), from which the
-  best pass's chain is read back, its saved and ckpt re-added along its transitions.
+  best pass's chain is read back, its saved and ckpt re-added along its transitions;
+* an entry that can no longer reach V (:mod:`planner.dp.reach`) is no candidate at all: the
+  window's room test uses the smaller of the peak test's room and what the target can still
+  finish with, one ``(L, W)`` table before the loop.
 
-The plan is the per-pass loop's, entry for entry: candidates are the same (a source's key
+Without that pruning (``prune=False``) the plan is the per-pass loop's, entry for entry
+(with it, a capped front keeps other entries, so plans differ; an uncapped one keeps V's
+front): candidates are the same (a source's key
 test and the window's lower bound in :func:`~planner.dp.loop.run_dp` only skip sources with
 no entry under ``room``), ties go to the least entry (state, then position), the thinning
 levels are the same float expressions, and where the Lagrangian half has a tie at its edge
