@@ -17,6 +17,7 @@ Run::
     python3 bench/dp_loop_bench.py --nodes 20000
     python3 bench/dp_loop_bench.py --nodes 100000 --only stacked
     python3 bench/dp_loop_bench.py --nodes 8000 --kind cnn --budget 30%
+    python3 bench/dp_loop_bench.py --nodes 20000 --only stacked --cap 32
 """
 
 from __future__ import annotations
@@ -65,13 +66,15 @@ def main(argv=None) -> int:
     ap.add_argument("--budget", default="50%")
     ap.add_argument("--strategy", choices=("time", "memory"), default="time")
     ap.add_argument("--only", choices=("both", "per-pass", "stacked"), default="both")
+    ap.add_argument("--window", type=int, default=None, help="default: plan_options'")
+    ap.add_argument("--cap", type=int, default=None, help="front cap; default: plan_options'")
     args = ap.parse_args(argv)
     t = time.perf_counter()
     dg, fam = build(args.kind, args.nodes)
     print(f"graph: {args.kind} {dg.n} nodes, family built in {time.perf_counter() - t:.1f}s",
           flush=True)
     b = parse_budget(args.budget, baseline=int(dg.m.sum()))
-    window, cap = scale.plan_options(dg.n, strategy=args.strategy)
+    window, cap = scale.plan_options(dg.n, args.window, args.cap, strategy=args.strategy)
     rows = {}
     for impl in ("per-pass", "stacked"):
         if args.only not in ("both", impl):
