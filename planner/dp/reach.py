@@ -23,7 +23,7 @@ only a chunk is ever held as Python ints.
 Example::
 
     >>> import numpy as np
-    >>> sub = np.array([[False, False], [False, True], [True, True]])   # ∅ → 1 → 2 (= V), ∅ → 2
+    >>> sub = np.array([[False, False], [False, True], [True, True]])   # ∅→1→2 (V), ∅→2
     >>> room = np.array([[0, 0], [0, 5], [3, 9]])
     >>> dm = np.array([[0, 0], [0, 4], [6, 1]])
     >>> reach_limits(sub, room, dm).tolist()     # ∅ → 1 lets c ≤ 5 through, and 1 takes 9
