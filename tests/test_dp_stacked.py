@@ -164,7 +164,7 @@ def test_window_transitions_match_per_state_transitions():
 def test_frozen_plan_of_a_3000_node_transformer():
     """Recorded with the per-pass loop (window 8, cap 32) before the stacked one was written
     (``python3 bench/dp_loop_bench.py --nodes 3000 --only per-pass``); the pruned stacked loop
-    at the present defaults (window 8, cap 64) gives the same plan."""
+    at the present defaults (window 8, cap 128) gives the same plan."""
     ag = ActivationGraph.from_cg(synth.build(layers=synth.layers_for_nodes(3000)))
     g = DPGraph(m=ag.bytes, t=ag.t, src=ag.src, dst=ag.dst)
     fam = approx_family(g, stats=local_stats(g), dense=False)

@@ -24,8 +24,10 @@ alone (8, no cap) gives the uncapped plan's model recompute at 40 %, 50 % and 70
 922 / 825); the cap alone (no window, 32) 1,155 at 40 %. The cap was the cause: cap 32
 without pruning 1,205 (8.7 % replayed); with pruning 1,119 (0.6 %), and cap 64 with pruning
 the uncapped model optimum at all three budgets (0 / 0 / 0.8 % replayed: the replay counts
-more than the model, and equal-model chains can replay differently). The README's Measured
-table has the rows for both generators.
+more than the model, and equal-model chains can replay differently). At 4,012 nodes and 70 %
+cap 64 still left 2.5 % (model 1,643 against the window-only 1,637), cap 128 0.8 % (model
+1,637), hence the default of 128. The README's Measured table has the rows for both
+generators.
 
 Every chain the capped DP returns is still a chain of the approximate family whose every
 transition passed the reference's peak test, so the plan is valid and the replay checks it;
@@ -34,7 +36,7 @@ only optimality (within the family) is given up.
 Example::
 
     >>> plan_options(1000), plan_options(10_000), plan_options(10_000, window=0, front_cap=0)
-    ((None, None), (8, 64), (None, None))
+    ((None, None), (8, 128), (None, None))
 """
 
 from __future__ import annotations
@@ -49,9 +51,10 @@ __all__ = ["EXACT_LIMIT", "DEFAULT_WINDOW", "DEFAULT_FRONT_CAP", "MEMORY_WINDOW"
 #: reference's own limit (MAX_N = 2500); the exact DP takes ~10 s there, ~2 min at 4,000.
 EXACT_LIMIT = 2500
 DEFAULT_WINDOW = 8
-#: 64, not 32: with 32 the replayed recompute gap to the uncapped DP was 1.1 % at 4,012 nodes
-#: (40 %) even with pruning; 64 costs ~1.4× per state (``bench/dp_loop_bench.py``).
-DEFAULT_FRONT_CAP = 64
+#: 128, not 32 or 64: with pruning, the replayed recompute gap to the uncapped DP on the
+#: 4,012-node transformer was 1.1 % (40 %) with 32 and 2.5 % (70 %) with 64, 0.8 % with 128
+#: (``bench/quality_bench.py``); each doubling costs ~1.2–1.6× DP time per state.
+DEFAULT_FRONT_CAP = 128
 #: Memory-centric plans want blocks as large as the budget allows: a wide window, thin fronts
 #: (synthetic transformer at 40 %: the exact chain at 2,000 nodes; 6 blocks at 8,000).
 MEMORY_WINDOW = 4096
