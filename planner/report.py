@@ -41,7 +41,7 @@ from hgraph.fileio import atomic_write, write_text
 from planner.budget import format_bytes
 
 __all__ = ["build", "decisions", "dumps", "write_json", "summary_table", "print_summary", "plot",
-           "solver_text", "approximations_text", "BASELINE_KINDS"]
+           "solver_text", "approximations_text", "BASELINE_KINDS", "NO_BOUND_TEXT"]
 
 
 def decisions(g, ag, groups, sim) -> list:
@@ -149,15 +149,22 @@ def solver_text(report: dict) -> str:
 
 
 def approximations_text(report: dict) -> str | None:
-    """The approximate DP's scale options (``dp_window``/``dp_front_cap``), or None when the
-    report has none (graphs planned without the scale path)."""
+    """The approximate DP's scale options (``dp_window``/``dp_front_cap``) and what is known of
+    the plan's distance to the family's optimum (none with either: :data:`NO_BOUND_TEXT`; the
+    optimum itself without both), or None when the report has none (graphs planned without
+    the scale path)."""
     if "dp_exact" not in report:
         return None
     if report["dp_exact"]:
-        return "none (exact approximate DP)"
+        return "none (exact approximate DP: the family's optimum)"
     parts = [f"window {report['dp_window']}" if report.get("dp_window") else "no window",
              f"front cap {report['dp_front_cap']}" if report.get("dp_front_cap") else "no front cap"]
-    return ", ".join(parts)
+    return ", ".join(parts) + "; " + NO_BOUND_TEXT
+
+
+#: What is known of how far a windowed or capped plan is from the approximate family's optimum
+#: (the exact approximate DP's): none is proven; the gap is measured by ``bench/quality_bench.py``.
+NO_BOUND_TEXT = "no known bound vs. the family's optimum"
 
 
 def summary_table(report: dict, table=None):

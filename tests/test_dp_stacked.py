@@ -1,9 +1,11 @@
-"""The stacked capped DP (all passes in one walk) gives the per-pass loop's plans, entry for entry.
+"""The stacked capped DP (all passes in one walk) and its pruning of entries that cannot reach V.
 
-Compared against :func:`planner.dp.loop.run_dp` run once per pass (the loop every other DP
-path uses), on dense and segment-local families, for windows and caps that thin most fronts,
-on random graphs with small integer weights (many Lagrangian ties, so the tie path runs), and
-against a plan summary frozen before the stacked loop existed.
+Without pruning it gives the per-pass loop's plans entry for entry: compared against
+:func:`planner.dp.loop.run_dp` run once per pass (the loop every other DP path uses), on dense
+and segment-local families, for windows and caps that thin most fronts, on random graphs with
+small integer weights (many Lagrangian ties, so the tie path runs). The pruning is exact where
+nothing is thinned (the uncapped windowed plan), its limits are the recurrence's, and the
+product's pruned plans are checked against the per-pass ones and a frozen plan summary.
 """
 
 from __future__ import annotations
@@ -17,9 +19,10 @@ from planner import synth
 from planner.activation_graph import ActivationGraph
 from planner.analyses.local_stats import local_stats
 from planner.dp import scale
-from planner.dp.fronts import end_entry, path
+from planner.dp.fronts import INF, end_entry, path
 from planner.dp.loop import run_dp
 from planner.dp.solve import solve_family
+from planner.dp.reach import reach_limits
 from planner.dp.stacked import run_stacked
 from planner.dp.subsets import transitions, window_transitions
 from planner.dp_families import DPGraph, approx_family
@@ -30,21 +33,82 @@ def _synth(layers):
     return DPGraph(m=ag.bytes, t=ag.t, src=ag.src, dst=ag.dst)
 
 
-def _plan(r):
-    return r.status, r.chain_ids, r.model_recompute_cost, r.model_peak_bytes, r.ckpt_bytes
+def _per_pass_chain(fam, g, b, window, cap, lams, strategy):
+    """The chain the per-pass loop gives: one :func:`run_dp` per pass, the best kept."""
+    best = None
+    for lam in lams:
+        f = run_dp(fam, g.t, g.m, b, window=window, front_cap=cap, lam=lam)
+        e = end_entry(f, strategy)
+        if e is not None and (best is None or (f.s[e], -f.c[e]) >
+                              (best[0].s[best[1]], -best[0].c[best[1]])):
+            best = (f, e)
+    return None if best is None else _chain(*best)
 
 
 @pytest.mark.parametrize("dense", [True, False])
-def test_stacked_equals_per_pass_on_synth(dense):
+def test_stacked_without_pruning_equals_per_pass_on_synth(dense):
     g = _synth(4)
     fam = approx_family(g, stats=local_stats(g), dense=dense)
     S = int(g.m.sum())
     for window, cap in ((8, 32), (4, 4), (6, 8), (3, 2)):
         for frac in (0.3, 0.5, 0.8):
             for strategy in ("time", "memory"):
-                a, b = (solve_family(fam, g, int(frac * S), strategy=strategy, window=window,
-                                     front_cap=cap, stacked=s) for s in (False, True))
-                assert _plan(a) == _plan(b), (window, cap, frac, strategy)
+                b = int(frac * S)
+                lams = scale.pass_lambdas(g.t, g.m, cap, strategy)
+                got = run_stacked(fam, g.t, g.m, b, window, cap, lams, strategy, prune=False)
+                assert _chain(*got) == _per_pass_chain(fam, g, b, window, cap, lams, strategy), \
+                    (window, cap, frac, strategy)
+
+
+def test_pruning_keeps_the_uncapped_windowed_plan():
+    """With a cap no front reaches, dropping the entries that cannot reach V changes nothing:
+    V's best entry is the windowed loop's (same saved, same ckpt, same chain)."""
+    g = _synth(3)
+    fam = approx_family(g, stats=local_stats(g), dense=False)
+    S = int(g.m.sum())
+    for window in (3, 8):
+        for frac in (0.3, 0.5, 0.8):
+            b = int(frac * S)
+            f = run_dp(fam, g.t, g.m, b, window=window)
+            want = _chain(f, end_entry(f, "time"))
+            got = _chain(*run_stacked(fam, g.t, g.m, b, window, 4 * g.n, [None], "time"))
+            assert got == want, (window, frac)
+
+
+def test_reach_limits_match_a_direct_recurrence():
+    g = _random_chainy(300, 7)
+    fam = approx_family(g)
+    W = 6
+    sub, _, dm = window_transitions(fam, g.t, g.m, W)
+    rng = np.random.default_rng(1)
+    room = rng.integers(-3, 40, sub.shape)
+    want = np.full(fam.num_sets, -1, np.int64)
+    want[-1] = INF
+    for i in range(fam.num_sets - 2, -1, -1):
+        for k in range(i + 1, min(fam.num_sets, i + W + 1)):
+            w = i - k + W
+            if sub[k, w] and room[k, w] >= 0:
+                want[i] = max(want[i], min(room[k, w], want[k] - dm[k, w]))
+    for chunk in (1, 5, 1 << 14):
+        assert reach_limits(sub, room, dm, chunk=chunk).tolist() == want.tolist()
+
+
+def test_pruned_capped_plans_are_valid_and_no_worse_on_synth():
+    """The pruned walk is the product's capped DP: it finds a plan where the per-pass loop
+    does, its chains pass the peak test (the model peak is within budget) and, on this graph,
+    save at least as much as the per-pass loop."""
+    g = _synth(4)
+    fam = approx_family(g, stats=local_stats(g), dense=False)
+    S = int(g.m.sum())
+    for frac in (0.3, 0.4, 0.5, 0.8):
+        b = int(frac * S)
+        for cap in (4, 8):
+            a, p = (solve_family(fam, g, b, window=8, front_cap=cap, stacked=s)
+                    for s in (False, True))
+            assert p.status == a.status, (frac, cap)
+            if p.status == "OK":
+                assert p.model_peak_bytes <= b
+                assert p.model_recompute_cost <= a.model_recompute_cost, (frac, cap)
 
 
 def _random_chainy(n, seed):
@@ -77,15 +141,9 @@ def test_stacked_equals_per_pass_with_ties(seed):
         for frac in (0.3, 0.6):
             b = int(frac * g.m.sum())
             for window, cap in ((8, 4), (6, 8)):
-                best = None
-                for lam in lams:
-                    f = run_dp(fam, g.t, g.m, b, window=window, front_cap=cap, lam=lam)
-                    e = end_entry(f, "time")
-                    if e is not None and (best is None or (f.s[e], -f.c[e]) >
-                                          (best[0].s[best[1]], -best[0].c[best[1]])):
-                        best = (f, e)
-                want = None if best is None else _chain(*best)
-                assert _chain(*run_stacked(fam, g.t, g.m, b, window, cap, lams, "time")) == want
+                want = _per_pass_chain(fam, g, b, window, cap, lams, "time")
+                got = run_stacked(fam, g.t, g.m, b, window, cap, lams, "time", prune=False)
+                assert _chain(*got) == want
 
 
 def test_window_transitions_match_per_state_transitions():
@@ -104,8 +162,9 @@ def test_window_transitions_match_per_state_transitions():
 
 
 def test_frozen_plan_of_a_3000_node_transformer():
-    """Recorded with the per-pass loop before the stacked one was written
-    (``python3 bench/dp_loop_bench.py --nodes 3000 --only per-pass``)."""
+    """Recorded with the per-pass loop (window 8, cap 32) before the stacked one was written
+    (``python3 bench/dp_loop_bench.py --nodes 3000 --only per-pass``); the pruned stacked loop
+    at the present defaults (window 8, cap 128) gives the same plan."""
     ag = ActivationGraph.from_cg(synth.build(layers=synth.layers_for_nodes(3000)))
     g = DPGraph(m=ag.bytes, t=ag.t, src=ag.src, dst=ag.dst)
     fam = approx_family(g, stats=local_stats(g), dense=False)

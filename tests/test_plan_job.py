@@ -364,7 +364,7 @@ def test_the_table_shows_approximations_and_how_the_baseline_was_made(tmp_path, 
     assert main(["submit", "plan", "--graph", str(graph), "--budget", "50%",
                  "--dp-window", "6", "--dp-front-cap", "0"]) == 0
     rows, _ = _table(capsys.readouterr().out)
-    assert rows["DP approximations"] == "window 6, no front cap"
+    assert rows["DP approximations"] == "window 6, no front cap; " + report.NO_BOUND_TEXT
     assert rows["baseline (no recompute)"].endswith("(simulated)")
     assert main(_plan()) == 0                        # small graph: no scale path, no such row
     assert "DP approximations" not in capsys.readouterr().out
@@ -374,12 +374,12 @@ def test_the_table_shows_approximations_and_how_the_baseline_was_made(tmp_path, 
     buf = io.StringIO()
     report.print_summary(dict(p.report, **rows), file=buf)
     rows, _ = _table(buf.getvalue())
-    assert rows["DP approximations"] == "window 8, front cap 32"
+    assert rows["DP approximations"] == "window 8, front cap 32; " + report.NO_BOUND_TEXT
     assert rows["baseline (no recompute)"].endswith("(Σ activations, not simulated)")
     buf = io.StringIO()
     report.print_summary(dict(p.report, dp_window=None, dp_front_cap=None, dp_exact=True),
                          file=buf)
-    assert "none (exact approximate DP)" in buf.getvalue()
+    assert "none (exact approximate DP: the family's optimum)" in buf.getvalue()
 
 
 def test_fallback_is_shown_and_the_refusal_names_the_flag(tmp_path, capsys):

@@ -14,11 +14,20 @@ reported approximations (``dp_window``, ``dp_front_cap`` in the plan's report):
 * ``front_cap = K``: each front keeps at most K entries — always its cheapest and its
   largest-saved one, and either entries spread over its checkpoint range or those with the
   best Lagrangian score ``saved − λ·ckpt``; :func:`planner.dp.solve.solve_family` runs a pass
-  of each kind (a few λ) and keeps the best chain.
+  of each kind (a few λ) and keeps the best chain. Before a front is thinned, the entries
+  that can no longer reach V within the window are dropped (:mod:`planner.dp.reach`; exact),
+  so the K entries cover the checkpoint range that can still finish.
 
-Measured on synthetic transformers at a 50 % budget (model recompute, share of T(V)): exact
-45.6 % at 2,000 and 4,000 nodes; window 8 / cap 32: the exact optimum at 2,000 nodes (922;
-at 30 % / 80 %: 1,306 / 777 against 1,302 / 777), 45.6 % at 8,000 and ~45.7 % at 100,000.
+Which of the two costs quality (``bench/quality_bench.py``, replayed recompute against the
+uncapped DP; model recompute in brackets): on a 2,020-node synthetic transformer the window
+alone (8, no cap) gives the uncapped plan's model recompute at 40 %, 50 % and 70 % (1,108 /
+922 / 825); the cap alone (no window, 32) 1,155 at 40 %. The cap was the cause: cap 32
+without pruning 1,205 (8.7 % replayed); with pruning 1,119 (0.6 %), and cap 64 with pruning
+the uncapped model optimum at all three budgets (0 / 0 / 0.8 % replayed: the replay counts
+more than the model, and equal-model chains can replay differently). At 4,012 nodes and 70 %
+cap 64 still left 2.5 % (model 1,643 against the window-only 1,637), cap 128 0.8 % (model
+1,637), hence the default of 128. The README's Measured table has the rows for both
+generators.
 
 Every chain the capped DP returns is still a chain of the approximate family whose every
 transition passed the reference's peak test, so the plan is valid and the replay checks it;
@@ -27,7 +36,7 @@ only optimality (within the family) is given up.
 Example::
 
     >>> plan_options(1000), plan_options(10_000), plan_options(10_000, window=0, front_cap=0)
-    ((None, None), (8, 32), (None, None))
+    ((None, None), (8, 128), (None, None))
 """
 
 from __future__ import annotations
@@ -35,13 +44,17 @@ from __future__ import annotations
 import numpy as np
 
 __all__ = ["EXACT_LIMIT", "DEFAULT_WINDOW", "DEFAULT_FRONT_CAP", "MEMORY_WINDOW",
-           "MEMORY_FRONT_CAP", "LAMBDAS", "plan_options", "thin", "thin_lagrange"]
+           "MEMORY_FRONT_CAP", "LAMBDAS", "plan_options", "pass_lambdas", "thin",
+           "thin_lagrange"]
 
 #: Graphs up to this many activations run the exact approximate DP (no window, no cap): the
 #: reference's own limit (MAX_N = 2500); the exact DP takes ~10 s there, ~2 min at 4,000.
 EXACT_LIMIT = 2500
 DEFAULT_WINDOW = 8
-DEFAULT_FRONT_CAP = 32
+#: 128, not 32 or 64: with pruning, the replayed recompute gap to the uncapped DP on the
+#: 4,012-node transformer was 1.1 % (40 %) with 32 and 2.5 % (70 %) with 64, 0.8 % with 128
+#: (``bench/quality_bench.py``); each doubling costs ~1.2–1.6× DP time per state.
+DEFAULT_FRONT_CAP = 128
 #: Memory-centric plans want blocks as large as the budget allows: a wide window, thin fronts
 #: (synthetic transformer at 40 %: the exact chain at 2,000 nodes; 6 blocks at 8,000).
 MEMORY_WINDOW = 4096
@@ -85,5 +98,16 @@ def thin_lagrange(ns: np.ndarray, nc: np.ndarray, cap: int, lam: float) -> np.nd
 
 #: Lagrange multipliers tried by a capped time-centric solve, in units of T(V)/m(V).
 LAMBDAS = (0.1, 0.25, 0.6, 1.5)
+
+
+def pass_lambdas(t: np.ndarray, m: np.ndarray, front_cap, strategy: str) -> list:
+    """The passes of a solve with ``front_cap``: ``None`` for the :func:`thin` pass (the only
+    one memory-centric or below a cap of 4), then one multiplier of :data:`LAMBDAS`
+    (× T(V)/m(V)) per :func:`thin_lagrange` pass."""
+    lams = [None]
+    if front_cap is not None and front_cap >= 4 and strategy == "time":
+        lam0 = float(t.sum()) / max(1.0, float(m.sum()))
+        lams += [mult * lam0 for mult in LAMBDAS]
+    return lams
 
 

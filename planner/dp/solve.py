@@ -33,7 +33,7 @@ import numpy as np
 from hgraph.errors import HGraphError
 from planner.dp.fronts import Fronts, end_entry, has_end, path
 from planner.dp.loop import run_dp
-from planner.dp.scale import LAMBDAS
+from planner.dp.scale import pass_lambdas
 from planner.dp.stacked import STACKED_MAX_WINDOW, run_stacked
 from planner.dp.subsets import groups, groups_to_chain
 from planner.dp_families import approx_family
@@ -92,8 +92,9 @@ def solve_family(fam, g, budget_units: int, strategy: str = "time", comp_ratio: 
                  front_cap: int | None = None, stacked: bool = True) -> DPResult:
     """The DP on ``fam`` (of the graph ``g`` in DP units) at ``budget_units``.
 
-    ``stacked``: run a capped solve's passes together (:mod:`planner.dp.stacked`) where it
-    applies; False runs them one by one (the same plan; for benches and tests)."""
+    ``stacked``: run a capped solve's passes together (:mod:`planner.dp.stacked`, with dead
+    entries pruned) where it applies; False runs them one by one with
+    :func:`~planner.dp.loop.run_dp` (no pruning; for benches and tests)."""
     if strategy not in STRATEGIES:
         raise HGraphError(f"unknown strategy {strategy!r}; expected one of {', '.join(STRATEGIES)}")
     t0 = time.perf_counter()
@@ -120,12 +121,11 @@ def _scale_passes(fam, g, budget: int, strategy: str, window, front_cap, stacked
     then least ckpt); every pass's chains pass the peak test. Without a cap: one pass.
 
     With both a cap and a window of at most :data:`~planner.dp.stacked.STACKED_MAX_WINDOW`
-    on the approximate family, the passes run together (:func:`~planner.dp.stacked.run_stacked`,
-    the same plan) unless ``stacked`` is False."""
-    lams = [None]
-    if front_cap is not None and front_cap >= 4 and strategy == "time":
-        lam0 = float(g.t.sum()) / max(1.0, float(g.m.sum()))
-        lams += [mult * lam0 for mult in LAMBDAS]
+    on the approximate family, the passes run together (:func:`~planner.dp.stacked.run_stacked`)
+    unless ``stacked`` is False; that walk also drops the entries that can no longer reach V
+    before it thins a front (:mod:`planner.dp.reach`), so its plans save at least as much on
+    the measured graphs (``bench/quality_bench.py``) but are not the per-pass loop's."""
+    lams = pass_lambdas(g.t, g.m, front_cap, strategy)
     if (stacked and front_cap is not None and window is not None and fam.node is not None
             and window <= STACKED_MAX_WINDOW):
         return run_stacked(fam, g.t, g.m, budget, window, front_cap, lams, strategy)

@@ -10,14 +10,20 @@ time. Here the ``P`` passes walk the states together:
 * what depends on the family only — which of the ``W`` states before ``j`` are subsets of
   ``L_j`` and the transitions' ``(dt, dm)`` — is an ``(L, W)`` table built before the loop
   (:func:`planner.dp.subsets.window_transitions`);
-* the last ``W`` states' fronts are dense ``(P, W, K)`` blocks (ckpt ``INF`` in unused
-  slots), so a state's candidates are one broadcast and one ``nonzero``; the first arrival
-  per ``saved``, the Pareto cut and the thinning run for all passes at once (per-pass
-  segments of one sorted array, and padded ``(P, ·)`` rows for the thinning);
+* the last ``W`` states' fronts are dense ``(W, P·K)`` blocks (ckpt ``INF`` in unused
+  slots), so a state's candidates are one comparison and one ``nonzero``; the first arrival
+  per ``saved``, the Pareto cut and the thinning run for all passes at once: saved carries
+  its pass (``pass·span_s + saved``) so one two-key stable sort orders every pass, and the
+  thinning levels of all passes are one ``searchsorted`` into ``pass·span + ckpt``;
 * every kept entry goes to one flat store of predecessors (4 bytes an entry), from which the
-  best pass's chain is read back, its saved and ckpt re-added along its transitions.
+  best pass's chain is read back, its saved and ckpt re-added along its transitions;
+* an entry that can no longer reach V (:mod:`planner.dp.reach`) is no candidate at all: the
+  window's room test uses the smaller of the peak test's room and what the target can still
+  finish with, one ``(L, W)`` table before the loop.
 
-The plan is the per-pass loop's, entry for entry: candidates are the same (a source's key
+Without that pruning (``prune=False``) the plan is the per-pass loop's, entry for entry
+(with it, a capped front keeps other entries, so plans differ; an uncapped one keeps V's
+front): candidates are the same (a source's key
 test and the window's lower bound in :func:`~planner.dp.loop.run_dp` only skip sources with
 no entry under ``room``), ties go to the least entry (state, then position), the thinning
 levels are the same float expressions, and where the Lagrangian half has a tie at its edge
@@ -39,7 +45,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from hgraph.errors import HGraphError
 from planner.dp.fronts import INF, Fronts
+from planner.dp.reach import reach_limits
 from planner.dp.scale import thin_lagrange
 from planner.dp.subsets import window_transitions
 
@@ -50,9 +58,12 @@ STACKED_MAX_WINDOW = 64
 
 
 def run_stacked(fam, t: np.ndarray, m: np.ndarray, budget: int, window: int, front_cap: int,
-                lams: list, strategy: str):
+                lams: list, strategy: str, prune: bool = True):
     """All passes of a capped solve (``lams``: ``None`` for a :func:`thin` pass, else the
     multiplier of a :func:`thin_lagrange` pass, in the per-pass order) in one loop.
+
+    ``prune``: drop entries that can no longer reach V (:mod:`planner.dp.reach`) before a
+    front is thinned; False gives the per-pass loop's plans entry for entry.
 
     Returns ``(fronts, entry)``: the best pass's chain as a :class:`Fronts` of its own entries
     (``s``, ``c``, ``pred``, ``state``; ``ptr`` not filled) and its last entry, V's — the
@@ -60,123 +71,129 @@ def run_stacked(fam, t: np.ndarray, m: np.ndarray, budget: int, window: int, fro
     or as much with less ckpt (``entry`` None when no pass reaches V).
     """
     L, W, K, P = fam.num_sets, int(window), int(front_cap), len(lams)
-    two_mL = 2 * fam.mL
     sub, dt, dm = window_transitions(fam, t, m, W)
     lam = np.array([np.nan if x is None else float(x) for x in lams])
     is_lagrange = ~np.isnan(lam) & (K >= 4)        # as run_dp: thin only below a cap of 4
     half = K // 2
     nlev = np.where(is_lagrange, K - half, K)
-    x = np.full((P, K), np.nan)                    # thinning levels per pass (NaN: none)
-    for p in range(P):
+    x = np.zeros((P, K))                           # thinning levels per pass (the spare
+    for p in range(P):                             # ones at 0: the first entry, kept anyway)
         x[p, :nlev[p]] = np.linspace(0.0, 1.0, int(nlev[p])) ** 0.5
-    span = int(m.sum()) + 1                       # ckpt < span: per-pass offsets in one sort
-    offsets_fit = span * (P + 1) < INF
+    span = int(m.sum()) + 1                        # ckpt < span, saved < span_s: the pass
+    span_s = int(t.sum()) + 1                      # goes into one sortable key with either
+    if span * (P + 1) >= INF or span_s * (P + 1) >= INF:
+        raise HGraphError(f"the capped DP's sort keys overflow: {P} passes × m(V) = {span - 1} "
+                          f"(DP units); plan with a coarser unit")
     store = _Store(L, P * K)
     PK = P * K
     # ring of the last W states' fronts, each state twice (slots i % W and i % W + W) so the
-    # window j − W .. j − 1 is the contiguous slice from j % W; per slot the fields
-    # (saved, ckpt, store id) over P·K entries (ckpt INF: unused)
+    # window j − W .. j − 1 is the contiguous slice from j % W; fields (pass·span_s + saved,
+    # ckpt, store id) over P·K entries per slot (ckpt INF: unused). Along a window's slice
+    # the store ids ascend (states in order, then pass, then position), so a stable sort of
+    # the candidates keeps the reference's first arrival among equal (saved, ckpt).
     empty = np.empty((3, PK), np.int64)
     empty[0], empty[1], empty[2] = -1, INF, -1
-    ring = np.tile(empty, (2 * W, 1, 1))
-    first = empty.copy()
-    first[:, np.arange(P) * K] = 0
-    first[2, np.arange(P) * K] = store.add(np.full(P, -1), 0)
-    ring[0] = ring[W] = first
-    ring_flat = ring.reshape(-1)
-    ar_w = np.arange(W)
-    two_mL_pad = np.concatenate([np.zeros(W, np.int64), two_mL])
-    budget_j = budget - two_mL - fam.mAB
+    ring = np.repeat(empty[:, None], 2 * W, axis=1)
+    col = np.arange(P) * K
+    for s0 in (0, W):
+        ring[0, s0, col] = np.arange(P) * span_s
+        ring[1, s0, col] = 0
+        ring[2, s0, col] = np.arange(P)
+    store.add(np.full(P, -1), 0)
+    rs, rc, re = (ring[f].reshape(-1) for f in range(3))     # flat views
+    limit = _limits(fam, budget, sub, dm, prune)
     last = None
     for j in range(1, L):
         s0 = j % W                                 # the window's first slot; j's own slot
-        room = budget_j[j] + two_mL_pad[j + ar_w]  # c ≤ room: the transition fits the budget
-        ok = (ring[s0:s0 + W, 1] <= room[:, None]) & sub[j][:, None]
-        flat = np.flatnonzero(ok)                  # (source, pass·K + position)
+        flat = np.flatnonzero(ring[1, s0:s0 + W] <= limit[j][:, None])
         if flat.size == 0:
-            ring[s0] = ring[s0 + W] = empty
+            ring[:, s0] = ring[:, s0 + W] = empty
             store.ptr[j + 1] = store.size
             continue
-        w = flat // PK
-        at = s0 * 3 * PK + flat + w * (2 * PK)
-        p = (flat - w * PK) // K
-        ns = ring_flat[at] + dt[j, w]
-        nc = ring_flat[at + PK] + dm[j, w]
-        e = ring_flat[at + 2 * PK]
-        order = np.lexsort((e, nc, ns, p))        # first arrival per (pass, saved)
-        ns, nc, e, p = ns[order], nc[order], e[order], p[order]
-        head = np.empty(ns.size, bool)
+        w = flat // PK                             # the source; flat: (source, pass·K + pos)
+        at = flat + s0 * PK
+        ps = rs[at] + dt[j, w]
+        nc = rc[at] + dm[j, w]
+        e = re[at]
+        order = np.lexsort((nc, ps))               # first arrival per (pass, saved)
+        ps, nc, e = ps[order], nc[order], e[order]
+        head = np.empty(ps.size, bool)
         head[0] = True
-        np.not_equal(ns[1:], ns[:-1], out=head[1:])
-        head[1:] |= p[1:] != p[:-1]
-        ns, nc, e, p = ns[head], nc[head], e[head], p[head]
-        keep = _pareto(p, nc, span, offsets_fit)
-        ns, nc, e, p = ns[keep], nc[keep], e[keep], p[keep]
+        np.not_equal(ps[1:], ps[:-1], out=head[1:])
+        ps, nc, e = ps[head], nc[head], e[head]
+        p = ps // span_s
+        v = nc + p * span                          # (pass, ckpt): ascending where Pareto
+        later = np.empty_like(v)                   # per pass: keep an entry only if every
+        later[-1] = INF                            # larger-saved one costs strictly more
+        later[:-1] = np.minimum.accumulate(v[::-1])[::-1][1:]
+        keep = np.flatnonzero(v < later)
+        ps, nc, e, p, v = ps[keep], nc[keep], e[keep], p[keep], v[keep]
         cnt = np.bincount(p, minlength=P)
         if cnt.max() > K:
-            keep = _thin_all(ns, nc, cnt, K, half, x, lam, is_lagrange)
-            ns, nc, e, p = ns[keep], nc[keep], e[keep], p[keep]
+            keep = _thin_all(ps, nc, v, p, cnt, K, half, x, lam, is_lagrange, span, span_s)
+            ps, nc, e, p = ps[keep], nc[keep], e[keep], p[keep]
             cnt = np.bincount(p, minlength=P)
-        slot = empty.copy()
-        pos = p * K + np.arange(p.size) - np.repeat(np.cumsum(cnt) - cnt, cnt)
+        pos = p * K + np.arange(p.size) - (np.cumsum(cnt) - cnt)[p]
         ids = store.add(e, j)
-        slot[0, pos], slot[1, pos], slot[2, pos] = ns, nc, ids
-        ring[s0] = ring[s0 + W] = slot
+        ring[:, s0] = empty
+        ring[0, s0, pos], ring[1, s0, pos], ring[2, s0, pos] = ps, nc, ids
+        ring[:, s0 + W] = ring[:, s0]
         if j == L - 1:
-            last = (ns, nc, p, ids)
+            last = (ps - p * span_s, nc, p, ids)
     entry = _best_end(last, P, strategy)
     if entry is None:
         return Fronts.empty(0), None
     return _chain_fronts(store, entry, W, dt, dm)
 
 
-def _pareto(p, nc, span: int, offsets_fit: bool) -> np.ndarray:
-    """Per pass, over entries sorted by (pass, saved): keep one only if every larger-saved one
-    of its pass costs strictly more (one suffix minimum, later passes lifted above)."""
-    if offsets_fit:
-        v = nc + p * span
-    else:                                          # ranks instead of values: no overflow
-        _, rank = np.unique(nc, return_inverse=True)
-        v = rank.astype(np.int64) + p * (int(rank.max()) + 2)
-    later = np.empty_like(v)
-    later[-1] = INF
-    later[:-1] = np.minimum.accumulate(v[::-1])[::-1][1:]
-    return v < later
+def _limits(fam, budget: int, sub, dm, prune: bool) -> np.ndarray:
+    """``(L, W)``: the largest source ckpt each window transition takes (``-1``: none) — the
+    peak test's room and, with ``prune``, what still reaches V after it."""
+    L, W = sub.shape
+    two_mL = 2 * fam.mL
+    src = np.arange(L)[:, None] - W + np.arange(W)[None, :]
+    room = (budget - two_mL - fam.mAB)[:, None] + two_mL[np.maximum(src, 0)]
+    if prune:
+        room = np.minimum(room, reach_limits(sub, room, dm)[:, None] - dm)
+    return np.where(sub, room, -1)
 
 
-def _thin_all(ns, nc, cnt, K: int, half: int, x, lam, is_lagrange) -> np.ndarray:
-    """Mask over the (pass-sorted) entries: every pass with more than ``K`` entries thinned
-    as its per-pass loop does (levels over its ckpt range; Lagrangian half for λ passes)."""
-    big = np.flatnonzero(cnt > K)
-    cb = cnt[big]
-    starts = (np.cumsum(cnt) - cnt)[big]
-    col = np.arange(int(cb.max()))
-    real = col < cb[:, None]
-    idx = starts[:, None] + np.minimum(col, cb[:, None] - 1)
-    nc2 = np.where(real, nc[idx], INF)
-    n0 = nc2[:, 0]
-    levels = n0.astype(np.float64)[:, None] + \
-        x[big] * (nc[starts + cb - 1] - n0).astype(np.float64)[:, None]
-    below = np.maximum((nc2[:, None, :] <= levels[:, :, None]).sum(axis=2) - 1, 0)
-    rows = np.arange(big.size)
-    mark = np.zeros(real.shape, bool)              # searchsorted(right) − 1, clipped
-    mark[rows[:, None], below] = True
-    mark[:, 0] = True
-    mark[rows, cb - 1] = True
-    lg = np.flatnonzero(is_lagrange[big])
-    if lg.size:                                    # the best half by saved − λ·ckpt
-        score = np.where(real[lg], ns[idx[lg]] - lam[big[lg]][:, None] *
-                         nc2[lg].astype(np.float64), -np.inf)
-        order = np.argsort(-score, axis=1, kind="stable")
-        edge = score[np.arange(lg.size)[:, None], order[:, half - 1:half + 1]]
-        mark[lg[:, None], order[:, :half]] = True
-        for q in np.flatnonzero(edge[:, 0] == edge[:, 1]):    # a tie at the edge: the
-            r, s0, n = lg[q], starts[lg[q]], cb[lg[q]]         # pass's own rule decides
-            mark[r] = False
-            mark[r, thin_lagrange(ns[s0:s0 + n], nc[s0:s0 + n], K, lam[big[r]])] = True
-    keep = np.ones(ns.size, bool)
-    keep[idx[real]] = mark[real]
-    return keep
+def _thin_all(ps, nc, v, p, cnt, K: int, half: int, x, lam, is_lagrange, span: int,
+              span_s: int) -> np.ndarray:
+    """Indices of the entries kept (sorted by pass, then saved; ``v`` = pass·span + ckpt,
+    ascending): every pass with more than ``K`` entries thinned as its per-pass loop does —
+    for each level over its ckpt range the largest entry at or below it (one
+    ``searchsorted`` over ``v`` for all passes), its first and last, and for λ passes the
+    best half by saved − λ·ckpt."""
+    big = cnt > K
+    keep = ~big[p]
+    starts = np.cumsum(cnt) - cnt
+    bi = np.flatnonzero(big)
+    lo, hi = starts[bi], starts[bi] + cnt[bi] - 1
+    n0 = nc[lo]
+    levels = n0[:, None] + x[bi] * (nc[hi] - n0).astype(np.float64)[:, None]
+    at = np.searchsorted(v, (bi * span)[:, None] + np.floor(levels).astype(np.int64),
+                         side="right") - 1         # nc ≤ level ⟺ nc ≤ ⌊level⌋ (integers)
+    keep[at.ravel()] = True
+    keep[lo] = True
+    keep[hi] = True
+    lg = big & is_lagrange
+    if lg.any():                                   # the best half by saved − λ·ckpt
+        il = np.flatnonzero(lg[p])
+        pl = p[il]
+        score = (ps[il] - pl * span_s) - lam[pl] * nc[il].astype(np.float64)
+        order = np.lexsort((-score, pl))           # stable: ties to the earlier entry
+        cl = cnt[lg]
+        first = np.cumsum(cl) - cl
+        rank = np.arange(il.size) - np.repeat(first, cl)
+        keep[il[order[rank < half]]] = True
+        sc = score[order]
+        for q in np.flatnonzero(sc[first + half - 1] == sc[first + half]):   # a tie at the
+            r0, n = starts[np.flatnonzero(lg)[q]], cl[q]                     # edge: the
+            ns = ps[r0:r0 + n] - pl[first[q]] * span_s                       # pass's own
+            keep[r0:r0 + n] = False                                          # rule decides
+            keep[r0 + thin_lagrange(ns, nc[r0:r0 + n], K, lam[pl[first[q]]])] = True
+    return np.flatnonzero(keep)
 
 
 def _best_end(last, P: int, strategy: str):
