@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import torch
 from functorch.compile import aot_function
 
-__all__ = ["Step", "make_step", "capture", "decompositions", "default_loss"]
+__all__ = ["Step", "make_step", "capture", "cse", "decompositions", "default_loss"]
 
 
 def default_loss(out):
@@ -79,6 +79,21 @@ def make_step(model, loss=None) -> Step:
                 [b for _, b in model.named_buffers()], consts)
 
 
+def cse(joint):
+    """Dead code out and common subexpressions merged in the joint graph, in place, as torch's
+    min-cut partitioner does first (``fx_graph_cse``): the backward's copies of forward
+    subexpressions (batch norm's ``x - mean``) then read the forward's value, so a plan can keep
+    it once. Deterministic, node names kept: the graph a plan is made on and the one it is
+    applied to agree when both went through it."""
+    from torch._functorch.compile_utils import fx_graph_cse
+
+    joint.graph.eliminate_dead_code()
+    joint.recompile()
+    joint.graph = fx_graph_cse(joint.graph)
+    joint.recompile()
+    return joint
+
+
 def _boxed(gm, _inputs):
     """Run ``gm`` as traced, in the boxed convention that frees each input after its last use.
 
@@ -112,7 +127,7 @@ def capture(model, inputs, loss=None, decompose: bool = True):
     got = {}
 
     def grab(joint, joint_inputs, **kwargs):
-        got["joint"], got["n_out"] = joint, kwargs["num_fwd_outputs"]
+        got["joint"], got["n_out"] = cse(joint), kwargs["num_fwd_outputs"]
         return default_partition(joint, joint_inputs, **kwargs)
 
     step = make_step(model, loss)

@@ -42,7 +42,7 @@ class HGraphPartitioner(torch._inductor.custom_graph_pass.CustomPartitionerFn):
     def __call__(self, gm, joint_inputs, **kwargs):
         from planner import cg
 
-        tg = from_joint(gm, kwargs["num_fwd_outputs"], decompose=True)
+        tg = from_joint(cap.cse(gm), kwargs["num_fwd_outputs"], decompose=True)
         key = cg.dumps(tg.cg)
         if key not in self.fronts:
             self.fronts[key] = front_mod.front(tg, **self.plan_kwargs)

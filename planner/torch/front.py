@@ -29,7 +29,7 @@ __all__ = ["Candidate", "front", "choose", "measured_candidate", "resolve_step_b
            "SOLVERS"]
 
 #: Budgets planned per solver, spread evenly from the smallest feasible to keep-everything.
-POINTS = 16
+POINTS = 12
 #: Solvers asked: the exact lower-set DP finds cheap pointwise recomputations the approximate
 #: one misses; both are fast on imported models (tens of activations once folded).
 SOLVERS = ("approx", "exact")
