@@ -80,18 +80,13 @@ def make_step(model, loss=None) -> Step:
 
 
 def cse(joint):
-    """Dead code out and common subexpressions merged in the joint graph, in place, as torch's
-    min-cut partitioner does first (``fx_graph_cse``): the backward's copies of forward
-    subexpressions (batch norm's ``x - mean``) then read the forward's value, so a plan can keep
-    it once. Deterministic, node names kept: the graph a plan is made on and the one it is
-    applied to agree when both went through it."""
+    """A copy of the joint GraphModule with common subexpressions merged (``fx_graph_cse``,
+    torch's min-cut partitioner's first step): the backward's copies of forward subexpressions
+    (batch norm's ``x - mean``) then read the forward's value. Node names are kept; ``joint``
+    itself is left as it is (the copy shares its submodules)."""
     from torch._functorch.compile_utils import fx_graph_cse
 
-    joint.graph.eliminate_dead_code()
-    joint.recompile()
-    joint.graph = fx_graph_cse(joint.graph)
-    joint.recompile()
-    return joint
+    return torch.fx.GraphModule(joint, fx_graph_cse(joint.graph))
 
 
 def _boxed(gm, _inputs):
@@ -127,7 +122,7 @@ def capture(model, inputs, loss=None, decompose: bool = True):
     got = {}
 
     def grab(joint, joint_inputs, **kwargs):
-        got["joint"], got["n_out"] = cse(joint), kwargs["num_fwd_outputs"]
+        got["joint"], got["n_out"] = joint, kwargs["num_fwd_outputs"]
         return default_partition(joint, joint_inputs, **kwargs)
 
     step = make_step(model, loss)

@@ -33,6 +33,10 @@ class HGraphPartitioner(torch._inductor.custom_graph_pass.CustomPartitionerFn):
     the front of a graph already planned (keyed by the graph's text). ``self.plans``: the plans
     used, their reports carrying ``step_peak_bytes`` / ``step_recompute_flops``;
     ``self.parts``: (joint, forward, backward) modules of each partition (to measure them).
+    The front joins the plans of the joint graph as traced and of its copy with common
+    subexpressions merged (as torch's min-cut first does; on a CNN the backward then reads the
+    forward's batch-norm pieces, on a transformer it reads more forward values): each plan is
+    partitioned on the graph it was made on.
     """
 
     def __init__(self, budget="100%", fronts=None, **plan_kwargs):
@@ -42,15 +46,18 @@ class HGraphPartitioner(torch._inductor.custom_graph_pass.CustomPartitionerFn):
     def __call__(self, gm, joint_inputs, **kwargs):
         from planner import cg
 
-        tg = from_joint(cap.cse(gm), kwargs["num_fwd_outputs"], decompose=True)
+        n_out = kwargs["num_fwd_outputs"]
+        tg = from_joint(gm, n_out, decompose=True)
         key = cg.dumps(tg.cg)
-        if key not in self.fronts:
-            self.fronts[key] = front_mod.front(tg, **self.plan_kwargs)
+        if key not in self.fronts:       # the graph as traced, and with its subexpressions merged
+            merged = from_joint(cap.cse(gm), n_out, decompose=True)
+            self.fronts[key] = front_mod.union([front_mod.front(t, **self.plan_kwargs)
+                                                for t in (tg, merged)])
         c = front_mod.pick(self.fronts[key], self.budget)
         p = c.plan
         self.plans.append(p)
-        fw, bw = partition(gm, kwargs["num_fwd_outputs"], c.keep)
-        self.parts.append((gm, fw, bw))
+        fw, bw = partition(c.joint, n_out, c.keep)
+        self.parts.append((c.joint, fw, bw))
         return fw, bw
 
     def uuid(self):

@@ -24,9 +24,8 @@ import numpy as np
 from planner.torch import measure
 from planner.torch.partition import keep_names, partition
 
-__all__ = ["Candidate", "front", "choose", "measured_candidate", "resolve_step_budget", "pick",
-           "POINTS",
-           "SOLVERS"]
+__all__ = ["Candidate", "front", "choose", "measured_candidate", "union", "resolve_step_budget",
+           "pick", "POINTS", "SOLVERS"]
 
 #: Budgets planned per solver, spread evenly from the smallest feasible to keep-everything.
 POINTS = 12
@@ -38,12 +37,14 @@ SOLVERS = ("approx", "exact")
 @dataclass(frozen=True)
 class Candidate:
     """One plan as torch runs it: the fx node names saved, the replayed step peak (bytes), the
-    recomputed FLOPs, and the planner's plan (its schedule, budget, report)."""
+    recomputed FLOPs, the planner's plan (its schedule, budget, report) and the joint graph
+    it partitions."""
 
     keep: frozenset
     step_peak: int
     recompute_flops: int
     plan: object
+    joint: object = None
 
 
 def _smallest_budget(g, solver: str, **plan_kwargs) -> int:
@@ -61,7 +62,7 @@ def measured_candidate(tg, the_plan) -> Candidate:
     keep = frozenset(keep_names(the_plan.graph, the_plan.schedule))
     fw, bw = partition(tg.joint, tg.num_fwd_outputs, keep)
     return Candidate(keep, measure.predict_step_peak(fw, bw),
-                     measure.recompute_flops(tg.joint, bw), the_plan)
+                     measure.recompute_flops(tg.joint, bw), the_plan, tg.joint)
 
 
 def front(tg, solvers=SOLVERS, points: int = POINTS, **plan_kwargs) -> list:
@@ -85,9 +86,17 @@ def front(tg, solvers=SOLVERS, points: int = POINTS, **plan_kwargs) -> list:
                 continue
             seen.add(keep)
             found.append(measured_candidate(tg, p))
-    found.sort(key=lambda c: (c.step_peak, c.recompute_flops, sorted(c.keep)))
+    return union([found])
+
+
+def union(fronts: list) -> list:
+    """The Pareto front (step peak ascending, recompute FLOPs strictly descending) of the
+    candidates of ``fronts``; ties go to the one listed first."""
+    found = [c for fr in fronts for c in fr]
+    order = sorted(range(len(found)), key=lambda i: (found[i].step_peak,
+                                                     found[i].recompute_flops, i))
     best, out = None, []
-    for c in found:
+    for c in (found[i] for i in order):
         if best is None or c.recompute_flops < best:
             out.append(c)
             best = c.recompute_flops

@@ -169,7 +169,6 @@ def apply_keep(model, keep: set, decompose: bool, loss=None):
     buffers = {f"primals_{i + 1}" for i in range(first, first + len(step.buffers))}
 
     def partition_fn(joint, _joint_inputs, *, num_fwd_outputs, **_kw):
-        cap.cse(joint)
         names = {n.name for n in joint.graph.nodes}
         missing = sorted(keep - names)
         if missing:
