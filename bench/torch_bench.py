@@ -7,8 +7,10 @@ For each example model (examples/torch/NAME.py: ``model`` and ``blocks``) rows o
 * ``SAC``: selective checkpointing of every block, policy: save matmuls / convolutions /
   attention, recompute everything else;
 * ``torch.compile B``: Inductor's min-cut partitioner at ``activation_memory_budget`` B;
-* ``hgraph B``: ``planner.torch.compile`` (hgraph as Inductor's partitioner) at budget B —
-  the fair comparison with Inductor (same decomposed graph, same fused kernels).
+* ``hgraph B``: ``planner.torch.compile`` (hgraph as Inductor's partitioner) at step-peak budget
+  B (percent of its no-recompute step's peak; ``min``: its lowest), and ``hgraph @B`` at the
+  predicted peak of the ``torch.compile B`` row — the fair comparison with Inductor (same
+  decomposed graph, same fused kernels).
 
 Each row: measured step peak (MemTracker on CPU, less parameters and buffers), saved bytes
 (saved-tensor hooks), recompute FLOPs (one cost model for all: ``planner.torch.costs``; for
@@ -272,6 +274,7 @@ def main(argv=None) -> int:
         rows += compile_rows(name, spec, QUICK_BUDGETS if args.quick else HGRAPH_BUDGETS)
         plot(rows, name, os.path.join(args.out, f"{name}.png"))
         verdicts.append(dominance(rows, name))
+        print(table([r for r in rows if r["model"] == name]) + f"- {verdicts[-1]}", flush=True)
     check = prediction_check(rows)
     text = (table(rows) + "\n" + "\n".join(f"- {v}" for v in verdicts) + f"\n- {check}\n")
     write_text(os.path.join(args.out, "table.md"), text)
