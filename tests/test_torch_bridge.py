@@ -1,6 +1,7 @@
 """The PyTorch bridge (planner.torch): import, apply bitwise, CLI, errors, torch missing."""
 
 import copy
+import operator
 import sys
 
 import numpy as np
@@ -165,3 +166,55 @@ def test_compile_partition_matches_torch_compile_default():
     assert step.partitioner.plans and step.partitioner.plans[0].recompute_cost > 0
     for a, b in zip(m2.parameters(), m1.parameters()):
         assert (a.grad - b.grad).abs().max() <= 1e-6 * b.grad.abs().max()
+
+
+def test_planned_graph_holds_only_values_the_backward_reads():
+    """Decomposed, the planner's forward values are those a backward op reads (or the forward
+    ends with): its peak model then follows the step torch runs, not one ~2x above it."""
+    from planner.torch import measure
+    from planner.torch.capture import capture
+    from planner.torch.model_graph import from_joint
+    from planner.torch.partition import keep_names, partition
+
+    m, x = small_cnn()
+    joint, n_out = capture(m, (x,), decompose=True)
+    tg, unfolded = from_joint(joint, n_out, True), from_joint(joint, n_out, True, fold=False)
+    assert len(tg.cg.forward) < len(unfolded.cg.forward)
+    from planner.torch.model_graph import is_view
+
+    def base(a):            # a view is read as the value it aliases
+        while is_view(a):
+            a = a.args[0] if a.target is not operator.getitem else a.args[0].args[0]
+        return a.name
+
+    read = {base(a) for n in joint.graph.nodes if n.meta.get("partitioner_tag") == "is_backward"
+            for a in n.all_input_nodes}
+    for f in tg.cg.forward:
+        v = f.outputs[0]
+        made = [h for h in tg.cg.forward if v in {u for u, _ in h.inputs}
+                and h.type != "hgraph.keep"]
+        # read by the backward, a leaf (loss, keep block), or smaller than all made from it
+        assert (tg.cg.var_names[v] in read or not made
+                or all(tg.cg.var_bytes[v] < tg.cg.var_bytes[h.outputs[0]] for h in made)), f
+    p = pt.plan(tg, "100%")
+    fw, bw = partition(joint, n_out, keep_names(tg.cg, p.schedule))
+    step = measure.predict_step_peak(fw, bw)
+    assert abs(p.peak_bytes - step) <= 0.15 * step
+
+
+def test_front_chooses_the_least_recompute_plan_that_fits_the_step_peak():
+    from planner.torch import front
+
+    m, x = small_cnn()
+    tg = pt.graph(m, x)
+    fr = front.front(tg)
+    peaks = [c.step_peak for c in fr]
+    flops = [c.recompute_flops for c in fr]
+    assert peaks == sorted(peaks) and flops == sorted(flops, reverse=True) and len(fr) >= 2
+    assert fr[-1].recompute_flops == 0 and fr[0].recompute_flops > 0
+    mid = (peaks[0] + peaks[-1]) // 2
+    c = front.choose(fr, mid)
+    assert c.step_peak <= mid and all(d.recompute_flops >= c.recompute_flops
+                                      for d in fr if d.step_peak <= mid)
+    assert front.choose(fr, 0) is fr[0]
+    assert front.resolve_step_budget(fr, "100%") == peaks[-1]

@@ -9,6 +9,7 @@ rest of the planner works without it; :func:`require_torch` says in one line how
     >>> x = torch.randn(32, 8)
     >>> tg = pt.graph(model, x)              # joint fwd+bwd graph, decomposed as Inductor sees it
     >>> p = pt.plan(tg, budget="100%")       # planner.plan on it: at 100% nothing is recomputed
+    >>> p = pt.plan_for_step(tg, "100%")     # or: chosen by the step torch will really run
     >>> p.recompute_cost
     0
     >>> step = pt.apply(model, p, x)         # eager training step that keeps exactly p's tensors
@@ -17,7 +18,8 @@ rest of the planner works without it; :func:`require_torch` says in one line how
     torch.Size([16, 8])
 
 ``pt.compile(model, budget="60%")`` returns the model under torch.compile with hgraph as the
-partitioner (``torch._inductor.config.custom_partitioner_fn``).
+partitioner (``torch._inductor.config.custom_partitioner_fn``); its budget is the step's peak
+(bytes, or percent of the no-recompute step's), met as :func:`plan_for_step` meets it.
 """
 
 from __future__ import annotations
@@ -53,6 +55,16 @@ def plan(tg, budget="100%", **kwargs):
     return planner.plan(tg.cg, budget=budget, **kwargs)
 
 
+def plan_for_step(tg, budget="100%", **plan_kwargs):
+    """The plan whose training step, as torch partitions and runs it, peaks within ``budget``
+    (bytes, or percent of the no-recompute step's peak) with the least recomputation, chosen
+    from the plan front (:mod:`planner.torch.front`); the lowest-peak plan where none fits.
+    Its report says ``step_peak_bytes`` and ``step_recompute_flops``."""
+    from planner.torch import front
+
+    return front.pick(front.front(tg, **plan_kwargs), budget).plan
+
+
 def apply(model, the_plan, *inputs, loss=None):
     """A training step ``step(*inputs) -> loss`` that keeps exactly ``the_plan``'s tensors."""
     require_torch()
@@ -64,6 +76,6 @@ def apply(model, the_plan, *inputs, loss=None):
 def compile(model, budget="100%", loss=None, **plan_kwargs):  # noqa: A001 - mirrors torch.compile
     """``torch.compile(model)`` with hgraph as Inductor's partitioner at ``budget``."""
     require_torch()
-    from planner.torch.partition import compile_model
+    from planner.torch.compiled import compile_model
 
     return compile_model(model, budget=budget, loss=loss, **plan_kwargs)

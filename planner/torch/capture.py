@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import torch
 from functorch.compile import aot_function
 
-__all__ = ["Step", "make_step", "capture", "decompositions", "default_loss"]
+__all__ = ["Step", "make_step", "capture", "cse", "decompositions", "default_loss"]
 
 
 def default_loss(out):
@@ -77,6 +77,16 @@ def make_step(model, loss=None) -> Step:
 
     return Step(fn, [p for _, p in model.named_parameters()],
                 [b for _, b in model.named_buffers()], consts)
+
+
+def cse(joint):
+    """A copy of the joint GraphModule with common subexpressions merged (``fx_graph_cse``,
+    torch's min-cut partitioner's first step): the backward's copies of forward subexpressions
+    (batch norm's ``x - mean``) then read the forward's value. Node names are kept; ``joint``
+    itself is left as it is (the copy shares its submodules)."""
+    from torch._functorch.compile_utils import fx_graph_cse
+
+    return torch.fx.GraphModule(joint, fx_graph_cse(joint.graph))
 
 
 def _boxed(gm, _inputs):

@@ -15,7 +15,8 @@ import time
 
 import torch
 
-__all__ = ["measure_step", "recompute_flops", "step_flops", "predict_step_peak", "grads_of", "same_grads"]
+__all__ = ["measure_step", "recompute_flops", "step_flops", "predict_step_peak",
+           "predict_saved_bytes", "grads_of", "same_grads"]
 
 
 def _storage_key(t):
@@ -194,6 +195,19 @@ def _replay(gm, counted: set, uncounted_storages=()) -> tuple:
         peak = max(peak, live)
         live -= sum(size[k] for k in frees.get(i, ()))
     return peak, live
+
+
+def predict_saved_bytes(forward, backward) -> int:
+    """Bytes the forward hands the backward, from the partition alone (no run): the distinct
+    storages of the backward's saved inputs, less the step's parameters, buffers and inputs
+    (and views of them), as :func:`measure_step` counts what autograd saves."""
+    inputs = {k for n in forward.graph.nodes if n.op == "placeholder"
+              for k, _ in _storages(n.meta.get("val"))}
+    saved = {}
+    for n in backward.graph.nodes:
+        if n.op == "placeholder" and not n.name.startswith(("primals_", "tangents_")):
+            saved.update((k, b) for k, b in _storages(n.meta.get("val")) if k not in inputs)
+    return int(sum(saved.values()))
 
 
 def predict_step_peak(forward, backward) -> int:

@@ -157,8 +157,49 @@ def _add_keep_block(fwd, produced, var_bytes, var_names, var_node, op_cost):
     fwd.append((KEEP, KEEP, leaves))
 
 
+def _backward_read(nodes, var_of) -> set:
+    """Vars (of forward values) that some backward op reads."""
+    return {var_of[a] for n in nodes if n.op == "call_function" and _tag(n) == "is_backward"
+            for a in n.all_input_nodes if a in var_of and _tag(a) != "is_backward"}
+
+
+def fold_unread(fwd, outs, read: set, op_cost: dict, var_bytes):
+    """Fold every forward value no backward op reads into the blocks that read it.
+
+    ``fwd``: (node, op node, input vars) per block in graph order, ``outs`` their output vars
+    (``var_bytes`` their sizes);
+    ``read``: vars some backward op reads. A value no backward op reads (most of a decomposed
+    graph's pointwise intermediates: batch norm's centring and scaling, GELU's pieces) is never
+    kept by torch: the partition saves values the backward reads and recomputes what lies
+    between. As a block of its own such a value would sit on lower-set boundaries, where the
+    planner's model keeps it until the backward (a peak torch never has). Folded, its readers
+    read its inputs instead and cost its cost too (recomputing one runs the chain again, as
+    Inductor's fused kernel does), so the graph's forward values are the ones the backward (or
+    a recomputation) reads and the forward's results. A value smaller than everything made from
+    it stays (max-pool's int8 offsets, from which the int64 indices are recomputed): keeping it
+    may beat keeping what the backward reads. Returns (blocks, their costs, folded vars).
+    """
+    smallest_reader = {}         # var -> bytes of the smallest value a block makes from it
+    for (_, _, ins), y in zip(fwd, outs):
+        for v in ins:
+            smallest_reader[v] = min(smallest_reader.get(v, var_bytes[y]), var_bytes[y])
+    expand, extra, out, cost = {}, {}, [], []
+    for (n, op, ins), y in zip(fwd, outs):
+        new_ins, add = [], 0
+        for v in ins:
+            new_ins.extend(u for u in expand.get(v, (v,)) if u not in new_ins)
+            add += extra.get(v, 0)
+        c = int(op_cost[op]) + add
+        if y not in read and y in smallest_reader and var_bytes[y] >= smallest_reader[y]:
+            expand[y], extra[y] = new_ins, c
+            continue
+        out.append((n, op, new_ins))
+        cost.append(c)
+    return out, cost, set(expand)
+
+
 def from_joint(joint, num_fwd_outputs: int, decompose: bool, costs: str = "flops",
-               source: str | None = None) -> TorchGraph:
+               source: str | None = None, fold: bool = True) -> TorchGraph:
     """Build the planner graph of a joint fx graph (see the module docstring for the mapping)."""
     if costs not in costs_mod.COST_KINDS:
         raise HGraphError(f"unknown cost {costs!r}; expected one of "
@@ -209,6 +250,17 @@ def from_joint(joint, num_fwd_outputs: int, decompose: bool, costs: str = "flops
         fwd.append((n, op, ins))
     if not fwd:
         raise HGraphError(f"{source or 'model'}: the training step has no forward ops to plan")
+    block_cost = [int(op_cost[op]) for _, op, _ in fwd]
+    if fold:
+        fwd, block_cost, folded = fold_unread(fwd, [var_of[n] for n, _, _ in fwd],
+                                              _backward_read(nodes, var_of), op_cost,
+                                              var_bytes)
+        kept = [v for v in range(len(var_bytes)) if v not in folded]
+        new_id = {v: i for i, v in enumerate(kept)}
+        var_of = {n: new_id[v] for n, v in var_of.items() if v in new_id}
+        var_bytes, var_names, var_node = ([xs[v] for v in kept]
+                                          for xs in (var_bytes, var_names, var_node))
+        fwd = [(n, op, [new_id[v] for v in ins]) for n, op, ins in fwd]
     nf = len(fwd)
     block_of_var = {var_of[n]: i for i, (n, _, _) in enumerate(fwd)}
     seq = [fwd_op.meta.get("seq_nr", -1) for _, fwd_op, _ in fwd]
@@ -260,7 +312,7 @@ def from_joint(joint, num_fwd_outputs: int, decompose: bool, costs: str = "flops
     for i, (n, op, ins) in enumerate(fwd):
         name = n.name if n is not KEEP else KEEP
         detail = {"node": name, "op": _op_name(getattr(op, "target", KEEP)),
-                  "cost": int(op_cost[op]), "capture": capture}
+                  "cost": block_cost[i] if n is not KEEP else 0, "capture": capture}
         if op is not n:
             detail["group"] = op.name
         ftype = detail["op"]

@@ -12,9 +12,8 @@ Two ways in:
 * :func:`apply_plan` — ``aot_function`` with this partition function, forward and backward run
   as traced (no compiler): for users who do not compile. Captured undecomposed, the graph runs
   the same aten ops eager autograd runs, so gradients equal eager's bit for bit.
-* :func:`compile_model` — ``torch.compile`` with ``torch._inductor.config.custom_partitioner_fn``
-  set to :class:`HGraphPartitioner`: it builds the planner graph from the joint graph Inductor
-  hands it, plans at the budget, and partitions by the plan.
+* :func:`planner.torch.compiled.compile_model` — ``torch.compile`` with hgraph as Inductor's
+  partitioner (``torch._inductor.config.custom_partitioner_fn``), splitting by :func:`partition`.
 """
 
 from __future__ import annotations
@@ -27,10 +26,10 @@ from torch._functorch.partitioners import (_extract_fwd_bwd_modules,
 
 from hgraph.errors import HGraphError
 from planner.torch import capture as cap
-from planner.torch.model_graph import from_joint, is_view
+from planner.torch.model_graph import is_view
 
-__all__ = ["kept_vars", "saved_nodes", "partition", "apply_plan", "apply_keep", "compile_model",
-           "HGraphPartitioner", "plan_capture"]
+__all__ = ["kept_vars", "saved_nodes", "partition", "apply_plan", "apply_keep", "plan_capture",
+           "keep_names"]
 
 
 def kept_vars(g, schedule) -> set:
@@ -77,7 +76,7 @@ def _tag(n):
     return n.meta.get("partitioner_tag", "")
 
 
-def saved_nodes(joint, keep_names: set) -> list:
+def saved_nodes(joint, keep: set) -> list:
     """Forward nodes to save: the kept ones (and inputs) that the backward reaches.
 
     Walks back from every forward value a backward op reads: a kept node or a placeholder is
@@ -94,7 +93,7 @@ def saved_nodes(joint, keep_names: set) -> list:
         if n in seen:
             continue
         seen.add(n)
-        if n.op == "placeholder" or (n.name in keep_names and not is_view(n)):
+        if n.op == "placeholder" or (n.name in keep and not is_view(n)):
             saved[n] = None
         else:
             stack.extend(n.all_input_nodes)
@@ -127,15 +126,15 @@ def snapshot_inputs(joint, names) -> set:
     return made
 
 
-def partition(joint, num_fwd_outputs: int, keep_names: set, snapshot=()):
-    """(forward module, backward module) that keep exactly ``keep_names`` (fx node names).
+def partition(joint, num_fwd_outputs: int, keep: set, snapshot=()):
+    """(forward module, backward module) that keep exactly ``keep`` (fx node names).
 
     ``snapshot``: placeholder names the backward must read as forward-time copies
     (:func:`snapshot_inputs`).
     """
     if snapshot:
-        keep_names = set(keep_names) | snapshot_inputs(joint, set(snapshot))
-    saved = saved_nodes(joint, keep_names)
+        keep = set(keep) | snapshot_inputs(joint, set(snapshot))
+    saved = saved_nodes(joint, keep)
     fw, bw = _extract_fwd_bwd_modules(joint, saved, [], num_fwd_outputs=num_fwd_outputs)
     fw.graph.eliminate_dead_code()
     bw.graph.eliminate_dead_code()
@@ -143,7 +142,7 @@ def partition(joint, num_fwd_outputs: int, keep_names: set, snapshot=()):
     return fw, bw
 
 
-def _keep_names(g, schedule) -> set:
+def keep_names(g, schedule) -> set:
     """fx node names of the kept vars (the importer's zero-byte keep block owns no node)."""
     from planner.torch.model_graph import KEEP
 
@@ -158,7 +157,7 @@ def apply_plan(model, plan, inputs, loss=None):
     model's parameters' ``.grad`` as ``loss.backward()`` would.
     """
     g = plan.graph
-    return apply_keep(model, _keep_names(g, plan.schedule), plan_capture(g) == "inductor",
+    return apply_keep(model, keep_names(g, plan.schedule), plan_capture(g) == "inductor",
                       loss=loss)
 
 
@@ -187,64 +186,4 @@ def apply_keep(model, keep: set, decompose: bool, loss=None):
         return out.detach()
 
     run.partition = info
-    return run
-
-
-class HGraphPartitioner(torch._inductor.custom_graph_pass.CustomPartitionerFn):
-    """Inductor's partitioner replaced by hgraph: plan the joint graph at ``budget``, split by it.
-
-    The plan is made on the joint graph Inductor hands over (decomposed as it will compile it),
-    with the planner's keywords ``plan_kwargs``; the plans made are kept in ``self.plans``. A
-    budget below the smallest feasible one plans at the smallest (the report says
-    ``budget_raised_to_smallest_feasible``): a compile must not fail over a budget.
-    ``self.parts``: (joint, forward, backward) modules of each partition (to measure them).
-    """
-
-    def __init__(self, budget="100%", **plan_kwargs):
-        self.budget, self.plan_kwargs, self.plans, self.parts = budget, plan_kwargs, [], []
-
-    def __call__(self, gm, joint_inputs, **kwargs):
-        import planner
-
-        from hgraph.errors import InfeasibleError
-
-        tg = from_joint(gm, kwargs["num_fwd_outputs"], decompose=True)
-        try:
-            p = planner.plan(tg.cg, budget=self.budget, **self.plan_kwargs)
-        except InfeasibleError as err:      # a compile must not fail: plan at the smallest
-            p = planner.plan(tg.cg, budget=err.min_budget_bytes, **self.plan_kwargs)
-            p.report["budget_raised_to_smallest_feasible"] = True
-        self.plans.append(p)
-        fw, bw = partition(gm, kwargs["num_fwd_outputs"], _keep_names(tg.cg, p.schedule))
-        self.parts.append((gm, fw, bw))
-        return fw, bw
-
-    def uuid(self):
-        return None             # plans depend on the budget: never reuse a cached compile
-
-
-def compile_model(model, budget="100%", loss=None, **plan_kwargs):
-    """``torch.compile`` of the model's training loss with hgraph as the partitioner.
-
-    Returns ``step(*inputs) -> loss`` (the backward runs inside, grads accumulate into the
-    model's parameters); ``step.partitioner.plans`` holds the plans made. The partitioner is
-    set in ``torch._inductor.config`` for the first call (compilation) only.
-    """
-    import torch._inductor.config as inductor_config
-
-    part = HGraphPartitioner(budget, **plan_kwargs)
-    loss_fn = loss or cap.default_loss
-    compiled = torch.compile(lambda *xs: loss_fn(model(*xs)))
-
-    import torch._functorch.config as functorch_config
-
-    def run(*xs):
-        # no cache: a cached compile of the same graph would skip the partitioner
-        with inductor_config.patch(custom_partitioner_fn=part, fx_graph_cache=False), \
-                functorch_config.patch(enable_autograd_cache=False):
-            out = compiled(*xs)
-        out.backward()
-        return out.detach()
-
-    run.partitioner = part
     return run

@@ -1,0 +1,94 @@
+"""torch.compile with hgraph as Inductor's partitioner, choosing plans by the step they run.
+
+:class:`HGraphPartitioner` is a ``torch._inductor.config.custom_partitioner_fn``: it imports the
+joint graph Inductor hands it (:func:`planner.torch.model_graph.from_joint`), takes the plan that
+fits the budget from the plan front (:mod:`planner.torch.front`) and splits the graph by it
+(:func:`planner.torch.partition.partition`). :func:`compile_model` wraps a model with it.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch._inductor.custom_graph_pass  # noqa: F401  (CustomPartitionerFn)
+
+from planner.torch import capture as cap
+from planner.torch import front as front_mod
+from planner.torch.model_graph import from_joint
+from planner.torch.partition import partition
+
+__all__ = ["HGraphPartitioner", "compile_model"]
+
+
+class HGraphPartitioner(torch._inductor.custom_graph_pass.CustomPartitionerFn):
+    """Inductor's partitioner replaced by hgraph: split the joint graph by the plan that fits
+    ``budget`` as the step really runs.
+
+    ``budget``: the step's peak, in bytes or percent of the no-recompute step's peak. The plan
+    is chosen on the joint graph Inductor hands over (decomposed as it will compile it) from
+    the plan front (:func:`planner.torch.front.front`): the least-recompute plan whose replayed
+    partition peak (``measure.predict_step_peak``, within 0.1% of the measured peak) fits, or
+    the lowest-peak plan where none fits (the report then says
+    ``budget_raised_to_smallest_feasible``: a compile must not fail over a budget).
+    ``plan_kwargs`` go to the planner; ``fronts``: a dict shared between partitioners to reuse
+    the front of a graph already planned (keyed by the graph's text). ``self.plans``: the plans
+    used, their reports carrying ``step_peak_bytes`` / ``step_recompute_flops``;
+    ``self.parts``: (joint, forward, backward) modules of each partition (to measure them).
+    The front joins the plans of the joint graph as traced and of its copy with common
+    subexpressions merged (as torch's min-cut first does; on a CNN the backward then reads the
+    forward's batch-norm pieces, on a transformer it reads more forward values): each plan is
+    partitioned on the graph it was made on.
+    """
+
+    def __init__(self, budget="100%", fronts=None, **plan_kwargs):
+        self.budget, self.plan_kwargs, self.plans, self.parts = budget, plan_kwargs, [], []
+        self.fronts = {} if fronts is None else fronts
+
+    def __call__(self, gm, joint_inputs, **kwargs):
+        from planner import cg
+
+        n_out = kwargs["num_fwd_outputs"]
+        tg = from_joint(gm, n_out, decompose=True)
+        key = cg.dumps(tg.cg)
+        if key not in self.fronts:       # the graph as traced, and with its subexpressions merged
+            merged = from_joint(cap.cse(gm), n_out, decompose=True)
+            self.fronts[key] = front_mod.union([front_mod.front(t, **self.plan_kwargs)
+                                                for t in (tg, merged)])
+        c = front_mod.pick(self.fronts[key], self.budget)
+        p = c.plan
+        self.plans.append(p)
+        fw, bw = partition(c.joint, n_out, c.keep)
+        self.parts.append((c.joint, fw, bw))
+        return fw, bw
+
+    def uuid(self):
+        return None             # plans depend on the budget: never reuse a cached compile
+
+
+def compile_model(model, budget="100%", loss=None, **plan_kwargs):
+    """``torch.compile`` of the model's training loss with hgraph as the partitioner.
+
+    ``budget``: the step's peak in bytes or percent of the no-recompute step's (see
+    :class:`HGraphPartitioner`).
+
+    Returns ``step(*inputs) -> loss`` (the backward runs inside, grads accumulate into the
+    model's parameters); ``step.partitioner.plans`` holds the plans made. The partitioner is
+    set in ``torch._inductor.config`` for the first call (compilation) only.
+    """
+    import torch._inductor.config as inductor_config
+
+    part = HGraphPartitioner(budget, **plan_kwargs)
+    loss_fn = loss or cap.default_loss
+    compiled = torch.compile(lambda *xs: loss_fn(model(*xs)))
+
+    import torch._functorch.config as functorch_config
+
+    def run(*xs):
+        # no cache: a cached compile of the same graph would skip the partitioner
+        with inductor_config.patch(custom_partitioner_fn=part, fx_graph_cache=False), \
+                functorch_config.patch(enable_autograd_cache=False):
+            out = compiled(*xs)
+        out.backward()
+        return out.detach()
+
+    run.partitioner = part
+    return run

@@ -1,0 +1,132 @@
+"""The plans of an imported training step, judged by the step each one really runs.
+
+The planner's schedule decides which forward values the backward gets (:func:`kept_vars`);
+torch then runs its own partition of the joint graph: each saved tensor lives until its last
+backward use, each value not saved is recomputed once where the backward first needs it. The
+planner's peak is a model of that step; the partition's liveness replay
+(:func:`planner.torch.measure.predict_step_peak`, within 0.1% of the measured peak) and the
+FLOPs of the ops the backward module runs again (:func:`planner.torch.measure.recompute_flops`)
+are the step itself. So a target step peak is met by planning at a spread of budgets (with each
+solver asked for), partitioning each distinct kept set, and taking the least-recompute one whose
+replayed peak fits: :func:`front` builds the Pareto front, :func:`choose` picks from it.
+
+    >>> fr = front(tg)                                   # tg: planner.torch.graph(model, x)
+    >>> best = choose(fr, fr[0].step_peak)               # the lowest peak reachable
+    >>> best.keep, best.step_peak, best.recompute_flops  # fx names to save, bytes, FLOPs
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from planner.torch import measure
+from planner.torch.partition import keep_names, partition
+
+__all__ = ["Candidate", "front", "choose", "measured_candidate", "union", "resolve_step_budget",
+           "pick", "POINTS", "SOLVERS"]
+
+#: Budgets planned per solver, spread evenly from the smallest feasible to keep-everything.
+POINTS = 12
+#: Solvers asked: the exact lower-set DP finds cheap pointwise recomputations the approximate
+#: one misses; both are fast on imported models (tens of activations once folded).
+SOLVERS = ("approx", "exact")
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One plan as torch runs it: the fx node names saved, the replayed step peak (bytes), the
+    recomputed FLOPs, the planner's plan (its schedule, budget, report) and the joint graph
+    it partitions."""
+
+    keep: frozenset
+    step_peak: int
+    recompute_flops: int
+    plan: object
+    joint: object = None
+
+
+def _smallest_budget(g, solver: str, **plan_kwargs) -> int:
+    import planner
+    from hgraph.errors import InfeasibleError
+
+    try:
+        return int(planner.plan(g, budget=1, solver=solver, **plan_kwargs).peak_bytes)
+    except InfeasibleError as err:
+        return int(err.min_budget_bytes)
+
+
+def measured_candidate(tg, the_plan) -> Candidate:
+    """The plan partitioned on ``tg.joint``: its kept names, replayed peak, recomputed FLOPs."""
+    keep = frozenset(keep_names(the_plan.graph, the_plan.schedule))
+    fw, bw = partition(tg.joint, tg.num_fwd_outputs, keep)
+    return Candidate(keep, measure.predict_step_peak(fw, bw),
+                     measure.recompute_flops(tg.joint, bw), the_plan, tg.joint)
+
+
+def front(tg, solvers=SOLVERS, points: int = POINTS, **plan_kwargs) -> list:
+    """The Pareto front (step peak ascending, recompute FLOPs descending) of ``tg``'s plans.
+
+    ``tg``: a :class:`planner.torch.model_graph.TorchGraph`; ``plan_kwargs`` go to
+    :func:`planner.plan` (``solver`` excepted: ``solvers`` lists them). Deterministic: the same
+    budgets, solvers and graph give the same front.
+    """
+    import planner
+
+    g = tg.cg
+    top = int(planner.plan(g, budget="100%", **plan_kwargs).peak_bytes)
+    seen, found = set(), []
+    for solver in solvers:
+        lo = _smallest_budget(g, solver, **plan_kwargs)
+        for b in np.unique(np.linspace(min(lo, top), top, points).astype(np.int64)):
+            p = planner.plan(g, budget=int(b), solver=solver, **plan_kwargs)
+            keep = frozenset(keep_names(g, p.schedule))
+            if keep in seen:
+                continue
+            seen.add(keep)
+            found.append(measured_candidate(tg, p))
+    return union([found])
+
+
+def union(fronts: list) -> list:
+    """The Pareto front (step peak ascending, recompute FLOPs strictly descending) of the
+    candidates of ``fronts``; ties go to the one listed first."""
+    found = [c for fr in fronts for c in fr]
+    order = sorted(range(len(found)), key=lambda i: (found[i].step_peak,
+                                                     found[i].recompute_flops, i))
+    best, out = None, []
+    for c in (found[i] for i in order):
+        if best is None or c.recompute_flops < best:
+            out.append(c)
+            best = c.recompute_flops
+    return out
+
+
+def resolve_step_budget(fr: list, budget) -> int:
+    """A budget (bytes, ``"60%"``, ``"2MB"``) as a step peak in bytes; percent of the keep-all
+    step's replayed peak (the front's last point: it recomputes nothing)."""
+    from planner.budget import Budget
+
+    return Budget.parse(budget).resolve(max(c.step_peak for c in fr))
+
+
+def choose(fr: list, step_peak: int) -> Candidate:
+    """The least-recompute candidate whose replayed peak is at most ``step_peak`` (the lowest
+    peak on the front where none fits)."""
+    fits = [c for c in fr if c.step_peak <= step_peak]
+    if not fits:
+        return fr[0]
+    return min(fits, key=lambda c: (c.recompute_flops, c.step_peak))
+
+
+def pick(fr: list, budget) -> Candidate:
+    """:func:`choose` for ``budget`` (bytes or percent, :func:`resolve_step_budget`); the plan's
+    report gains ``step_peak_bytes``, ``step_recompute_flops``, ``step_budget_bytes`` and
+    ``budget_raised_to_smallest_feasible`` (no plan's step fits: the lowest-peak one)."""
+    target = resolve_step_budget(fr, budget)
+    c = choose(fr, target)
+    c.plan.report.update(step_peak_bytes=c.step_peak, step_recompute_flops=c.recompute_flops,
+                         step_budget_bytes=target,
+                         budget_raised_to_smallest_feasible=c.step_peak > target)
+    return c
