@@ -32,6 +32,8 @@ def run(spec_text: str, schedule_path: str | None, graph_path: str | None) -> di
     import planner.torch as pt
     from planner import cg, simulate
     from planner.api import baseline_schedule
+    from types import SimpleNamespace
+
     from planner.schedule import Schedule
     from planner.torch import measure
     from planner.torch.model_file import load
@@ -73,7 +75,8 @@ def run(spec_text: str, schedule_path: str | None, graph_path: str | None) -> di
     loss_fn = spec.loss or (lambda out: out if out.dim() == 0 else out.mean())
     loss_fn(plain(*spec.inputs)).backward()
     planned = copy.deepcopy(model0)
-    step = apply_keep(planned, keep, decompose, loss=spec.loss)
+    order = SimpleNamespace(graph=g, schedule=schedule) if schedule_path else None
+    step = apply_keep(planned, keep, decompose, loss=spec.loss, plan=order)
     got = measure.measure_step(step, planned, spec.inputs)
     recomputed = measure.recompute_flops(tg.joint, step.partition["backward"])
     report = dict(model=spec_text, schedule=schedule_path or "keep-all", capture="eager",

@@ -56,7 +56,7 @@ class HGraphPartitioner(torch._inductor.custom_graph_pass.CustomPartitionerFn):
         c = front_mod.pick(self.fronts[key], self.budget)
         p = c.plan
         self.plans.append(p)
-        fw, bw = partition(c.joint, n_out, c.keep)
+        fw, bw = partition(c.joint, n_out, c.keep, plan=p)
         self.parts.append((c.joint, fw, bw))
         return fw, bw
 

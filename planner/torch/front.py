@@ -60,7 +60,7 @@ def _smallest_budget(g, solver: str, **plan_kwargs) -> int:
 def measured_candidate(tg, the_plan) -> Candidate:
     """The plan partitioned on ``tg.joint``: its kept names, replayed peak, recomputed FLOPs."""
     keep = frozenset(keep_names(the_plan.graph, the_plan.schedule))
-    fw, bw = partition(tg.joint, tg.num_fwd_outputs, keep)
+    fw, bw = partition(tg.joint, tg.num_fwd_outputs, keep, plan=the_plan)
     return Candidate(keep, measure.predict_step_peak(fw, bw),
                      measure.recompute_flops(tg.joint, bw), the_plan, tg.joint)
 

@@ -76,7 +76,7 @@ def recompute_flops(joint, backward) -> int:
     """FLOPs of the forward ops a partitioned backward module runs again (views are free).
 
     The backward module keeps the joint graph's node names, so a forward node's name in it
-    is a recomputation; its cost is :func:`planner.torch.costs.node_flops` on the joint node.
+    is a recomputation (a copy for a later episode names it in ``meta["recompute_of"]``); its cost is :func:`planner.torch.costs.node_flops` on the joint node.
     """
     from planner.torch.costs import node_flops
     from planner.torch.model_graph import is_view
@@ -85,7 +85,7 @@ def recompute_flops(joint, backward) -> int:
            if n.op == "call_function" and n.meta.get("partitioner_tag") == "is_forward"}
     total = 0
     for n in backward.graph.nodes:
-        j = fwd.get(n.name) if n.op == "call_function" else None
+        j = fwd.get(n.meta.get("recompute_of", n.name)) if n.op == "call_function" else None
         if j is not None and j.target is not operator.getitem and not is_view(j):
             total += node_flops(j)
     return total

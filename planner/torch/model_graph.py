@@ -35,7 +35,7 @@ from planner import cg
 from planner.torch import capture as cap
 from planner.torch import costs as costs_mod
 
-__all__ = ["TorchGraph", "import_model", "from_joint", "is_view", "UnsupportedOp"]
+__all__ = ["TorchGraph", "import_model", "from_joint", "is_view", "UnsupportedOp", "seq_lookup"]
 
 
 class UnsupportedOp(HGraphError):
@@ -198,6 +198,26 @@ def fold_unread(fwd, outs, read: set, op_cost: dict, var_bytes):
     return out, cost, set(expand)
 
 
+def seq_lookup(seq: list):
+    """``block(s)``: the forward block a backward op of ``seq_nr`` ``s`` differentiates.
+
+    ``seq``: the ``seq_nr`` of each forward block's op, in block order. The first block of
+    that ``seq_nr``, or of the closest earlier one (a decomposed op's pieces share it).
+    """
+    import bisect
+
+    first_of_seq = {}
+    for i, s in enumerate(seq):
+        first_of_seq.setdefault(s, i)
+    seq_keys = sorted(first_of_seq)
+
+    def block(s):
+        k = bisect.bisect_right(seq_keys, s) - 1
+        return first_of_seq[seq_keys[k]] if k >= 0 else 0
+
+    return block
+
+
 def from_joint(joint, num_fwd_outputs: int, decompose: bool, costs: str = "flops",
                source: str | None = None, fold: bool = True) -> TorchGraph:
     """Build the planner graph of a joint fx graph (see the module docstring for the mapping)."""
@@ -264,17 +284,7 @@ def from_joint(joint, num_fwd_outputs: int, decompose: bool, costs: str = "flops
     nf = len(fwd)
     block_of_var = {var_of[n]: i for i, (n, _, _) in enumerate(fwd)}
     seq = [fwd_op.meta.get("seq_nr", -1) for _, fwd_op, _ in fwd]
-    first_of_seq = {}
-    for i, s in enumerate(seq):
-        first_of_seq.setdefault(s, i)
-    seq_keys = sorted(first_of_seq)
-
-    def block_for_seq(s):
-        import bisect
-
-        k = bisect.bisect_right(seq_keys, s) - 1
-        return first_of_seq[seq_keys[k]] if k >= 0 else 0
-
+    block_for_seq = seq_lookup(seq)
     reads_of = {}      # backward block (or -1 - var: "a reader of var") -> vars it reads
     for n in nodes:
         if n.op != "call_function" or _tag(n) != "is_backward":

@@ -26,6 +26,7 @@ from torch._functorch.partitioners import (_extract_fwd_bwd_modules,
 
 from hgraph.errors import HGraphError
 from planner.torch import capture as cap
+from planner.torch.episodes import follow_episodes
 from planner.torch.model_graph import is_view
 
 __all__ = ["kept_vars", "saved_nodes", "partition", "apply_plan", "apply_keep", "plan_capture",
@@ -126,11 +127,14 @@ def snapshot_inputs(joint, names) -> set:
     return made
 
 
-def partition(joint, num_fwd_outputs: int, keep: set, snapshot=()):
+def partition(joint, num_fwd_outputs: int, keep: set, snapshot=(), plan=None):
     """(forward module, backward module) that keep exactly ``keep`` (fx node names).
 
     ``snapshot``: placeholder names the backward must read as forward-time copies
-    (:func:`snapshot_inputs`).
+    (:func:`snapshot_inputs`). ``plan``: the plan (anything with the ``graph`` made from
+    ``joint`` and a ``schedule``) whose
+    recompute episodes the backward follows (:func:`planner.torch.episodes.follow_episodes`);
+    None: each value not saved is recomputed once.
     """
     if snapshot:
         keep = set(keep) | snapshot_inputs(joint, set(snapshot))
@@ -139,6 +143,8 @@ def partition(joint, num_fwd_outputs: int, keep: set, snapshot=()):
     fw.graph.eliminate_dead_code()
     bw.graph.eliminate_dead_code()
     bw = reordering_to_mimic_autograd_engine(bw)
+    if plan is not None:
+        follow_episodes(bw, joint, plan.graph, plan.schedule)
     return fw, bw
 
 
@@ -158,11 +164,12 @@ def apply_plan(model, plan, inputs, loss=None):
     """
     g = plan.graph
     return apply_keep(model, keep_names(g, plan.schedule), plan_capture(g) == "inductor",
-                      loss=loss)
+                      loss=loss, plan=plan)
 
 
-def apply_keep(model, keep: set, decompose: bool, loss=None):
-    """:func:`apply_plan` for an explicit set of fx node names to keep."""
+def apply_keep(model, keep: set, decompose: bool, loss=None, plan=None):
+    """:func:`apply_plan` for an explicit set of fx node names to keep (``plan``: whose
+    recompute episodes the backward follows, see :func:`partition`)."""
     step = cap.make_step(model, loss)
     info = {}
     first = len(step.params)         # placeholders: params, buffers, inputs (in that order)
@@ -174,7 +181,7 @@ def apply_keep(model, keep: set, decompose: bool, loss=None):
         if missing:
             raise HGraphError(f"the plan does not match this model: node {missing[0]} is not "
                               f"in its training step (re-import the model)")
-        fw, bw = partition(joint, num_fwd_outputs, keep, snapshot=buffers)
+        fw, bw = partition(joint, num_fwd_outputs, keep, snapshot=buffers, plan=plan)
         info["forward"], info["backward"] = fw, bw
         return fw, bw
 
