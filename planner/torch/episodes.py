@@ -11,13 +11,19 @@ frees it after its last one. Where no block is recomputed twice the graph is lef
 
 Times are positions in the plan's schedule: a backward fx op's time is that of the backward
 block of the forward op it differentiates (its ``seq_nr``,
-:func:`planner.torch.model_graph.seq_lookup`); a block's episodes start at its recomputations.
+:func:`planner.torch.model_graph.seq_lookup`, as the importer attributes its reads), or of the
+first piece of that block (``compute b grads...``) that computes a gradient the op feeds; a
+block's episodes start at its recomputations. A value torch saves (the plan kept it through the
+forward) stays saved until its last use, even where the plan forgets and recomputes it later:
+the backward reads the saved tensor, so its recomputation would only add work.
 """
 
 from __future__ import annotations
 
 import bisect
 import json
+
+from torch.fx import Node
 
 from planner.torch.model_graph import KEEP, seq_lookup
 
@@ -54,8 +60,9 @@ def plan_times(g, schedule, joint) -> tuple:
     return recompute, (lambda s: real[lookup(s)]), grad_at
 
 
-def _consumer_times(bw, g, block_of_seq, grad_at, tags) -> dict:
-    """Schedule position at which the plan runs each backward fx op.
+def _consumer_times(bw, g, block_of_seq, grad_at, tags, end: int) -> dict:
+    """Schedule position at which the plan runs each backward fx op (``end`` for an op of a
+    block the schedule never runs).
 
     An op of backward block ``i`` runs in the first piece of ``i`` that computes a gradient it
     feeds: the gradients leave the block into another block's ops (the gradient of the var that
@@ -66,12 +73,10 @@ def _consumer_times(bw, g, block_of_seq, grad_at, tags) -> dict:
     var = {n: i for i, n in enumerate(g.var_names)}
     nodes = list(bw.graph.nodes)
     out = nodes[-1]
-    grad_var = {}
-    primals = [n for n in nodes if n.op == "placeholder" and n.name.startswith("primals_")]
+    grad_var = {}               # node -> vars of the step's inputs whose gradient it is
     for k, a in enumerate(out.args[0] if out.op == "output" else ()):
-        if isinstance(a, type(out)) and f"primals_{k + 1}" in var:
+        if isinstance(a, Node) and f"primals_{k + 1}" in var:
             grad_var.setdefault(a, set()).add(var[f"primals_{k + 1}"])
-    del primals
     block = {u: block_of_seq(u.meta.get("seq_nr", -1)) for u in nodes
              if u.op == "call_function" and tags.get(u.name) == "is_backward"}
     first = {}
@@ -91,7 +96,7 @@ def _consumer_times(bw, g, block_of_seq, grad_at, tags) -> dict:
                 f |= {v for v in outs if producer.get(v) == block[w]}
         feeds[u] = f & outs
         ts = [grad_at[(i, v)] for v in feeds[u] if (i, v) in grad_at]
-        times[u] = min(ts) if ts else first.get(i, len(grad_at) and max(grad_at.values()))
+        times[u] = min(ts) if ts else first.get(i, end)
     return times
 
 
@@ -107,7 +112,7 @@ def follow_episodes(bw, joint, g, schedule):
         return 0
     tags = {n.name: n.meta.get("partitioner_tag", "") for n in joint.graph.nodes}
     graph = bw.graph
-    times = _consumer_times(bw, g, block_of_seq, grad_at, tags)
+    times = _consumer_times(bw, g, block_of_seq, grad_at, tags, len(schedule.ops))
     made = {}
 
     def resolve(a, t, tag, before):

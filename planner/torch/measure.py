@@ -76,7 +76,8 @@ def recompute_flops(joint, backward) -> int:
     """FLOPs of the forward ops a partitioned backward module runs again (views are free).
 
     The backward module keeps the joint graph's node names, so a forward node's name in it
-    is a recomputation (a copy for a later episode names it in ``meta["recompute_of"]``); its cost is :func:`planner.torch.costs.node_flops` on the joint node.
+    is a recomputation (a copy for a later episode names it in ``meta["recompute_of"]``); its
+    cost is :func:`planner.torch.costs.node_flops` on the joint node.
     """
     from planner.torch.costs import node_flops
     from planner.torch.model_graph import is_view

@@ -5,7 +5,9 @@ The plan's schedule says which forward values are still live when the backward p
 value the backward reads is recomputed there from kept values, parameters and inputs
 (``torch._functorch.partitioners._extract_fwd_bwd_modules`` copies the forward ops it needs into
 the backward graph; ``reordering_to_mimic_autograd_engine`` then places each recomputation just
-before its first use, as the autograd engine would run the backward).
+before its first use, as the autograd engine would run the backward). Where the plan recomputes a
+value more than once, :mod:`planner.torch.episodes` gives each of its recompute episodes its own
+copy in the backward, in the plan's order.
 
 Two ways in:
 
