@@ -10,9 +10,20 @@ are the step itself. So a target step peak is met by planning at a spread of bud
 solver asked for), partitioning each distinct kept set, and taking the least-recompute one whose
 replayed peak fits: :func:`front` builds the Pareto front, :func:`choose` picks from it.
 
-    >>> fr = front(tg)                                   # tg: planner.torch.graph(model, x)
-    >>> best = choose(fr, fr[0].step_peak)               # the lowest peak reachable
-    >>> best.keep, best.step_peak, best.recompute_flops  # fx names to save, bytes, FLOPs
+    >>> import torch, planner.torch as pt
+    >>> torch.manual_seed(0) and None
+    >>> model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.Tanh(),
+    ...                             torch.nn.Linear(32, 32), torch.nn.Tanh(), torch.nn.Linear(32, 1))
+    >>> tg = pt.graph(model, torch.randn(8, 16))
+    >>> fr = front(tg)                              # step peak ascending, recompute descending
+    >>> [a.step_peak < b.step_peak and a.recompute_flops > b.recompute_flops
+    ...  for a, b in zip(fr, fr[1:])] == [True] * (len(fr) - 1)
+    True
+    >>> best = choose(fr, fr[-1].step_peak)         # the no-recompute peak: nothing recomputed
+    >>> best.recompute_flops
+    0
+    >>> choose(fr, fr[0].step_peak) is fr[0]        # the lowest peak reachable
+    True
 """
 
 from __future__ import annotations
