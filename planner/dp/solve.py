@@ -131,13 +131,12 @@ def _scale_passes(fam, g, budget: int, strategy: str, window, front_cap, stacked
         return run_stacked(fam, g.t, g.m, budget, window, front_cap, lams, strategy)
     fronts = run_dp(fam, g.t, g.m, budget, window=window, front_cap=front_cap)
     entry = end_entry(fronts, strategy)
-    if len(lams) > 1:
-        for lam in lams[1:]:
-            f2 = run_dp(fam, g.t, g.m, budget, window=window, front_cap=front_cap, lam=lam)
-            e2 = end_entry(f2, strategy)
-            if e2 is not None and (entry is None or (f2.s[e2], -f2.c[e2]) >
-                                   (fronts.s[entry], -fronts.c[entry])):
-                fronts, entry = f2, e2
+    for lam in lams[1:]:
+        f2 = run_dp(fam, g.t, g.m, budget, window=window, front_cap=front_cap, lam=lam)
+        e2 = end_entry(f2, strategy)
+        if e2 is not None and (entry is None or (f2.s[e2], -f2.c[e2]) >
+                               (fronts.s[entry], -fronts.c[entry])):
+            fronts, entry = f2, e2
     return fronts, entry
 
 

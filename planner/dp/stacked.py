@@ -46,7 +46,7 @@ from __future__ import annotations
 import numpy as np
 
 from hgraph.errors import HGraphError
-from planner.dp.fronts import INF, Fronts
+from planner.dp.fronts import INF, Fronts, pareto_mask, run_starts
 from planner.dp.reach import reach_limits
 from planner.dp.scale import thin_lagrange
 from planner.dp.subsets import window_transitions
@@ -117,16 +117,11 @@ def run_stacked(fam, t: np.ndarray, m: np.ndarray, budget: int, window: int, fro
         e = re[at]
         order = np.lexsort((nc, ps))               # first arrival per (pass, saved)
         ps, nc, e = ps[order], nc[order], e[order]
-        head = np.empty(ps.size, bool)
-        head[0] = True
-        np.not_equal(ps[1:], ps[:-1], out=head[1:])
+        head = run_starts(ps)
         ps, nc, e = ps[head], nc[head], e[head]
         p = ps // span_s
         v = nc + p * span                          # (pass, ckpt): ascending where Pareto
-        later = np.empty_like(v)                   # per pass: keep an entry only if every
-        later[-1] = INF                            # larger-saved one costs strictly more
-        later[:-1] = np.minimum.accumulate(v[::-1])[::-1][1:]
-        keep = np.flatnonzero(v < later)
+        keep = np.flatnonzero(pareto_mask(v))     # per pass: every larger-saved one costs more
         ps, nc, e, p, v = ps[keep], nc[keep], e[keep], p[keep], v[keep]
         cnt = np.bincount(p, minlength=P)
         if cnt.max() > K:
