@@ -180,11 +180,17 @@ class ComputationalGraph:
 
     @property
     def forward(self) -> list:
-        return self.functions[:self.num_forward]
+        """The first M/2 blocks; sliced once (callers index it inside loops over blocks)."""
+        if "_forward" not in self.__dict__:
+            self._forward = self.functions[:self.num_forward]
+        return self._forward
 
     @property
     def backward(self) -> list:
-        return self.functions[self.num_forward:]
+        """The last M/2 blocks; sliced once, as :attr:`forward`."""
+        if "_backward" not in self.__dict__:
+            self._backward = self.functions[self.num_forward:]
+        return self._backward
 
     @property
     def num_forward(self) -> int:
