@@ -38,7 +38,7 @@ def run(spec_text: str, schedule_path: str | None, graph_path: str | None) -> di
     from planner.torch import measure
     from planner.torch.model_file import load
     from planner.torch.model_graph import KEEP
-    from planner.torch.partition import apply_keep, kept_vars, plan_capture, saved_nodes
+    from planner.torch.partition import apply_keep, keep_names, plan_capture, saved_nodes
 
     spec = load(spec_text)
     decompose = False
@@ -64,7 +64,7 @@ def run(spec_text: str, schedule_path: str | None, graph_path: str | None) -> di
         raise HGraphError(f"{schedule_path}: not a valid schedule for {spec_text}: "
                           f"{sim.violations[0]}")
     if schedule_path:
-        keep = {g.var_names[v] for v in kept_vars(g, schedule)} - {KEEP}
+        keep = keep_names(g, schedule)
     else:                           # keep everything: the no-recomputation step
         keep = {g.var_names[v] for v in g.activations} - {KEEP}
     var_of_name = {name: v for v, name in enumerate(g.var_names)}

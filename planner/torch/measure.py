@@ -101,7 +101,7 @@ def step_flops(step, inputs) -> int:
     """
     from torch.utils._python_dispatch import TorchDispatchMode
 
-    from planner.torch.costs import op_flops
+    from planner.torch.costs import _meta, op_flops
 
     total = [0]
 
@@ -110,9 +110,7 @@ def step_flops(step, inputs) -> int:
             kwargs = kwargs or {}
             out = func(*args, **kwargs)
             if not func.is_view:
-                meta = torch.utils._pytree.tree_map_only(
-                    torch.Tensor, lambda t: torch.empty_strided(
-                        t.shape, t.stride(), dtype=t.dtype, device="meta"), (args, kwargs))
+                meta = torch.utils._pytree.tree_map_only(torch.Tensor, _meta, (args, kwargs))
                 total[0] += op_flops(func, *meta, out)
             return out
 
