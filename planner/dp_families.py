@@ -40,7 +40,7 @@ import numpy as np
 from hgraph.errors import HGraphError
 from planner.analyses.local_stats import local_stats
 from planner.bitsets import pack, unpack
-from planner.lower_sets import DEFAULT_MAX_LOWER_SETS
+from planner.lower_sets import DEFAULT_MAX_LOWER_SETS, TooManyLowerSets
 
 __all__ = ["DEFAULT_MAX_LOWER_SETS", "DPGraph", "Family", "approx_family", "exact_family",
            "SUBSET_MATRIX_MAX_BYTES"]
@@ -338,7 +338,7 @@ def exact_family(g: DPGraph, max_lower_sets: int = DEFAULT_MAX_LOWER_SETS,
                 fam = approx_family(g, opts=opts)
                 fam.fell_back = True
                 return fam
-            raise HGraphError(
+            raise TooManyLowerSets(
                 f"exact DP: the graph has more than {max_lower_sets:,} lower sets "
                 f"({g.n} nodes); raise the limit (--max-lower-sets / max_lower_sets), "
                 f"pass --fallback (fallback=True) to use the approximate family instead, "

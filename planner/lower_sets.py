@@ -34,10 +34,18 @@ import numpy as np
 
 from hgraph.errors import HGraphError
 
-__all__ = ["LowerSets", "all_lower_sets", "articulation_sets", "DEFAULT_MAX_LOWER_SETS"]
+__all__ = ["LowerSets", "all_lower_sets", "articulation_sets", "DEFAULT_MAX_LOWER_SETS",
+           "TooManyLowerSets"]
 
 #: Default cap on the exact family's size, for every enumeration (``--max-lower-sets``).
 DEFAULT_MAX_LOWER_SETS = 200_000
+
+
+class TooManyLowerSets(HGraphError):
+    """A graph has more lower sets than the caller's limit: the exact family is not built.
+
+    Its own type so that a caller that only *prefers* the exact DP (the PyTorch plan front)
+    can skip it without swallowing other errors."""
 
 
 @dataclass
@@ -88,7 +96,7 @@ def _dfs_enumerate(ag, limit):
             seen[C] = len(order)
             order.append(C)
             if limit is not None and len(order) > limit:
-                raise HGraphError(f"more than {limit} lower sets; raise the lower-set limit "
+                raise TooManyLowerSets(f"more than {limit} lower sets; raise the lower-set limit "
                                   f"or use the approximate solver", exit_code=3)
             v = low.bit_length() - 1
             new = addable ^ low

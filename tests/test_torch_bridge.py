@@ -218,3 +218,18 @@ def test_front_chooses_the_least_recompute_plan_that_fits_the_step_peak():
                                       for d in fr if d.step_peak <= mid)
     assert front.choose(fr, 0) is fr[0]
     assert front.resolve_step_budget(fr, "100%") == peaks[-1]
+
+
+def test_front_skips_the_exact_solver_past_its_lower_set_limit():
+    """A graph with more lower sets than ``exact_max_lower_sets`` gets the approximate solver's
+    front only (a U-Net's 13,321 sets made ``planner.torch.compile`` spend minutes in the exact
+    DP); at the limit the exact solver's plans are there."""
+    from planner.torch import front
+
+    tg = pt.graph(*small_cnn())
+    n = tightest(tg, solver="exact").report["n_lower_sets"]
+    assert n > 1
+    assert front.front(tg, solvers=("exact",), exact_max_lower_sets=n - 1) == []
+    assert front.front(tg, solvers=("exact",), exact_max_lower_sets=n) != []
+    keeps = [c.keep for c in front.front(tg, exact_max_lower_sets=n - 1)]
+    assert keeps == [c.keep for c in front.front(tg, solvers=("approx",))]

@@ -36,13 +36,19 @@ from planner.torch import measure
 from planner.torch.partition import keep_names, partition
 
 __all__ = ["Candidate", "front", "choose", "measured_candidate", "union", "resolve_step_budget",
-           "pick", "POINTS", "SOLVERS"]
+           "pick", "POINTS", "SOLVERS", "EXACT_MAX_LOWER_SETS"]
 
 #: Budgets planned per solver, spread evenly from the smallest feasible to keep-everything.
 POINTS = 12
 #: Solvers asked: the exact lower-set DP finds cheap pointwise recomputations the approximate
 #: one misses; both are fast on imported models (tens of activations once folded).
 SOLVERS = ("approx", "exact")
+#: The exact DP is asked only on graphs with at most this many lower sets (resnet: 258, gpt:
+#: 95). A U-Net's skip connections give 13,321, and the front plans each solver at
+#: :data:`POINTS` budgets, so past the limit the front keeps the approximate solver's plans
+#: instead of spending minutes of a ``torch.compile`` on the exact ones. A count, not a
+#: clock: the same graph gets the same front on any machine.
+EXACT_MAX_LOWER_SETS = 2_000
 
 
 @dataclass(frozen=True)
@@ -76,22 +82,33 @@ def measured_candidate(tg, the_plan) -> Candidate:
                      measure.recompute_flops(tg.joint, bw), the_plan, tg.joint)
 
 
-def front(tg, solvers=SOLVERS, points: int = POINTS, **plan_kwargs) -> list:
+def front(tg, solvers=SOLVERS, points: int = POINTS,
+          exact_max_lower_sets: int = EXACT_MAX_LOWER_SETS, **plan_kwargs) -> list:
     """The Pareto front (step peak ascending, recompute FLOPs descending) of ``tg``'s plans.
 
     ``tg``: a :class:`planner.torch.model_graph.TorchGraph`; ``plan_kwargs`` go to
-    :func:`planner.plan` (``solver`` excepted: ``solvers`` lists them). Deterministic: the same
-    budgets, solvers and graph give the same front.
+    :func:`planner.plan` (``solver`` excepted: ``solvers`` lists them). The exact solver is
+    skipped on graphs with more than ``exact_max_lower_sets`` lower sets
+    (:data:`EXACT_MAX_LOWER_SETS`). Deterministic: the same budgets, solvers and graph give
+    the same front.
     """
     import planner
+    from planner.lower_sets import TooManyLowerSets
 
     g = tg.cg
     top = int(planner.plan(g, budget="100%", **plan_kwargs).peak_bytes)
     seen, found = set(), []
     for solver in solvers:
-        lo = _smallest_budget(g, solver, **plan_kwargs)
+        kwargs = dict(plan_kwargs)
+        if solver == "exact":
+            kwargs["max_lower_sets"] = min(exact_max_lower_sets,
+                                           kwargs.get("max_lower_sets", exact_max_lower_sets))
+        try:
+            lo = _smallest_budget(g, solver, **kwargs)
+        except TooManyLowerSets:
+            continue
         for b in np.unique(np.linspace(min(lo, top), top, points).astype(np.int64)):
-            p = planner.plan(g, budget=int(b), solver=solver, **plan_kwargs)
+            p = planner.plan(g, budget=int(b), solver=solver, **kwargs)
             keep = frozenset(keep_names(g, p.schedule))
             if keep in seen:
                 continue
