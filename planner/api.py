@@ -105,10 +105,7 @@ def lower_bound_bytes(g) -> int:
     v, grad = c.in_var, c.in_grad
     bw_out = c.out_var[c.out_ptr[half]:]
     fwd_out = g.forward_output
-    has_grad = np.zeros(g.num_vars, bool)
-    has_grad[bw_out] = True
-    sink = np.zeros(g.num_vars, bool)
-    sink[fwd_out[~has_grad[fwd_out]]] = True
+    sink = g.loss_mask
     fwd = c.input_sums(np.where(act[v], vb[v], 0))[:half] + vb[fwd_out]
     bwd = c.input_sums(np.where(grad, np.where(sink[v], 0, vb[v]),
                                 np.where(act[v], vb[v], 0)))[half:]

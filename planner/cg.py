@@ -204,6 +204,18 @@ class ComputationalGraph:
         return c.out_var[c.out_ptr[:self.num_forward]]
 
     @property
+    def loss_mask(self) -> np.ndarray:
+        """bool [num_vars]: the forward outputs whose gradient no backward block produces — the
+        loss (its gradient is the ``ones`` the step starts from, so no block writes it)."""
+        c = self.columns
+        produced = np.zeros(self.num_vars, bool)
+        produced[c.out_var[c.out_ptr[self.num_forward]:]] = True
+        fwd_out = self.forward_output
+        mask = np.zeros(self.num_vars, bool)
+        mask[fwd_out[~produced[fwd_out]]] = True
+        return mask
+
+    @property
     def costs(self):
         """int64 [M/2] per-forward-function costs from the details' ``"cost"`` key, or None.
 

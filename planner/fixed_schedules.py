@@ -16,16 +16,19 @@ from __future__ import annotations
 
 import graphlib
 
+import numpy as np
+
 from hgraph.errors import HGraphError
+
 from planner.schedule import Op, Schedule
 
 __all__ = ["plain_schedule", "checkpoint_schedule", "forward_order", "loss_outputs"]
 
 
 def loss_outputs(g) -> set:
-    """Forward outputs whose gradient nobody produces: the loss (its gradient is ones, free)."""
-    produced = {v for bw in g.backward for v in bw.outputs}
-    return {f.outputs[0] for f in g.forward if f.outputs[0] not in produced}
+    """Forward outputs whose gradient nobody produces: the loss (its gradient is ones, free);
+    the set form of :attr:`planner.cg.ComputationalGraph.loss_mask`."""
+    return set(np.flatnonzero(g.loss_mask).tolist())
 
 
 def plain_schedule(g) -> Schedule:
