@@ -84,9 +84,7 @@ class ActivationGraph:
         node_of_var[var] = np.arange(len(var))
         func = g.producer[var]
         t = forward_costs(g)[func]
-        c, half = g.columns, g.num_forward
-        a = node_of_var[c.in_var[:c.in_ptr[half]]]          # every forward block's inputs
-        y = np.repeat(node_of_var[g.forward_output], c.k[:half])
+        a, y = (node_of_var[x] for x in g.forward_edges)
         ag = cls(var, func, g.var_bytes[var], t, a[a >= 0], y[a >= 0], ratio=ratio)
         ag.node_of_var = node_of_var
         return ag

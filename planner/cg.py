@@ -204,6 +204,13 @@ class ComputationalGraph:
         return c.out_var[c.out_ptr[:self.num_forward]]
 
     @property
+    def forward_edges(self) -> tuple[np.ndarray, np.ndarray]:
+        """``(a, y)`` int64 var ids: every input ``a`` of every forward block, beside that
+        block's output ``y``, in the file's order (the data-flow edges ``a → y``)."""
+        c, half = self.columns, self.num_forward
+        return c.in_var[:c.in_ptr[half]], np.repeat(self.forward_output, c.k[:half])
+
+    @property
     def loss_mask(self) -> np.ndarray:
         """bool [num_vars]: the forward outputs whose gradient no backward block produces — the
         loss (its gradient is the ``ones`` the step starts from, so no block writes it)."""

@@ -24,9 +24,7 @@ __all__ = ["topsor", "hoist_forgets"]
 def topsor(g) -> np.ndarray:
     """Forward function indices in the reference's DFS topological order of their outputs."""
     n = g.num_vars
-    c, half = g.columns, g.num_forward
-    a = c.in_var[:c.in_ptr[half]]                  # edge a -> output, in insertion order
-    y = np.repeat(g.forward_output, c.k[:half])
+    a, y = g.forward_edges                         # edge a -> output, in insertion order
     order = np.argsort(a, kind="stable")
     succ = y[order].tolist()
     ptr = np.concatenate(([0], np.cumsum(np.bincount(a, minlength=n)))).tolist()
