@@ -87,28 +87,6 @@ class DPGraph:
         np.add.at(indptr, self.dst + 1, 1)
         return np.cumsum(indptr), self.src[order]
 
-    def topological_levels(self) -> np.ndarray:
-        """Longest-path level of each node (0 for nodes without predecessors), vectorized by wave."""
-        level = np.zeros(self.n, dtype=np.int64)
-        indeg = np.bincount(self.dst, minlength=self.n)
-        order = np.argsort(self.src, kind="stable")
-        s_sorted, d_sorted = self.src[order], self.dst[order]
-        out_ptr = np.searchsorted(s_sorted, np.arange(self.n + 1))
-        frontier = np.flatnonzero(indeg == 0)
-        seen = frontier.size
-        while frontier.size:
-            starts, stops = out_ptr[frontier], out_ptr[frontier + 1]
-            cnt = stops - starts
-            idx = np.repeat(starts - np.cumsum(cnt) + cnt, cnt) + np.arange(cnt.sum())
-            targets = d_sorted[idx]
-            np.maximum.at(level, targets, np.repeat(level[frontier] + 1, cnt))
-            np.subtract.at(indeg, targets, 1)
-            frontier = np.unique(targets[indeg[targets] == 0])
-            seen += frontier.size
-        if seen != self.n:
-            raise HGraphError("activation graph has a cycle; the DP needs a DAG")
-        return level
-
 
 @dataclass
 class Family:

@@ -7,11 +7,25 @@ the engine-built family (:func:`planner.dp_families.approx_family`) must equal i
 
 from __future__ import annotations
 
+import graphlib
+
 import numpy as np
 
 from planner.dp_families import _set_stats
 
 _ONE = np.uint64(1)
+
+
+def topological_levels(g) -> np.ndarray:
+    """Longest-path level of each node (0 without predecessors): a plain loop in
+    :mod:`graphlib`'s order, the oracle of the engine's :func:`planner.analyses.levels.levels`."""
+    preds = {v: [] for v in range(g.n)}
+    for u, v in zip(g.src.tolist(), g.dst.tolist()):
+        preds[v].append(u)
+    level = [0] * g.n
+    for v in graphlib.TopologicalSorter(preds).static_order():
+        level[v] = max((level[u] + 1 for u in preds[v]), default=0)
+    return np.asarray(level, dtype=np.int64)
 
 
 def ancestor_sets(g) -> np.ndarray:
@@ -21,7 +35,7 @@ def ancestor_sets(g) -> np.ndarray:
     anc[ids, ids // 64] = _ONE << (ids % 64).astype(np.uint64)
     if g.src.size == 0:
         return anc
-    edge_level = g.topological_levels()[g.dst]
+    edge_level = topological_levels(g)[g.dst]
     order = np.argsort(edge_level, kind="stable")
     el = edge_level[order]
     bounds = np.flatnonzero(np.r_[True, el[1:] != el[:-1], True])
