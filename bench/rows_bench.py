@@ -40,7 +40,6 @@ from hgraph.fileio import write_text  # noqa: E402
 from planner.execute import backend as backend_mod, executor, export, rows_exec, zoo  # noqa: E402
 from planner.rows import layers as rows_layers, plan as rows_plan, with_dp  # noqa: E402
 
-DEPTH = {"vgg16": 3, "resnet50": 6}          # the real networks' blocks per stage
 TOLERANCE = {"float32": 1e-4, "float64": 1e-10}
 
 
@@ -110,7 +109,7 @@ def _reference(name, args, be, plain):
     tol = TOLERANCE[args.dtype]
     if args.dtype != "float32":
         return tol, None
-    g64 = export.to_cg(zoo.build(name, batch=args.batch, width=args.width, depth=DEPTH.get(name),
+    g64 = export.to_cg(zoo.build(name, batch=args.batch, width=args.width, depth=zoo.REAL_DEPTH.get(name),
                                  image=args.image, dtype="float64"))
     ref = executor.run(g64, executor.plain_schedule(g64), backend=be, recycle=True).param_grads
     own = rows_exec.relative_error(plain.param_grads, ref, norm=True)
@@ -148,7 +147,7 @@ def _dp_row(name, g, budget, be, repeat, plain, pgrad, base, ref, fallback=True)
 
 
 def bench_model(name, args, be):
-    g = export.to_cg(zoo.build(name, batch=args.batch, width=args.width, depth=DEPTH.get(name),
+    g = export.to_cg(zoo.build(name, batch=args.batch, width=args.width, depth=zoo.REAL_DEPTH.get(name),
                                image=args.image, dtype=args.dtype))
     plain, wall, cpu = _timed(lambda: executor.run(g, executor.plain_schedule(g), backend=be, recycle=True),
                               args.repeat)

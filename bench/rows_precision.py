@@ -34,7 +34,6 @@ from planner.execute.ops import OPS  # noqa: E402
 from planner.fixed_schedules import forward_order  # noqa: E402
 from planner.rows import plan as rows_plan  # noqa: E402
 
-DEPTH = {"vgg16": 3, "resnet50": 6}
 
 
 def _norm(x) -> float:
@@ -101,7 +100,7 @@ def kinks(g32, g64):
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--model", default="resnet50", choices=sorted(DEPTH))
+    ap.add_argument("--model", default="resnet50", choices=sorted(zoo.REAL_DEPTH))
     ap.add_argument("--rows", type=int, default=8)
     ap.add_argument("--policy", default="overlap", choices=rows_plan.POLICIES)
     ap.add_argument("--image", type=int, default=224)
@@ -111,7 +110,7 @@ def main(argv=None) -> int:
     ap.add_argument("--kinks", action="store_true",
                     help="also list ReLU / max-pool branches the float32 forward takes differently")
     args = ap.parse_args(argv)
-    kw = dict(batch=args.batch, width=args.width, depth=DEPTH[args.model], image=args.image)
+    kw = dict(batch=args.batch, width=args.width, depth=zoo.REAL_DEPTH[args.model], image=args.image)
     g32 = export.to_cg(zoo.build(args.model, dtype="float32", **kw))
     g64 = export.to_cg(zoo.build(args.model, dtype="float64", **kw))
     plain = executor.run(g32, executor.plain_schedule(g32), recycle=True)

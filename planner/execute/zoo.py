@@ -198,6 +198,9 @@ def _finish(t: Tracer, loss) -> Tracer:
 
 MODELS = {"mlp": mlp, "resnet": resnet, "unet": unet, "transformer": transformer, "vgg16": vgg16,
           "resnet50": resnet50}
+#: ``depth`` at which a zoo model is the real network (VGG-16's 13 convolutions, ResNet-50's
+#: 3/4/6/3 bottlenecks); the defaults are smaller so tests stay fast.
+REAL_DEPTH = {"vgg16": 3, "resnet50": 6}
 
 
 def build(name: str, batch: int | None = None, width: int | None = None, depth: int | None = None,
