@@ -46,6 +46,7 @@ from __future__ import annotations
 import numpy as np
 
 from hgraph.errors import HGraphError
+from hgraph.progress import current as current_progress
 from planner.dp.fronts import INF, Fronts, pareto_mask, run_starts
 from planner.dp.reach import reach_limits
 from planner.dp.scale import thin_lagrange
@@ -88,53 +89,59 @@ def run_stacked(fam, t: np.ndarray, m: np.ndarray, budget: int, window: int, fro
     PK = P * K
     # ring of the last W states' fronts, each state twice (slots i % W and i % W + W) so the
     # window j − W .. j − 1 is the contiguous slice from j % W; fields (pass·span_s + saved,
-    # ckpt, store id) over P·K entries per slot (ckpt INF: unused). Along a window's slice
-    # the store ids ascend (states in order, then pass, then position), so a stable sort of
-    # the candidates keeps the reference's first arrival among equal (saved, ckpt).
-    empty = np.empty((3, PK), np.int64)
-    empty[0], empty[1], empty[2] = -1, INF, -1
-    ring = np.repeat(empty[:, None], 2 * W, axis=1)
-    col = np.arange(P) * K
+    # ckpt, store id), a state's entries packed at the start of its slot in (pass, saved)
+    # order (ckpt INF after them: unused). Along a window's slice the store ids ascend
+    # (states in order, then pass, then saved), which is the reference's arrival order.
+    ring = np.empty((3, 2 * W, PK), np.int64)
+    ring[1] = INF
     for s0 in (0, W):
-        ring[0, s0, col] = np.arange(P) * span_s
-        ring[1, s0, col] = 0
-        ring[2, s0, col] = np.arange(P)
+        ring[0, s0, :P] = np.arange(P) * span_s
+        ring[1, s0, :P] = 0
+        ring[2, s0, :P] = np.arange(P)
     store.add(np.full(P, -1), 0)
     rs, rc, re = (ring[f].reshape(-1) for f in range(3))     # flat views
     limit = _limits(fam, budget, sub, dm, prune)
+    radix = _key_radix(limit, dm, P * span_s)
+    report, every = current_progress().position, max(1, L // 200)   # the DP position, ~0.5 %
     last = None
     for j in range(1, L):
+        if j % every == 0:
+            report(j, L)
         s0 = j % W                                 # the window's first slot; j's own slot
-        flat = np.flatnonzero(ring[1, s0:s0 + W] <= limit[j][:, None])
-        if flat.size == 0:
-            ring[:, s0] = ring[:, s0 + W] = empty
+        at = np.flatnonzero(ring[1, s0:s0 + W] <= limit[j][:, None])[::-1]
+        if at.size == 0:                           # (latest arrival first: see below)
+            ring[1, s0] = ring[1, s0 + W] = INF
             store.ptr[j + 1] = store.size
             continue
-        w = flat // PK                             # the source; flat: (source, pass·K + pos)
-        at = flat + s0 * PK
+        w = at // PK                               # the source; at: (source, slot position)
+        at += s0 * PK
         ps = rs[at] + dt[j, w]
         nc = rc[at] + dm[j, w]
-        e = re[at]
-        order = np.lexsort((nc, ps))               # first arrival per (pass, saved)
-        ps, nc, e = ps[order], nc[order], e[order]
-        head = run_starts(ps)
-        ps, nc, e = ps[head], nc[head], e[head]
+        # (pass, saved) ascending, ckpt descending, latest arrival first: the last of a
+        # (pass, saved) run is its first arrival with the least ckpt, and one strict suffix
+        # minimum over pass·span + ckpt keeps exactly those that every larger-saved
+        # candidate of the pass costs more than (the first arrival per saved, then the
+        # Pareto cut)
+        r = int(radix[j])
+        order = (np.argsort(ps * r + (r - 1 - nc), kind="stable") if r
+                 else np.lexsort((-nc, ps)))
+        ps, nc = ps[order], nc[order]
         p = ps // span_s
         v = nc + p * span                          # (pass, ckpt): ascending where Pareto
-        keep = np.flatnonzero(pareto_mask(v))     # per pass: every larger-saved one costs more
-        ps, nc, e, p, v = ps[keep], nc[keep], e[keep], p[keep], v[keep]
+        keep = np.flatnonzero(pareto_mask(v))
+        ps, nc, p, v, at = ps[keep], nc[keep], p[keep], v[keep], at[order[keep]]
         cnt = np.bincount(p, minlength=P)
         if cnt.max() > K:
             keep = _thin_all(ps, nc, v, p, cnt, K, half, x, lam, is_lagrange, span, span_s)
-            ps, nc, e, p = ps[keep], nc[keep], e[keep], p[keep]
-            cnt = np.bincount(p, minlength=P)
-        pos = p * K + np.arange(p.size) - (np.cumsum(cnt) - cnt)[p]
-        ids = store.add(e, j)
-        ring[:, s0] = empty
-        ring[0, s0, pos], ring[1, s0, pos], ring[2, s0, pos] = ps, nc, ids
+            ps, nc, p, at = ps[keep], nc[keep], p[keep], at[keep]
+        n = ps.size
+        first = store.size
+        store.add(re[at], j)
+        ring[0, s0, :n], ring[1, s0, :n], ring[2, s0, :n] = ps, nc, np.arange(first, first + n)
+        ring[1, s0, n:] = INF
         ring[:, s0 + W] = ring[:, s0]
         if j == L - 1:
-            last = (ps - p * span_s, nc, p, ids)
+            last = (ps - p * span_s, nc, p, np.arange(first, first + n))
     entry = _best_end(last, P, strategy)
     if entry is None:
         return Fronts.empty(0), None
@@ -151,6 +158,16 @@ def _limits(fam, budget: int, sub, dm, prune: bool) -> np.ndarray:
     if prune:
         room = np.minimum(room, reach_limits(sub, room, dm)[:, None] - dm)
     return np.where(sub, room, -1)
+
+
+def _key_radix(limit, dm, ps_span: int) -> np.ndarray:
+    """Per state, ``r`` such that every candidate's ckpt is below it (a source's ckpt passes
+    ``limit``, its transition adds ``dm``), so ``ps·r + (r − 1 − ckpt)`` is one sort key
+    for (pass·span_s + saved ascending, ckpt descending); 0 where that key could overflow
+    int64 (``ps < ps_span``) and the loop sorts by two keys instead."""
+    r = np.max(np.where(limit >= 0, limit + dm, -1), axis=1) + 1
+    fits = r.astype(np.float64) * float(ps_span) < 2.0 ** 62
+    return np.where(fits, np.maximum(r, 1), 0)
 
 
 def _thin_all(ps, nc, v, p, cnt, K: int, half: int, x, lam, is_lagrange, span: int,
@@ -172,23 +189,34 @@ def _thin_all(ps, nc, v, p, cnt, K: int, half: int, x, lam, is_lagrange, span: i
     keep[at.ravel()] = True
     keep[lo] = True
     keep[hi] = True
-    lg = big & is_lagrange
-    if lg.any():                                   # the best half by saved − λ·ckpt
-        il = np.flatnonzero(lg[p])
-        pl = p[il]
-        score = (ps[il] - pl * span_s) - lam[pl] * nc[il].astype(np.float64)
-        order = np.lexsort((-score, pl))           # stable: ties to the earlier entry
-        cl = cnt[lg]
-        first = np.cumsum(cl) - cl
-        rank = np.arange(il.size) - np.repeat(first, cl)
-        keep[il[order[rank < half]]] = True
-        sc = score[order]
-        for q in np.flatnonzero(sc[first + half - 1] == sc[first + half]):   # a tie at the
-            r0, n = starts[np.flatnonzero(lg)[q]], cl[q]                     # edge: the
-            ns = ps[r0:r0 + n] - pl[first[q]] * span_s                       # pass's own
-            keep[r0:r0 + n] = False                                          # rule decides
-            keep[r0 + thin_lagrange(ns, nc[r0:r0 + n], K, lam[pl[first[q]]])] = True
+    rows = bi[is_lagrange[bi]]
+    if rows.size:                                  # the best half by saved − λ·ckpt
+        _lagrange_halves(keep, ps, nc, rows, starts, cnt, K, half, lam, span_s)
     return np.flatnonzero(keep)
+
+
+def _lagrange_halves(keep, ps, nc, rows, starts, cnt, K: int, half: int, lam,
+                     span_s: int) -> None:
+    """Mark, for each λ pass in ``rows``, its ``half`` entries of the largest score
+    ``saved − λ·ckpt``: the scores at least the pass's ``half``-th largest (one
+    ``np.partition`` of the passes' padded score rows, no sort). Where that score ties with
+    the next one, which entries :func:`~planner.dp.scale.thin_lagrange` keeps depends on
+    ``np.argpartition``, so that pass's entries are its own call's."""
+    n = cnt[rows]
+    M = int(n.max())
+    col = np.arange(M)
+    valid = col < n[:, None]
+    at = np.where(valid, starts[rows][:, None] + col, 0)
+    score = np.where(valid, (ps[at] - (rows * span_s)[:, None])
+                     - lam[rows][:, None] * nc[at].astype(np.float64), -np.inf)
+    edge = np.partition(score, (M - half - 1, M - half), axis=1)
+    tau = edge[:, M - half]                        # the half-th largest score of each pass
+    keep[at[valid & (score >= tau[:, None])]] = True
+    for q in np.flatnonzero(edge[:, M - half - 1] == tau):   # a tie at the edge: the
+        r0, m = starts[rows[q]], n[q]                           # pass's own rule decides
+        keep[r0:r0 + m] = False
+        keep[r0 + thin_lagrange(ps[r0:r0 + m] - rows[q] * span_s, nc[r0:r0 + m], K,
+                                lam[rows[q]])] = True
 
 
 def _best_end(last, P: int, strategy: str):
