@@ -86,62 +86,70 @@ def run_stacked(fam, t: np.ndarray, m: np.ndarray, budget: int, window: int, fro
         raise HGraphError(f"the capped DP's sort keys overflow: {P} passes × m(V) = {span - 1} "
                           f"(DP units); plan with a coarser unit")
     store = _Store(L, P * K)
-    PK = P * K
+    PK, PS = P * K, P * span_s
     # ring of the last W states' fronts, each state twice (slots i % W and i % W + W) so the
-    # window j − W .. j − 1 is the contiguous slice from j % W; fields (pass·span_s + saved,
-    # ckpt, store id), a state's entries packed at the start of its slot in (pass, saved)
-    # order (ckpt INF after them: unused). Along a window's slice the store ids ascend
-    # (states in order, then pass, then saved), which is the reference's arrival order.
+    # window i − W .. i − 1 is the contiguous run of slots from i % W; fields
+    # (pass·span_s + saved, ckpt, store id), a state's entries packed at the start of its
+    # slot in (pass, saved) order (ckpt INF after them: unused). Along a window the store
+    # ids ascend (states in order, then pass, then saved): the reference's arrival order.
     ring = np.empty((3, 2 * W, PK), np.int64)
     ring[1] = INF
     for s0 in (0, W):
         ring[0, s0, :P] = np.arange(P) * span_s
         ring[1, s0, :P] = 0
         ring[2, s0, :P] = np.arange(P)
-    store.add(np.full(P, -1), 0)
+    store.add(np.full(P, -1), 0, [P])
     rs, rc, re = (ring[f].reshape(-1) for f in range(3))     # flat views
     limit = _limits(fam, budget, sub, dm, prune)
-    radix = _key_radix(limit, dm, P * span_s)
+    radix = np.max(np.where(limit >= 0, limit + dm, -1), axis=1) + 1   # every ckpt below it
     report, every = current_progress().position, max(1, L // 200)   # the DP position, ~0.5 %
+    bounds = _batches(limit)
     last = None
-    for j in range(1, L):
-        if j % every == 0:
-            report(j, L)
-        s0 = j % W                                 # the window's first slot; j's own slot
-        at = np.flatnonzero(ring[1, s0:s0 + W] <= limit[j][:, None])[::-1]
+    for a, z in zip(bounds[:-1], bounds[1:]):      # states a .. z − 1: none a source of another
+        if a // every != z // every:
+            report(a, L)
+        B = z - a
+        own = (a + np.arange(B)) % W               # each state's slot (its window's first)
+        slots = own[:, None] + np.arange(W)        # (B, W): the windows
+        at = np.flatnonzero(ring[1][slots] <= limit[a:z, :, None])[::-1]
         if at.size == 0:                           # (latest arrival first: see below)
-            ring[1, s0] = ring[1, s0 + W] = INF
-            store.ptr[j + 1] = store.size
+            ring[1, own] = INF
+            ring[1, own + W] = INF
+            store.ptr[a + 1:z + 1] = store.size
             continue
-        w = at // PK                               # the source; at: (source, slot position)
-        at += s0 * PK
-        ps = rs[at] + dt[j, w]
-        nc = rc[at] + dm[j, w]
-        # (pass, saved) ascending, ckpt descending, latest arrival first: the last of a
-        # (pass, saved) run is its first arrival with the least ckpt, and one strict suffix
-        # minimum over pass·span + ckpt keeps exactly those that every larger-saved
-        # candidate of the pass costs more than (the first arrival per saved, then the
-        # Pareto cut)
-        r = int(radix[j])
-        order = (np.argsort(ps * r + (r - 1 - nc), kind="stable") if r
-                 else np.lexsort((-nc, ps)))
+        bw = at // PK                              # (member, source); at: (bw, position)
+        at += (slots.ravel()[bw] - bw) * PK        # now the ring position
+        ps = rs[at] + dt[a:z].reshape(-1)[bw] + bw // W * PS    # saved lifted by its
+        nc = rc[at] + dm[a:z].reshape(-1)[bw]                   # segment (member, pass)
+        # (segment, saved) ascending, ckpt descending, latest arrival first: the last of a
+        # (segment, saved) run is its first arrival with the least ckpt, and one strict
+        # suffix minimum over segment·span + ckpt keeps exactly those that every
+        # larger-saved candidate of the segment costs more than (the first arrival per
+        # saved, then the Pareto cut)
+        r = int(radix[a:z].max())
+        order = (np.argsort(ps * r + (r - 1 - nc), kind="stable")
+                 if r * B * PS < 1 << 62 else np.lexsort((-nc, ps)))
         ps, nc = ps[order], nc[order]
-        p = ps // span_s
-        v = nc + p * span                          # (pass, ckpt): ascending where Pareto
+        seg = ps // span_s
+        v = nc + seg * span                        # (segment, ckpt): ascending where Pareto
         keep = np.flatnonzero(pareto_mask(v))
-        ps, nc, p, v, at = ps[keep], nc[keep], p[keep], v[keep], at[order[keep]]
-        cnt = np.bincount(p, minlength=P)
+        ps, nc, seg, v, at = ps[keep], nc[keep], seg[keep], v[keep], at[order[keep]]
+        cnt = np.bincount(seg, minlength=B * P)
         if cnt.max() > K:
-            keep = _thin_all(ps, nc, v, p, cnt, K, half, x, lam, is_lagrange, span, span_s)
-            ps, nc, p, at = ps[keep], nc[keep], p[keep], at[keep]
-        n = ps.size
-        first = store.size
-        store.add(re[at], j)
-        ring[0, s0, :n], ring[1, s0, :n], ring[2, s0, :n] = ps, nc, np.arange(first, first + n)
-        ring[1, s0, n:] = INF
-        ring[:, s0 + W] = ring[:, s0]
-        if j == L - 1:
-            last = (ps - p * span_s, nc, p, np.arange(first, first + n))
+            keep = _thin_all(ps, nc, v, seg, cnt, K, P, half, x, lam, is_lagrange, span,
+                             span_s)
+            ps, nc, seg, at = ps[keep], nc[keep], seg[keep], at[keep]
+            cnt = np.bincount(seg, minlength=B * P)
+        per = cnt.reshape(B, P).sum(axis=1)        # entries per member
+        ids = store.add(re[at], a, per)
+        b = seg // P
+        pos = np.arange(ps.size) - (np.cumsum(per) - per)[b]
+        ring[1, own] = INF
+        ring[0, own[b], pos], ring[1, own[b], pos], ring[2, own[b], pos] = ps - b * PS, nc, ids
+        ring[:, own + W] = ring[:, own]
+        if z == L:
+            end = b == B - 1
+            last = (ps[end] - seg[end] * span_s, nc[end], seg[end] % P, ids[end])
     entry = _best_end(last, P, strategy)
     if entry is None:
         return Fronts.empty(0), None
@@ -160,20 +168,30 @@ def _limits(fam, budget: int, sub, dm, prune: bool) -> np.ndarray:
     return np.where(sub, room, -1)
 
 
-def _key_radix(limit, dm, ps_span: int) -> np.ndarray:
-    """Per state, ``r`` such that every candidate's ckpt is below it (a source's ckpt passes
-    ``limit``, its transition adds ``dm``), so ``ps·r + (r − 1 − ckpt)`` is one sort key
-    for (pass·span_s + saved ascending, ckpt descending); 0 where that key could overflow
-    int64 (``ps < ps_span``) and the loop sorts by two keys instead."""
-    r = np.max(np.where(limit >= 0, limit + dm, -1), axis=1) + 1
-    fits = r.astype(np.float64) * float(ps_span) < 2.0 ** 62
-    return np.where(fits, np.maximum(r, 1), 0)
+def _batches(limit: np.ndarray) -> list:
+    """Bounds of the runs of consecutive states the loop takes in one step: a run ends before
+    a state that has a transition from a state of the run (``limit ≥ 0``: the fronts it
+    reads must be final), and holds at most ``W`` states (each writes its own ring slot).
+    On the synthetic transformer ~1.8 states a run, on the CNN ~1.4."""
+    L, W = limit.shape
+    if L <= 1:
+        return []
+    has = limit >= 0
+    near = np.where(has.any(axis=1), np.arange(L) - 1 - np.argmax(has[:, ::-1], axis=1), -1)
+    bounds, start = [1], 1                         # near: the latest source with a transition
+    for k, i in enumerate(near[2:].tolist(), 2):
+        if i >= start or k - start >= W:
+            bounds.append(k)
+            start = k
+    bounds.append(L)
+    return bounds
 
 
-def _thin_all(ps, nc, v, p, cnt, K: int, half: int, x, lam, is_lagrange, span: int,
+def _thin_all(ps, nc, v, p, cnt, K: int, P: int, half: int, x, lam, is_lagrange, span: int,
               span_s: int) -> np.ndarray:
-    """Indices of the entries kept (sorted by pass, then saved; ``v`` = pass·span + ckpt,
-    ascending): every pass with more than ``K`` entries thinned as its per-pass loop does —
+    """Indices of the entries kept (sorted by segment ``p`` — a state's pass, ``p % P`` —
+    then saved; ``v`` = segment·span + ckpt, ascending): every segment with more than ``K``
+    entries thinned as its per-pass loop does —
     for each level over its ckpt range the largest entry at or below it (one
     ``searchsorted`` over ``v`` for all passes), its first and last, and for λ passes the
     best half by saved − λ·ckpt."""
@@ -183,21 +201,21 @@ def _thin_all(ps, nc, v, p, cnt, K: int, half: int, x, lam, is_lagrange, span: i
     bi = np.flatnonzero(big)
     lo, hi = starts[bi], starts[bi] + cnt[bi] - 1
     n0 = nc[lo]
-    levels = n0[:, None] + x[bi] * (nc[hi] - n0).astype(np.float64)[:, None]
+    levels = n0[:, None] + x[bi % P] * (nc[hi] - n0).astype(np.float64)[:, None]
     at = np.searchsorted(v, (bi * span)[:, None] + np.floor(levels).astype(np.int64),
                          side="right") - 1         # nc ≤ level ⟺ nc ≤ ⌊level⌋ (integers)
     keep[at.ravel()] = True
     keep[lo] = True
     keep[hi] = True
-    rows = bi[is_lagrange[bi]]
+    rows = bi[is_lagrange[bi % P]]
     if rows.size:                                  # the best half by saved − λ·ckpt
-        _lagrange_halves(keep, ps, nc, rows, starts, cnt, K, half, lam, span_s)
+        _lagrange_halves(keep, ps, nc, rows, starts, cnt, K, half, lam[rows % P], span_s)
     return np.flatnonzero(keep)
 
 
 def _lagrange_halves(keep, ps, nc, rows, starts, cnt, K: int, half: int, lam,
                      span_s: int) -> None:
-    """Mark, for each λ pass in ``rows``, its ``half`` entries of the largest score
+    """Mark, for each λ segment in ``rows`` (``lam``: its multiplier), its ``half`` entries of the largest score
     ``saved − λ·ckpt``: the scores at least the pass's ``half``-th largest (one
     ``np.partition`` of the passes' padded score rows, no sort). Where that score ties with
     the next one, which entries :func:`~planner.dp.scale.thin_lagrange` keeps depends on
@@ -208,7 +226,7 @@ def _lagrange_halves(keep, ps, nc, rows, starts, cnt, K: int, half: int, lam,
     valid = col < n[:, None]
     at = np.where(valid, starts[rows][:, None] + col, 0)
     score = np.where(valid, (ps[at] - (rows * span_s)[:, None])
-                     - lam[rows][:, None] * nc[at].astype(np.float64), -np.inf)
+                     - lam[:, None] * nc[at].astype(np.float64), -np.inf)
     edge = np.partition(score, (M - half - 1, M - half), axis=1)
     tau = edge[:, M - half]                        # the half-th largest score of each pass
     keep[at[valid & (score >= tau[:, None])]] = True
@@ -216,7 +234,7 @@ def _lagrange_halves(keep, ps, nc, rows, starts, cnt, K: int, half: int, lam,
         r0, m = starts[rows[q]], n[q]                           # pass's own rule decides
         keep[r0:r0 + m] = False
         keep[r0 + thin_lagrange(ps[r0:r0 + m] - rows[q] * span_s, nc[r0:r0 + m], K,
-                                lam[rows[q]])] = True
+                                lam[q])] = True
 
 
 def _best_end(last, P: int, strategy: str):
@@ -263,14 +281,15 @@ class _Store:
         self.dtype = np.int32 if (n_states + 1) * per_state < 2**31 else np.int64
         self.pred = np.zeros(capacity, self.dtype)
 
-    def add(self, pred, state: int) -> np.ndarray:
-        """Store state ``state``'s entries (predecessor ids); returns their ids."""
+    def add(self, pred, state: int, per) -> np.ndarray:
+        """Store the entries (predecessor ids) of ``len(per)`` states from ``state`` on,
+        ``per[b]`` of state ``state + b``; returns their ids."""
         k = np.size(pred)
         if self.size + k > self.pred.size:
             new = np.zeros(max(2 * self.pred.size, self.size + k), self.dtype)
             new[:self.size] = self.pred[:self.size]
             self.pred = new
         self.pred[self.size:self.size + k] = pred
+        self.ptr[state + 1:state + 1 + len(per)] = self.size + np.cumsum(per)
         self.size += k
-        self.ptr[state + 1] = self.size
         return np.arange(self.size - k, self.size)
