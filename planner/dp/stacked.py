@@ -87,17 +87,16 @@ def run_stacked(fam, t: np.ndarray, m: np.ndarray, budget: int, window: int, fro
                           f"(DP units); plan with a coarser unit")
     store = _Store(L, P * K)
     PK, PS = P * K, P * span_s
-    # ring of the last W states' fronts, each state twice (slots i % W and i % W + W) so the
-    # window i − W .. i − 1 is the contiguous run of slots from i % W; fields
-    # (pass·span_s + saved, ckpt, store id), a state's entries packed at the start of its
-    # slot in (pass, saved) order (ckpt INF after them: unused). Along a window the store
-    # ids ascend (states in order, then pass, then saved): the reference's arrival order.
-    ring = np.empty((3, 2 * W, PK), np.int64)
+    # ring of the last W states' fronts, state i in slot i % W (so the window of i is the
+    # slots (i + w) % W, w = 0 .. W − 1, states i − W + w); fields (pass·span_s + saved,
+    # ckpt, store id), a state's entries packed at the start of its slot in (pass, saved)
+    # order (ckpt INF after them: unused). Along a window the store ids ascend (states in
+    # order, then pass, then saved): the reference's arrival order.
+    ring = np.empty((3, W, PK), np.int64)
     ring[1] = INF
-    for s0 in (0, W):
-        ring[0, s0, :P] = np.arange(P) * span_s
-        ring[1, s0, :P] = 0
-        ring[2, s0, :P] = np.arange(P)
+    ring[0, 0, :P] = np.arange(P) * span_s
+    ring[1, 0, :P] = 0
+    ring[2, 0, :P] = np.arange(P)
     store.add(np.full(P, -1), 0, [P])
     rs, rc, re = (ring[f].reshape(-1) for f in range(3))     # flat views
     limit = _limits(fam, budget, sub, dm, prune)
@@ -109,26 +108,27 @@ def run_stacked(fam, t: np.ndarray, m: np.ndarray, budget: int, window: int, fro
         if a // every != z // every:
             report(a, L)
         B = z - a
-        own = (a + np.arange(B)) % W               # each state's slot (its window's first)
-        slots = own[:, None] + np.arange(W)        # (B, W): the windows
+        own = (a + np.arange(B)) % W               # each state's slot
+        slots = (own[:, None] + np.arange(W)) % W  # (B, W): the windows
         at = np.flatnonzero(ring[1][slots] <= limit[a:z, :, None])[::-1]
         if at.size == 0:                           # (latest arrival first: see below)
             ring[1, own] = INF
-            ring[1, own + W] = INF
             store.ptr[a + 1:z + 1] = store.size
             continue
         bw = at // PK                              # (member, source); at: (bw, position)
         at += (slots.ravel()[bw] - bw) * PK        # now the ring position
-        ps = rs[at] + dt[a:z].reshape(-1)[bw] + bw // W * PS    # saved lifted by its
-        nc = rc[at] + dm[a:z].reshape(-1)[bw]                   # segment (member, pass)
+        ps = rs[at] + dt[a:z].reshape(-1)[bw]
+        nc = rc[at] + dm[a:z].reshape(-1)[bw]
+        if B > 1:                                  # saved lifted by its segment (member, pass)
+            ps += bw // W * PS
         # (segment, saved) ascending, ckpt descending, latest arrival first: the last of a
         # (segment, saved) run is its first arrival with the least ckpt, and one strict
         # suffix minimum over segment·span + ckpt keeps exactly those that every
         # larger-saved candidate of the segment costs more than (the first arrival per
         # saved, then the Pareto cut)
         r = int(radix[a:z].max())
-        order = (np.argsort(ps * r + (r - 1 - nc), kind="stable")
-                 if r * B * PS < 1 << 62 else np.lexsort((-nc, ps)))
+        order = (np.argsort(ps * r - nc, kind="stable") if r * B * PS < 1 << 62
+                 else np.lexsort((-nc, ps)))
         ps, nc = ps[order], nc[order]
         seg = ps // span_s
         v = nc + seg * span                        # (segment, ckpt): ascending where Pareto
@@ -143,10 +143,9 @@ def run_stacked(fam, t: np.ndarray, m: np.ndarray, budget: int, window: int, fro
         per = cnt.reshape(B, P).sum(axis=1)        # entries per member
         ids = store.add(re[at], a, per)
         b = seg // P
-        pos = np.arange(ps.size) - (np.cumsum(per) - per)[b]
+        to = (own * PK - (np.cumsum(per) - per))[b] + np.arange(ps.size)   # packed in slots
         ring[1, own] = INF
-        ring[0, own[b], pos], ring[1, own[b], pos], ring[2, own[b], pos] = ps - b * PS, nc, ids
-        ring[:, own + W] = ring[:, own]
+        rs[to], rc[to], re[to] = (ps - b * PS if B > 1 else ps), nc, ids
         if z == L:
             end = b == B - 1
             last = (ps[end] - seg[end] * span_s, nc[end], seg[end] % P, ids[end])
@@ -202,8 +201,8 @@ def _thin_all(ps, nc, v, p, cnt, K: int, P: int, half: int, x, lam, is_lagrange,
     lo, hi = starts[bi], starts[bi] + cnt[bi] - 1
     n0 = nc[lo]
     levels = n0[:, None] + x[bi % P] * (nc[hi] - n0).astype(np.float64)[:, None]
-    at = np.searchsorted(v, (bi * span)[:, None] + np.floor(levels).astype(np.int64),
-                         side="right") - 1         # nc ≤ level ⟺ nc ≤ ⌊level⌋ (integers)
+    at = np.searchsorted(v, (bi * span)[:, None] + levels.astype(np.int64),
+                         side="right") - 1         # nc ≤ level ⟺ nc ≤ ⌊level⌋ (≥ 0)
     keep[at.ravel()] = True
     keep[lo] = True
     keep[hi] = True
