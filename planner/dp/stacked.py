@@ -80,6 +80,7 @@ def run_stacked(fam, t: np.ndarray, m: np.ndarray, budget: int, window: int, fro
     x = np.zeros((P, K))                           # thinning levels per pass (the spare
     for p in range(P):                             # ones at 0: the first entry, kept anyway)
         x[p, :nlev[p]] = np.linspace(0.0, 1.0, int(nlev[p])) ** 0.5
+    x, lam, is_lagrange = np.tile(x, (W, 1)), np.tile(lam, W), np.tile(is_lagrange, W)
     span = int(m.sum()) + 1                        # ckpt < span, saved < span_s: the pass
     span_s = int(t.sum()) + 1                      # goes into one sortable key with either
     if span * (P + 1) >= INF or span_s * (P + 1) >= INF:
@@ -136,8 +137,7 @@ def run_stacked(fam, t: np.ndarray, m: np.ndarray, budget: int, window: int, fro
         ps, nc, seg, v, at = ps[keep], nc[keep], seg[keep], v[keep], at[order[keep]]
         cnt = np.bincount(seg, minlength=B * P)
         if cnt.max() > K:
-            keep = _thin_all(ps, nc, v, seg, cnt, K, P, half, x, lam, is_lagrange, span,
-                             span_s)
+            keep = _thin_all(ps, nc, v, seg, cnt, K, half, x, lam, is_lagrange, span, span_s)
             ps, nc, seg, at = ps[keep], nc[keep], seg[keep], at[keep]
             cnt = np.bincount(seg, minlength=B * P)
         per = cnt.reshape(B, P).sum(axis=1)        # entries per member
@@ -186,36 +186,35 @@ def _batches(limit: np.ndarray) -> list:
     return bounds
 
 
-def _thin_all(ps, nc, v, p, cnt, K: int, P: int, half: int, x, lam, is_lagrange, span: int,
+def _thin_all(ps, nc, v, p, cnt, K: int, half: int, x, lam, is_lagrange, span: int,
               span_s: int) -> np.ndarray:
-    """Indices of the entries kept (sorted by segment ``p`` — a state's pass, ``p % P`` —
-    then saved; ``v`` = segment·span + ckpt, ascending): every segment with more than ``K``
-    entries thinned as its per-pass loop does —
-    for each level over its ckpt range the largest entry at or below it (one
-    ``searchsorted`` over ``v`` for all passes), its first and last, and for λ passes the
-    best half by saved − λ·ckpt."""
+    """Indices of the entries kept (sorted by segment ``p`` — a batch member's pass — then
+    saved; ``v`` = segment·span + ckpt, ascending; ``x``, ``lam``, ``is_lagrange``: the
+    passes' levels and multipliers by segment): every segment with more than ``K`` entries
+    thinned as its per-pass loop does — for each level over its ckpt range the largest
+    entry at or below it (one ``searchsorted`` over ``v`` for all segments; the first and
+    last levels, 0 and 1, give its first and last entry) and for λ passes the best half by
+    saved − λ·ckpt."""
     big = cnt > K
     keep = ~big[p]
     starts = np.cumsum(cnt) - cnt
     bi = np.flatnonzero(big)
-    lo, hi = starts[bi], starts[bi] + cnt[bi] - 1
+    lo = starts[bi]
     n0 = nc[lo]
-    levels = n0[:, None] + x[bi % P] * (nc[hi] - n0).astype(np.float64)[:, None]
+    levels = n0[:, None] + x[bi] * (nc[lo + cnt[bi] - 1] - n0).astype(np.float64)[:, None]
     at = np.searchsorted(v, (bi * span)[:, None] + levels.astype(np.int64),
                          side="right") - 1         # nc ≤ level ⟺ nc ≤ ⌊level⌋ (≥ 0)
     keep[at.ravel()] = True
-    keep[lo] = True
-    keep[hi] = True
-    rows = bi[is_lagrange[bi % P]]
+    rows = bi[is_lagrange[bi]]
     if rows.size:                                  # the best half by saved − λ·ckpt
-        _lagrange_halves(keep, ps, nc, rows, starts, cnt, K, half, lam[rows % P], span_s)
+        _lagrange_halves(keep, ps, nc, rows, starts, cnt, K, half, lam[rows], span_s)
     return np.flatnonzero(keep)
 
 
 def _lagrange_halves(keep, ps, nc, rows, starts, cnt, K: int, half: int, lam,
                      span_s: int) -> None:
-    """Mark, for each λ segment in ``rows`` (``lam``: its multiplier), its ``half`` entries of the largest score
-    ``saved − λ·ckpt``: the scores at least the pass's ``half``-th largest (one
+    """Mark, for each λ segment in ``rows`` (``lam``: its multiplier), its ``half`` entries
+    of the largest score ``saved − λ·ckpt``: the scores at least the pass's ``half``-th largest (one
     ``np.partition`` of the passes' padded score rows, no sort). Where that score ties with
     the next one, which entries :func:`~planner.dp.scale.thin_lagrange` keeps depends on
     ``np.argpartition``, so that pass's entries are its own call's."""
