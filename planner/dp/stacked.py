@@ -98,7 +98,7 @@ def run_stacked(fam, t: np.ndarray, m: np.ndarray, budget: int, window: int, fro
     # ckpt, store id), a state's entries packed at the start of its slot in (pass, saved)
     # order (ckpt INF after them: unused). Along a window the store ids ascend (states in
     # order, then pass, then saved): the reference's arrival order.
-    ring = np.empty((3, W, PK), np.int64)
+    ring = np.zeros((3, W, PK), np.int64)
     ring[1] = INF
     ring[0, 0, :P] = np.arange(P) * span_s
     ring[1, 0, :P] = 0
@@ -106,35 +106,34 @@ def run_stacked(fam, t: np.ndarray, m: np.ndarray, budget: int, window: int, fro
     store.add(np.full(P, -1), 0, [P])
     rs, rc, re = (ring[f].reshape(-1) for f in range(3))     # flat views
     limit = _limits(fam, budget, sub, dm, prune)
-    radix = np.max(np.where(limit >= 0, limit + dm, -1), axis=1) + 1   # every ckpt below it
     report, every = current_progress().position, max(1, L // 200)   # the DP position, ~0.5 %
-    bounds = _batches(limit)
-    last = None
-    for a, z in zip(bounds[:-1], bounds[1:]):      # states a .. z − 1: none a source of another
-        if a // every != z // every:
+    starts, stops, radices = _batch_plan(limit, dm, B_key=P * span_s)
+    # windows[s0, b]: the ring slots of the window of batch member b when the batch starts
+    # at a state ≡ s0 (mod W); its slot 0 is the member's own slot (state − W's)
+    windows = (np.arange(W)[:, None, None] + np.arange(W)[:, None] + np.arange(W)) % W
+    lifts = (np.arange(W) * PS)[:, None]           # saved lifted by the member's segments
+    last, reported = None, 0
+    for a, z, r in zip(starts, stops, radices):    # states a .. z − 1: none a source of another
+        if a >= reported + every:
             report(a, L)
+            reported = a
         B = z - a
-        own = (a + np.arange(B)) % W               # each state's slot
-        slots = (own[:, None] + np.arange(W)) % W  # (B, W): the windows
-        at = np.flatnonzero(ring[1][slots] <= limit[a:z, :, None])[::-1]
+        slots = windows[a % W, :B]                 # (B, W)
+        own = slots[:, 0]
+        ckpt = ring[1][slots]                      # (B, W, P·K): the windows' fronts
+        at = np.flatnonzero(ckpt <= limit[a:z, :, None])[::-1]
         if at.size == 0:                           # (latest arrival first: see below)
             ring[1, own] = INF
             store.ptr[a + 1:z + 1] = store.size
             continue
-        bw = at // PK                              # (member, source); at: (bw, position)
-        at += (slots.ravel()[bw] - bw) * PK        # now the ring position
-        ps = rs[at] + dt[a:z].reshape(-1)[bw]
-        nc = rc[at] + dm[a:z].reshape(-1)[bw]
-        if B > 1:                                  # saved lifted by its segment (member, pass)
-            ps += bw // W * PS
+        ps = (ring[0][slots] + (dt[a:z] + lifts[:B])[:, :, None]).ravel()[at]
+        nc = (ckpt + dm[a:z, :, None]).ravel()[at]
         # (segment, saved) ascending, ckpt descending, latest arrival first: the last of a
         # (segment, saved) run is its first arrival with the least ckpt, and one strict
         # suffix minimum over segment·span + ckpt keeps exactly those that every
         # larger-saved candidate of the segment costs more than (the first arrival per
         # saved, then the Pareto cut)
-        r = int(radix[a:z].max())
-        order = (np.argsort(ps * r - nc, kind="stable") if r * B * PS < 1 << 62
-                 else np.lexsort((-nc, ps)))
+        order = np.argsort(ps * r - nc, kind="stable") if r else np.lexsort((-nc, ps))
         ps, nc = ps[order], nc[order]
         seg = ps // span_s
         v = nc + seg * span                        # (segment, ckpt): ascending where Pareto
@@ -146,13 +145,13 @@ def run_stacked(fam, t: np.ndarray, m: np.ndarray, budget: int, window: int, fro
             ps, nc, seg, at = ps[keep], nc[keep], seg[keep], at[keep]
             cnt = np.bincount(seg, minlength=B * P)
         per = cnt.reshape(B, P).sum(axis=1)        # entries per member
-        ids = store.add(re[at], a, per)
-        b = seg // P
-        to = (own * PK - (np.cumsum(per) - per))[b] + np.arange(ps.size)   # packed in slots
-        ring[1, own] = INF
-        rs[to], rc[to], re[to] = (ps - b * PS if B > 1 else ps), nc, ids
+        bw = at // PK                              # at: (member, source, position)
+        ids = store.add(re[(slots.ravel()[bw] - bw) * PK + at], a, per)
+        to = np.arange(ps.size) + np.repeat(own * PK - (np.cumsum(per) - per), per)
+        ring[1, own] = INF                         # (packed at the start of each slot)
+        rs[to], rc[to], re[to] = ps % PS, nc, ids
         if z == L:
-            end = b == B - 1
+            end = seg // P == B - 1
             last = (ps[end] - seg[end] * span_s, nc[end], seg[end] % P, ids[end])
     entry = _best_end(last, P, strategy)
     if entry is None:
@@ -189,6 +188,21 @@ def _batches(limit: np.ndarray) -> list:
             start = k
     bounds.append(L)
     return bounds
+
+
+def _batch_plan(limit: np.ndarray, dm: np.ndarray, B_key: int):
+    """The batches (:func:`_batches`) as lists of first states, ends and sort radices: a
+    batch's candidates have ckpt below its radix (a source's ckpt passes ``limit``, its
+    transition adds ``dm``), so ``key·radix − ckpt`` orders (key ascending, ckpt
+    descending) for keys below ``B·B_key``; radix 0 where that could overflow int64 (the
+    loop sorts by two keys there)."""
+    bounds = np.array(_batches(limit), np.int64)
+    if bounds.size < 2:
+        return [], [], []
+    top = np.max(np.where(limit >= 0, limit + dm, -1), axis=1) + 1
+    r = np.maximum(np.maximum.reduceat(top, bounds[:-1]), 1)
+    fits = r.astype(np.float64) * np.diff(bounds) * float(B_key) < 2.0 ** 62
+    return bounds[:-1].tolist(), bounds[1:].tolist(), np.where(fits, r, 0).tolist()
 
 
 def _thin_all(ps, nc, v, p, cnt, K: int, half: int, x, lam, is_lagrange, span: int,
