@@ -15,7 +15,8 @@ finds no plan where the per-pass one does.
 ``--against REV`` compares instead the stacked loop of git revision ``REV`` (its
 ``planner/dp/stacked.py``, loaded beside this tree's) with this tree's, in this process,
 alternating ``--repeat`` times: DP CPU seconds of each, their ratio, and whether the chains
-(states, saved, ckpt along the chain) are identical; exits 1 if they are not.
+(states, saved, ckpt along the chain) are identical (exits 1 if they are not); and how many
+states this tree's walk takes a step (:mod:`planner.dp.stacked` batches).
 
 Run::
 
@@ -47,7 +48,8 @@ from planner.budget import parse_budget  # noqa: E402
 from planner.dp import scale  # noqa: E402
 from planner.dp.fronts import path  # noqa: E402
 from planner.dp.solve import solve_family  # noqa: E402
-from planner.dp.stacked import run_stacked  # noqa: E402
+from planner.dp.stacked import _batches, _limits, run_stacked  # noqa: E402
+from planner.dp.subsets import window_transitions  # noqa: E402
 from planner.dp_families import DPGraph, approx_family  # noqa: E402
 
 
@@ -88,6 +90,10 @@ def against(rev: str, dg, fam, b: int, window: int, cap: int, strategy: str,
             repeat: int) -> int:
     """The stacked DP of ``rev`` and of this tree, alternating; CPU seconds and chains."""
     lams = scale.pass_lambdas(dg.t, dg.m, cap, strategy)
+    sub, _, dm = window_transitions(fam, dg.t, dg.m, window)
+    steps = max(1, len(_batches(_limits(fam, b, sub, dm, True))) - 1)
+    print(f"{fam.num_sets:,} states in {steps:,} steps of this tree's walk "
+          f"({fam.num_sets / steps:.2f} a step)", flush=True)
     runs = {rev: stacked_at(rev), "this tree": run_stacked}
     secs, chains = {k: [] for k in runs}, {}
     for _ in range(repeat):
