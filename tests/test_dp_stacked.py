@@ -211,3 +211,33 @@ def test_stacked_equals_per_pass_when_the_one_key_sort_would_overflow(seed):
         want = _per_pass_chain(fam, g, b, 6, 4, lams, "time")
         got = run_stacked(fam, g.t, g.m, b, 6, 4, lams, "time", prune=False)
         assert _chain(*got) == want
+
+
+def test_the_walk_reports_its_position():
+    """The DP's position (state of L) goes to the current progress tracker, ascending, a few
+    hundred times at most, and nowhere outside a tracker."""
+    from hgraph.progress import tracking
+
+    class Recorder:
+        def __init__(self):
+            self.positions = []
+
+        def position(self, done, total):
+            self.positions.append((done, total))
+
+        def close(self):
+            pass
+
+    g = _synth(4)
+    fam = approx_family(g, stats=local_stats(g), dense=False)
+    b = int(0.5 * g.m.sum())
+    rec = Recorder()
+    with tracking(tracker=rec):
+        got = run_stacked(fam, g.t, g.m, b, 8, 8, [None, 1.0], "time")
+    done = [d for d, _ in rec.positions]
+    assert len(done) >= 10 and len(done) <= 201 and done == sorted(set(done))
+    assert {t for _, t in rec.positions} == {fam.num_sets}
+    assert 0 < done[0] and done[-1] < fam.num_sets
+    n = len(rec.positions)
+    assert _chain(*run_stacked(fam, g.t, g.m, b, 8, 8, [None, 1.0], "time")) == _chain(*got)
+    assert len(rec.positions) == n

@@ -14,7 +14,7 @@ time. Here the ``P`` passes walk the states together, several states a step:
   in unused slots), so candidates are one comparison and one ``nonzero``;
 * states are taken in *batches*: runs of consecutive states none of which has a transition
   from another of the run (:func:`_batches`; its sources' fronts are all final), ~1.8
-  states a step on the synthetic transformer, ~1.4 on the CNN. A batch member's pass is a
+  states a step on the synthetic transformer, ~1.3 on the CNN. A batch member's pass is a
   *segment*, and saved carries its segment (``segment·span_s + saved``), so one stable
   sort of one int64 key (segment and saved ascending, ckpt descending, latest arrival
   first) and one strict suffix minimum over ``segment·span + ckpt`` give every segment's
@@ -52,7 +52,7 @@ import numpy as np
 
 from hgraph.errors import HGraphError
 from hgraph.progress import current as current_progress
-from planner.dp.fronts import INF, Fronts, pareto_mask, run_starts
+from planner.dp.fronts import INF, Fronts, pareto_mask
 from planner.dp.reach import reach_limits
 from planner.dp.scale import thin_lagrange
 from planner.dp.subsets import window_transitions
@@ -175,7 +175,7 @@ def _batches(limit: np.ndarray) -> list:
     """Bounds of the runs of consecutive states the loop takes in one step: a run ends before
     a state that has a transition from a state of the run (``limit ≥ 0``: the fronts it
     reads must be final), and holds at most ``W`` states (each writes its own ring slot).
-    On the synthetic transformer ~1.8 states a run, on the CNN ~1.4."""
+    On the synthetic transformer ~1.8 states a run, on the CNN ~1.3."""
     L, W = limit.shape
     if L <= 1:
         return []
@@ -233,10 +233,10 @@ def _thin_all(ps, nc, v, p, cnt, K: int, half: int, x, lam, is_lagrange, span: i
 def _lagrange_halves(keep, ps, nc, rows, starts, cnt, K: int, half: int, lam,
                      span_s: int) -> None:
     """Mark, for each λ segment in ``rows`` (``lam``: its multiplier), its ``half`` entries
-    of the largest score ``saved − λ·ckpt``: the scores at least the pass's ``half``-th largest (one
-    ``np.partition`` of the passes' padded score rows, no sort). Where that score ties with
-    the next one, which entries :func:`~planner.dp.scale.thin_lagrange` keeps depends on
-    ``np.argpartition``, so that pass's entries are its own call's."""
+    of the largest score ``saved − λ·ckpt``: the scores at least the segment's ``half``-th
+    largest (one ``np.partition`` of the segments' padded score rows, no sort). Where that
+    score ties with the next one, which entries :func:`~planner.dp.scale.thin_lagrange`
+    keeps depends on ``np.argpartition``, so that segment's entries are its own call's."""
     n = cnt[rows]
     M = int(n.max())
     col = np.arange(M)
