@@ -23,7 +23,7 @@ from planner.dp.fronts import INF, end_entry, path
 from planner.dp.loop import run_dp
 from planner.dp.solve import solve_family
 from planner.dp.reach import reach_limits
-from planner.dp.stacked import run_stacked
+from planner.dp.stacked import _batches, _limits, run_stacked
 from planner.dp.subsets import transitions, window_transitions
 from planner.dp_families import DPGraph, approx_family
 
@@ -173,3 +173,71 @@ def test_frozen_plan_of_a_3000_node_transformer():
     chain = hashlib.sha256(",".join(map(str, r.chain_ids)).encode()).hexdigest()[:16]
     assert (g.n, r.blocks, r.model_recompute_cost, r.model_peak_bytes, r.ckpt_bytes, chain) == \
         (3004, 885, 1370, 1510211584, 1505918976, "e00e70ddcdd8b851")
+
+
+def test_batches_hold_no_source_of_their_own_members():
+    """The loop's batches: consecutive states, at most W, none a source of another member
+    (its fronts would not be final), each cut only where it must be; and the graph has
+    batches of several states, so the segment path runs."""
+    g = _synth(4)
+    fam = approx_family(g, stats=local_stats(g), dense=False)
+    W = 8
+    sub, _, dm = window_transitions(fam, g.t, g.m, W)
+    limit = _limits(fam, int(0.5 * g.m.sum()), sub, dm, True)
+    bounds = _batches(limit)
+    assert bounds[0] == 1 and bounds[-1] == fam.num_sets
+    sizes = np.diff(bounds)
+    assert sizes.min() >= 1 and sizes.max() <= W and (sizes > 1).any()
+    for a, z in zip(bounds[:-1], bounds[1:]):
+        for k in range(a, z):
+            srcs = k - W + np.flatnonzero(limit[k] >= 0)
+            assert not ((srcs >= a) & (srcs < k)).any(), (a, z, k)
+        if z < fam.num_sets and z - a < W:      # cut because z reads a member's front
+            srcs = z - W + np.flatnonzero(limit[z] >= 0)
+            assert ((srcs >= a) & (srcs < z)).any(), (a, z)
+
+
+@pytest.mark.parametrize("seed", range(2))
+def test_stacked_equals_per_pass_when_the_one_key_sort_would_overflow(seed):
+    """Bytes near 2^48 a node: ckpt × (passes × T(V)) is past int64, so the loop sorts by two
+    keys; the plans are still the per-pass loop's."""
+    g0 = _random_chainy(150, seed)
+    g = DPGraph(m=g0.m * 2**48 + 1, t=g0.t, src=g0.src, dst=g0.dst)
+    lams = [None, 1.0, 0.5]
+    assert float(g.m.sum()) * len(lams) * float(g.t.sum()) > 2.0**63
+    fam = approx_family(g)
+    for frac in (0.3, 0.6):
+        b = int(frac * g.m.sum())
+        want = _per_pass_chain(fam, g, b, 6, 4, lams, "time")
+        got = run_stacked(fam, g.t, g.m, b, 6, 4, lams, "time", prune=False)
+        assert _chain(*got) == want
+
+
+def test_the_walk_reports_its_position():
+    """The DP's position (state of L) goes to the current progress tracker, ascending, a few
+    hundred times at most, and nowhere outside a tracker."""
+    from hgraph.progress import tracking
+
+    class Recorder:
+        def __init__(self):
+            self.positions = []
+
+        def position(self, done, total):
+            self.positions.append((done, total))
+
+        def close(self):
+            pass
+
+    g = _synth(4)
+    fam = approx_family(g, stats=local_stats(g), dense=False)
+    b = int(0.5 * g.m.sum())
+    rec = Recorder()
+    with tracking(tracker=rec):
+        got = run_stacked(fam, g.t, g.m, b, 8, 8, [None, 1.0], "time")
+    done = [d for d, _ in rec.positions]
+    assert len(done) >= 10 and len(done) <= 201 and done == sorted(set(done))
+    assert {t for _, t in rec.positions} == {fam.num_sets}
+    assert 0 < done[0] and done[-1] < fam.num_sets
+    n = len(rec.positions)
+    assert _chain(*run_stacked(fam, g.t, g.m, b, 8, 8, [None, 1.0], "time")) == _chain(*got)
+    assert len(rec.positions) == n

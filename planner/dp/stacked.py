@@ -5,16 +5,21 @@ A capped time-centric solve (:func:`planner.dp.solve.solve_family`) runs several
 (:func:`~planner.dp.scale.thin` for the first, :func:`~planner.dp.scale.thin_lagrange` with
 one multiplier each for the others). Each pass costs one Python step per state, and on the
 scale path (window ``W`` of 8, cap ``K`` of 32) that fixed cost is nearly all of the DP's
-time. Here the ``P`` passes walk the states together:
+time. Here the ``P`` passes walk the states together, several states a step:
 
 * what depends on the family only — which of the ``W`` states before ``j`` are subsets of
   ``L_j`` and the transitions' ``(dt, dm)`` — is an ``(L, W)`` table built before the loop
   (:func:`planner.dp.subsets.window_transitions`);
-* the last ``W`` states' fronts are dense ``(W, P·K)`` blocks (ckpt ``INF`` in unused
-  slots), so a state's candidates are one comparison and one ``nonzero``; the first arrival
-  per ``saved``, the Pareto cut and the thinning run for all passes at once: saved carries
-  its pass (``pass·span_s + saved``) so one two-key stable sort orders every pass, and the
-  thinning levels of all passes are one ``searchsorted`` into ``pass·span + ckpt``;
+* the last ``W`` states' fronts live in a ring of dense ``(W, P·K)`` blocks (ckpt ``INF``
+  in unused slots), so candidates are one comparison and one ``nonzero``;
+* states are taken in *batches*: runs of consecutive states none of which has a transition
+  from another of the run (:func:`_batches`; its sources' fronts are all final), ~1.8
+  states a step on the synthetic transformer, ~1.3 on the CNN. A batch member's pass is a
+  *segment*, and saved carries its segment (``segment·span_s + saved``), so one stable
+  sort of one int64 key (segment and saved ascending, ckpt descending, latest arrival
+  first) and one strict suffix minimum over ``segment·span + ckpt`` give every segment's
+  first arrival per saved and its Pareto cut at once; the thinning levels of all segments
+  are one ``searchsorted``, the Lagrangian halves one ``np.partition`` of padded rows;
 * every kept entry goes to one flat store of predecessors (4 bytes an entry), from which the
   best pass's chain is read back, its saved and ckpt re-added along its transitions;
 * an entry that can no longer reach V (:mod:`planner.dp.reach`) is no candidate at all: the
@@ -46,7 +51,8 @@ from __future__ import annotations
 import numpy as np
 
 from hgraph.errors import HGraphError
-from planner.dp.fronts import INF, Fronts, pareto_mask, run_starts
+from hgraph.progress import current as current_progress
+from planner.dp.fronts import INF, Fronts, pareto_mask
 from planner.dp.reach import reach_limits
 from planner.dp.scale import thin_lagrange
 from planner.dp.subsets import window_transitions
@@ -79,62 +85,74 @@ def run_stacked(fam, t: np.ndarray, m: np.ndarray, budget: int, window: int, fro
     x = np.zeros((P, K))                           # thinning levels per pass (the spare
     for p in range(P):                             # ones at 0: the first entry, kept anyway)
         x[p, :nlev[p]] = np.linspace(0.0, 1.0, int(nlev[p])) ** 0.5
+    x, lam, is_lagrange = np.tile(x, (W, 1)), np.tile(lam, W), np.tile(is_lagrange, W)
     span = int(m.sum()) + 1                        # ckpt < span, saved < span_s: the pass
     span_s = int(t.sum()) + 1                      # goes into one sortable key with either
     if span * (P + 1) >= INF or span_s * (P + 1) >= INF:
         raise HGraphError(f"the capped DP's sort keys overflow: {P} passes × m(V) = {span - 1} "
                           f"(DP units); plan with a coarser unit")
     store = _Store(L, P * K)
-    PK = P * K
-    # ring of the last W states' fronts, each state twice (slots i % W and i % W + W) so the
-    # window j − W .. j − 1 is the contiguous slice from j % W; fields (pass·span_s + saved,
-    # ckpt, store id) over P·K entries per slot (ckpt INF: unused). Along a window's slice
-    # the store ids ascend (states in order, then pass, then position), so a stable sort of
-    # the candidates keeps the reference's first arrival among equal (saved, ckpt).
-    empty = np.empty((3, PK), np.int64)
-    empty[0], empty[1], empty[2] = -1, INF, -1
-    ring = np.repeat(empty[:, None], 2 * W, axis=1)
-    col = np.arange(P) * K
-    for s0 in (0, W):
-        ring[0, s0, col] = np.arange(P) * span_s
-        ring[1, s0, col] = 0
-        ring[2, s0, col] = np.arange(P)
-    store.add(np.full(P, -1), 0)
+    PK, PS = P * K, P * span_s
+    # ring of the last W states' fronts, state i in slot i % W (so the window of i is the
+    # slots (i + w) % W, w = 0 .. W − 1, states i − W + w); fields (pass·span_s + saved,
+    # ckpt, store id), a state's entries packed at the start of its slot in (pass, saved)
+    # order (ckpt INF after them: unused). Along a window the store ids ascend (states in
+    # order, then pass, then saved): the reference's arrival order.
+    ring = np.zeros((3, W, PK), np.int64)
+    ring[1] = INF
+    ring[0, 0, :P] = np.arange(P) * span_s
+    ring[1, 0, :P] = 0
+    ring[2, 0, :P] = np.arange(P)
+    store.add(np.full(P, -1), 0, [P])
     rs, rc, re = (ring[f].reshape(-1) for f in range(3))     # flat views
     limit = _limits(fam, budget, sub, dm, prune)
-    last = None
-    for j in range(1, L):
-        s0 = j % W                                 # the window's first slot; j's own slot
-        flat = np.flatnonzero(ring[1, s0:s0 + W] <= limit[j][:, None])
-        if flat.size == 0:
-            ring[:, s0] = ring[:, s0 + W] = empty
-            store.ptr[j + 1] = store.size
+    report, every = current_progress().position, max(1, L // 200)   # the DP position, ~0.5 %
+    starts, stops, radices = _batch_plan(limit, dm, B_key=P * span_s)
+    # windows[s0, b]: the ring slots of the window of batch member b when the batch starts
+    # at a state ≡ s0 (mod W); its slot 0 is the member's own slot (state − W's)
+    windows = (np.arange(W)[:, None, None] + np.arange(W)[:, None] + np.arange(W)) % W
+    lifts = (np.arange(W) * PS)[:, None]           # saved lifted by the member's segments
+    last, reported = None, 0
+    for a, z, r in zip(starts, stops, radices):    # states a .. z − 1: none a source of another
+        if a >= reported + every:
+            report(a, L)
+            reported = a
+        B = z - a
+        slots = windows[a % W, :B]                 # (B, W)
+        own = slots[:, 0]
+        ckpt = ring[1][slots]                      # (B, W, P·K): the windows' fronts
+        at = np.flatnonzero(ckpt <= limit[a:z, :, None])[::-1]
+        if at.size == 0:                           # (latest arrival first: see below)
+            ring[1, own] = INF
+            store.ptr[a + 1:z + 1] = store.size
             continue
-        w = flat // PK                             # the source; flat: (source, pass·K + pos)
-        at = flat + s0 * PK
-        ps = rs[at] + dt[j, w]
-        nc = rc[at] + dm[j, w]
-        e = re[at]
-        order = np.lexsort((nc, ps))               # first arrival per (pass, saved)
-        ps, nc, e = ps[order], nc[order], e[order]
-        head = run_starts(ps)
-        ps, nc, e = ps[head], nc[head], e[head]
-        p = ps // span_s
-        v = nc + p * span                          # (pass, ckpt): ascending where Pareto
-        keep = np.flatnonzero(pareto_mask(v))     # per pass: every larger-saved one costs more
-        ps, nc, e, p, v = ps[keep], nc[keep], e[keep], p[keep], v[keep]
-        cnt = np.bincount(p, minlength=P)
+        ps = (ring[0][slots] + (dt[a:z] + lifts[:B])[:, :, None]).ravel()[at]
+        nc = (ckpt + dm[a:z, :, None]).ravel()[at]
+        # (segment, saved) ascending, ckpt descending, latest arrival first: the last of a
+        # (segment, saved) run is its first arrival with the least ckpt, and one strict
+        # suffix minimum over segment·span + ckpt keeps exactly those that every
+        # larger-saved candidate of the segment costs more than (the first arrival per
+        # saved, then the Pareto cut)
+        order = np.argsort(ps * r - nc, kind="stable") if r else np.lexsort((-nc, ps))
+        ps, nc = ps[order], nc[order]
+        seg = ps // span_s
+        v = nc + seg * span                        # (segment, ckpt): ascending where Pareto
+        keep = np.flatnonzero(pareto_mask(v))
+        ps, nc, seg, v, at = ps[keep], nc[keep], seg[keep], v[keep], at[order[keep]]
+        cnt = np.bincount(seg, minlength=B * P)
         if cnt.max() > K:
-            keep = _thin_all(ps, nc, v, p, cnt, K, half, x, lam, is_lagrange, span, span_s)
-            ps, nc, e, p = ps[keep], nc[keep], e[keep], p[keep]
-            cnt = np.bincount(p, minlength=P)
-        pos = p * K + np.arange(p.size) - (np.cumsum(cnt) - cnt)[p]
-        ids = store.add(e, j)
-        ring[:, s0] = empty
-        ring[0, s0, pos], ring[1, s0, pos], ring[2, s0, pos] = ps, nc, ids
-        ring[:, s0 + W] = ring[:, s0]
-        if j == L - 1:
-            last = (ps - p * span_s, nc, p, ids)
+            keep = _thin_all(ps, nc, v, seg, cnt, K, half, x, lam, is_lagrange, span, span_s)
+            ps, nc, seg, at = ps[keep], nc[keep], seg[keep], at[keep]
+            cnt = np.bincount(seg, minlength=B * P)
+        per = cnt.reshape(B, P).sum(axis=1)        # entries per member
+        bw = at // PK                              # at: (member, source, position)
+        ids = store.add(re[(slots.ravel()[bw] - bw) * PK + at], a, per)
+        to = np.arange(ps.size) + np.repeat(own * PK - (np.cumsum(per) - per), per)
+        ring[1, own] = INF                         # (packed at the start of each slot)
+        rs[to], rc[to], re[to] = ps % PS, nc, ids
+        if z == L:
+            end = seg // P == B - 1
+            last = (ps[end] - seg[end] * span_s, nc[end], seg[end] % P, ids[end])
     entry = _best_end(last, P, strategy)
     if entry is None:
         return Fronts.empty(0), None
@@ -153,42 +171,87 @@ def _limits(fam, budget: int, sub, dm, prune: bool) -> np.ndarray:
     return np.where(sub, room, -1)
 
 
+def _batches(limit: np.ndarray) -> list:
+    """Bounds of the runs of consecutive states the loop takes in one step: a run ends before
+    a state that has a transition from a state of the run (``limit ≥ 0``: the fronts it
+    reads must be final), and holds at most ``W`` states (each writes its own ring slot).
+    On the synthetic transformer ~1.8 states a run, on the CNN ~1.3."""
+    L, W = limit.shape
+    if L <= 1:
+        return []
+    has = limit >= 0
+    near = np.where(has.any(axis=1), np.arange(L) - 1 - np.argmax(has[:, ::-1], axis=1), -1)
+    bounds, start = [1], 1                         # near: the latest source with a transition
+    for k, i in enumerate(near[2:].tolist(), 2):
+        if i >= start or k - start >= W:
+            bounds.append(k)
+            start = k
+    bounds.append(L)
+    return bounds
+
+
+def _batch_plan(limit: np.ndarray, dm: np.ndarray, B_key: int):
+    """The batches (:func:`_batches`) as lists of first states, ends and sort radices: a
+    batch's candidates have ckpt below its radix (a source's ckpt passes ``limit``, its
+    transition adds ``dm``), so ``key·radix − ckpt`` orders (key ascending, ckpt
+    descending) for keys below ``B·B_key``; radix 0 where that could overflow int64 (the
+    loop sorts by two keys there)."""
+    bounds = np.array(_batches(limit), np.int64)
+    if bounds.size < 2:
+        return [], [], []
+    top = np.max(np.where(limit >= 0, limit + dm, -1), axis=1) + 1
+    r = np.maximum(np.maximum.reduceat(top, bounds[:-1]), 1)
+    fits = r.astype(np.float64) * np.diff(bounds) * float(B_key) < 2.0 ** 62
+    return bounds[:-1].tolist(), bounds[1:].tolist(), np.where(fits, r, 0).tolist()
+
+
 def _thin_all(ps, nc, v, p, cnt, K: int, half: int, x, lam, is_lagrange, span: int,
               span_s: int) -> np.ndarray:
-    """Indices of the entries kept (sorted by pass, then saved; ``v`` = pass·span + ckpt,
-    ascending): every pass with more than ``K`` entries thinned as its per-pass loop does —
-    for each level over its ckpt range the largest entry at or below it (one
-    ``searchsorted`` over ``v`` for all passes), its first and last, and for λ passes the
-    best half by saved − λ·ckpt."""
+    """Indices of the entries kept (sorted by segment ``p`` — a batch member's pass — then
+    saved; ``v`` = segment·span + ckpt, ascending; ``x``, ``lam``, ``is_lagrange``: the
+    passes' levels and multipliers by segment): every segment with more than ``K`` entries
+    thinned as its per-pass loop does — for each level over its ckpt range the largest
+    entry at or below it (one ``searchsorted`` over ``v`` for all segments; the first and
+    last levels, 0 and 1, give its first and last entry) and for λ passes the best half by
+    saved − λ·ckpt."""
     big = cnt > K
     keep = ~big[p]
     starts = np.cumsum(cnt) - cnt
     bi = np.flatnonzero(big)
-    lo, hi = starts[bi], starts[bi] + cnt[bi] - 1
+    lo = starts[bi]
     n0 = nc[lo]
-    levels = n0[:, None] + x[bi] * (nc[hi] - n0).astype(np.float64)[:, None]
-    at = np.searchsorted(v, (bi * span)[:, None] + np.floor(levels).astype(np.int64),
-                         side="right") - 1         # nc ≤ level ⟺ nc ≤ ⌊level⌋ (integers)
+    levels = n0[:, None] + x[bi] * (nc[lo + cnt[bi] - 1] - n0).astype(np.float64)[:, None]
+    at = np.searchsorted(v, (bi * span)[:, None] + levels.astype(np.int64),
+                         side="right") - 1         # nc ≤ level ⟺ nc ≤ ⌊level⌋ (≥ 0)
     keep[at.ravel()] = True
-    keep[lo] = True
-    keep[hi] = True
-    lg = big & is_lagrange
-    if lg.any():                                   # the best half by saved − λ·ckpt
-        il = np.flatnonzero(lg[p])
-        pl = p[il]
-        score = (ps[il] - pl * span_s) - lam[pl] * nc[il].astype(np.float64)
-        order = np.lexsort((-score, pl))           # stable: ties to the earlier entry
-        cl = cnt[lg]
-        first = np.cumsum(cl) - cl
-        rank = np.arange(il.size) - np.repeat(first, cl)
-        keep[il[order[rank < half]]] = True
-        sc = score[order]
-        for q in np.flatnonzero(sc[first + half - 1] == sc[first + half]):   # a tie at the
-            r0, n = starts[np.flatnonzero(lg)[q]], cl[q]                     # edge: the
-            ns = ps[r0:r0 + n] - pl[first[q]] * span_s                       # pass's own
-            keep[r0:r0 + n] = False                                          # rule decides
-            keep[r0 + thin_lagrange(ns, nc[r0:r0 + n], K, lam[pl[first[q]]])] = True
+    rows = bi[is_lagrange[bi]]
+    if rows.size:                                  # the best half by saved − λ·ckpt
+        _lagrange_halves(keep, ps, nc, rows, starts, cnt, K, half, lam[rows], span_s)
     return np.flatnonzero(keep)
+
+
+def _lagrange_halves(keep, ps, nc, rows, starts, cnt, K: int, half: int, lam,
+                     span_s: int) -> None:
+    """Mark, for each λ segment in ``rows`` (``lam``: its multiplier), its ``half`` entries
+    of the largest score ``saved − λ·ckpt``: the scores at least the segment's ``half``-th
+    largest (one ``np.partition`` of the segments' padded score rows, no sort). Where that
+    score ties with the next one, which entries :func:`~planner.dp.scale.thin_lagrange`
+    keeps depends on ``np.argpartition``, so that segment's entries are its own call's."""
+    n = cnt[rows]
+    M = int(n.max())
+    col = np.arange(M)
+    valid = col < n[:, None]
+    at = np.where(valid, starts[rows][:, None] + col, 0)
+    score = np.where(valid, (ps[at] - (rows * span_s)[:, None])
+                     - lam[:, None] * nc[at].astype(np.float64), -np.inf)
+    edge = np.partition(score, (M - half - 1, M - half), axis=1)
+    tau = edge[:, M - half]                        # the half-th largest score of each pass
+    keep[at[valid & (score >= tau[:, None])]] = True
+    for q in np.flatnonzero(edge[:, M - half - 1] == tau):   # a tie at the edge: the
+        r0, m = starts[rows[q]], n[q]                           # pass's own rule decides
+        keep[r0:r0 + m] = False
+        keep[r0 + thin_lagrange(ps[r0:r0 + m] - rows[q] * span_s, nc[r0:r0 + m], K,
+                                lam[q])] = True
 
 
 def _best_end(last, P: int, strategy: str):
@@ -235,14 +298,15 @@ class _Store:
         self.dtype = np.int32 if (n_states + 1) * per_state < 2**31 else np.int64
         self.pred = np.zeros(capacity, self.dtype)
 
-    def add(self, pred, state: int) -> np.ndarray:
-        """Store state ``state``'s entries (predecessor ids); returns their ids."""
+    def add(self, pred, state: int, per) -> np.ndarray:
+        """Store the entries (predecessor ids) of ``len(per)`` states from ``state`` on,
+        ``per[b]`` of state ``state + b``; returns their ids."""
         k = np.size(pred)
         if self.size + k > self.pred.size:
             new = np.zeros(max(2 * self.pred.size, self.size + k), self.dtype)
             new[:self.size] = self.pred[:self.size]
             self.pred = new
         self.pred[self.size:self.size + k] = pred
+        self.ptr[state + 1:state + 1 + len(per)] = self.size + np.cumsum(per)
         self.size += k
-        self.ptr[state + 1] = self.size
         return np.arange(self.size - k, self.size)
