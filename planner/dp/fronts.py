@@ -23,17 +23,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from planner.arrays import run_starts
+
 __all__ = ["Fronts", "INF", "run_starts", "best_per_saved", "expand_fronts", "pareto_mask", "segment_pareto",
            "has_end", "end_entry", "path"]
 
 INF = np.iinfo(np.int64).max // 4
-
-
-def run_starts(keys: np.ndarray) -> np.ndarray:
-    """Indices where a run of equal consecutive ``keys`` starts (0 first, when any)."""
-    if keys.size == 0:
-        return np.zeros(0, np.int64)
-    return np.flatnonzero(np.concatenate(([True], keys[1:] != keys[:-1])))
 
 
 def _suffix_min_after(v: np.ndarray) -> np.ndarray:
