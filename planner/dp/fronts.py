@@ -109,12 +109,13 @@ def best_per_saved(ns, nc, e):
     """For each distinct ``ns``: the least ``nc``, ties to the least entry ``e`` (first arrival).
 
     Returns the winners sorted by ``ns``. Dense buckets over the ``ns`` range when it is
-    narrow and the input large (saved values are bounded by T(V)), a lexsort otherwise; both
-    give the same winners.
+    narrow (saved values are bounded by T(V)) and the input not tiny, a lexsort otherwise; both
+    give the same winners. Buckets are ~3× faster from a few hundred candidates on (densenet's
+    DP at 50 %: 0.03 s against 0.09 s), tiny inputs cost the same either way.
     """
     lo, hi = int(ns.min()), int(ns.max())
     width = hi - lo + 1
-    if ns.size <= 4096 or width > 4 * ns.size + 1024:
+    if ns.size <= 256 or width > 4 * ns.size + 1024:
         order = np.lexsort((e, nc, ns))
         ns, nc, e = ns[order], nc[order], e[order]
         first = run_starts(ns)
