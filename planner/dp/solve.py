@@ -34,7 +34,6 @@ from hgraph.errors import HGraphError
 from planner.dp.fronts import Fronts, end_entry, has_end, path
 from planner.dp.loop import run_dp
 from planner.dp.scale import pass_lambdas
-from planner.dp.stacked import STACKED_MAX_WINDOW, run_stacked
 from planner.dp.subsets import groups, groups_to_chain
 from planner.dp_families import approx_family
 
@@ -129,6 +128,8 @@ def _scale_passes(fam, g, budget: int, strategy: str, window, front_cap, stacked
     unless ``stacked`` is False; that walk also drops the entries that can no longer reach V
     before it thins a front (:mod:`planner.dp.reach`), so its plans save at least as much on
     the measured graphs (``bench/quality_bench.py``) but are not the per-pass loop's."""
+    from planner.dp.stacked import STACKED_MAX_WINDOW, run_stacked   # the scale path only
+
     lams = pass_lambdas(g.t, g.m, front_cap, strategy)
     if (stacked and front_cap is not None and window is not None and fam.node is not None
             and window <= STACKED_MAX_WINDOW):
