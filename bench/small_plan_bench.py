@@ -9,6 +9,10 @@ loaded machine does not inflate) beside the reference's ``wall_s`` for the same 
 (approx ↔ DP2fix, exact ↔ DPfix), strategy and budget in results.csv. The floors are printed
 first: a bare interpreter and ``import numpy``.
 
+The ``schedule`` column is the start of the SHA-256 of the schedule the command wrote (``--out``):
+run the bench on two trees (``--labels all``, each ``--strategy``) and compare the columns to
+check that a change kept every plan.
+
 ``--imports`` then runs the first command once under ``python3 -X importtime`` and prints the
 modules it imports by cumulative time, each with the chain of modules that imported it, and
 which of the heavy optional packages (ray, matplotlib, rich, torch, scipy, cupy, ...) were
@@ -22,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import hashlib
 import os
 import subprocess
 import sys
@@ -96,7 +101,8 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--graphs", default="", help="comma list (default: all under --max-nodes)")
     ap.add_argument("--max-nodes", type=int, default=1000)
-    ap.add_argument("--labels", default="50%act", help="budget labels of results.csv")
+    ap.add_argument("--labels", default="50%act",
+                    help="budget labels of results.csv, comma-separated ('all': every one)")
     ap.add_argument("--solver", choices=sorted(REF_SOLVER), default="approx")
     ap.add_argument("--strategy", choices=["time", "memory"], default="time")
     ap.add_argument("--repeat", type=int, default=3, help="runs per row, best kept (default 3)")
@@ -126,7 +132,7 @@ def main(argv=None) -> int:
     w, c, _, _ = best([py, "-c", "import numpy"], args.repeat)
     print(f"floor: python3 -c 'import numpy' {w:.3f} s wall, {c:.3f} s CPU")
     print(f"{'graph':10} {'nodes':>5} {'budget':9} {'wall_s':>7} {'cpu_s':>7} {'ref_s':>7} "
-          f"{'wall/ref':>8}  {'<= 0.5 s':8}")
+          f"{'wall/ref':>8}  {'<= 0.5 s':8} {'schedule':12}")
     first_cmd = None
     worst = 0.0
     for name in names:
@@ -134,7 +140,10 @@ def main(argv=None) -> int:
         nodes = int(path.open().readline().split()[1]) // 2
         if nodes >= args.max_nodes:
             continue
-        for label in args.labels.split(","):
+        labels = args.labels.split(",") if args.labels != "all" else [
+            r["budget_label"] for r in rows if r["graph"] == name
+            and r["solver"] == REF_SOLVER[args.solver] and r["strategy"] == args.strategy]
+        for label in labels:
             r = ref.get((name, REF_SOLVER[args.solver], args.strategy, label))
             if r is None:
                 continue
@@ -143,15 +152,18 @@ def main(argv=None) -> int:
                    args.solver, "--strategy", args.strategy, "--out", str(work / "s.txt"),
                    "--progress", args.progress]
             first_cmd = first_cmd or cmd
+            (work / "s.txt").unlink(missing_ok=True)
             wall, cpu, rc, err = best(cmd, args.repeat)
+            sched = (hashlib.sha256((work / "s.txt").read_bytes()).hexdigest()[:12]
+                     if (work / "s.txt").exists() else "-")
             ref_s = float(r["wall_s"]) if r["wall_s"] else float("nan")
             status = "yes" if wall <= 0.5 else "NO"
             if rc not in (0, 3):           # 3: infeasible, as the reference's IMPOSSIBLE rows
                 status = f"rc={rc} {err.strip().splitlines()[-1] if err.strip() else ''}"
             worst = max(worst, wall)
             print(f"{name:10} {nodes:5d} {label:9} {wall:7.3f} {cpu:7.3f} {r['wall_s'] or '-':>7} "
-                  f"{wall / ref_s if ref_s == ref_s and ref_s > 0 else float('nan'):8.1f}  {status}",
-                  flush=True)
+                  f"{wall / ref_s if ref_s == ref_s and ref_s > 0 else float('nan'):8.1f}  "
+                  f"{status:8} {sched}", flush=True)
     print(f"slowest: {worst:.3f} s wall (best of {args.repeat})")
     if args.imports and first_cmd:
         out = subprocess.run([py, "-X", "importtime", *first_cmd[1:]], capture_output=True,

@@ -82,6 +82,10 @@ class _Parser(argparse.ArgumentParser):
             self.print_help(sys.stderr)
         self.exit(2, f"{self.prog}: error: {message}\n")
 
+    def format_help(self):
+        _fill_help(self)
+        return super().format_help()
+
     def parse_known_args(self, args=None, namespace=None):
         fill, self._fill = self._fill, None
         if fill is not None:
@@ -136,21 +140,45 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _add_modules(subparsers, table: dict, extra=None) -> None:
-    """One sub-command per module of ``table`` (name -> module with HELP/add_arguments/main);
-    its arguments are added when it is the sub-command being parsed (``_Parser._fill``)."""
+    """One sub-command per module of ``table`` (name -> module with HELP/add_arguments/main),
+    none of them imported here: a module is loaded when its sub-command is the one being parsed
+    (``_Parser._fill``: its flags, its ``main``) or when a help listing shows its HELP line
+    (``_Parser.format_help``). A module that does not exist is left out (``find_spec``)."""
     for name, module_name in table.items():
-        module = _try_load(module_name)
-        if module is None:
+        if not _exists(module_name):
             continue
-        p = subparsers.add_parser(name, help=module.HELP, description=module.HELP)
-        p._fill = functools.partial(_fill_arguments, module, extra)
-        p.set_defaults(_module=module)
+        p = subparsers.add_parser(name, help="")      # the HELP line is filled when shown
+        p._fill = functools.partial(_fill_arguments, module_name, extra)
+    subparsers._lazy_help = table
 
 
-def _fill_arguments(module, extra, parser) -> None:
+def _fill_arguments(module_name, extra, parser) -> None:
+    module = _load(module_name)
+    parser.description = module.HELP
     module.add_arguments(parser)
     if extra is not None:
         extra(parser)
+    parser.set_defaults(_module=module)
+
+
+def _exists(module_name: str) -> bool:
+    """Whether the module is there to import (its package is imported; the module is not)."""
+    import importlib.util
+
+    try:
+        return importlib.util.find_spec(module_name) is not None
+    except ModuleNotFoundError:                 # its package is missing
+        return False
+
+
+def _fill_help(parser) -> None:
+    """Give the sub-command listings of ``parser`` their HELP lines (imports those modules)."""
+    for action in parser._subparsers._group_actions if parser._subparsers else ():
+        table = getattr(action, "_lazy_help", None)
+        for choice in getattr(action, "_choices_actions", ()) if table else ():
+            module = None if choice.help or choice.dest not in table else _try_load(table[choice.dest])
+            if module is not None:
+                choice.help = module.HELP
 
 
 def _try_load(module_name: str):

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from planner.arrays import distinct
 from planner.units import forward_costs
 
 __all__ = ["ActivationGraph"]
@@ -66,7 +67,7 @@ class ActivationGraph:
         src = np.asarray(src, dtype=np.int64)
         dst = np.asarray(dst, dtype=np.int64)
         if src.size:
-            pairs = np.unique(src * n + dst)
+            pairs = distinct(src * n + dst)
             src, dst = pairs // n, pairs % n
         self.src, self.dst = src, dst
         self.succ_indptr, self.succ_indices = _csr(src, dst, n)

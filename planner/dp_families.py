@@ -39,6 +39,7 @@ import numpy as np
 
 from hgraph.errors import HGraphError
 from planner.analyses.local_stats import local_stats
+from planner.arrays import distinct
 from planner.bitsets import pack, unpack
 from planner.lower_sets import DEFAULT_MAX_LOWER_SETS, TooManyLowerSets
 
@@ -73,7 +74,7 @@ class DPGraph:
         src = np.asarray(self.src, dtype=np.int64)
         dst = np.asarray(self.dst, dtype=np.int64)
         if src.size:
-            key = np.unique(src * self.n + dst)
+            key = distinct(src * self.n + dst)
             src, dst = key // self.n, key % self.n
         self.src, self.dst = src, dst
 

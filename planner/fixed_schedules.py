@@ -76,6 +76,8 @@ def checkpoint_schedule(g, keep) -> Schedule:
         for a in needs(f):
             remaining[a] = remaining.get(a, 0) + 1
 
+    touched = set(live)        # live values that may be read by no later block: all, at first
+
     def ensure(v):
         if v in live:
             return
@@ -85,6 +87,7 @@ def checkpoint_schedule(g, keep) -> Schedule:
                 ensure(a)
         ops.append(Op("compute", f))
         live.add(v)
+        touched.add(v)
 
     for f in reversed(order):
         for a in needs(f):
@@ -95,10 +98,14 @@ def checkpoint_schedule(g, keep) -> Schedule:
             ops.append(Op("forget", int(y), (), "backward"))
         for a in needs(f):
             remaining[a] -= 1
-        for v in sorted(live):
-            if remaining.get(v, 0) == 0:
+            touched.add(a)
+        # every live value no later block reads is freed now, in id order; after a block only
+        # the values it recomputed or read can newly be such (not the whole live set: O(n²))
+        for v in sorted(touched):
+            if v in live and remaining.get(v, 0) == 0:
                 ops.append(Op("forget", int(v), (), "forward"))
                 live.discard(v)
+        touched.clear()
     return Schedule(ops)
 
 

@@ -20,7 +20,6 @@ Example::
 from __future__ import annotations
 
 from hgraph.progress import current as current_progress
-from planner import chen
 from planner.activation_graph import ActivationGraph
 from planner.analyses.engine import EngineOptions
 from planner.analyses.local_stats import local_stats
@@ -89,6 +88,8 @@ class Solver:
     def solve(self, budget_bytes: int):
         """(status, block index of every node, model dict) at ``budget_bytes``."""
         if self.solver == "chen":
+            from planner import chen
+
             with current_progress().stage("Chen's chain"):
                 p = chen.solve(self.g, budget=max(1, budget_bytes), units=self.units, ag=self.ag,
                                lower_set_limit=self.max_lower_sets)

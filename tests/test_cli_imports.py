@@ -62,6 +62,24 @@ def test_local_plan_loads_no_ray_torch_or_matplotlib(tmp_path):
     assert not _offenders(modules, NEVER_FOR_A_LOCAL_PLAN)
     # engine pieces a run without checkpoints or a cluster never needs
     assert not _offenders(modules, ("hgraph.checkpoint", "hgraph.runtime.ray_actors", "socket"))
+    # nor the other jobs (their modules load only when run or listed), numpy.ma (np.unique),
+    # the scale path's stacked loop or Chen's solver
+    assert not _offenders(modules, ("jobs.sssp", "jobs.pagerank", "jobs.cc", "jobs.execute",
+                                    "jobs.graph_synth", "hgraph.algorithms", "numpy.ma",
+                                    "planner.dp.stacked", "planner.chen"))
+
+
+def test_help_lists_every_job_s_help_line():
+    """The job table does not import its modules to build the parser; a help listing does."""
+    from jobs import cli
+
+    proc = subprocess.run([sys.executable, "-m", "jobs", "submit", "--help"], capture_output=True,
+                          text=True, cwd=ROOT, timeout=120)
+    assert proc.returncode == 0
+    text = " ".join(proc.stdout.split())
+    for name, module in cli.JOBS.items():
+        help_line = " ".join(__import__(module, fromlist=["HELP"]).HELP.split())
+        assert name in text and help_line in text, name
 
 
 def test_plain_summary_is_rich_s_text(tmp_path):

@@ -383,8 +383,8 @@ def _random_exact_case(seed, single_sink=True):
                                                 (True, "approx")])
 def test_bounded_exact_search_keeps_the_plan(seed, single_sink, family, monkeypatch):
     """Knapsack-bounded fronts and the lexmin memory pass = the unpruned DP, chain included
-    (the exact family, and the dense approximate one, which the same search runs from 512
-    sets: here at every size)."""
+    (the exact family, and the dense approximate one, which from 512 sets runs the same search
+    memory-centric and the deepened bounded loop time-centric: here at every size)."""
     from planner.dp import solve
 
     monkeypatch.setattr(solve, "APPROX_SEARCH_SETS", (0, 4096))

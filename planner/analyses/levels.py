@@ -20,6 +20,7 @@ import numpy as np
 
 import hgraph
 from planner.analyses.engine import EngineOptions, options
+from planner.arrays import distinct
 
 __all__ = ["BlockLevels", "levels", "level_graph"]
 
@@ -48,7 +49,7 @@ def _waves(src: np.ndarray, dst: np.ndarray, vals: np.ndarray) -> np.ndarray:
         tgt = dst[idx]
         np.maximum.at(vals, tgt, np.repeat(vals[frontier] + 1, cnt, axis=0))
         np.subtract.at(indeg, tgt, 1)
-        frontier = np.unique(tgt[indeg[tgt] == 0])
+        frontier = distinct(tgt[indeg[tgt] == 0])
     return vals
 
 

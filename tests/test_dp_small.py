@@ -1,0 +1,112 @@
+"""The small-graph DP paths: the loop's transition tables, its bounded source cut, the deepening
+of time-centric approximate solves from the knapsack lower bound — all faster ways to the
+same fronts and plans as the plain loop (tests/test_dp_conformance.py holds the plans to the
+reference's; here each shortcut is held to the path it replaces)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from planner.arrays import distinct, run_starts
+from planner.dp import loop, solve
+from planner.dp.loop import _transition_table, run_dp
+from planner.dp.solve import recompute_lower_bound, solve_family
+from planner.dp.subsets import transitions
+from planner.dp_families import DPGraph, approx_family
+from tests.test_dp_conformance import _random_dag, _unpruned_plan
+
+
+def _case(seed: int, n: int = 40):
+    rng = np.random.default_rng(500 + seed)
+    m, t, src, dst, _ = _random_dag(rng, n, (0.08, 0.2, 0.4)[seed % 3])
+    m = rng.integers(1, 50, n) * (rng.random(n) < 0.9)
+    return DPGraph(m=m, t=t, src=src, dst=dst)
+
+
+def _fronts(f):
+    return {k: getattr(f, k)[:f.size].tolist() for k in ("s", "c", "pred", "state")} | \
+        {"ptr": f.ptr.tolist()}
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_transition_table_is_the_bitset_transitions(seed):
+    g = _case(seed)
+    fam = approx_family(g)
+    sub, dt, dm = _transition_table(fam, g.t, g.m)
+    step = transitions(fam, g.t, g.m)
+    for j in range(1, fam.num_sets):
+        src, want_dt, want_dm = step(j, np.arange(j))
+        assert np.flatnonzero(sub[j, :j]).tolist() == src.tolist()
+        assert dt[j, src].tolist() == want_dt.tolist() and dm[j, src].tolist() == want_dm.tolist()
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_loop_fronts_do_not_depend_on_the_table(seed, monkeypatch):
+    g = _case(seed)
+    total = int(g.m.sum())
+    for kw in (dict(), dict(max_recompute=int(g.t.sum()) // 3), dict(window=5),
+               dict(window=6, front_cap=4, lam=0.5)):
+        for budget in (total // 2, 2 * total):
+            fam = approx_family(g)
+            with_table = _fronts(run_dp(fam, g.t, g.m, budget, **kw))
+            monkeypatch.setattr(loop, "TABLE_MAX_STATES", 0)
+            fam = approx_family(g)
+            assert _fronts(run_dp(fam, g.t, g.m, budget, **kw)) == with_table, kw
+            monkeypatch.undo()
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_recompute_bound_keeps_each_front_s_in_bound_part(seed):
+    """With ``max_recompute`` sources are cut before they are expanded: each state's front is
+    exactly the unbounded front's entries whose recompute (t(L) − saved) is within the bound."""
+    g = _case(seed)
+    fam = approx_family(g)
+    total = int(g.m.sum())
+    for budget in (total, 3 * total):
+        full = run_dp(fam, g.t, g.m, budget)
+        for bound in (0, 3, 11, 40):
+            cut = run_dp(fam, g.t, g.m, budget, max_recompute=bound)
+            for j in range(fam.num_sets):
+                a, b = full.ptr[j], full.ptr[j + 1]
+                keep = full.s[a:b] >= fam.tL[j] - bound
+                want = list(zip(full.s[a:b][keep].tolist(), full.c[a:b][keep].tolist()))
+                a, b = cut.ptr[j], cut.ptr[j + 1]
+                assert list(zip(cut.s[a:b].tolist(), cut.c[a:b].tolist())) == want, (j, bound)
+
+
+@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("passes,growth", [(0, 1.5), (1, 1.5), (3, 1.5), (3, 4)])
+def test_deepening_keeps_the_plan(seed, passes, growth, monkeypatch):
+    """Time-centric approximate solves from 512 sets deepen the bounded loop (here at every
+    size): the plan, chain included, is the unpruned loop's, infeasible budgets included."""
+    monkeypatch.setattr(solve, "APPROX_SEARCH_SETS", (0, 4096))
+    monkeypatch.setattr(solve, "APPROX_DEEPENING_PASSES", passes)
+    monkeypatch.setattr(solve, "APPROX_DEEPENING_GROWTH", growth)
+    g = _case(seed, n=30)
+    fam = approx_family(g)
+    total = int(g.m.sum())
+    seen = set()
+    for frac in (0.3, 0.5, 0.8, 1.2, 2.0, 5.0):
+        budget = int(frac * total)
+        want = _unpruned_plan(fam, g, budget, "time")
+        r = solve_family(fam, g, budget, strategy="time")
+        if want is None:
+            assert r.impossible, frac
+            seen.add("impossible")
+            continue
+        assert (r.chain_ids, r.saved, r.ckpt_bytes) == want, frac
+        assert recompute_lower_bound(fam, g, budget) <= int(g.t.sum()) - r.saved
+        seen.add("ok")
+    assert "ok" in seen
+
+
+def test_distinct_and_run_starts():
+    rng = np.random.default_rng(3)
+    for size in (0, 1, 7, 1000):
+        a = rng.integers(-5, 20, size)
+        assert distinct(a).tolist() == np.unique(a).tolist()
+        s = np.sort(a)
+        starts = run_starts(s)
+        assert s[starts].tolist() == np.unique(a).tolist()
+        assert (np.diff(np.r_[starts, s.size]) > 0).all()
