@@ -1,4 +1,5 @@
-"""NumPy helpers the planner's hot paths share: where runs of equal keys start, distinct values.
+"""NumPy helpers the planner's hot paths share: where runs of equal keys start, distinct values,
+the indices of many ranges at once.
 
 :func:`distinct` is ``np.unique(a)`` without its cost on a short command: NumPy 2's
 ``np.unique`` (without ``return_index``/``return_inverse``) asks ``np.ma.is_masked``, which
@@ -9,13 +10,15 @@ Example::
     >>> import numpy as np
     >>> run_starts(np.array([3, 3, 5, 7, 7])).tolist(), distinct(np.array([7, 3, 7, 5])).tolist()
     ([0, 2, 3], [3, 5, 7])
+    >>> ranges(np.array([10, 4, 7]), np.array([2, 0, 3])).tolist()   # 10..11, nothing, 7..9
+    [10, 11, 7, 8, 9]
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["run_starts", "distinct"]
+__all__ = ["run_starts", "distinct", "ranges"]
 
 
 def run_starts(keys: np.ndarray) -> np.ndarray:
@@ -29,3 +32,12 @@ def distinct(values: np.ndarray) -> np.ndarray:
     """The sorted distinct values of a 1-D array (``np.unique(values)``)."""
     v = np.sort(np.asarray(values).ravel())
     return v[run_starts(v)]
+
+
+def ranges(starts: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    """``concatenate([arange(s, s + c) for s, c in zip(starts, counts)])`` in three NumPy
+    steps: the flat indices of ragged slices (CSR rows, front segments) gathered at once."""
+    counts = np.asarray(counts, dtype=np.int64)
+    total = int(counts.sum())
+    return np.repeat(np.asarray(starts, dtype=np.int64) - np.cumsum(counts) + counts,
+                     counts) + np.arange(total)

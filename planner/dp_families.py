@@ -39,7 +39,7 @@ import numpy as np
 
 from hgraph.errors import HGraphError
 from planner.analyses.local_stats import local_stats
-from planner.arrays import distinct
+from planner.arrays import distinct, run_starts
 from planner.bitsets import pack, unpack
 from planner.lower_sets import DEFAULT_MAX_LOWER_SETS, TooManyLowerSets
 
@@ -199,7 +199,7 @@ def _subset_matrix(sets: np.ndarray, size: np.ndarray, src: np.ndarray | None = 
     if edges:
         by_src = np.argsort(src, kind="stable")
         src_s, dst_s = src[by_src], dst[by_src]
-        groups = np.flatnonzero(np.r_[True, src_s[1:] != src_s[:-1]])
+        groups = run_starts(src_s)
     words = (L + 63) // 64
     sub = np.zeros((L, words), np.uint64)                  # uint64 words: 8× fewer ORs
     ids = np.arange(L)
@@ -220,7 +220,7 @@ def _subset_matrix(sets: np.ndarray, size: np.ndarray, src: np.ndarray | None = 
         pos = np.minimum(np.searchsorted(prev[order], keys), order.size - 1)
         hit = prev[order][pos] == keys
         tgt, low = a + r[hit], pa + order[pos[hit]]        # tgt ascending (np.nonzero order)
-        starts = np.flatnonzero(np.r_[True, tgt[1:] != tgt[:-1]])
+        starts = run_starts(tgt)
         w = (int(pb) + 63) // 64                           # sources' bits all lie below pb
         sub[tgt[starts], :w] |= np.bitwise_or.reduceat(sub[low, :w], starts, axis=0)
     return sub.astype("<u8").view(np.uint8)
@@ -267,7 +267,7 @@ def _lower_set_levels(g: DPGraph, limit: int):
     node_bit = _ONE << (np.arange(n) % 64).astype(np.uint64)
     by_dst = np.argsort(g.dst, kind="stable")
     src_d, dst_d = g.src[by_dst], g.dst[by_dst]
-    groups = np.flatnonzero(np.r_[True, dst_d[1:] != dst_d[:-1]]) if dst_d.size else None
+    groups = run_starts(dst_d) if dst_d.size else None
     level = np.zeros((1, W), np.uint64)
     total = 0
     while level.shape[0]:

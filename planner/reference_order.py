@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from planner.arrays import ranges
+
 __all__ = ["topsor", "hoist_forgets"]
 
 
@@ -74,7 +76,7 @@ def hoist_forgets(g, ops: list) -> list:
     # touches: every input of a compute, a forward compute's output, a backward one's grads
     keys = cols.in_var + np.where(cols.in_grad, n, 0)
     cnt = cols.k[f]
-    first = np.repeat(cols.in_ptr[f] - np.cumsum(cnt) + cnt, cnt) + np.arange(int(cnt.sum()))
+    first = ranges(cols.in_ptr[f], cnt)
     t_key = [keys[first], cols.out_var[cols.out_ptr[f[f < nf]]]]
     t_pos = [np.repeat(cpos, cnt), cpos[f < nf]]
     bpos = cpos[f >= nf]

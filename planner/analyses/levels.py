@@ -20,7 +20,7 @@ import numpy as np
 
 import hgraph
 from planner.analyses.engine import EngineOptions, options
-from planner.arrays import distinct
+from planner.arrays import distinct, ranges
 
 __all__ = ["BlockLevels", "levels", "level_graph"]
 
@@ -45,7 +45,7 @@ def _waves(src: np.ndarray, dst: np.ndarray, vals: np.ndarray) -> np.ndarray:
         total = int(cnt.sum())
         if total == 0:
             break
-        idx = np.repeat(starts - np.cumsum(cnt) + cnt, cnt) + np.arange(total)
+        idx = ranges(starts, cnt)
         tgt = dst[idx]
         np.maximum.at(vals, tgt, np.repeat(vals[frontier] + 1, cnt, axis=0))
         np.subtract.at(indeg, tgt, 1)

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from planner.arrays import run_starts
+from planner.arrays import ranges, run_starts
 
 __all__ = ["Fronts", "INF", "run_starts", "best_per_saved", "expand_fronts", "pareto_mask", "segment_pareto",
            "has_end", "end_entry", "path"]
@@ -134,8 +134,7 @@ def best_per_saved(ns, nc, e):
 def expand_fronts(fronts: Fronts, starts, cnt, dt, dm):
     """Every candidate of one target: ``cnt[k]`` front entries of source k from ``starts[k]``,
     each shifted by that transition's ``(dt[k], dm[k])``; returns (entry ids, saved, ckpt)."""
-    total = int(cnt.sum())
-    e = np.repeat(starts - np.cumsum(cnt) + cnt, cnt) + np.arange(total)
+    e = ranges(starts, cnt)
     return e, fronts.s[e] + np.repeat(dt, cnt), fronts.c[e] + np.repeat(dm, cnt)
 
 
