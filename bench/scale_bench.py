@@ -66,7 +66,7 @@ def run_child(argv, limit: float) -> dict:
             "stage_seconds": stage_seconds(err or ""), "cpu_seconds": cpu,
             "tree_pss_mib": sampler.peak_pss_bytes / 2**20,
             "tree_rss_mib": sampler.peak_rss_bytes / 2**20,
-            "processes": sampler.peak_processes,
+            "processes": sampler.peak_processes, "pss_reads": sampler.pss_reads,
             "top_pss": [(round(b / 2**20), name) for b, name in sampler.peak_breakdown[:6]],
             "stderr_tail": err.strip().splitlines()[-1:] if err else []}
 
@@ -225,10 +225,11 @@ def main(argv=None) -> int:
         rows.append(row)
         print(f"{n:>8,} {layers:>6} {status:>10} {res['seconds']:>9.1f} {res['tree_pss_mib']:>12.0f} "
               f"{res['tree_rss_mib']:>12.0f}  {detail}", flush=True)
-        print("          largest at the peak (PSS MiB, process): "
+        print(f"          largest at the peak (PSS MiB, process; {res['pss_reads']} PSS readings): "
               + "; ".join(f"{mib} {name}" for mib, name in res["top_pss"]), flush=True)
     print("(tree PSS / RSS: peak of the summed memory of the planning process and every process it "
-          "started, Ray's included, sampled every 0.25 s from /proc)")
+          "started, Ray's included, from /proc: RSS every 0.25 s, PSS each time the summed RSS "
+          "grew by 1/32 — reading PSS stalls the sampled process: bench/proctree.py)")
     return 0
 
 
