@@ -47,6 +47,7 @@ from __future__ import annotations
 import numpy as np
 
 from hgraph.progress import current as current_progress
+from planner.arrays import ranges
 from planner.bitsets import unpack
 from planner.dp.fronts import (INF, Fronts, best_per_saved, end_entry, has_end, run_starts,
                                segment_pareto)
@@ -136,8 +137,9 @@ class ExactSearch:
         sinks = np.flatnonzero(~has_succ)
         # c_final + 2·m(last block) ≤ B, and the last block holds a sink: room for checkpoints
         self.cap0 = self.B - 2 * int(g.m[sinks].min()) if sinks.size else self.B
-        self.knapsack = KnapsackBound(fam, g)
-        self.ks0 = self.knapsack(np.arange(self.L), np.full(self.L, max(self.cap0, 0)))
+        self.g = g
+        self.knapsack = None                                # time-centric only: _bound_tables
+        self.ks_bnd = None
 
     # --------------------------------------------------------------- per-state quantities
     @staticmethod
@@ -223,16 +225,32 @@ class ExactSearch:
         keyc[s0] = nc[first] - two_mL[s0]
 
     # --------------------------------------------------------------- time-centric
+    def _bound_tables(self) -> KnapsackBound:
+        """The knapsack of this budget (capacities up to ``cap0``), built on first use, and
+        ``ks_bnd[j]``: the most any entry of ``L_j`` can still save, ``knapsack(j, cap0 −
+        m(∂L_j))`` (−1: no entry of ``L_j`` fits). Every node of ``∂L_j`` is a checkpoint of
+        the block that added it (its successor outside ``L_j`` is outside that block's set
+        too), so every entry of ``L_j`` has ``c ≥ m(∂L_j)``."""
+        if self.knapsack is None:
+            self.knapsack = KnapsackBound(self.fam, self.g, max(self.cap0, 0))
+            cap = self.cap0 - self.fam.m_bnd
+            ks = self.knapsack(np.arange(self.L), np.clip(cap, 0, max(self.cap0, 0)))
+            self.ks_bnd = np.where(cap >= 0, ks, -1)
+        return self.knapsack
+
     def lower_bound_root(self) -> int:
         """Least recompute any plan can have: ``T − knapsack(∅, cap0)``."""
-        return self.T if self.cap0 < 0 else self.T - int(self.ks0[0])
+        if self.cap0 < 0:
+            return self.T
+        self._bound_tables()
+        return self.T - int(self.ks_bnd[0])
 
     def _s_floor(self, tgt: np.ndarray, bound: int, nc: np.ndarray) -> np.ndarray:
         """Least ``saved`` an entry of ``L_tgt`` with ckpt ``nc`` needs for its bound to fit
         (``T + 1``: none does): ``T − bound − knapsack(tgt, cap0 − nc)``, ``T − bound`` at V."""
         cap = self.cap0 - nc
-        out = np.where(cap >= 0, self.T - bound - self.knapsack(tgt, np.maximum(cap, 0)),
-                       self.T + 1)
+        ks = self._bound_tables()(tgt, np.clip(cap, 0, max(self.cap0, 0)))
+        out = np.where(cap >= 0, self.T - bound - ks, self.T + 1)
         return np.where(tgt == self.end, self.T - bound, out)
 
     def pareto(self, bound: int) -> Fronts:
@@ -240,10 +258,16 @@ class ExactSearch:
 
         An entry ``(s, c)`` of ``L_j`` can finish with at most ``knapsack(j, cap0 − c)``
         more compute saved, so its plans recompute at least
-        ``lb = T − s − knapsack(j, cap0 − c)`` (``T − s`` at V). Before expanding a source's
-        front the same bound, taken at the source's best corner ``(s_max + dt, c_min + dm)``,
-        drops whole pairs and cuts the front to the suffix of large enough ``saved``; the
-        feasible prefix (``c ≤ room``) is cut as in :func:`planner.dp.loop.run_dp`.
+        ``lb = T − s − knapsack(j, cap0 − c)`` (``T − s`` at V); ``lb`` falls as ``s`` grows
+        and as ``c`` shrinks. Before expanding a source's front the same bound, taken at
+        the source's best corner ``(s_max + dt, c_min + dm)`` with the knapsack's cheap
+        upper bound, drops whole pairs and cuts the front to the suffix of large enough
+        ``saved``; the feasible prefix (``c ≤ room``, and ``c + dm ≤ cap0``) is cut as in
+        :func:`planner.dp.loop.run_dp`. Sources are first filtered per target by
+        ``ks_bnd`` (:meth:`_bound_tables`). The exact bound is applied to the Pareto fronts
+        only: an entry a dropped one dominates (``s`` no larger, ``c`` no smaller) has a
+        bound no smaller, so it is dropped too, and cutting before or after the Pareto
+        step leaves the same entries — at a fraction of the queries.
         """
         L, T, end = self.L, self.T, self.end
         fronts = Fronts.empty(L)
@@ -253,10 +277,12 @@ class ExactSearch:
         smax = np.full(L, -INF, np.int64)
         cmin = np.zeros(L, np.int64)
         keyc[0], smax[0] = -int(self.two_mL[0]), 0
-        need = T - bound - self.fam.t_bnd - self.ks0    # s_max + dt + knapsack ≥ T − bound
+        if self.cap0 >= 0:
+            self._bound_tables()
+            need = np.where(self.ks_bnd >= 0, T - bound - self.fam.t_bnd - self.ks_bnd, INF)
+        else:
+            need = np.full(L, INF, np.int64)            # no checkpoint fits: only ∅ → V
         need[end] = T - bound
-        if self.cap0 < 0:
-            need[:end] = INF                           # no checkpoint fits: only ∅ → V
         report = current_progress().position
         for lo, tgt, src in self.chunks(keyc, smax, need):
             report(lo, L)
@@ -268,49 +294,60 @@ class ExactSearch:
 
     def _pareto_chunk(self, lo, tgt, src, bound, fronts, smax, cmin):
         """Bounded fronts of a chunk's targets from its pairs: (state, ns, nc, pred) or None."""
+        T, cap0 = self.T, self.cap0
         dt, dm = self.deltas(tgt, src)
-        s_lo = self._s_floor(tgt, bound, cmin[src] + dm)    # at the source's best corner
+        at_end = tgt == self.end
+        cap = cap0 - cmin[src] - dm                          # at the source's best corner
+        ub = self._bound_tables().upper(tgt, np.clip(cap, 0, max(cap0, 0)))
+        s_lo = np.where(at_end, T - bound, np.where(cap >= 0, T - bound - ub, T + 1))
         keep = smax[src] + dt >= s_lo
         if not keep.any():
             return None
         tgt, src, dt, dm, s_lo = tgt[keep], src[keep], dt[keep], dm[keep], s_lo[keep]
         room = self.thr[tgt] + self.two_mL[src]
+        room = np.where(tgt == self.end, room, np.minimum(room, cap0 - dm))
         size = fronts.size
         starts = np.searchsorted(fronts.glob_s[:size], src * fronts.span_s
-                                 + np.clip(s_lo - dt, 0, self.T + 1), side="left")
+                                 + np.clip(s_lo - dt, 0, T + 1), side="left")
         stops = np.searchsorted(fronts.glob[:size], src * fronts.span
                                 + np.clip(room, -1, self.span - 1), side="right")
         cnt = np.maximum(stops - starts, 0)
         total = int(cnt.sum())
         if total == 0:
             return None
-        e = np.repeat(starts - np.cumsum(cnt) + cnt, cnt) + np.arange(total)
+        e = ranges(starts, cnt)
         pair = np.repeat(np.arange(cnt.size), cnt)
         ns = fronts.s[e] + dt[pair]
         nc = fronts.c[e] + dm[pair]
-        st = tgt[pair]
-        ok = ns >= self._s_floor(st, bound, nc)
-        if not ok.any():
-            return None
-        width = self.T + 2                              # (state, saved) as one key
-        key, nc, e = best_per_saved((st[ok] - lo) * width + ns[ok], nc[ok], e[ok])
+        width = T + 2                                   # (state, saved) as one key
+        key, nc, e = best_per_saved((tgt[pair] - lo) * width + ns, nc, e)
         st, ns = lo + key // width, key % width
         keep = segment_pareto(st, ns, nc)
-        return st[keep], ns[keep], nc[keep], e[keep]
+        st, ns, nc, e = st[keep], ns[keep], nc[keep], e[keep]
+        ok = ns >= self._s_floor(st, bound, nc)         # the exact bound, on the fronts only
+        if not ok.any():
+            return None
+        return st[ok], ns[ok], nc[ok], e[ok]
 
-    def time_fronts(self, lexmin_after: int | None = 4, give_up_after: int | None = None):
+    def time_fronts(self, lexmin_after: int | None = 8, stalled_size: int = 4096,
+                    give_up_after: int | None = None):
         """Iterative deepening on the recompute bound from the root's lower bound.
 
         Each pass is exact once its bound is at least the optimum (it reaches V); the bound
         grows by 2, 4, 8, … so the passes that fail cost less than the one that succeeds.
-        After ``lexmin_after`` failed passes (None: never) one :meth:`lexmin` pass (one entry per state)
-        settles feasibility (no plan: its fronts, V empty, are returned) and gives an upper
-        bound: its plan's recompute, at least the optimum, so no later pass goes beyond it
-        (the pass at that bound reaches V). ``give_up_after``: None after that many failed
-        passes (the caller runs the unpruned DP instead: where the budget, not the bound,
-        keeps the fronts small, that is cheaper than deepening further).
+        One :meth:`lexmin` pass (one entry per state, but over every pair: on GoogLeNet it
+        costs more than the small early passes) settles feasibility (no plan: its fronts, V
+        empty, are returned) and gives an upper bound — its plan's recompute, at least the
+        optimum, so no later pass goes beyond it (the pass at that bound reaches V). It runs
+        after ``lexmin_after`` failed passes (None: never), or earlier once the fronts stop
+        growing from one failed pass to the next at ``stalled_size`` entries or more (the
+        budget, not the bound, keeps them small: deepening may not find V at all).
+        ``give_up_after``: None after that many failed passes (the caller runs the unpruned
+        DP instead: where the budget, not the bound, keeps the fronts small, that is cheaper
+        than deepening further).
         """
-        bound, step, upper, failed = self.lower_bound_root(), 2, self.T, 0
+        bound, step, upper, failed, size = self.lower_bound_root(), 2, self.T, 0, -1
+        lex_done = lexmin_after is None
         while True:
             bound = min(bound, upper)
             fronts = self.pareto(bound)
@@ -319,11 +356,14 @@ class ExactSearch:
             failed += 1
             if give_up_after is not None and failed >= give_up_after:
                 return None
-            if failed == lexmin_after:
+            stalled = fronts.size >= stalled_size and fronts.size <= size
+            if not lex_done and (failed >= lexmin_after or stalled):
+                lex_done = True
                 lex = self.lexmin()
                 if not has_end(lex):
                     return lex
                 upper = self.T - int(lex.s[end_entry(lex, "memory")])
+            size = fronts.size
             bound, step = bound + step, 2 * step
 
     # --------------------------------------------------------------- memory-centric

@@ -4,8 +4,16 @@ The last block of a plan holds a sink, so all checkpoints together fit in
 ``cap0 = B − 2·m(sink)``. An entry ``(s, c)`` of ``L_j`` can therefore still save at most the
 fractional knapsack of the checkpointable nodes outside ``L_j`` (value ``t``, weight ``m``,
 capacity ``cap0 − c``): its plans recompute at least ``T − s − knapsack_j(cap0 − c)``.
-:class:`KnapsackBound` answers that for many (state, capacity) pairs at once — one
-``searchsorted`` over every state's prefix sums in exact ``t/m`` order.
+:class:`KnapsackBound` answers that for many (state, capacity) pairs at once, exactly, and
+:meth:`KnapsackBound.upper` a cheaper upper bound of it (for filters over many pairs).
+
+Tables: per state, the nodes outside it in exact ``t/m`` order with their running ``m`` and
+``t`` sums — only the nodes outside (those inside add nothing) and only up to the first one
+whose running ``m`` passes ``cap_max`` (the largest capacity a budget asks for; nothing past
+it is read). They are built in blocks of states (:data:`KNAPSACK_BLOCK_CELLS` dense cells at a
+time) into flat ragged arrays, so every family size gets per-state tables: cnn29's 29,252
+states × 1,410 nodes would be 41M cells dense (~1 GB as int64 sums), ragged and truncated a
+fraction of that in int32.
 
 Example::
 
@@ -17,6 +25,8 @@ Example::
     >>> kb = KnapsackBound(fam, g)
     >>> kb(np.zeros(3, np.int64), np.array([0, 4, 5])).tolist()   # from ∅: 0 → 10 → 10 + 1/2
     [0, 10, 10]
+    >>> bool(np.all(kb.upper(np.zeros(3, np.int64), np.array([0, 4, 5])) >= [0, 10, 10]))
+    True
 """
 
 from __future__ import annotations
@@ -25,7 +35,7 @@ from functools import cmp_to_key
 
 import numpy as np
 
-__all__ = ["KnapsackBound", "KNAPSACK_TABLE_MAX_CELLS"]
+__all__ = ["KnapsackBound", "KNAPSACK_BLOCK_CELLS", "UPPER_GRID"]
 
 
 def _ratio_order(m: np.ndarray, t: np.ndarray, items: np.ndarray) -> np.ndarray:
@@ -44,72 +54,137 @@ def _ratio_order(m: np.ndarray, t: np.ndarray, items: np.ndarray) -> np.ndarray:
     return np.array(sorted(items.tolist(), key=cmp_to_key(before)), dtype=np.int64)
 
 
-#: Per-state knapsack tables (two int64 [L, items] arrays) up to this many cells; past it
-#: the bound uses one table over all nodes, capped by the compute outside the set.
-KNAPSACK_TABLE_MAX_CELLS = 1 << 23
+#: Dense cells (states × items) per block while the tables are built: bounds the transient
+#: memory (a few int64 arrays of this many cells); 0 builds one state at a time.
+KNAPSACK_BLOCK_CELLS = 1 << 20
+#: Capacities per state at which :meth:`KnapsackBound.upper` keeps a tangent of the knapsack.
+UPPER_GRID = 32
+
+
+def _int_dtype(top: int):
+    return np.int32 if top < (1 << 31) else np.int64
 
 
 class KnapsackBound:
     """Most ``t`` that checkpoints of total ``m ≤ cap`` outside a state can hold (per pair).
 
-    Budget-free: the tables (per state, the prefix sums of ``m`` and ``t`` over the
-    checkpointable nodes outside it in exact ``t/m`` order, plus one flat sorted copy of the
-    ``m`` sums) are kept on the family for the next budget.
+    ``cap_max``: the largest capacity asked (None: any). The tables are kept on the family for
+    the next budget and rebuilt only when one asks for more (a larger ``cap_max``).
     """
 
-    def __init__(self, fam, g):
+    def __init__(self, fam, g, cap_max: int | None = None):
         self.fam, self.L = fam, fam.num_sets
         self.T = int(g.t.sum())
         self.span = int(g.m.sum()) + 1                      # > any ckpt
+        cap_max = self.span - 1 if cap_max is None else max(0, min(int(cap_max), self.span - 1))
         has_succ = np.zeros(g.n, bool)
         has_succ[g.src] = True
         key = (g.m.tobytes(), g.t.tobytes())
         cached = fam.cache.get("knapsack")
-        if cached is None or cached["key"] != key:
-            cached = self._tables(fam, g, has_succ)
+        if cached is None or cached["key"] != key or cached["cap_max"] < cap_max:
+            cached = self._tables(fam, g, has_succ, cap_max)
             cached["key"] = key
             fam.cache["knapsack"] = cached
-        self.k_m, self.k_t, self.k_div = cached["k_m"], cached["k_t"], cached["k_div"]
-        self.cm, self.ct, self.flat_cm = cached["cm"], cached["ct"], cached["flat_cm"]
+        self.__dict__.update({k: v for k, v in cached.items() if k != "key"})
 
-    def _tables(self, fam, g, has_succ) -> dict:
+    # ------------------------------------------------------------------------- tables
+    def _tables(self, fam, g, has_succ, cap_max: int) -> dict:
+        """Ragged per-state tables (module docstring) and the tangents of :meth:`upper`.
+
+        Row ``j`` holds, for the nodes outside ``L_j`` in ratio order up to the first whose
+        running ``m`` passes ``cap_max``: the running ``m`` and ``t`` after it and its index
+        in the order. ``upper`` keeps, at the capacities ``x_g = g·cap_max // G``, what the
+        exact query reads (sums of the whole items taken and the split item)."""
         order = _ratio_order(g.m, g.t, np.flatnonzero(has_succ))
-        k_m, k_t = g.m[order], g.t[order]
-        if self.L * max(order.size, 1) <= KNAPSACK_TABLE_MAX_CELLS:
-            outside = ~fam.members(g.n)[order].T            # [L, items]
-        else:                                               # one row: every item counts
-            outside = np.ones((1, order.size), bool)
-        z = np.zeros((outside.shape[0], 1), np.int64)
-        cm = np.hstack([z, np.cumsum(outside * k_m, axis=1)])
-        ct = np.hstack([z, np.cumsum(outside * k_t, axis=1)])
-        flat_cm = None
-        if cm.shape[0] * self.span < (1 << 62):             # row·span + cm: globally sorted
-            flat_cm = (np.arange(cm.shape[0])[:, None] * self.span + cm[:, 1:]).ravel()
-        return dict(k_m=k_m, k_t=k_t, k_div=np.maximum(k_m, 1), cm=cm, ct=ct, flat_cm=flat_cm)
+        N, L, G = order.size, self.L, UPPER_GRID
+        k_m, k_t = g.m[order].astype(np.int64), g.t[order].astype(np.int64)
+        mdt, tdt = _int_dtype(self.span), _int_dtype(self.T + 1)
+        out = dict(cap_max=cap_max, N=N, k_m=k_m, k_t=k_t, k_div=np.maximum(k_m, 1))
+        off = np.zeros(L + 1, np.int64)
+        grid = (np.arange(G + 1, dtype=np.int64) * cap_max) // G
+        g_ct = np.zeros((L, G + 1), np.int64)
+        g_cm = np.zeros((L, G + 1), np.int64)
+        g_it = np.full((L, G + 1), -1, np.int64)            # split item (−1: all taken)
+        if N == 0:
+            z = np.zeros(0, np.int64)
+            out.update(off=off, cm=z.astype(mdt), ct=z.astype(tdt), item=z.astype(np.int32),
+                       g_ct=g_ct, g_cm=g_cm, g_it=g_it, grid=grid, width=0)
+            return out
+        members = fam.members(g.n)[order]                   # [N, L]: item inside L_j
+        step = max(1, KNAPSACK_BLOCK_CELLS // N)
+        cms, cts, items = [], [], []
+        for a in range(0, L, step):
+            b = min(L, a + step)
+            outside = ~members[:, a:b].T                    # [rows, N]
+            cm = np.cumsum(np.where(outside, k_m, 0), axis=1)
+            ct = np.cumsum(np.where(outside, k_t, 0), axis=1)
+            keep = outside & (cm - k_m <= cap_max)          # up to the first past cap_max
+            rows, cols = np.nonzero(keep)
+            off[a + 1:b + 1] = np.bincount(rows, minlength=b - a)
+            cms.append(cm[rows, cols].astype(mdt))
+            cts.append(ct[rows, cols].astype(tdt))
+            items.append(cols.astype(np.int32))
+        np.cumsum(off, out=off)
+        out.update(off=off, cm=np.concatenate(cms), ct=np.concatenate(cts),
+                   item=np.concatenate(items), width=int(np.diff(off).max(initial=0)))
+        self.__dict__.update(out)
+        # tangents of upper(): what the exact query reads at every state's grid capacities
+        st = np.repeat(np.arange(L, dtype=np.int64), G + 1)
+        ct_full, cm_full, it = self._locate(st, np.tile(grid, L))
+        out.update(g_ct=ct_full.reshape(L, G + 1), g_cm=cm_full.reshape(L, G + 1),
+                   g_it=it.reshape(L, G + 1), grid=grid)
+        return out
+
+    # ------------------------------------------------------------------------- queries
+    def _caps(self, cap) -> np.ndarray:
+        """``cap`` as int64, checked against the tables' reach (past ``m(V)`` all fits)."""
+        cap = np.minimum(np.asarray(cap, np.int64), self.span - 1)
+        if cap.size and int(cap.max()) > self.cap_max:      # the tables stop there
+            raise ValueError(f"knapsack capacity {int(cap.max())} > cap_max {self.cap_max}")
+        return cap
+
+    def _locate(self, states: np.ndarray, cap: np.ndarray):
+        """Per pair: ``t`` and ``m`` of the whole items taken at ``cap`` and the split item
+        (−1: every item fits). One binary search per pair over its state's row (all pairs at
+        once, ⌈log2 width⌉ steps): the split item is the first whose running ``m`` passes."""
+        first = self.off[states]
+        end = self.off[states + 1]
+        lo, hi = first.copy(), end.copy()
+        top = max(self.cm.size - 1, 0)
+        for _ in range(int(self.width).bit_length()):        # first index with cm > cap
+            mid = (lo + hi) >> 1
+            go = (self.cm[np.minimum(mid, top)] <= cap) & (mid < hi)
+            lo = np.where(go, mid + 1, lo)
+            hi = np.where(go, hi, mid)
+        taken = lo > first
+        prev = np.maximum(lo - 1, 0)
+        ct = np.where(taken, self.ct[prev], 0).astype(np.int64)
+        cm = np.where(taken, self.cm[prev], 0).astype(np.int64)
+        it = np.where(lo < end, self.item[np.minimum(lo, top)], -1).astype(np.int64)
+        return ct, cm, it
 
     def __call__(self, states: np.ndarray, cap: np.ndarray) -> np.ndarray:
-        """Most ``t`` that checkpoints of total ``m ≤ cap`` (≥ 0) outside ``L_state`` can hold.
-
-        The fractional knapsack (greedy by ``t/m``), floored: an upper bound on the compute a
-        completion from that state can still save with ``cap`` memory left, per pair.
-        """
-        N = self.k_m.size
-        if N == 0:
+        """Most ``t`` that checkpoints of total ``m ≤ cap`` (0 ≤ cap ≤ cap_max) outside
+        ``L_state`` can hold: the fractional knapsack (greedy by ``t/m``), floored."""
+        states = np.asarray(states, np.int64)
+        cap = self._caps(cap)
+        if self.N == 0 or states.size == 0:
             return np.zeros(states.size, np.int64)
-        per_state = self.cm.shape[0] == self.L
-        rows = states if per_state else np.zeros_like(states)
-        cap = np.minimum(cap, self.span - 1)               # past m(V) nothing more fits
-        if self.flat_cm is not None:
-            k = np.searchsorted(self.flat_cm, rows * self.span + cap, side="right") - rows * N
-        else:                                              # row·span would overflow: per row
-            k = np.empty(rows.size, np.int64)
-            for r in np.unique(rows):
-                at = rows == r
-                k[at] = np.searchsorted(self.cm[r, 1:], cap[at], side="right")
-        kk = np.minimum(k, N - 1)
-        frac = (cap - self.cm[rows, k]) * self.k_t[kk] // self.k_div[kk]
-        best = self.ct[rows, k] + np.where(k < N, frac, 0)
-        if not per_state:                                  # nothing inside L can be saved again
-            best = np.minimum(best, self.T - self.fam.tL[states])
-        return best
+        ct, cm, it = self._locate(states, cap)
+        itc = np.maximum(it, 0)
+        return ct + np.where(it >= 0, (cap - cm) * self.k_t[itc] // self.k_div[itc], 0)
 
+    def upper(self, states: np.ndarray, cap: np.ndarray) -> np.ndarray:
+        """An upper bound of :meth:`__call__` by one gather: the knapsack is concave in
+        ``cap``, so it lies below its tangent at the grid capacity ``x_g ≤ cap`` — the
+        whole items taken at ``x_g`` plus the split item's ratio stretched to ``cap``."""
+        states = np.asarray(states, np.int64)
+        cap = self._caps(cap)
+        if self.N == 0 or states.size == 0:
+            return np.zeros(states.size, np.int64)
+        gi = cap * UPPER_GRID // max(self.cap_max, 1)       # x_gi ≤ cap
+        it = self.g_it[states, gi]
+        base = self.g_ct[states, gi]
+        itc = np.maximum(it, 0)
+        slope = (cap - self.g_cm[states, gi]) * self.k_t[itc] // self.k_div[itc]
+        return base + np.where(it >= 0, slope, 0)
