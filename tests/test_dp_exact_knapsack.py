@@ -3,8 +3,9 @@
 * :class:`planner.dp.knapsack.KnapsackBound` equals a plain greedy fractional knapsack (Python
   fractions, exact) per (state, capacity), for every table layout (blocks of one state,
   capacities truncated at ``cap_max``), and :meth:`~KnapsackBound.upper` is never below it.
-* Admissible: at every state and every ckpt ``c`` of the unpruned DP's fronts, the bound the
-  search uses never promises less than the best completion really saves — checked against a
+* Admissible: at every state and every ckpt ``c`` of the unpruned DP's fronts from which V
+  can still be reached, the bound the search uses never promises less than the best
+  completion really saves, and ``c`` is within the ckpt ceiling ``cmax`` — checked against a
   brute-force recursion over every chain of lower sets from that state (``_best_rest``).
 * Plans unchanged: :meth:`ExactSearch.time_fronts` with the lexmin pass early, late, never
   and on stalled fronts, and with coarse ``upper`` grids, gives the unpruned DP's plan.
@@ -138,7 +139,7 @@ def test_bound_is_admissible(seed):
                 rest = best(j, c)
                 if rest is None:
                     continue
-                assert c <= search.cap0 and c >= fam.m_bnd[j], (frac, j, c)
+                assert fam.m_bnd[j] <= c <= search.cmax[j] <= search.cap0, (frac, j, c)
                 assert int(kb(np.array([j]), np.array([search.cap0 - c]))[0]) >= rest
                 assert int(kb.upper(np.array([j]), np.array([search.cap0 - c]))[0]) >= rest
                 assert search.ks_bnd[j] >= rest

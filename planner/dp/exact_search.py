@@ -116,6 +116,8 @@ class ExactSearch:
     ``dt``/``dm`` and, per state, the cumulative tables of the checkpoint knapsack.
     """
 
+    prefilter = True
+
     def __init__(self, fam, g, budget: int, cells: int = 1 << 22):
         self.fam, self.B, self.cells = fam, int(budget), cells
         self.T = int(g.t.sum())
@@ -139,7 +141,7 @@ class ExactSearch:
         self.cap0 = self.B - 2 * int(g.m[sinks].min()) if sinks.size else self.B
         self.g = g
         self.knapsack = None                                # time-centric only: _bound_tables
-        self.ks_bnd = None
+        self.ks_bnd = self.cmax = None
 
     # --------------------------------------------------------------- per-state quantities
     @staticmethod
@@ -186,17 +188,29 @@ class ExactSearch:
         for a, b in zip(self.levels[1:-1], self.levels[2:]):
             a, b = int(a), int(b)
             live = np.flatnonzero(keyc[:a] < INF)
+            if need is not None:                            # sources no target here can use
+                live = live[self._usable(live, keyc, smax, need, a, b)]
             if live.size == 0:
                 continue
             step = max(1, self.cells // live.size)
             for lo in range(a, b, step):
                 hi = min(b, lo + step)
-                ok = keyc[None, live] <= self.thr[lo:hi, None]
+                src = live
+                if need is not None and hi - lo < b - a:
+                    src = live[self._usable(live, keyc, smax, need, lo, hi)]
+                    if src.size == 0:
+                        continue
+                ok = keyc[None, src] <= self.thr[lo:hi, None]
                 if need is not None:
-                    ok &= smax[None, live] >= need[lo:hi, None]
-                r, c = self._subsets(lo, hi, live, ok)
+                    ok &= smax[None, src] >= need[lo:hi, None]
+                r, c = self._subsets(lo, hi, src, ok)
                 if r.size:
-                    yield lo, lo + r, live[c]
+                    yield lo, lo + r, src[c]
+
+    def _usable(self, live, keyc, smax, need, lo: int, hi: int) -> np.ndarray:
+        """Mask of the sources that pass the peak and ``need`` tests of some target in
+        ``[lo, hi)`` (the loosest of each): cuts the dense inclusion scan to them."""
+        return (keyc[live] <= self.thr[lo:hi].max()) & (smax[live] >= need[lo:hi].min())
 
     def _subsets(self, lo: int, hi: int, live: np.ndarray, ok: np.ndarray):
         """(row, column) of ``ok`` [hi−lo, live] where ``L_live ⊆ L_(lo+row)``."""
@@ -233,10 +247,34 @@ class ExactSearch:
         too), so every entry of ``L_j`` has ``c ≥ m(∂L_j)``."""
         if self.knapsack is None:
             self.knapsack = KnapsackBound(self.fam, self.g, max(self.cap0, 0))
+            self.cmax = self._ckpt_ceiling()
             cap = self.cap0 - self.fam.m_bnd
             ks = self.knapsack(np.arange(self.L), np.clip(cap, 0, max(self.cap0, 0)))
-            self.ks_bnd = np.where(cap >= 0, ks, -1)
+            self.ks_bnd = np.where(self.fam.m_bnd <= self.cmax, ks, -1)
         return self.knapsack
+
+    def _ckpt_ceiling(self) -> np.ndarray:
+        """``cmax[j]``: the most ckpt an entry of ``L_j`` may hold and still reach V
+        (``span`` at V): ``min(cap0, B − max ρ(v))`` over the nodes ``v`` outside ``L_j``,
+        with ``ρ(v) = 2·m(v) + m(succ(v))``.
+
+        Why: ``v`` runs in a later block ``X`` (``L_a = L_{a−1} ∪ X``) whose peak test reads
+        ``C_{a−1} + 2·m(X) + mAB(L_a) ≤ B``; ckpt only grows, so ``C_{a−1} ≥ c``;
+        ``2·m(X) ≥ 2·m(v) + 2·m(succ(v) ∩ X)``, and the successors of ``v`` outside ``X``
+        are outside ``L_a`` with a predecessor in it — in ``A(L_a)`` — so ``mAB(L_a) ≥
+        m(succ(v) \\ X)``. (A sink outside ``L_j`` gives ``ρ = 2·m(sink)``: ``cap0``.)
+        Entries above it are dead: they reach no plan, and they dominate no entry that does
+        (that one has less ckpt), so dropping them keeps the plan."""
+        g, fam = self.g, self.fam
+        rho = 2 * g.m.astype(np.int64)
+        np.add.at(rho, g.src, g.m[g.dst])
+        order = np.argsort(-rho, kind="stable")
+        inside = fam.members(g.n)[order]                     # [n, L]
+        first = np.argmax(~inside, axis=0)                   # the largest ρ outside L_j
+        rmax = np.where(inside.all(axis=0), 0, rho[order][first])
+        cmax = np.minimum(self.cap0, self.B - rmax)
+        cmax[self.end] = self.span
+        return cmax
 
     def lower_bound_root(self) -> int:
         """Least recompute any plan can have: ``T − knapsack(∅, cap0)``."""
@@ -250,7 +288,7 @@ class ExactSearch:
         (``T + 1``: none does): ``T − bound − knapsack(tgt, cap0 − nc)``, ``T − bound`` at V."""
         cap = self.cap0 - nc
         ks = self._bound_tables()(tgt, np.clip(cap, 0, max(self.cap0, 0)))
-        out = np.where(cap >= 0, self.T - bound - ks, self.T + 1)
+        out = np.where(nc <= self.cmax[tgt], self.T - bound - ks, self.T + 1)
         return np.where(tgt == self.end, self.T - bound, out)
 
     def pareto(self, bound: int) -> Fronts:
@@ -299,13 +337,13 @@ class ExactSearch:
         at_end = tgt == self.end
         cap = cap0 - cmin[src] - dm                          # at the source's best corner
         ub = self._bound_tables().upper(tgt, np.clip(cap, 0, max(cap0, 0)))
-        s_lo = np.where(at_end, T - bound, np.where(cap >= 0, T - bound - ub, T + 1))
+        alive = cmin[src] + dm <= self.cmax[tgt]
+        s_lo = np.where(at_end, T - bound, np.where(alive, T - bound - ub, T + 1))
         keep = smax[src] + dt >= s_lo
         if not keep.any():
             return None
         tgt, src, dt, dm, s_lo = tgt[keep], src[keep], dt[keep], dm[keep], s_lo[keep]
-        room = self.thr[tgt] + self.two_mL[src]
-        room = np.where(tgt == self.end, room, np.minimum(room, cap0 - dm))
+        room = np.minimum(self.thr[tgt] + self.two_mL[src], self.cmax[tgt] - dm)
         size = fronts.size
         starts = np.searchsorted(fronts.glob_s[:size], src * fronts.span_s
                                  + np.clip(s_lo - dt, 0, T + 1), side="left")
@@ -319,8 +357,16 @@ class ExactSearch:
         pair = np.repeat(np.arange(cnt.size), cnt)
         ns = fronts.s[e] + dt[pair]
         nc = fronts.c[e] + dm[pair]
+        st = tgt[pair]
+        if self.prefilter and total > cnt.size:         # the cheap bound on every candidate
+            cap = cap0 - nc
+            ub = self._bound_tables().upper(st, np.clip(cap, 0, max(cap0, 0)))
+            ok = (st == self.end) | ((nc <= self.cmax[st]) & (ns >= T - bound - ub))
+            st, ns, nc, e = st[ok], ns[ok], nc[ok], e[ok]
+            if st.size == 0:
+                return None
         width = T + 2                                   # (state, saved) as one key
-        key, nc, e = best_per_saved((tgt[pair] - lo) * width + ns, nc, e)
+        key, nc, e = best_per_saved((st - lo) * width + ns, nc, e)
         st, ns = lo + key // width, key % width
         keep = segment_pareto(st, ns, nc)
         st, ns, nc, e = st[keep], ns[keep], nc[keep], e[keep]
