@@ -249,7 +249,7 @@ class ExactSearch:
             self.knapsack = KnapsackBound(self.fam, self.g, max(self.cap0, 0))
             self.cmax = self._ckpt_ceiling()
             cap = self.cap0 - self.fam.m_bnd
-            ks = self.knapsack(np.arange(self.L), np.clip(cap, 0, max(self.cap0, 0)))
+            ks = self.knapsack(np.arange(self.L), np.maximum(cap, 0))
             self.ks_bnd = np.where(self.fam.m_bnd <= self.cmax, ks, -1)
         return self.knapsack
 
@@ -287,7 +287,7 @@ class ExactSearch:
         """Least ``saved`` an entry of ``L_tgt`` with ckpt ``nc`` needs for its bound to fit
         (``T + 1``: none does): ``T − bound − knapsack(tgt, cap0 − nc)``, ``T − bound`` at V."""
         cap = self.cap0 - nc
-        ks = self._bound_tables()(tgt, np.clip(cap, 0, max(self.cap0, 0)))
+        ks = self._bound_tables()(tgt, np.maximum(cap, 0))
         out = np.where(nc <= self.cmax[tgt], self.T - bound - ks, self.T + 1)
         return np.where(tgt == self.end, self.T - bound, out)
 
@@ -336,7 +336,7 @@ class ExactSearch:
         dt, dm = self.deltas(tgt, src)
         at_end = tgt == self.end
         cap = cap0 - cmin[src] - dm                          # at the source's best corner
-        ub = self._bound_tables().upper(tgt, np.clip(cap, 0, max(cap0, 0)))
+        ub = self._bound_tables().upper(tgt, np.maximum(cap, 0))
         alive = cmin[src] + dm <= self.cmax[tgt]
         s_lo = np.where(at_end, T - bound, np.where(alive, T - bound - ub, T + 1))
         keep = smax[src] + dt >= s_lo
@@ -360,7 +360,7 @@ class ExactSearch:
         st = tgt[pair]
         if self.prefilter and total > cnt.size:         # the cheap bound on every candidate
             cap = cap0 - nc
-            ub = self._bound_tables().upper(st, np.clip(cap, 0, max(cap0, 0)))
+            ub = self._bound_tables().upper(st, np.maximum(cap, 0))
             ok = (st == self.end) | ((nc <= self.cmax[st]) & (ns >= T - bound - ub))
             st, ns, nc, e = st[ok], ns[ok], nc[ok], e[ok]
             if st.size == 0:

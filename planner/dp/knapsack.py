@@ -94,7 +94,7 @@ class KnapsackBound:
         Row ``j`` holds, for the nodes outside ``L_j`` in ratio order up to the first whose
         running ``m`` passes ``cap_max``: the running ``m`` and ``t`` after it and its index
         in the order. ``upper`` keeps, at the capacities ``x_g = g·cap_max // G``, what the
-        exact query reads (sums of the whole items taken and the split item)."""
+        exact query reads (sums of the whole items taken and the split item's ratio)."""
         order = _ratio_order(g.m, g.t, np.flatnonzero(has_succ))
         N, L, G = order.size, self.L, UPPER_GRID
         k_m, k_t = g.m[order].astype(np.int64), g.t[order].astype(np.int64)
@@ -102,13 +102,11 @@ class KnapsackBound:
         out = dict(cap_max=cap_max, N=N, k_m=k_m, k_t=k_t, k_div=np.maximum(k_m, 1))
         off = np.zeros(L + 1, np.int64)
         grid = (np.arange(G + 1, dtype=np.int64) * cap_max) // G
-        g_ct = np.zeros((L, G + 1), np.int64)
-        g_cm = np.zeros((L, G + 1), np.int64)
-        g_it = np.full((L, G + 1), -1, np.int64)            # split item (−1: all taken)
         if N == 0:
             z = np.zeros(0, np.int64)
+            zg = np.zeros(L * (G + 1), np.int64)
             out.update(off=off, cm=z.astype(mdt), ct=z.astype(tdt), item=z.astype(np.int32),
-                       g_ct=g_ct, g_cm=g_cm, g_it=g_it, grid=grid, width=0)
+                       g_ct=zg, g_cm=zg, g_r=zg.astype(float), G=G, width=0)
             return out
         members = fam.members(g.n)[order]                   # [N, L]: item inside L_j
         step = max(1, KNAPSACK_BLOCK_CELLS // N)
@@ -131,8 +129,9 @@ class KnapsackBound:
         # tangents of upper(): what the exact query reads at every state's grid capacities
         st = np.repeat(np.arange(L, dtype=np.int64), G + 1)
         ct_full, cm_full, it = self._locate(st, np.tile(grid, L))
-        out.update(g_ct=ct_full.reshape(L, G + 1), g_cm=cm_full.reshape(L, G + 1),
-                   g_it=it.reshape(L, G + 1), grid=grid)
+        itc = np.maximum(it, 0)
+        out.update(g_ct=ct_full, g_cm=cm_full, G=G,
+                   g_r=np.where(it >= 0, k_t[itc] / np.maximum(k_m[itc], 1), 0.0))
         return out
 
     # ------------------------------------------------------------------------- queries
@@ -175,16 +174,14 @@ class KnapsackBound:
         return ct + np.where(it >= 0, (cap - cm) * self.k_t[itc] // self.k_div[itc], 0)
 
     def upper(self, states: np.ndarray, cap: np.ndarray) -> np.ndarray:
-        """An upper bound of :meth:`__call__` by one gather: the knapsack is concave in
-        ``cap``, so it lies below its tangent at the grid capacity ``x_g ≤ cap`` — the
-        whole items taken at ``x_g`` plus the split item's ratio stretched to ``cap``."""
+        """An upper bound of :meth:`__call__` by three gathers: the knapsack is concave in
+        ``cap``, so it lies below its tangent at any capacity — here the grid capacity
+        ``x_g ≤ cap`` next to it: the whole items taken at ``x_g`` plus the split item's
+        ratio stretched to ``cap`` (a float product, its rounding covered by 1/1000)."""
         states = np.asarray(states, np.int64)
         cap = self._caps(cap)
         if self.N == 0 or states.size == 0:
             return np.zeros(states.size, np.int64)
-        gi = cap * UPPER_GRID // max(self.cap_max, 1)       # x_gi ≤ cap
-        it = self.g_it[states, gi]
-        base = self.g_ct[states, gi]
-        itc = np.maximum(it, 0)
-        slope = (cap - self.g_cm[states, gi]) * self.k_t[itc] // self.k_div[itc]
-        return base + np.where(it >= 0, slope, 0)
+        idx = states * (self.G + 1) + cap * self.G // max(self.cap_max, 1)   # x_g ≤ cap
+        lift = (cap - self.g_cm.take(idx)) * self.g_r.take(idx) + 1e-3
+        return self.g_ct.take(idx) + lift.astype(np.int64)
