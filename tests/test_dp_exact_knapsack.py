@@ -8,7 +8,7 @@
   completion really saves, and ``c`` is within the ckpt ceiling ``cmax`` — checked against a
   brute-force recursion over every chain of lower sets from that state (``_best_rest``).
 * Plans unchanged: :meth:`ExactSearch.time_fronts` with the lexmin pass early, late, never
-  and on stalled fronts, and with coarse ``upper`` grids, gives the unpruned DP's plan.
+  and on big fronts, and with coarse ``upper`` grids, gives the unpruned DP's plan.
 """
 
 from __future__ import annotations
@@ -160,7 +160,7 @@ def _plan(fronts):
 
 @pytest.mark.parametrize("seed", range(6))
 def test_time_fronts_keep_the_plan(seed, monkeypatch):
-    """Whatever the pass schedule (lexmin at once, late, never, on stalled fronts) and the
+    """Whatever the pass schedule (lexmin at once, late, never, on big fronts) and the
     ``upper`` grid, the time-centric plan is the unpruned DP's, chain and ckpt included."""
     g = _random_graph(seed, n=14 + seed % 3)
     fam = exact_family(g)
@@ -170,7 +170,7 @@ def test_time_fronts_keep_the_plan(seed, monkeypatch):
         budget = int(frac * total)
         want = _plan(run_dp(fam, g.t, g.m, budget))
         for kw, grid in ((dict(), 32), (dict(lexmin_after=1), 32), (dict(lexmin_after=None), 2),
-                         (dict(stalled_size=0), 1)):
+                         (dict(lexmin_size=0), 1)):
             monkeypatch.setattr(knapsack_mod, "UPPER_GRID", grid)
             fam.cache.pop("knapsack", None)
             got = _plan(ExactSearch(fam, g, budget).time_fronts(**kw))
