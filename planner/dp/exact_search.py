@@ -8,11 +8,19 @@ strategy's plan can depend on, and keeps the reference's plan and tie-breaks exa
   block holds a sink, so all checkpoints together fit in ``cap0 = B − 2·m(sink)``; an entry
   ``(s, c)`` of ``L_j`` can therefore still save at most the fractional knapsack of the
   non-sink nodes outside ``L_j`` (value ``t``, weight ``m``, capacity ``cap0 − c``), so its
-  plans recompute at least ``T − s − knapsack_j(cap0 − c)``. Entries above a bound ``g`` are
-  dropped — before expansion too, per (source, target) pair at the source's best corner
-  ``(s_max + dt, c_min + dm)``, which also cuts each source front to a suffix of large
-  enough ``saved``. ``g`` starts at the root's bound and grows by 2, 4, 8, … until V is
-  reached (on GoogLeNet the root bound is within ~13 of the optimum; failed passes are cheap).
+  plans recompute at least ``T − s − knapsack_j(cap0 − c)`` (per-state tables for every
+  family size, :mod:`planner.dp.knapsack`). Entries above a bound ``g`` are dropped, and so
+  are entries above the state's ckpt ceiling (every node still to run needs room for itself
+  and its successors: :meth:`ExactSearch._ckpt_ceiling`). Cheap forms of the same bound
+  come first: per target, sources whose best ``saved`` cannot reach ``knapsack_j(cap0 −
+  m(∂L_j))`` (every entry of ``L_j`` holds ``∂L_j``) are skipped before the inclusion scan;
+  per (source, target) pair, the bound at the source's best corner ``(s_max + dt,
+  c_min + dm)`` with the knapsack's tangent upper bound drops the pair or cuts the source
+  front to a suffix of large enough ``saved``; per candidate the tangent bound again; the
+  exact knapsack is read for the Pareto fronts' entries only. ``g`` starts at the root's
+  bound and grows until V is reached — doubling steps while the passes are small, then
+  steps sized to about double the entries, since the pass that reaches V overshoots the
+  optimum by up to one step and dominates the cost.
 * Memory-centric: the plan is V's least-ckpt entry (most saved among those). Feasibility
   reads only ``c`` and both quantities add along a chain, so one entry per state — the
   lexicographic minimum of ``(c, −saved)``, ties to the least source id — reproduces it
@@ -27,8 +35,9 @@ strategy's plan can depend on, and keeps the reference's plan and tie-breaks exa
   from the cover relation and reused by every budget) gives a state's sources as one row; a
   whole size level of targets (sources lie in smaller levels) is handled at once, in
   chunks: pairs by ``nonzero``, ``dt``/``dm`` by 16-bit weighted-popcount tables on
-  ``∂L_j ∩ L_i``, knapsack bounds by one ``searchsorted`` over all states' prefix sums, the
-  per-(state, saved) minimum and per-state Pareto cut by segmented array operations.
+  ``∂L_j ∩ L_i``, knapsack bounds by one vectorized binary search over the states' ragged
+  tables (or three gathers, for the tangent bound), the per-(state, saved) minimum and
+  per-state Pareto cut by segmented array operations.
 
 Example::
 
