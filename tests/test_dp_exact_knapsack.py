@@ -170,7 +170,7 @@ def test_time_fronts_keep_the_plan(seed, monkeypatch):
         budget = int(frac * total)
         want = _plan(run_dp(fam, g.t, g.m, budget))
         for kw, grid in ((dict(), 32), (dict(lexmin_after=1), 32), (dict(lexmin_after=None), 2),
-                         (dict(lexmin_size=0), 1)):
+                         (dict(lexmin_after=2), 1)):
             monkeypatch.setattr(knapsack_mod, "UPPER_GRID", grid)
             fam.cache.pop("knapsack", None)
             got = _plan(ExactSearch(fam, g, budget).time_fronts(**kw))

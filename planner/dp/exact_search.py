@@ -68,6 +68,8 @@ __all__ = ["ExactSearch", "DEEPENING_GROWTH"]
 #: Time-centric deepening: once passes are big, each failed pass's successor aims at this
 #: many times its entries (:meth:`ExactSearch._next_step`).
 DEEPENING_GROWTH = 2.0
+#: Time-centric deepening: a failed pass whose fronts grew less than this runs the lexmin pass.
+LEXMIN_STALL = 1.25
 
 
 def _chunk_bits(words: int) -> int:
@@ -388,8 +390,7 @@ class ExactSearch:
             return None
         return st[ok], ns[ok], nc[ok], e[ok]
 
-    def time_fronts(self, lexmin_after: int | None = 8, lexmin_size: float = 2.0,
-                    give_up_after: int | None = None):
+    def time_fronts(self, lexmin_after: int | None = 8, give_up_after: int | None = None):
         """Iterative deepening on the recompute bound from the root's lower bound.
 
         Each pass is exact once its bound is at least the optimum (it reaches V); the bound
@@ -399,9 +400,11 @@ class ExactSearch:
         (no plan: its fronts, V empty, are returned) and gives an upper bound — its plan's
         recompute, at least the optimum, so no later pass goes beyond it (the pass at that
         bound reaches V). It runs after ``lexmin_after`` failed passes (None: never), or
-        earlier once a failed pass holds ``lexmin_size`` entries per state or more: from
-        there a pass costs more than the lexmin pass (same pairs, more entries), while the
-        small early passes cost less (GoogLeNet: 0.1 s against ~1 s). ``give_up_after``:
+        earlier once the fronts stop growing — a failed pass of at least one entry per state
+        holds at most :data:`LEXMIN_STALL` times the previous one's entries: the budget, not
+        the bound, keeps them small, so deepening may never reach V (an impossible budget),
+        while on a feasible one the lexmin pass (as many pairs, one entry per state) is
+        rarely worth its cost. ``give_up_after``:
         None after that many failed passes (the caller runs the unpruned DP instead: where
         the budget, not the bound, keeps the fronts small, that is cheaper than deepening).
         """
@@ -414,11 +417,13 @@ class ExactSearch:
             if has_end(fronts) or bound >= upper:
                 return fronts
             failed += 1
+            stalled = (last is not None and fronts.size >= self.L
+                       and fronts.size <= LEXMIN_STALL * last[1])
             step = self._next_step(step, last, bound, fronts.size)
             last = (bound, fronts.size)
             if give_up_after is not None and failed >= give_up_after:
                 return None
-            if not lex_done and (failed >= lexmin_after or fronts.size >= lexmin_size * self.L):
+            if not lex_done and (failed >= lexmin_after or stalled):
                 lex_done = True
                 lex = self.lexmin()
                 if not has_end(lex):
