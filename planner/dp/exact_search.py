@@ -390,7 +390,7 @@ class ExactSearch:
             return None
         return st[ok], ns[ok], nc[ok], e[ok]
 
-    def time_fronts(self, lexmin_after: int | None = 8, give_up_after: int | None = None):
+    def time_fronts(self, lexmin_after: int | None = 12, give_up_after: int | None = None):
         """Iterative deepening on the recompute bound from the root's lower bound.
 
         Each pass is exact once its bound is at least the optimum (it reaches V); the bound

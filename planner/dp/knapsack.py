@@ -113,15 +113,19 @@ class KnapsackBound:
         cms, cts, items = [], [], []
         for a in range(0, L, step):
             b = min(L, a + step)
-            outside = ~members[:, a:b].T                    # [rows, N]
-            cm = np.cumsum(np.where(outside, k_m, 0), axis=1)
-            ct = np.cumsum(np.where(outside, k_t, 0), axis=1)
-            keep = outside & (cm - k_m <= cap_max)          # up to the first past cap_max
-            rows, cols = np.nonzero(keep)
-            off[a + 1:b + 1] = np.bincount(rows, minlength=b - a)
-            cms.append(cm[rows, cols].astype(mdt))
-            cts.append(ct[rows, cols].astype(tdt))
-            items.append(cols.astype(np.int32))
+            outside = np.ascontiguousarray(~members[:, a:b].T)      # [rows, N]
+            rows, cols = np.nonzero(outside)                # by state, then ratio order
+            cnt = np.bincount(rows, minlength=b - a)
+            vm, vt = k_m[cols], k_t[cols]
+            cm, ct = np.cumsum(vm), np.cumsum(vt)           # running sums, restarted per row
+            first = np.repeat(np.cumsum(cnt) - cnt, cnt)
+            cm -= (cm - vm)[first]
+            ct -= (ct - vt)[first]
+            keep = np.flatnonzero(cm - vm <= cap_max)       # up to the first past cap_max
+            off[a + 1:b + 1] = np.bincount(rows[keep], minlength=b - a)
+            cms.append(cm[keep].astype(mdt))
+            cts.append(ct[keep].astype(tdt))
+            items.append(cols[keep].astype(np.int32))
         np.cumsum(off, out=off)
         out.update(off=off, cm=np.concatenate(cms), ct=np.concatenate(cts),
                    item=np.concatenate(items), width=int(np.diff(off).max(initial=0)))
