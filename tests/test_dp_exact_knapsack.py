@@ -2,7 +2,8 @@
 
 * :class:`planner.dp.knapsack.KnapsackBound` equals a plain greedy fractional knapsack (Python
   fractions, exact) per (state, capacity), for every table layout (blocks of one state,
-  capacities truncated at ``cap_max``), and :meth:`~KnapsackBound.upper` is never below it.
+  capacities truncated at ``cap_max``), :meth:`~KnapsackBound.upper` is never below it and
+  :meth:`~KnapsackBound.reaches` (grid shortcuts, exact where unsure) compares as it does.
 * Admissible: at every state and every ckpt ``c`` of the unpruned DP's fronts from which V
   can still be reached, the bound the search uses never promises less than the best
   completion really saves, and ``c`` is within the ckpt ceiling ``cmax`` — checked against a
@@ -85,6 +86,8 @@ def test_knapsack_tables_are_the_greedy_knapsack(seed, layout, monkeypatch):
         outside = [x for x in range(g.n) if has_succ[x] and not members[x, j]]
         assert v == _greedy(g.m, g.t, outside, c), (j, c)
         assert u >= v, (j, c)
+    for shift in (-1, 0, 1):                          # the grid shortcut decides as exactly
+        assert np.array_equal(kb.reaches(st, cp, got + shift), got >= got + shift)
     if layout == "truncated":
         with pytest.raises(ValueError):
             kb(np.zeros(1, np.int64), np.array([top + 1]))

@@ -298,14 +298,6 @@ class ExactSearch:
         self._bound_tables()
         return self.T - int(self.ks_bnd[0])
 
-    def _s_floor(self, tgt: np.ndarray, bound: int, nc: np.ndarray) -> np.ndarray:
-        """Least ``saved`` an entry of ``L_tgt`` with ckpt ``nc`` needs for its bound to fit
-        (``T + 1``: none does): ``T − bound − knapsack(tgt, cap0 − nc)``, ``T − bound`` at V."""
-        cap = self.cap0 - nc
-        ks = self._bound_tables()(tgt, np.maximum(cap, 0))
-        out = np.where(nc <= self.cmax[tgt], self.T - bound - ks, self.T + 1)
-        return np.where(tgt == self.end, self.T - bound, out)
-
     def pareto(self, bound: int) -> Fronts:
         """The DP's fronts, keeping only entries whose recompute lower bound is ≤ ``bound``.
 
@@ -385,7 +377,9 @@ class ExactSearch:
         st, ns = lo + key // width, key % width
         keep = segment_pareto(st, ns, nc)
         st, ns, nc, e = st[keep], ns[keep], nc[keep], e[keep]
-        ok = ns >= self._s_floor(st, bound, nc)         # the exact bound, on the fronts only
+        ok = np.where(st == self.end, ns >= T - bound,  # the exact bound, on the fronts only
+                      (nc <= self.cmax[st])
+                      & self._bound_tables().reaches(st, np.maximum(cap0 - nc, 0), T - bound - ns))
         if not ok.any():
             return None
         return st[ok], ns[ok], nc[ok], e[ok]

@@ -99,14 +99,15 @@ class KnapsackBound:
         N, L, G = order.size, self.L, UPPER_GRID
         k_m, k_t = g.m[order].astype(np.int64), g.t[order].astype(np.int64)
         mdt, tdt = _int_dtype(self.span), _int_dtype(self.T + 1)
-        out = dict(cap_max=cap_max, N=N, k_m=k_m, k_t=k_t, k_div=np.maximum(k_m, 1))
+        k_div = np.maximum(k_m, 1)
+        out = dict(cap_max=cap_max, N=N, k_m=k_m, k_t=k_t, k_div=k_div)
         off = np.zeros(L + 1, np.int64)
         grid = (np.arange(G + 1, dtype=np.int64) * cap_max) // G
         if N == 0:
             z = np.zeros(0, np.int64)
             zg = np.zeros(L * (G + 1), np.int64)
             out.update(off=off, cm=z.astype(mdt), ct=z.astype(tdt), item=z.astype(np.int32),
-                       g_ct=zg, g_cm=zg, g_r=zg.astype(float), G=G, width=0)
+                       g_ct=zg, g_cm=zg, g_val=zg, g_r=zg.astype(float), G=G, width=0)
             return out
         members = fam.members(g.n)[order]                   # [N, L]: item inside L_j
         step = max(1, KNAPSACK_BLOCK_CELLS // N)
@@ -134,8 +135,9 @@ class KnapsackBound:
         st = np.repeat(np.arange(L, dtype=np.int64), G + 1)
         ct_full, cm_full, it = self._locate(st, np.tile(grid, L))
         itc = np.maximum(it, 0)
-        out.update(g_ct=ct_full, g_cm=cm_full, G=G,
-                   g_r=np.where(it >= 0, k_t[itc] / np.maximum(k_m[itc], 1), 0.0))
+        split = np.where(it >= 0, (np.tile(grid, L) - cm_full) * k_t[itc] // k_div[itc], 0)
+        out.update(g_ct=ct_full, g_cm=cm_full, G=G, g_val=ct_full + split,
+                   g_r=np.where(it >= 0, k_t[itc] / k_div[itc], 0.0))
         return out
 
     # ------------------------------------------------------------------------- queries
@@ -189,3 +191,19 @@ class KnapsackBound:
         idx = states * (self.G + 1) + cap * self.G // max(self.cap_max, 1)   # x_g ≤ cap
         lift = (cap - self.g_cm.take(idx)) * self.g_r.take(idx) + 1e-3
         return self.g_ct.take(idx) + lift.astype(np.int64)
+
+    def reaches(self, states: np.ndarray, cap: np.ndarray, req: np.ndarray) -> np.ndarray:
+        """Whether ``self(states, cap) ≥ req``, reading the exact knapsack only where the
+        grid cannot tell: the value at the grid capacity ``x_g ≤ cap`` is a lower bound
+        (the knapsack grows with ``cap``), the tangent there an upper bound (:meth:`upper`)."""
+        states = np.asarray(states, np.int64)
+        cap = self._caps(cap)
+        if self.N == 0 or states.size == 0:
+            return np.zeros(states.size, np.int64) >= req
+        idx = states * (self.G + 1) + cap * self.G // max(self.cap_max, 1)
+        out = self.g_val.take(idx) >= req
+        lift = (cap - self.g_cm.take(idx)) * self.g_r.take(idx) + 1e-3
+        unsure = np.flatnonzero(~out & (self.g_ct.take(idx) + lift.astype(np.int64) >= req))
+        if unsure.size:
+            out[unsure] = self(states[unsure], cap[unsure]) >= req[unsure]
+        return out
