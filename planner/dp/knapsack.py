@@ -58,11 +58,12 @@ def _ratio_order(m: np.ndarray, t: np.ndarray, items: np.ndarray) -> np.ndarray:
 #: memory (a few int64 arrays of this many cells); 0 builds one state at a time.
 KNAPSACK_BLOCK_CELLS = 1 << 20
 #: Capacities per state at which :meth:`KnapsackBound.upper` keeps a tangent of the knapsack.
-UPPER_GRID = 32
+UPPER_GRID = 64
 
 
 def _int_dtype(top: int):
-    return np.int32 if top < (1 << 31) else np.int64
+    """The narrowest of int16/32/64 that holds 0..top."""
+    return np.int16 if top < (1 << 15) else np.int32 if top < (1 << 31) else np.int64
 
 
 class KnapsackBound:
@@ -99,6 +100,9 @@ class KnapsackBound:
         N, L, G = order.size, self.L, UPPER_GRID
         k_m, k_t = g.m[order].astype(np.int64), g.t[order].astype(np.int64)
         mdt, tdt = _int_dtype(self.span), _int_dtype(self.T + 1)
+        self.mdt, self.tdt = mdt, tdt                       # sums kept, and accumulated in:
+        self.k_m_acc = g.m[order].astype(np.dtype(mdt).str.replace("i", "u"))
+        self.k_t_acc = g.t[order].astype(np.dtype(tdt).str.replace("i", "u"))
         k_div = np.maximum(k_m, 1)
         out = dict(cap_max=cap_max, N=N, k_m=k_m, k_t=k_t, k_div=k_div)
         off = np.zeros(L + 1, np.int64)
@@ -107,38 +111,76 @@ class KnapsackBound:
             z = np.zeros(0, np.int64)
             zg = np.zeros(L * (G + 1), np.int64)
             out.update(off=off, cm=z.astype(mdt), ct=z.astype(tdt), item=z.astype(np.int32),
-                       g_ct=zg, g_cm=zg, g_val=zg, g_r=zg.astype(float), G=G, width=0)
+                       g_ct=zg, g_cm=zg, g_val=zg, g_r=zg.astype(float), G=G,
+                       g_pos=zg.astype(np.int32))
             return out
         members = fam.members(g.n)[order]                   # [N, L]: item inside L_j
-        step = max(1, KNAPSACK_BLOCK_CELLS // N)
-        cms, cts, items = [], [], []
+        step = max(1, min(KNAPSACK_BLOCK_CELLS // N, (1 << 62) // self.span))
+        parts = []
         for a in range(0, L, step):
             b = min(L, a + step)
-            outside = np.ascontiguousarray(~members[:, a:b].T)      # [rows, N]
-            rows, cols = np.nonzero(outside)                # by state, then ratio order
-            cnt = np.bincount(rows, minlength=b - a)
-            vm, vt = k_m[cols], k_t[cols]
-            cm, ct = np.cumsum(vm), np.cumsum(vt)           # running sums, restarted per row
-            first = np.repeat(np.cumsum(cnt) - cnt, cnt)
-            cm -= (cm - vm)[first]
-            ct -= (ct - vt)[first]
-            keep = np.flatnonzero(cm - vm <= cap_max)       # up to the first past cap_max
-            off[a + 1:b + 1] = np.bincount(rows[keep], minlength=b - a)
-            cms.append(cm[keep].astype(mdt))
-            cts.append(ct[keep].astype(tdt))
-            items.append(cols[keep].astype(np.int32))
+            parts.append(self._block(~members[:, a:b].T, k_m, k_t, k_div, grid, cap_max))
+            off[a + 1:b + 1] = parts[-1][0]
         np.cumsum(off, out=off)
-        out.update(off=off, cm=np.concatenate(cms), ct=np.concatenate(cts),
-                   item=np.concatenate(items), width=int(np.diff(off).max(initial=0)))
-        self.__dict__.update(out)
-        # tangents of upper(): what the exact query reads at every state's grid capacities
-        st = np.repeat(np.arange(L, dtype=np.int64), G + 1)
-        ct_full, cm_full, it = self._locate(st, np.tile(grid, L))
-        itc = np.maximum(it, 0)
-        split = np.where(it >= 0, (np.tile(grid, L) - cm_full) * k_t[itc] // k_div[itc], 0)
-        out.update(g_ct=ct_full, g_cm=cm_full, G=G, g_val=ct_full + split,
-                   g_r=np.where(it >= 0, k_t[itc] / k_div[itc], 0.0))
+        cat = [np.concatenate([p[k] for p in parts]) for k in range(1, 9)]
+        out.update(off=off, cm=cat[0], ct=cat[1],
+                   item=cat[2].astype(np.int16 if N < (1 << 15) else np.int32),
+                   g_ct=cat[3], g_cm=cat[4], g_val=cat[5], g_r=cat[6], g_pos=cat[7], G=G)
         return out
+
+    def _block(self, outside, k_m, k_t, k_div, grid, cap_max: int):
+        """One block of states' rows (``outside``: [rows, N], item outside the state), as
+        flat arrays by state then ratio order: per row the count kept, the running ``m`` and
+        ``t`` and the item of each entry kept; and per row and grid capacity ``x_g``: the
+        ``t`` and ``m`` of the whole items taken, the knapsack's value there and the split
+        item's ratio (0: all fit) — :meth:`upper`'s and :meth:`reaches`'s tables.
+
+        Running sums: one 1-D cumsum over the block's outside entries, restarted per row
+        by subtracting each row's start; the entries kept are a prefix of each row (up to
+        the first whose running ``m`` before it passes ``cap_max``); the grid positions are
+        one ``searchsorted`` over ``row·span + running m`` (sorted)."""
+        outside = np.ascontiguousarray(outside)
+        R, span = outside.shape[0], self.span
+        rows, cols = np.nonzero(outside)                    # by state, then ratio order
+        cnt = outside.sum(axis=1)
+        starts = np.cumsum(cnt) - cnt
+        cm = self._row_sums(self.k_m_acc[cols], starts, cnt).view(self.mdt)
+        ct = self._row_sums(self.k_t_acc[cols], starts, cnt).view(self.tdt)
+        keep = cm <= cap_max + k_m[cols]                    # running m before ≤ cap_max
+        if not keep.all():                                  # a prefix of every row
+            ck = np.cumsum(keep)
+            cnt = np.where(cnt > 0, ck[np.maximum(starts + cnt - 1, 0)]
+                           - np.where(starts > 0, ck[np.maximum(starts - 1, 0)], 0), 0)
+            starts = np.cumsum(cnt) - cnt
+            rows, cols, cm, ct = rows[keep], cols[keep], cm[keep], ct[keep]
+        G1 = grid.size
+        q = (np.arange(R, dtype=np.int64)[:, None] * span + grid[None, :]).ravel()
+        pos = np.searchsorted(rows * span + cm, q, side="right")   # first entry with cm > x_g
+        first, end = np.repeat(starts, G1), np.repeat(starts + cnt, G1)
+        taken = pos > first
+        prev = np.maximum(pos - 1, 0)
+        g_ct = np.where(taken, ct[np.minimum(prev, max(ct.size - 1, 0))] if ct.size else 0, 0)
+        g_cm = np.where(taken, cm[np.minimum(prev, max(cm.size - 1, 0))] if cm.size else 0, 0)
+        split = pos < end
+        it = cols[np.minimum(pos, max(cols.size - 1, 0))] if cols.size else np.zeros_like(pos)
+        xg = np.tile(grid, R)
+        g_val = g_ct + np.where(split, (xg - g_cm) * k_t[it] // k_div[it], 0)
+        g_r = np.where(split, k_t[it] / k_div[it], 0.0)
+        return (cnt, cm, ct, cols, g_ct.astype(np.int64), g_cm.astype(np.int64), g_val, g_r,
+                (pos - first).astype(np.int32))
+
+    @staticmethod
+    def _row_sums(v: np.ndarray, starts: np.ndarray, cnt: np.ndarray) -> np.ndarray:
+        """Running sums of ``v`` restarted at every row start, in ``v``'s unsigned dtype:
+        one flat cumsum minus each row's start. Unsigned sums wrap modulo 2^bits, so the
+        difference is exact wherever the row's own sum fits (the tables' dtype is picked
+        so it does), and no int64 copy of the block is made."""
+        acc = np.cumsum(v, dtype=v.dtype)
+        if acc.size == 0:
+            return acc
+        base = np.where(starts > 0, acc[np.maximum(starts - 1, 0)], 0).astype(v.dtype)
+        acc -= np.repeat(base, cnt)
+        return acc
 
     # ------------------------------------------------------------------------- queries
     def _caps(self, cap) -> np.ndarray:
@@ -150,13 +192,17 @@ class KnapsackBound:
 
     def _locate(self, states: np.ndarray, cap: np.ndarray):
         """Per pair: ``t`` and ``m`` of the whole items taken at ``cap`` and the split item
-        (−1: every item fits). One binary search per pair over its state's row (all pairs at
-        once, ⌈log2 width⌉ steps): the split item is the first whose running ``m`` passes."""
+        (−1: every item fits). One binary search per pair over its state's row between the
+        grid positions around ``cap`` (all pairs at once): the split item is the first whose
+        running ``m`` passes ``cap``."""
         first = self.off[states]
         end = self.off[states + 1]
-        lo, hi = first.copy(), end.copy()
-        top = max(self.cm.size - 1, 0)
-        for _ in range(int(self.width).bit_length()):        # first index with cm > cap
+        gi = states * (self.G + 1) + cap * self.G // max(self.cap_max, 1)   # x_g ≤ cap
+        lo = first + self.g_pos.take(gi)                    # the answer lies between the
+        hi = first + self.g_pos.take(np.minimum(gi + 1, (states + 1) * (self.G + 1) - 1))
+        top = max(self.cm.size - 1, 0)                      # grid positions around cap
+        width = int((hi - lo).max(initial=0))
+        for _ in range(width.bit_length()):                 # first index with cm > cap
             mid = (lo + hi) >> 1
             go = (self.cm[np.minimum(mid, top)] <= cap) & (mid < hi)
             lo = np.where(go, mid + 1, lo)
