@@ -180,3 +180,22 @@ def test_time_fronts_keep_the_plan(seed, monkeypatch):
             assert got == want, (frac, kw, grid)
         checked += want is not None
     assert checked >= 2
+
+
+def test_ckpt_ceiling_counts_each_successor_once():
+    """A repeated edge names the same successor twice: the ceiling must not count it twice
+    (that would drop live entries) — the plan stays the unpruned DP's."""
+    g0 = _random_graph(3, n=13)
+    g = DPGraph(m=g0.m, t=g0.t, src=np.r_[g0.src, g0.src[:6]], dst=np.r_[g0.dst, g0.dst[:6]])
+    fam = exact_family(g)
+    checked = 0
+    for frac in (0.6, 0.9, 1.2, 1.6, 2.5):
+        budget = int(frac * int(g.m.sum()))
+        want = _plan(run_dp(fam, g.t, g.m, budget))
+        search = ExactSearch(fam, g, budget)
+        assert _plan(search.time_fronts()) == want, frac
+        single = ExactSearch(exact_family(g0), g0, budget)
+        single._bound_tables()
+        assert np.array_equal(search.cmax, single.cmax)
+        checked += want is not None
+    assert checked >= 2

@@ -57,7 +57,7 @@ from __future__ import annotations
 import numpy as np
 
 from hgraph.progress import current as current_progress
-from planner.arrays import ranges
+from planner.arrays import distinct, ranges
 from planner.bitsets import unpack
 from planner.dp.fronts import (INF, Fronts, best_per_saved, end_entry, has_end, run_starts,
                                segment_pareto)
@@ -281,7 +281,8 @@ class ExactSearch:
         (that one has less ckpt), so dropping them keeps the plan."""
         g, fam = self.g, self.fam
         rho = 2 * g.m.astype(np.int64)
-        np.add.at(rho, g.src, g.m[g.dst])
+        edge = distinct(g.src.astype(np.int64) * g.n + g.dst)   # each successor once
+        np.add.at(rho, edge // g.n, g.m[edge % g.n])
         order = np.argsort(-rho, kind="stable")
         inside = fam.members(g.n)[order]                     # [n, L]
         first = np.argmax(~inside, axis=0)                   # the largest ρ outside L_j
