@@ -255,4 +255,4 @@ def recompute_lower_bound(fam, g, b_units: int) -> int:
     cap0 = int(b_units) - (2 * int(g.m[sinks].min()) if sinks.size else 0)
     if cap0 < 0:
         return T
-    return T - int(KnapsackBound(fam, g)(np.zeros(1, np.int64), np.array([cap0]))[0])
+    return T - int(KnapsackBound(fam, g, cap0)(np.zeros(1, np.int64), np.array([cap0]))[0])

@@ -1,0 +1,201 @@
+"""The time-centric exact search's bound: exact where it claims to be, admissible, plan-neutral.
+
+* :class:`planner.dp.knapsack.KnapsackBound` equals a plain greedy fractional knapsack (Python
+  fractions, exact) per (state, capacity), for every table layout (blocks of one state,
+  capacities truncated at ``cap_max``), :meth:`~KnapsackBound.upper` is never below it and
+  :meth:`~KnapsackBound.reaches` (grid shortcuts, exact where unsure) compares as it does.
+* Admissible: at every state and every ckpt ``c`` of the unpruned DP's fronts from which V
+  can still be reached, the bound the search uses never promises less than the best
+  completion really saves, and ``c`` is within the ckpt ceiling ``cmax`` — checked against a
+  brute-force recursion over every chain of lower sets from that state (``_best_rest``).
+* Plans unchanged: :meth:`ExactSearch.time_fronts` with the lexmin pass early, late, never
+  and on big fronts, and with coarse ``upper`` grids, gives the unpruned DP's plan.
+"""
+
+from __future__ import annotations
+
+import functools
+from fractions import Fraction
+
+import numpy as np
+import pytest
+
+from planner.dp import knapsack as knapsack_mod
+from planner.dp.exact_search import ExactSearch
+from planner.dp.fronts import end_entry, path
+from planner.dp.knapsack import KnapsackBound
+from planner.dp.loop import run_dp
+from planner.dp_families import DPGraph, exact_family
+
+
+def _random_graph(seed: int, n: int | None = None) -> DPGraph:
+    """A random single-sink DAG (node ids shuffled), some nodes weighing nothing."""
+    rng = np.random.default_rng(500 + seed)
+    n = n or int(rng.integers(7, 13))
+    p = (0.2, 0.35, 0.5)[seed % 3]
+    src, dst = [], []
+    for b in range(1, n):
+        ps = [a for a in range(b) if rng.random() < p] or [int(rng.integers(0, b))]
+        src += ps
+        dst += [b] * len(ps)
+    has_succ = set(src)
+    for a in range(n - 1):
+        if a not in has_succ:
+            src.append(a)
+            dst.append(n - 1)
+    perm = rng.permutation(n)
+    m = rng.integers(0, 30, n) * (rng.random(n) < 0.85)
+    t = rng.choice([1, 2, 5, 10], n)
+    return DPGraph(m=m, t=t, src=perm[np.array(src)], dst=perm[np.array(dst)])
+
+
+def _greedy(m, t, items, cap) -> int:
+    """Fractional knapsack by the book: best ratio first (Fractions), floored."""
+    items = sorted(items, key=lambda v: (Fraction(int(t[v]), int(m[v])) if m[v] else
+                                         Fraction(10**18)), reverse=True)
+    val, room = Fraction(0), Fraction(int(cap))
+    for v in items:
+        if m[v] <= room:
+            val += int(t[v])
+            room -= int(m[v])
+        else:
+            val += Fraction(int(t[v]), int(m[v])) * room
+            break
+    return int(val)
+
+
+@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("layout", ["blocks", "one-state-blocks", "truncated"])
+def test_knapsack_tables_are_the_greedy_knapsack(seed, layout, monkeypatch):
+    g = _random_graph(seed)
+    if layout == "one-state-blocks":
+        monkeypatch.setattr(knapsack_mod, "KNAPSACK_BLOCK_CELLS", 0)
+    fam = exact_family(g)
+    total = int(g.m.sum())
+    cap_max = total // 3 if layout == "truncated" else None
+    kb = KnapsackBound(fam, g, cap_max)
+    members = fam.members(g.n)
+    has_succ = np.zeros(g.n, bool)
+    has_succ[g.src] = True
+    top = kb.cap_max
+    caps = np.unique(np.r_[0, 1, top, np.linspace(0, top, 9).astype(np.int64)])
+    st = np.repeat(np.arange(fam.num_sets), caps.size)
+    cp = np.tile(caps, fam.num_sets)
+    got, up = kb(st, cp), kb.upper(st, cp)
+    for j, c, v, u in zip(st.tolist(), cp.tolist(), got.tolist(), up.tolist()):
+        outside = [x for x in range(g.n) if has_succ[x] and not members[x, j]]
+        assert v == _greedy(g.m, g.t, outside, c), (j, c)
+        assert u >= v, (j, c)
+    for shift in (-1, 0, 1):                          # the grid shortcut decides as exactly
+        assert np.array_equal(kb.reaches(st, cp, got + shift), got >= got + shift)
+    if layout == "truncated":
+        with pytest.raises(ValueError):
+            kb(np.zeros(1, np.int64), np.array([top + 1]))
+
+
+def _best_rest(fam, g, budget):
+    """``best(j, c)``: the most saved any chain from ``L_j`` (ckpt ``c``) to V adds, None when
+    none passes every peak test — every chain tried, by plain recursion (tiny families)."""
+    sets = [frozenset(np.flatnonzero(row).tolist()) for row in fam.members(g.n).T]
+    bnd = [frozenset(np.flatnonzero(row).tolist()) for row in
+           np.unpackbits(fam.bnd.view(np.uint8), axis=1, bitorder="little")[:, :g.n]]
+    end = fam.num_sets - 1
+
+    @functools.lru_cache(maxsize=None)
+    def best(j, c):
+        if j == end:
+            return 0
+        out = None
+        for k in range(fam.num_sets):
+            if not sets[j] < sets[k]:
+                continue
+            if c + 2 * int(fam.mL[k] - fam.mL[j]) + int(fam.mAB[k]) > budget:
+                continue
+            new = bnd[k] - sets[j]
+            rest = best(k, c + int(sum(g.m[v] for v in new)))
+            if rest is not None:
+                val = int(sum(g.t[v] for v in new)) + rest
+                out = val if out is None else max(out, val)
+        return out
+    return best
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_bound_is_admissible(seed):
+    """Per state and ckpt of the unpruned fronts, the knapsack the search reads (and the
+    per-state ceiling ``ks_bnd`` behind its source filter) is ≥ the best completion."""
+    g = _random_graph(seed, n=8 + seed % 3)
+    fam = exact_family(g)
+    total = int(g.m.sum())
+    checked = 0
+    for frac in (0.5, 0.8, 1.2, 2.0):
+        budget = int(frac * total)
+        search = ExactSearch(fam, g, budget)
+        if search.cap0 < 0:
+            continue
+        kb = search._bound_tables()
+        best = _best_rest(fam, g, budget)
+        fr = run_dp(fam, g.t, g.m, budget)
+        for j in range(fam.num_sets - 1):
+            for k in range(fr.ptr[j], fr.ptr[j + 1]):
+                c = int(fr.c[k])
+                rest = best(j, c)
+                if rest is None:
+                    continue
+                assert fam.m_bnd[j] <= c <= search.cmax[j] <= search.cap0, (frac, j, c)
+                assert int(kb(np.array([j]), np.array([search.cap0 - c]))[0]) >= rest
+                assert int(kb.upper(np.array([j]), np.array([search.cap0 - c]))[0]) >= rest
+                assert search.ks_bnd[j] >= rest
+                checked += 1
+        opt = best(0, 0)
+        if opt is not None:
+            assert search.lower_bound_root() <= int(g.t.sum()) - opt
+    assert checked >= 10
+
+
+def _plan(fronts):
+    e = end_entry(fronts, "time")
+    if e is None:
+        return None
+    es = path(fronts, e)
+    return [int(fronts.state[x]) for x in es], int(fronts.s[e]), int(fronts.c[e])
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_time_fronts_keep_the_plan(seed, monkeypatch):
+    """Whatever the pass schedule (lexmin at once, late, never, on big fronts) and the
+    ``upper`` grid, the time-centric plan is the unpruned DP's, chain and ckpt included."""
+    g = _random_graph(seed, n=14 + seed % 3)
+    fam = exact_family(g)
+    total = int(g.m.sum())
+    checked = 0
+    for frac in (0.5, 0.8, 1.1, 1.5, 2.2, 4.0):
+        budget = int(frac * total)
+        want = _plan(run_dp(fam, g.t, g.m, budget))
+        for kw, grid in ((dict(), 32), (dict(lexmin_after=1), 32), (dict(lexmin_after=None), 2),
+                         (dict(lexmin_after=2), 1)):
+            monkeypatch.setattr(knapsack_mod, "UPPER_GRID", grid)
+            fam.cache.pop("knapsack", None)
+            got = _plan(ExactSearch(fam, g, budget).time_fronts(**kw))
+            assert got == want, (frac, kw, grid)
+        checked += want is not None
+    assert checked >= 2
+
+
+def test_ckpt_ceiling_counts_each_successor_once():
+    """A repeated edge names the same successor twice: the ceiling must not count it twice
+    (that would drop live entries) — the plan stays the unpruned DP's."""
+    g0 = _random_graph(3, n=13)
+    g = DPGraph(m=g0.m, t=g0.t, src=np.r_[g0.src, g0.src[:6]], dst=np.r_[g0.dst, g0.dst[:6]])
+    fam = exact_family(g)
+    checked = 0
+    for frac in (0.6, 0.9, 1.2, 1.6, 2.5):
+        budget = int(frac * int(g.m.sum()))
+        want = _plan(run_dp(fam, g.t, g.m, budget))
+        search = ExactSearch(fam, g, budget)
+        assert _plan(search.time_fronts()) == want, frac
+        single = ExactSearch(exact_family(g0), g0, budget)
+        single._bound_tables()
+        assert np.array_equal(search.cmax, single.cmax)
+        checked += want is not None
+    assert checked >= 2
