@@ -93,6 +93,38 @@ def test_knapsack_tables_are_the_greedy_knapsack(seed, layout, monkeypatch):
             kb(np.zeros(1, np.int64), np.array([top + 1]))
 
 
+@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("truncated", [False, True])
+def test_least_cap_inverts_the_knapsack(seed, truncated):
+    """``least_cap(j, r)`` is the least capacity whose knapsack reaches ``r`` (``cap_max + 1``
+    where none does): the search's cut of a source front by ckpt relies on it."""
+    g = _random_graph(seed)
+    fam = exact_family(g)
+    kb = KnapsackBound(fam, g, int(g.m.sum()) // 3 if truncated else None)
+    top = kb.cap_max
+    caps = np.arange(top + 1)
+    for j in range(fam.num_sets):
+        vals = kb(np.full(caps.size, j), caps)
+        reqs = np.arange(-2, int(vals.max()) + 3)
+        got = kb.least_cap(np.full(reqs.size, j), reqs)
+        want = [int(np.argmax(vals >= r)) if (vals >= r).any() else top + 1 for r in reqs]
+        assert got.tolist() == want, j
+
+
+def test_best_per_key_is_best_per_saved():
+    """The packed one-scatter form picks the same winners (least ckpt, then first entry)."""
+    from planner.dp.exact_search import _best_per_key
+    from planner.dp.fronts import best_per_saved
+    rng = np.random.default_rng(3)
+    for _ in range(200):
+        n = int(rng.integers(1, 3000))
+        key = rng.integers(0, int(rng.integers(1, 4000)), n) + int(rng.integers(0, 100))
+        nc = rng.integers(0, int(rng.integers(1, 50)), n)
+        e = rng.permutation(n) + int(rng.integers(0, 9))
+        for a, b in zip(_best_per_key(key, nc, e), best_per_saved(key, nc, e)):
+            assert np.array_equal(a, b)
+
+
 def _best_rest(fam, g, budget):
     """``best(j, c)``: the most saved any chain from ``L_j`` (ckpt ``c``) to V adds, None when
     none passes every peak test — every chain tried, by plain recursion (tiny families)."""

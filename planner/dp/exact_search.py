@@ -124,6 +124,33 @@ def _approx_inclusion(fam, n: int):
     return fam.cache["approx_inclusion"]
 
 
+def _best_per_key(key, nc, e):
+    """:func:`~planner.dp.fronts.best_per_saved` (per ``key``: least ``nc``, then least ``e``)
+    by one ``minimum.at`` where it would use dense buckets: ``nc`` and ``e`` packed into one
+    int64 (``(nc − min)·E + (e − min)`` orders as ``(nc, e)``), which spares its second
+    scatter and the gather that finds each bucket's winners (cnn29 at 30 %: 117M candidates
+    per solve). Same winners; falls back to it where the packing would not fit."""
+    if key.size <= 256:
+        return best_per_saved(key, nc, e)
+    klo, khi = int(key.min()), int(key.max())
+    width = khi - klo + 1
+    if width > 4 * key.size + 1024:
+        return best_per_saved(key, nc, e)
+    clo, elo = int(nc.min()), int(e.min())
+    E = int(e.max()) - elo + 1
+    if (int(nc.max()) - clo + 1) * E >= INF:         # best starts at INF
+        return best_per_saved(key, nc, e)
+    v = nc - clo
+    v *= E
+    v += e
+    v -= elo
+    best = np.full(width, INF, np.int64)
+    np.minimum.at(best, key - klo, v)
+    present = np.flatnonzero(best < INF)
+    b = best[present]
+    return present + klo, b // E + clo, b % E + elo
+
+
 class ExactSearch:
     """The exact family's DP at one budget, searched with admissible bounds (module docstring).
 
@@ -356,6 +383,10 @@ class ExactSearch:
             return None
         tgt, src, dt, dm, s_lo = tgt[keep], src[keep], dt[keep], dm[keep], s_lo[keep]
         room = np.minimum(self.thr[tgt] + self.two_mL[src], self.cmax[tgt] - dm)
+        far = ~(tgt == self.end)                         # the bound at the source's top corner
+        if far.any():
+            need = self._bound_tables().least_cap(tgt[far], T - bound - smax[src[far]] - dt[far])
+            room[far] = np.minimum(room[far], cap0 - dm[far] - need)
         size = fronts.size
         starts = np.searchsorted(fronts.glob_s[:size], src * fronts.span_s
                                  + np.clip(s_lo - dt, 0, T + 1), side="left")
@@ -366,12 +397,12 @@ class ExactSearch:
         if total == 0:
             return None
         e = ranges(starts, cnt)
-        pair = np.repeat(np.arange(cnt.size), cnt)
-        ns = fronts.s[e] + dt[pair]
-        nc = fronts.c[e] + dm[pair]
-        st = tgt[pair]
-        width = T + 2                                   # (state, saved) as one key
-        key, nc, e = best_per_saved((st - lo) * width + ns, nc, e)
+        width = T + 2                                   # (state, saved) as one key, its
+        key = fronts.s[e]                               # pair part repeated (no per-candidate
+        key += np.repeat((tgt - lo) * width + dt, cnt)  # pair index and gathers)
+        nc = fronts.c[e]
+        nc += np.repeat(dm, cnt)
+        key, nc, e = _best_per_key(key, nc, e)
         st, ns = lo + key // width, key % width
         keep = segment_pareto(st, ns, nc)
         st, ns, nc, e = st[keep], ns[keep], nc[keep], e[keep]

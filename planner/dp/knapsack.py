@@ -241,6 +241,48 @@ class KnapsackBound:
         lift = (cap - self.g_cm.take(idx)) * self.g_r.take(idx) + 1e-3
         return self.g_ct.take(idx) + lift.astype(np.int64)
 
+    def least_cap(self, states: np.ndarray, req: np.ndarray) -> np.ndarray:
+        """The least capacity ``x`` with ``self(states, x) ≥ req`` (0 where ``req ≤ 0``,
+        ``cap_max + 1`` where no ``x ≤ cap_max`` reaches it): the knapsack's inverse.
+
+        The floored knapsack at ``x`` is ``ct_k + ⌊(x − cm_k)·t/m⌋`` with ``(cm_k, ct_k)``
+        the running sums before the split item (``t``, ``m``), so it reaches ``req`` from
+        the first item whose running ``t`` after it reaches ``req`` on, at
+        ``x = cm_k + ⌈(req − ct_k)·m/t⌉`` (that item has ``t > 0``: the running ``t`` grew
+        past ``req``). Rows hold every item up to ``cap_max``, so a row whose last running
+        ``t`` stays below ``req`` has no such ``x ≤ cap_max``. One binary search per pair
+        over its row's running ``t`` (all pairs at once)."""
+        states = np.asarray(states, np.int64)
+        req = np.asarray(req, np.int64)
+        out = np.zeros(states.size, np.int64)
+        pos = np.flatnonzero(req > 0)
+        if pos.size == 0:
+            return out
+        if self.N == 0:
+            out[pos] = self.cap_max + 1
+            return out
+        st, r = states[pos], req[pos]
+        lo, hi = self.off[st], self.off[st + 1]
+        first, end = lo.copy(), hi.copy()
+        top = max(self.ct.size - 1, 0)
+        width = int((hi - lo).max(initial=0))
+        for _ in range(width.bit_length() + 1):            # first index with ct ≥ req
+            mid = (lo + hi) >> 1
+            go = (self.ct[np.minimum(mid, top)] < r) & (mid < hi)
+            lo = np.where(go, mid + 1, lo)
+            hi = np.where(go, hi, mid)
+        found = lo < end
+        k = np.minimum(lo, top)
+        taken = lo > first
+        prev = np.maximum(lo - 1, 0)
+        ct = np.where(taken, self.ct[prev], 0).astype(np.int64)
+        cm = np.where(taken, self.cm[prev], 0).astype(np.int64)
+        it = self.item[k].astype(np.int64)
+        t_it = np.maximum(self.k_t[it], 1)
+        x = cm + -((-(r - ct) * self.k_m[it]) // t_it)     # ceil((r − ct)·m / t)
+        out[pos] = np.where(found, np.minimum(x, self.cap_max + 1), self.cap_max + 1)
+        return out
+
     def reaches(self, states: np.ndarray, cap: np.ndarray, req: np.ndarray) -> np.ndarray:
         """Whether ``self(states, cap) ≥ req``, reading the exact knapsack only where the
         grid cannot tell: the value at the grid capacity ``x_g ≤ cap`` is a lower bound
