@@ -95,9 +95,11 @@ def test_knapsack_tables_are_the_greedy_knapsack(seed, layout, monkeypatch):
 
 @pytest.mark.parametrize("seed", range(6))
 @pytest.mark.parametrize("truncated", [False, True])
-def test_least_cap_inverts_the_knapsack(seed, truncated):
+@pytest.mark.parametrize("grid", [1, 3, 64])
+def test_least_cap_inverts_the_knapsack(seed, truncated, grid, monkeypatch):
     """``least_cap(j, r)`` is the least capacity whose knapsack reaches ``r`` (``cap_max + 1``
-    where none does): the search's cut of a source front by ckpt relies on it."""
+    where none does): the search's cut of a source front by ckpt relies on it. Any grid."""
+    monkeypatch.setattr(knapsack_mod, "UPPER_GRID", grid)
     g = _random_graph(seed)
     fam = exact_family(g)
     kb = KnapsackBound(fam, g, int(g.m.sum()) // 3 if truncated else None)

@@ -127,7 +127,7 @@ class KnapsackBound:
         np.cumsum(off, out=off)
         cat = [np.concatenate([p[k] for p in parts]) for k in range(1, 9)]
         out.update(off=off, cm=cat[0], ct=cat[1],
-                   item=cat[2].astype(np.int16 if N < (1 << 15) else np.int32),
+                   item=cat[2],                             # narrowed per block
                    g_ct=cat[3], g_cm=cat[4], g_val=cat[5], g_r=cat[6], g_pos=cat[7], G=G)
         return out
 
@@ -169,7 +169,7 @@ class KnapsackBound:
         xg = np.tile(grid, R)
         g_val = g_ct + np.where(split, (xg - g_cm) * k_t[it] // k_div[it], 0)
         g_r = np.where(split, k_t[it] / k_div[it], 0.0)
-        return (cnt, cm, ct, cols, g_ct.astype(np.int64), g_cm.astype(np.int64), g_val, g_r,
+        return (cnt, cm, ct, cols.astype(np.int16 if k_m.size < (1 << 15) else np.int32), g_ct.astype(np.int64), g_cm.astype(np.int64), g_val, g_r,
                 (pos - first).astype(np.int32))
 
     @staticmethod
@@ -251,7 +251,10 @@ class KnapsackBound:
         ``x = cm_k + ⌈(req − ct_k)·m/t⌉`` (that item has ``t > 0``: the running ``t`` grew
         past ``req``). Rows hold every item up to ``cap_max``, so a row whose last running
         ``t`` stays below ``req`` has no such ``x ≤ cap_max``. One binary search per pair
-        over its row's running ``t`` (all pairs at once)."""
+        over its row's running ``t`` (all pairs at once), between the grid positions around
+        the answer: the first grid capacity whose value reaches ``req`` (one ``searchsorted``
+        over every state's grid values, ascending per state) and the one before it (whose
+        whole items all stay below ``req``)."""
         states = np.asarray(states, np.int64)
         req = np.asarray(req, np.int64)
         out = np.zeros(states.size, np.int64)
@@ -262,8 +265,17 @@ class KnapsackBound:
             out[pos] = self.cap_max + 1
             return out
         st, r = states[pos], req[pos]
-        lo, hi = self.off[st], self.off[st + 1]
-        first, end = lo.copy(), hi.copy()
+        G1, w = self.G + 1, self.T + 2
+        if getattr(self, "_gkey", None) is None:            # per state: grid values, sorted
+            self._gkey = (np.arange(self.L, dtype=np.int64)[:, None] * w
+                          + self.g_val.reshape(self.L, G1)).ravel()
+        gi = np.searchsorted(self._gkey, st * w + np.minimum(r, w - 1)) - st * G1
+        found = gi < G1                                     # the first grid value ≥ req
+        base = st * G1
+        first, end = self.off[st], self.off[st + 1]
+        lo = first + np.where(gi > 0, self.g_pos.take(base + np.maximum(gi - 1, 0)), 0)
+        hi = np.minimum(first + self.g_pos.take(base + np.minimum(gi, G1 - 1)), end - 1) + 1
+        lo = np.minimum(lo, hi)                             # (rows not found: read nothing)
         top = max(self.ct.size - 1, 0)
         width = int((hi - lo).max(initial=0))
         for _ in range(width.bit_length() + 1):            # first index with ct ≥ req
@@ -271,7 +283,7 @@ class KnapsackBound:
             go = (self.ct[np.minimum(mid, top)] < r) & (mid < hi)
             lo = np.where(go, mid + 1, lo)
             hi = np.where(go, hi, mid)
-        found = lo < end
+        found &= lo < end
         k = np.minimum(lo, top)
         taken = lo > first
         prev = np.maximum(lo - 1, 0)
