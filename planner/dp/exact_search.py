@@ -369,9 +369,6 @@ class ExactSearch:
     def _pareto_chunk(self, lo, tgt, src, bound, fronts, smax, cmin):
         """Bounded fronts of a chunk's targets from its pairs: (state, ns, nc, pred) or None."""
         T, cap0 = self.T, self.cap0
-        tgt, src = self._prefilter(tgt, src, bound, smax, cmin)
-        if tgt.size == 0:
-            return None
         dt, dm = self.deltas(tgt, src)
         at_end = tgt == self.end
         cap = cap0 - cmin[src] - dm                          # at the source's best corner
@@ -412,29 +409,6 @@ class ExactSearch:
         if not ok.any():
             return None
         return st[ok], ns[ok], nc[ok], e[ok]
-
-    def _prefilter(self, tgt, src, bound, smax, cmin):
-        """Pairs that may pass :meth:`_pareto_chunk`'s corner test, before ``deltas``.
-
-        ``deltas`` costs a weighted popcount over every word of the sets per pair (cnn29:
-        23 words), the bound at the source's corner three gathers, so the corner test is
-        first taken with bounds of ``dt`` and ``dm`` read per state:
-        ``dt = t(∂L_j \\ L_i) ≤ min(t(∂L_j), t(L_j) − t(L_i))`` (``∂L_j \\ L_i ⊆ L_j \\ L_i``)
-        and ``dm ≥ m(∂L_j) − m(∂L_i)`` (``∂L_j ∩ L_i ⊆ ∂L_i``). The knapsack grows with
-        the capacity, so the least ``dm`` gives the largest ``ub``: a pair dropped here
-        fails the exact corner test too."""
-        fam, T = self.fam, self.T
-        dt_hi = np.minimum(fam.t_bnd[tgt], fam.tL[tgt] - fam.tL[src])
-        dm_lo = np.maximum(fam.m_bnd[tgt] - fam.m_bnd[src], 0)
-        at_end = tgt == self.end
-        c_lo = cmin[src] + dm_lo
-        ub = self._bound_tables().upper(tgt, np.clip(self.cap0 - c_lo, 0, None))
-        alive = c_lo <= self.cmax[tgt]
-        s_lo = np.where(at_end, T - bound, np.where(alive, T - bound - ub, T + 1))
-        keep = smax[src] + dt_hi >= s_lo
-        if keep.all():
-            return tgt, src
-        return tgt[keep], src[keep]
 
     def time_fronts(self, lexmin_after: int | None = 12, give_up_after: int | None = None):
         """Iterative deepening on the recompute bound from the root's lower bound.
