@@ -79,6 +79,32 @@ def _nonzero2(mask: np.ndarray):
     return np.divmod(flat, mask.shape[1])
 
 
+def _boundary_nodes(fam, g):
+    """Each set's boundary nodes, padded to the largest ``|∂L|`` (budget-free, on the family).
+
+    Returns ``(node [L, K], (t, m) [2, L, K], count [L], member)``: the ``K`` slots of row
+    ``j`` are ``∂L_j``'s nodes, then node 0 with weight 0; ``member`` is the node-major
+    membership flattened (``member[v·L + i]``: ``v ∈ L_i``), what :meth:`ExactSearch._held`
+    looks a slot up in.
+    """
+    key = (g.m.tobytes(), g.t.tobytes())
+    cached = fam.cache.get("boundary_nodes")
+    if cached is None or cached[0] != key:
+        L = fam.num_sets
+        rows, v = np.nonzero(unpack(fam.bnd, g.n))         # row-major: rows ascending
+        cnt = np.bincount(rows, minlength=L).astype(np.int64)
+        K = max(1, int(cnt.max(initial=0)))
+        slot = np.arange(rows.size) - np.repeat(np.cumsum(cnt) - cnt, cnt)
+        node = np.zeros((L, K), np.int64)
+        wts = np.zeros((2, L, K), np.int64)
+        node[rows, slot] = v
+        wts[0, rows, slot] = g.t[v]
+        wts[1, rows, slot] = g.m[v]
+        member = fam.members(g.n).ravel()
+        cached = fam.cache["boundary_nodes"] = (key, (node, wts, cnt, member))
+    return cached[1]
+
+
 def _approx_inclusion(fam, n: int):
     """The approximate family's inclusion matrix (packed as :meth:`Family.subset_matrix`) and
     its levels, kept on the family.
@@ -126,6 +152,7 @@ class ExactSearch:
             self.sub = fam.subset_matrix()
             self.levels = np.flatnonzero(np.r_[True, fam.size[1:] != fam.size[:-1], True])
             self.tab_t, self.tab_m = self._popcount_tables(fam, g)
+            self.bnodes = _boundary_nodes(fam, g)
             self.pairs = None
         else:                                               # dense approximate family
             self.sub, self.levels = _approx_inclusion(fam, g.n)
@@ -172,6 +199,40 @@ class ExactSearch:
                 dm[nz] -= self.tab_m[w * per_word + k, x]
         return dt, dm
 
+    def delta_m(self, tgt: np.ndarray, src: np.ndarray) -> np.ndarray:
+        """``dm`` of each pair ``L_src → L_tgt``: ``m(∂L_tgt \\ L_src)`` (:meth:`_held`)."""
+        if self.pairs is not None:
+            return self.pairs(tgt, src)[2]
+        return self.fam.m_bnd[tgt] - self._held(tgt, src, 1)
+
+    def delta_t(self, tgt: np.ndarray, src: np.ndarray) -> np.ndarray:
+        """``dt`` of each pair ``L_src → L_tgt``: ``t(∂L_tgt \\ L_src)`` (:meth:`_held`)."""
+        if self.pairs is not None:
+            return self.pairs(tgt, src)[1]
+        return self.fam.t_bnd[tgt] - self._held(tgt, src, 0)
+
+    def _held(self, tgt: np.ndarray, src: np.ndarray, which: int) -> np.ndarray:
+        """``Σ w(v)`` over ``v ∈ ∂L_tgt ∩ L_src`` per pair, ``w`` = ``t`` (0) or ``m`` (1).
+
+        ``∂L_tgt`` holds a few nodes (:func:`_boundary_nodes`), so this is one membership
+        lookup per boundary slot and pair — O(pairs · max|∂L|), whatever the word count."""
+        node, wts, cnt, member = self.bnodes
+        w = wts[which]
+        K = node.shape[1]
+        held = np.zeros(tgt.size, np.int64)
+        base = tgt * K
+        L = self.L
+        for k in range(K):
+            if k:
+                live = np.flatnonzero(cnt[tgt] > k) if k == 1 else live[cnt[tgt[live]] > k]
+                if live.size == 0:
+                    break
+                idx = base[live] + k
+                held[live] += w.ravel()[idx] * member[node.ravel()[idx] * L + src[live]]
+            else:
+                held += w.ravel()[base] * member[node.ravel()[base] * L + src]
+        return held
+
     def chunks(self, keyc: np.ndarray, smax: np.ndarray | None = None,
                need: np.ndarray | None = None):
         """Yield ``(lo, tgt, src)`` per chunk of targets: every candidate (target, source) pair.
@@ -198,20 +259,31 @@ class ExactSearch:
 
     def _subsets(self, lo: int, hi: int, live: np.ndarray, ok: np.ndarray):
         """(row, column) of ``ok`` [hi−lo, live] where ``L_live ⊆ L_(lo+row)``."""
+        return self._inclusion(slice(lo, hi), live, ok)
+
+    def _inclusion(self, rows, live: np.ndarray, ok: np.ndarray):
+        """(row, column) of ``ok`` [targets, live] where ``L_live[column] ⊆ L_target``; the
+        targets are ``rows``, a slice or an ascending id array. Sources are read off the
+        inclusion matrix (whole prefix rows unpacked where ``live`` is dense in it), or, with
+        no matrix, by testing the bitsets of the ``ok`` pairs."""
         if self.sub is not None:
             if live.size * 4 >= live[-1] + 1:              # dense: unpack the whole prefix
                 n = int(live[-1]) + 1
-                rows = np.unpackbits(self.sub[lo:hi, :(n + 7) // 8], axis=1, count=n,
+                bits = np.unpackbits(self.sub[rows, :(n + 7) // 8], axis=1, count=n,
                                      bitorder="little").view(bool)
                 if live.size < n:
-                    rows = rows[:, live]
+                    bits = bits[:, live]
             else:
-                rows = ((self.sub[lo:hi][:, live >> 3] >> (live & 7).astype(np.uint8)) & 1)
-                rows = rows.view(bool)
-            return _nonzero2(rows & ok)
+                sub = self.sub[rows] if isinstance(rows, slice) else self.sub[rows[:, None],
+                                                                               live >> 3]
+                if isinstance(rows, slice):
+                    sub = sub[:, live >> 3]
+                bits = ((sub >> (live & 7).astype(np.uint8)) & 1).view(bool)
+            return _nonzero2(bits & ok)
         r, c = _nonzero2(ok)
         sets = self.fam.sets
-        sub = np.all((sets[live[c]] & ~sets[lo + r]) == 0, axis=1)
+        tgt = np.arange(self.L)[rows][r]
+        sub = np.all((sets[live[c]] & ~sets[tgt]) == 0, axis=1)
         return r[sub], c[sub]
 
     @staticmethod
@@ -327,7 +399,7 @@ class ExactSearch:
             bound, step = bound + step, 2 * step
 
     # --------------------------------------------------------------- memory-centric
-    def lexmin(self, cbound: int = INF) -> Fronts:
+    def lexmin(self, cbound: int = INF, band: int | None = None) -> Fronts:
         """Memory-centric fronts reduced to one entry per state: least ckpt, then most saved.
 
         Feasibility reads only ``c`` and both ``c`` and ``saved`` add along a chain, so the
@@ -336,47 +408,108 @@ class ExactSearch:
         candidate with that value comes from its source's own minimum, so breaking ties by the
         smallest source id gives the full DP's predecessor (first arrival) too. Entries above
         ``cbound`` (at least the optimum's ckpt) are dropped: ckpt only grows.
+
+        ``dm ≥ 0``, so the values are shortest-path distances and are settled in Dijkstra
+        order, a band of ``c`` at a time (:meth:`_lexmin_pass`): a state whose value is at
+        least the band's end is never a source of a state settled before, so the pairs
+        ``i → j`` with ``c_i`` above ``j``'s value are mostly never formed, and the search
+        stops once V is settled (states above V's value never are). ``band``: how many
+        states the running bests at least settle per pass (default :attr:`band`).
         """
-        L = self.L
-        fronts = Fronts.empty(L)
+        L, end = self.L, self.end
+        band = self.band if band is None else band
+        best = np.full((3, L), INF, np.int64)    # running (c, −s, source) per state; final once
+        best[:, 0] = 0, 0, -1                    # settled (the lexicographic minimum)
+        open_ = np.ones(L, bool)
+        keyc = np.full(L, INF, np.int64)         # settled: c − 2·m(L), the peak test
+        report = current_progress().position
+        while open_[end]:
+            oc = best[0, open_]
+            oc = oc[(oc < INF) & (oc <= cbound)]
+            if oc.size == 0:
+                break
+            k = min(band, oc.size) - 1
+            beta = int(np.partition(oc, k)[k]) + 1   # ≥ k + 1 states settle this pass
+            self._lexmin_pass(beta, cbound, best, open_, keyc)
+            report(int(L - open_.sum()), L)
+        ids = np.flatnonzero(~open_)
+        fronts = Fronts.empty(L, capacity=max(ids.size, 1))
         fronts.span = self.span
-        fronts.append(0, np.zeros(1, np.int64), np.zeros(1, np.int64), np.full(1, -1, np.int64))
-        keyc = np.full(L, INF, np.int64)
-        smax = np.full(L, -INF, np.int64)
-        cmin = np.zeros(L, np.int64)
-        entry = np.full(L, -1, np.int64)
-        keyc[0], smax[0], entry[0] = -int(self.two_mL[0]), 0, 0
-        for _lo, tgt, src in self.chunks(keyc):
-            tgt, src = self._lexmin_candidates(tgt, src, cmin, cbound)
-            if tgt.size == 0:
-                continue
-            dt, dm = self.deltas(tgt, src)
-            nc = cmin[src] + dm
-            ok = nc <= cbound
-            if not ok.any():
-                continue
-            tgt, src, nc, ns = tgt[ok], src[ok], nc[ok], smax[src[ok]] + dt[ok]
-            first = self._lexmin_pick(tgt, nc, ns)
-            st = tgt[first]
-            entry[st] = fronts.size + np.arange(st.size)
-            self._store(fronts, st, ns[first], nc[first], entry[src[first]], keyc, smax, cmin,
-                        self.two_mL)
+        entry = np.full(L + 1, -1, np.int64)     # entry[-1] = -1: ∅'s predecessor
+        entry[ids] = np.arange(ids.size)
+        fronts.extend(ids, -best[1, ids], best[0, ids], entry[best[2, ids]])
         fronts.ptr = np.maximum.accumulate(fronts.ptr)
         return fronts
 
-    def _lexmin_candidates(self, tgt, src, cmin, cbound):
-        """Pairs that may hold their target's least ``c + dm``, before computing ``dm``.
+    #: States a :meth:`lexmin` pass settles at least (from the running bests): fewer passes
+    #: cost Python steps per size level, more let more pairs from above a target's value in.
+    band = 1024
 
-        ``∂L_j ∩ L_i ⊆ ∂L_i``, so ``m(∂L_j) − m(∂L_i) ≤ dm ≤ m(∂L_j)``: a pair whose lower
-        end exceeds ``cbound`` or another pair's upper end (same target) cannot win, nor tie.
+    def _lexmin_pass(self, beta, cbound, best, open_, keyc):
+        """Settle every open state whose value is below ``beta`` (and at most ``cbound``).
+
+        Level by level (sources lie in smaller levels): the states this pass has settled so
+        far are paired with the level's open states (:meth:`_lexmin_relax`), then those
+        whose running best is below ``beta`` are settled — final, as every state settled
+        later has a value ≥ ``beta`` and ``dm ≥ 0``; a later state cannot tie either.
         """
+        two_mL, lv = self.two_mL, self.levels
+        new = np.zeros(0, np.int64)                  # settled this pass, ascending ids
+        for a, b in zip(lv[:-1].tolist(), lv[1:].tolist()):
+            tgt = a + np.flatnonzero(open_[a:b])
+            if tgt.size == 0:
+                continue
+            if new.size:
+                step = max(1, self.cells // new.size)
+                for lo in range(0, tgt.size, step):
+                    self._lexmin_relax(tgt[lo:lo + step], new, best, keyc)
+            c = best[0, tgt]
+            done = tgt[(c < beta) & (c <= cbound)]
+            if done.size:
+                open_[done] = False
+                keyc[done] = best[0, done] - two_mL[done]
+                new = np.concatenate([new, done])
+
+    def _lexmin_relax(self, tgt, src, best, keyc):
+        """Fold the pairs ``src → tgt`` (settled sources, open targets) into the targets'
+        running bests ``best`` = (c, −saved, source), lexicographically least wins.
+
+        Pairs are pruned before ``dm`` is computed: ``∂L_j ∩ L_i ⊆ ∂L_i``, so
+        ``c_i + m(∂L_j) − min(m(∂L_i), m(∂L_j)) ≤ c_i + dm ≤ c_i + m(∂L_j)``; a pair whose
+        lower end exceeds the target's best upper end (or running best) can neither win nor
+        tie. ``dt`` is then computed only for the pairs that reach the least ``c``.
+        """
+        ok = keyc[None, src] <= self.thr[tgt, None]          # the peak test
+        bc = best[0]
+        ok &= bc[None, src] <= bc[tgt, None]                 # c only grows
+        r, col = self._inclusion(tgt, src, ok)
+        if r.size == 0:
+            return
         m_bnd = self.fam.m_bnd
-        hi = cmin[src] + m_bnd[tgt]
-        lo = hi - np.minimum(m_bnd[src], m_bnd[tgt])
-        starts = run_starts(tgt)
-        seg = np.repeat(np.arange(starts.size), np.diff(np.append(starts, tgt.size)))
-        ok = (lo <= cbound) & (lo <= np.minimum.reduceat(hi, starts)[seg])
-        return tgt[ok], src[ok]
+        s_id = src[col]
+        t_id = tgt[r]
+        cs = best[0, s_id]
+        mt = m_bnd[t_id]
+        hi = cs + mt
+        starts = run_starts(r)
+        rows = r[starts]
+        ub = best[0, tgt]
+        ub[rows] = np.minimum(ub[rows], np.minimum.reduceat(hi, starts))
+        keep = hi - np.minimum(m_bnd[s_id], mt) <= ub[r]
+        r, s_id, t_id, cs = r[keep], s_id[keep], t_id[keep], cs[keep]
+        nc = cs + self.delta_m(t_id, s_id)
+        starts = run_starts(r)
+        rows = r[starts]
+        ub[rows] = np.minimum(ub[rows], np.minimum.reduceat(nc, starts))
+        tie = nc == ub[r]
+        r, s_id, t_id, nc = r[tie], s_id[tie], t_id[tie], nc[tie]
+        ns = self.delta_t(t_id, s_id) - best[1, s_id]       # saved of the candidates
+        pick = self._lexmin_pick(r, nc, ns)
+        j, nc, ns, s_id = t_id[pick], nc[pick], -ns[pick], s_id[pick]
+        cur = best[:, j]
+        win = (nc < cur[0]) | ((nc == cur[0]) & ((ns < cur[1]) | ((ns == cur[1])
+                                                                  & (s_id < cur[2]))))
+        best[:, j[win]] = nc[win], ns[win], s_id[win]
 
     @staticmethod
     def _lexmin_pick(tgt, nc, ns):
@@ -397,4 +530,3 @@ class ExactSearch:
             if has_end(fronts):
                 return fronts
         return self.lexmin()
-

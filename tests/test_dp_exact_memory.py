@@ -1,0 +1,153 @@
+"""The memory-centric exact search (:meth:`ExactSearch.lexmin`) against the unpruned DP.
+
+The search settles states in bands of ``c`` (Dijkstra order), prunes pairs by the bounds
+``c_i + m(∂L_j) − min(m(∂L_i), m(∂L_j)) ≤ c_i + dm ≤ c_i + m(∂L_j)`` before computing ``dm``
+and computes ``dt`` only for the pairs that reach the least ``c``. None of it may change the
+plan: chain, saved and ckpt equal the plain pull DP's (:func:`planner.dp.loop.run_dp`, first
+arrival), at every band width — one state per pass up to everything in one pass — on random
+DAGs whose weights are mostly 0 and 1, so that many pairs tie on ``(c, saved)`` and the
+least-source-id rule decides. The boundary lookups (``dt``/``dm``) equal the set arithmetic.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from planner.bitsets import unpack
+from planner.dp import exact_search
+from planner.dp.exact_search import ExactSearch
+from planner.dp.fronts import end_entry, path
+from planner.dp.loop import run_dp
+from planner.dp_families import DPGraph, approx_family, exact_family
+
+
+def _random_dag(rng, n, p):
+    """A random DAG with one sink (every node without a successor feeds node n − 1)."""
+    src, dst = [], []
+    for b in range(1, n):
+        ps = [a for a in range(b) if rng.random() < p] or [int(rng.integers(0, b))]
+        src += ps
+        dst += [b] * len(ps)
+    fed = set(src)
+    for a in range(n - 1):
+        if a not in fed:
+            src.append(a)
+            dst.append(n - 1)
+    perm = rng.permutation(n)
+    return perm[np.array(src)], perm[np.array(dst)]
+
+
+def _case(seed, ties=True):
+    rng = np.random.default_rng(500 + seed)
+    n = 12 + seed % 5
+    src, dst = _random_dag(rng, n, (0.15, 0.25, 0.4)[seed % 3])
+    if ties:                                        # few distinct values: ties everywhere
+        m, t = rng.integers(0, 3, n), rng.integers(0, 2, n)
+    else:
+        m, t = rng.integers(0, 40, n), rng.choice([1, 10], n)
+    return DPGraph(m=m, t=t, src=src, dst=dst)
+
+
+def _plan(fronts, fam):
+    """(chain ids, saved, ckpt) of V's memory-centric entry, None without one."""
+    e = end_entry(fronts, "memory")
+    if e is None:
+        return None
+    ids = [int(fronts.state[k]) for k in path(fronts, e)]
+    return ids, int(fronts.s[e]), int(fronts.c[e])
+
+
+def _budgets(g):
+    """From infeasible to ∅ → V in one block (its peak is about 2·m(V))."""
+    total = int(g.m.sum())
+    return [int(f * total) for f in (0.7, 1.0, 1.15, 1.3, 1.45, 1.6, 1.75, 1.9, 2.5)]
+
+
+@pytest.mark.parametrize("seed", range(10))
+@pytest.mark.parametrize("family", ["exact", "approx"])
+def test_bands_keep_the_plan(seed, family, monkeypatch):
+    """Every band width (1: one state at a time; 10**6: one pass) gives the unpruned plan."""
+    g = _case(seed, ties=seed % 3 != 2)
+    fam = exact_family(g) if family == "exact" else approx_family(g)
+    passes = []
+    real_pass = ExactSearch._lexmin_pass
+    monkeypatch.setattr(ExactSearch, "_lexmin_pass",
+                        lambda self, *a: (passes.append(1), real_pass(self, *a))[1])
+    checked = most = 0
+    for budget in _budgets(g):
+        want = _plan(run_dp(fam, g.t, g.m, budget), fam)
+        for band in (1, 2, 3, 7, 10**6):
+            search = ExactSearch(fam, g, budget)
+            passes.clear()
+            got = _plan(search.lexmin(band=band), fam)
+            assert got == want, (budget, band)
+            if band == 1 and want is not None and want[2] > 0:
+                assert len(passes) >= 2            # ∅'s band (c = 0), then V's
+                most = max(most, len(passes))
+            if want is not None:                   # the approximate upper bound prunes alike
+                assert _plan(search.lexmin(want[2], band=band), fam) == want
+                assert _plan(search.memory_fronts(want[2] + 1), fam) == want
+        checked += want is not None
+    assert checked >= 2 and most >= 3              # several bands really ran
+
+
+def test_ties_are_exercised(monkeypatch):
+    """The tie-heavy cases do reach targets with several pairs at the same (c, saved): the
+    least source id is what decides there (and the plans above still match)."""
+    seen = []
+    real_pick = ExactSearch._lexmin_pick
+
+    def pick(tgt, nc, ns):
+        idx = real_pick(tgt, nc, ns)
+        seen.append(int(tgt.size - idx.size))      # candidates that tied and lost
+        return idx
+    monkeypatch.setattr(ExactSearch, "_lexmin_pick", staticmethod(pick))
+    for seed in range(4):
+        g = _case(seed)
+        fam = exact_family(g)
+        for budget in _budgets(g):
+            ExactSearch(fam, g, budget).lexmin(band=2)
+    assert sum(seen) > 0
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_boundary_lookups_are_the_deltas(seed):
+    """``delta_t``/``delta_m`` (boundary-slot lookups) = t, m of ``∂L_j \\ L_i`` for every
+    inclusion pair, and agree with :meth:`ExactSearch.deltas`."""
+    g = _case(seed, ties=False)
+    fam = exact_family(g)
+    search = ExactSearch(fam, g, int(g.m.sum()))
+    bits = unpack(fam.sets, g.n)
+    bnd = unpack(fam.bnd, g.n)
+    sub = np.all(bits[None, :, :] <= bits[:, None, :], axis=2)      # [j, i]: L_i ⊆ L_j
+    tgt, src = np.nonzero(sub)
+    new = bnd[tgt] & ~bits[src]
+    want_t, want_m = new @ g.t, new @ g.m
+    assert np.array_equal(search.delta_t(tgt, src), want_t)
+    assert np.array_equal(search.delta_m(tgt, src), want_m)
+    dt, dm = search.deltas(tgt, src)
+    assert np.array_equal(dt, want_t) and np.array_equal(dm, want_m)
+
+
+def test_without_inclusion_matrix(monkeypatch):
+    """Past the inclusion matrix's size cap pairs are tested on the bitsets: same plans."""
+    from planner import dp_families
+
+    monkeypatch.setattr(dp_families, "SUBSET_MATRIX_MAX_BYTES", 0)
+    g = _case(4)
+    fam = exact_family(g)
+    assert fam.subset_matrix() is None
+    for budget in _budgets(g):
+        want = _plan(run_dp(fam, g.t, g.m, budget), fam)
+        for band in (1, 4, 10**6):
+            assert _plan(ExactSearch(fam, g, budget).lexmin(band=band), fam) == want
+
+
+def test_impossible_budget_settles_what_it_reaches():
+    """No plan: V is never settled and the fronts say so (the caller reports IMPOSSIBLE)."""
+    g = _case(1, ties=False)
+    fam = exact_family(g)
+    fronts = ExactSearch(fam, g, 0).lexmin(band=2)
+    assert end_entry(fronts, "memory") is None
+    assert exact_search.has_end(fronts) is False
