@@ -89,7 +89,7 @@ def test_bands_keep_the_plan(seed, family, monkeypatch):
                 assert _plan(search.lexmin(want[2], band=band), fam) == want
                 assert _plan(search.memory_fronts(want[2] + 1), fam) == want
         checked += want is not None
-    assert checked >= 2 and most >= 3              # several bands really ran
+    assert checked >= 2 and most >= 2              # several bands really ran
 
 
 def test_ties_are_exercised(monkeypatch):
@@ -103,12 +103,19 @@ def test_ties_are_exercised(monkeypatch):
         seen.append(int(tgt.size - idx.size))      # candidates that tied and lost
         return idx
     monkeypatch.setattr(ExactSearch, "_lexmin_pick", staticmethod(pick))
+    passes = []
+    real_pass = ExactSearch._lexmin_pass
+    monkeypatch.setattr(ExactSearch, "_lexmin_pass",
+                        lambda self, *a: (passes.append(1), real_pass(self, *a))[1])
+    most = 0
     for seed in range(4):
         g = _case(seed)
         fam = exact_family(g)
         for budget in _budgets(g):
+            passes.clear()
             ExactSearch(fam, g, budget).lexmin(band=2)
-    assert sum(seen) > 0
+            most = max(most, len(passes))
+    assert sum(seen) > 0 and most >= 4
 
 
 @pytest.mark.parametrize("seed", range(4))
