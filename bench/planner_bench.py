@@ -23,6 +23,7 @@ no meaning for a graph it never ran):
 
     python3 bench/planner_bench.py --solvers DPfix --generated 5,8,12,16,24,29 --limit 60
     python3 bench/planner_bench.py --graphs none --generated 5,29        # generated graphs only
+    python3 bench/planner_bench.py --solvers DPfix --strategies memory  # one strategy's rows
 """
 
 from __future__ import annotations
@@ -103,6 +104,8 @@ def main(argv=None) -> int:
     ap.add_argument("--graphs", default="", help="comma list (default: all with a cg file)")
     ap.add_argument("--solvers", default="DP2fix,DPfix")
     ap.add_argument("--labels", default="", help="comma list of budget labels (default: all)")
+    ap.add_argument("--strategies", default="time,memory",
+                    help="comma list of strategies to run (default: time,memory)")
     ap.add_argument("--limit", type=float, default=150.0,
                     help="seconds per solve, every row (default 150, the reference's limit)")
     ap.add_argument("--slow", type=float, default=10.0, help="flag solves over this (default 10 s)")
@@ -112,9 +115,10 @@ def main(argv=None) -> int:
     rows = list(csv.DictReader(open(SHARED / "reference" / "results.csv")))
     graphs = set(args.graphs.split(",")) if args.graphs else None
     parsed = {}
+    strategies = tuple(args.strategies.split(","))
     if args.generated and "DPfix" in args.solvers.split(","):
         for name, g, grows in generated_rows([int(b) for b in args.generated.split(",")],
-                                             ("time", "memory")):
+                                             strategies):
             parsed[name] = g
             rows.extend(grows)
             if graphs is not None:
@@ -130,6 +134,8 @@ def main(argv=None) -> int:
         if row["solver"] not in solvers or (graphs and row["graph"] not in graphs):
             continue
         if labels and row["budget_label"] not in labels:
+            continue
+        if row["strategy"] not in strategies:
             continue
         if row["graph"] not in parsed:
             path = SHARED / "graphs" / f"cg_{row['graph']}.txt"

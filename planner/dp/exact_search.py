@@ -16,8 +16,12 @@ strategy's plan can depend on, and keeps the reference's plan and tie-breaks exa
 * Memory-centric: the plan is V's least-ckpt entry (most saved among those). Feasibility
   reads only ``c`` and both quantities add along a chain, so one entry per state — the
   lexicographic minimum of ``(c, −saved)``, ties to the least source id — reproduces it
-  with its predecessors; pairs are pruned by the approximate DP's ckpt (its chain is a
-  chain of the exact family, so an upper bound) and by ``m(∂L_j) − m(∂L_i) ≤ dm ≤ m(∂L_j)``.
+  with its predecessors. ``dm ≥ 0``, so these are shortest paths: states are settled in
+  Dijkstra order, a band of ``c`` per pass, and the search stops when V is settled; a pair
+  ``i → j`` is formed only while ``j`` is open and ``c_i`` is at most ``j``'s running best,
+  and dropped before ``dm`` by ``m(∂L_j) − m(∂L_i) ≤ dm ≤ m(∂L_j)``; ``dt`` is computed only
+  for the pairs that reach the least ``c``. The approximate DP's ckpt (its chain is a chain
+  of the exact family, so an upper bound) caps what is settled.
 * Why pruning keeps the plan: a dropped entry's bound exceeds ``g`` ≥ the optimum, so it
   neither reaches the optimum nor weakly dominates an entry that does; every entry on the
   optimal chain, and every candidate with the same value (the first-arrival tie-break),
@@ -27,7 +31,7 @@ strategy's plan can depend on, and keeps the reference's plan and tie-breaks exa
   from the cover relation and reused by every budget) gives a state's sources as one row; a
   whole size level of targets (sources lie in smaller levels) is handled at once, in
   chunks: pairs by ``nonzero``, ``dt``/``dm`` by 16-bit weighted-popcount tables on
-  ``∂L_j ∩ L_i``, knapsack bounds by one ``searchsorted`` over all states' prefix sums, the
+  ``∂L_j ∩ L_i`` (memory-centric: one membership lookup per node of ``∂L_j``), knapsack bounds by one ``searchsorted`` over all states' prefix sums, the
   per-(state, saved) minimum and per-state Pareto cut by segmented array operations.
 
 Example::
@@ -203,34 +207,35 @@ class ExactSearch:
         """``dm`` of each pair ``L_src → L_tgt``: ``m(∂L_tgt \\ L_src)`` (:meth:`_held`)."""
         if self.pairs is not None:
             return self.pairs(tgt, src)[2]
-        return self.fam.m_bnd[tgt] - self._held(tgt, src, 1)
+        return self.fam.m_bnd[tgt] - self._held(tgt, src, (1,))[0]
 
     def delta_t(self, tgt: np.ndarray, src: np.ndarray) -> np.ndarray:
         """``dt`` of each pair ``L_src → L_tgt``: ``t(∂L_tgt \\ L_src)`` (:meth:`_held`)."""
         if self.pairs is not None:
             return self.pairs(tgt, src)[1]
-        return self.fam.t_bnd[tgt] - self._held(tgt, src, 0)
+        return self.fam.t_bnd[tgt] - self._held(tgt, src, (0,))[0]
 
-    def _held(self, tgt: np.ndarray, src: np.ndarray, which: int) -> np.ndarray:
-        """``Σ w(v)`` over ``v ∈ ∂L_tgt ∩ L_src`` per pair, ``w`` = ``t`` (0) or ``m`` (1).
+    def _held(self, tgt: np.ndarray, src: np.ndarray, which=(0, 1)) -> list:
+        """Per weight of ``which`` (0: ``t``, 1: ``m``): ``Σ w(v)`` over ``∂L_tgt ∩ L_src``.
 
         ``∂L_tgt`` holds a few nodes (:func:`_boundary_nodes`), so this is one membership
-        lookup per boundary slot and pair — O(pairs · max|∂L|), whatever the word count."""
+        lookup per boundary slot and pair — O(pairs · |∂L|), whatever the word count; slot
+        ``k`` is looked up only for the pairs whose target has more than ``k`` nodes."""
         node, wts, cnt, member = self.bnodes
-        w = wts[which]
-        K = node.shape[1]
-        held = np.zeros(tgt.size, np.int64)
+        K, L = node.shape[1], self.L
+        ct = cnt[tgt]
         base = tgt * K
-        L = self.L
-        for k in range(K):
-            if k:
-                live = np.flatnonzero(cnt[tgt] > k) if k == 1 else live[cnt[tgt[live]] > k]
-                if live.size == 0:
-                    break
-                idx = base[live] + k
-                held[live] += w.ravel()[idx] * member[node.ravel()[idx] * L + src[live]]
-            else:
-                held += w.ravel()[base] * member[node.ravel()[base] * L + src]
+        bit = member[node.ravel()[base] * L + src]
+        held = [wts[w].ravel()[base] * bit for w in which]
+        live = np.arange(tgt.size)
+        for k in range(1, K):
+            live = live[ct[live] > k]
+            if live.size == 0:
+                break
+            idx = base[live] + k
+            bit = member[node.ravel()[idx] * L + src[live]]
+            for h, w in zip(held, which):
+                h[live] += wts[w].ravel()[idx] * bit
         return held
 
     def chunks(self, keyc: np.ndarray, smax: np.ndarray | None = None,
@@ -497,6 +502,8 @@ class ExactSearch:
         ub[rows] = np.minimum(ub[rows], np.minimum.reduceat(hi, starts))
         keep = hi - np.minimum(m_bnd[s_id], mt) <= ub[r]
         r, s_id, t_id, cs = r[keep], s_id[keep], t_id[keep], cs[keep]
+        if r.size == 0:
+            return
         nc = cs + self.delta_m(t_id, s_id)
         starts = run_starts(r)
         rows = r[starts]
