@@ -48,6 +48,8 @@ Example::
 
 from __future__ import annotations
 
+from functools import cached_property
+
 import numpy as np
 
 from hgraph.progress import current as current_progress
@@ -155,7 +157,6 @@ class ExactSearch:
         if fam.kind == "exact":
             self.sub = fam.subset_matrix()
             self.levels = np.flatnonzero(np.r_[True, fam.size[1:] != fam.size[:-1], True])
-            self.tab_t, self.tab_m = self._popcount_tables(fam, g)
             self.bnodes = _boundary_nodes(fam, g)
             self.pairs = None
         else:                                               # dense approximate family
@@ -167,8 +168,17 @@ class ExactSearch:
         sinks = np.flatnonzero(~has_succ)
         # c_final + 2·m(last block) ≤ B, and the last block holds a sink: room for checkpoints
         self.cap0 = self.B - 2 * int(g.m[sinks].min()) if sinks.size else self.B
-        self.knapsack = KnapsackBound(fam, g)
-        self.ks0 = self.knapsack(np.arange(self.L), np.full(self.L, max(self.cap0, 0)))
+        self.g = g
+
+    @cached_property
+    def knapsack(self) -> KnapsackBound:
+        """Per-state checkpoint knapsack tables (time-centric bounds only: built on first use)."""
+        return KnapsackBound(self.fam, self.g)
+
+    @cached_property
+    def ks0(self) -> np.ndarray:
+        """Every state's knapsack bound at the whole checkpoint room ``cap0``."""
+        return self.knapsack(np.arange(self.L), np.full(self.L, max(self.cap0, 0)))
 
     # --------------------------------------------------------------- per-state quantities
     @staticmethod
@@ -186,6 +196,7 @@ class ExactSearch:
         """``(dt, dm)`` of each pair ``L_src → L_tgt``: ``t``, ``m`` of ``∂L_tgt \\ L_src``."""
         if self.pairs is not None:                          # approximate family
             return self.pairs(tgt, src)[1:]
+        tab_t, tab_m = self._popcount_tables(self.fam, self.g)
         bits = _chunk_bits(self.fam.sets.shape[1])
         per_word, mask = 64 // bits, np.uint64((1 << bits) - 1)
         bnd, sets = self.fam.bnd, self.fam.sets
@@ -199,8 +210,8 @@ class ExactSearch:
             word = word[nz]
             for k in range(per_word):
                 x = ((word >> np.uint64(k * bits)) & mask).astype(np.intp)
-                dt[nz] -= self.tab_t[w * per_word + k, x]
-                dm[nz] -= self.tab_m[w * per_word + k, x]
+                dt[nz] -= tab_t[w * per_word + k, x]
+                dm[nz] -= tab_m[w * per_word + k, x]
         return dt, dm
 
     def delta_m(self, tgt: np.ndarray, src: np.ndarray) -> np.ndarray:
