@@ -119,9 +119,13 @@ def test_ties_are_exercised(monkeypatch):
 
 
 @pytest.mark.parametrize("seed", range(4))
-def test_boundary_lookups_are_the_deltas(seed):
-    """``delta_t``/``delta_m`` (boundary-slot lookups) = t, m of ``∂L_j \\ L_i`` for every
-    inclusion pair, and agree with :meth:`ExactSearch.deltas`."""
+@pytest.mark.parametrize("tables", [True, False])
+def test_boundary_lookups_are_the_deltas(seed, tables, monkeypatch):
+    """``delta_t``/``delta_m`` (boundary-slot lookups, through the subset-sum tables or slot
+    by slot) = t, m of ``∂L_j \\ L_i`` for every inclusion pair, and agree with
+    :meth:`ExactSearch.deltas`."""
+    if not tables:
+        monkeypatch.setattr(exact_search, "BOUNDARY_TABLE_MAX", 0)
     g = _case(seed, ties=False)
     fam = exact_family(g)
     search = ExactSearch(fam, g, int(g.m.sum()))
@@ -135,6 +139,7 @@ def test_boundary_lookups_are_the_deltas(seed):
     assert np.array_equal(search.delta_m(tgt, src), want_m)
     dt, dm = search.deltas(tgt, src)
     assert np.array_equal(dt, want_t) and np.array_equal(dm, want_m)
+    assert (search.bnodes[2] is None) == (not tables)
 
 
 def test_without_inclusion_matrix(monkeypatch):

@@ -85,13 +85,20 @@ def _nonzero2(mask: np.ndarray):
     return np.divmod(flat, mask.shape[1])
 
 
+#: Largest boundary (``max |∂L|``) whose per-state subset-sum tables (``2^K`` entries a state)
+#: :func:`_boundary_nodes` builds; past it :meth:`ExactSearch._held` adds slot by slot.
+BOUNDARY_TABLE_MAX = 8
+
+
 def _boundary_nodes(fam, g):
     """Each set's boundary nodes, padded to the largest ``|∂L|`` (budget-free, on the family).
 
-    Returns ``(node [L, K], (t, m) [2, L, K], count [L], member)``: the ``K`` slots of row
-    ``j`` are ``∂L_j``'s nodes, then node 0 with weight 0; ``member`` is the node-major
-    membership flattened (``member[v·L + i]``: ``v ∈ L_i``), what :meth:`ExactSearch._held`
-    looks a slot up in.
+    Returns ``(node, member, tables)``. ``node [L, K]``: row ``j`` holds ``∂L_j``'s nodes,
+    padded with node 0 (at weight 0); ``member [L·n]``: the sets' bits, set-major
+    (``member[i·n + v]``: ``v ∈ L_i``), so one pair's ``K`` lookups read one short row.
+    ``tables [2, L·2^K]`` (``K ≤`` :data:`BOUNDARY_TABLE_MAX`, else ``None``): entry
+    ``j·2^K + mask`` is the ``t`` (row 0) and ``m`` (row 1) of the slots of ``∂L_j`` set in
+    ``mask`` — a pair's held weights are one lookup once its ``K`` bits are packed.
     """
     key = (g.m.tobytes(), g.t.tobytes())
     cached = fam.cache.get("boundary_nodes")
@@ -106,8 +113,12 @@ def _boundary_nodes(fam, g):
         node[rows, slot] = v
         wts[0, rows, slot] = g.t[v]
         wts[1, rows, slot] = g.m[v]
-        member = fam.members(g.n).ravel()
-        cached = fam.cache["boundary_nodes"] = (key, (node, wts, cnt, member))
+        member = np.ascontiguousarray(unpack(fam.sets, g.n)).ravel()
+        tables = None
+        if K <= BOUNDARY_TABLE_MAX:
+            masks = (np.arange(1 << K)[:, None] >> np.arange(K)) & 1     # [2^K, K]
+            tables = (wts @ masks.T).reshape(2, -1)                       # [2, L·2^K]
+        cached = fam.cache["boundary_nodes"] = (key, (node, member, tables, wts))
     return cached[1]
 
 
@@ -229,24 +240,26 @@ class ExactSearch:
     def _held(self, tgt: np.ndarray, src: np.ndarray, which=(0, 1)) -> list:
         """Per weight of ``which`` (0: ``t``, 1: ``m``): ``Σ w(v)`` over ``∂L_tgt ∩ L_src``.
 
-        ``∂L_tgt`` holds a few nodes (:func:`_boundary_nodes`), so this is one membership
-        lookup per boundary slot and pair — O(pairs · |∂L|), whatever the word count; slot
-        ``k`` is looked up only for the pairs whose target has more than ``k`` nodes."""
-        node, wts, cnt, member = self.bnodes
-        K, L = node.shape[1], self.L
-        ct = cnt[tgt]
-        base = tgt * K
-        bit = member[node.ravel()[base] * L + src]
-        held = [wts[w].ravel()[base] * bit for w in which]
-        live = np.arange(tgt.size)
-        for k in range(1, K):
-            live = live[ct[live] > k]
-            if live.size == 0:
-                break
-            idx = base[live] + k
-            bit = member[node.ravel()[idx] * L + src[live]]
-            for h, w in zip(held, which):
-                h[live] += wts[w].ravel()[idx] * bit
+        ``∂L_tgt`` holds a few nodes (:func:`_boundary_nodes`: GoogLeNet at most 6, the
+        generated CNNs 5), so this is one membership lookup per boundary slot and pair —
+        O(pairs · max|∂L|) whatever the word count — packed into a mask that indexes the
+        target's subset-sum table; in blocks of pairs that keep the ``[pairs, K]`` arrays
+        small. Without tables (a big boundary) the weights are added slot by slot."""
+        node, member, tables, wts = self.bnodes
+        K, n = node.shape[1], self.g.n
+        held = [np.empty(tgt.size, np.int64) for _ in which]
+        weights = (np.uint8(1) << np.arange(K, dtype=np.uint8)) if tables is not None else None
+        step = 1 << 16                                             # temporaries stay cached
+        for lo in range(0, tgt.size, step):
+            t, s = tgt[lo:lo + step], src[lo:lo + step]
+            bits = member[s[:, None] * n + node[t]]                # [pairs, K]
+            if tables is not None:
+                idx = (t << K) + bits.view(np.uint8) @ weights     # packed mask, K ≤ 8
+                for h, w in zip(held, which):
+                    h[lo:lo + step] = tables[w][idx]
+            else:
+                for h, w in zip(held, which):
+                    h[lo:lo + step] = np.where(bits, wts[w][t], 0).sum(axis=1)
         return held
 
     def chunks(self, keyc: np.ndarray, smax: np.ndarray | None = None,
@@ -464,27 +477,48 @@ class ExactSearch:
     def _lexmin_pass(self, beta, cbound, best, open_, keyc):
         """Settle every open state whose value is below ``beta`` (and at most ``cbound``).
 
-        Level by level (sources lie in smaller levels): the states this pass has settled so
-        far are paired with the level's open states (:meth:`_lexmin_relax`), then those
+        Level by level (sources lie in smaller levels): the level's open states are paired
+        with the states this pass has settled below them (:meth:`_lexmin_relax`), then those
         whose running best is below ``beta`` are settled — final, as every state settled
         later has a value ≥ ``beta`` and ``dm ≥ 0``; a later state cannot tie either.
+
+        Folding sources into a running best is order-free (a lexicographic minimum), so a
+        run of levels paired with the same prefix of this pass's settled states takes what
+        was settled since in one call (up to ``cells`` cells): a level costs a call of its
+        own only where something was settled just below it.
         """
-        two_mL, lv = self.two_mL, self.levels
-        new = np.zeros(0, np.int64)                  # settled this pass, ascending ids
-        for a, b in zip(lv[:-1].tolist(), lv[1:].tolist()):
-            tgt = a + np.flatnonzero(open_[a:b])
-            if tgt.size == 0:
-                continue
-            if new.size:
-                step = max(1, self.cells // new.size)
+        lv = self.levels
+        nlev = lv.size - 1
+        ready = np.flatnonzero(open_ & (best[0] < beta))
+        if ready.size == 0:
+            return
+        counts = np.add.reduceat(open_, lv[:-1]).tolist()      # open states per level
+        upto = [0] * nlev                                     # settled prefix paired in
+        bounds = lv.tolist()
+        new = np.zeros(0, np.int64)                           # settled this pass, ascending
+        for lvl in range(int(np.searchsorted(lv, ready[0], side="right")) - 1, nlev):
+            if upto[lvl] < new.size:
+                src = new[upto[lvl]:]
+                e, total = lvl + 1, counts[lvl]
+                while (e < nlev and upto[e] == upto[lvl]
+                       and (total + counts[e]) * src.size <= self.cells):
+                    total += counts[e]
+                    e += 1
+                tgt = bounds[lvl] + np.flatnonzero(open_[bounds[lvl]:bounds[e]])
+                step = max(1, self.cells // src.size)
                 for lo in range(0, tgt.size, step):
-                    self._lexmin_relax(tgt[lo:lo + step], new, best, keyc)
-            c = best[0, tgt]
-            done = tgt[(c < beta) & (c <= cbound)]
-            if done.size:
-                open_[done] = False
-                keyc[done] = best[0, done] - two_mL[done]
-                new = np.concatenate([new, done])
+                    self._lexmin_relax(tgt[lo:lo + step], src, best, keyc)
+                upto[lvl:e] = [new.size] * (e - lvl)
+            if counts[lvl]:
+                a, b = bounds[lvl], bounds[lvl + 1]
+                tgt = a + np.flatnonzero(open_[a:b])
+                c = best[0, tgt]
+                done = tgt[(c < beta) & (c <= cbound)]
+                if done.size:
+                    open_[done] = False
+                    keyc[done] = best[0, done] - self.two_mL[done]
+                    new = np.concatenate([new, done])
+                    counts[lvl] -= done.size
 
     def _lexmin_relax(self, tgt, src, best, keyc):
         """Fold the pairs ``src → tgt`` (settled sources, open targets) into the targets'
