@@ -444,12 +444,17 @@ class ExactSearch:
         ``i → j`` with ``c_i`` above ``j``'s value are mostly never formed, and the search
         stops once V is settled (states above V's value never are). ``band``: how many
         states the running bests at least settle per pass (default :attr:`band`).
+
+        A state's value is at least ``m(∂L)``: each node of ``∂L`` has a successor outside
+        every set of the chain, so it is a checkpoint of the block that adds it. States with
+        ``m(∂L) > cbound`` are therefore never targets at all.
         """
         L, end = self.L, self.end
         band = self.band if band is None else band
         best = np.full((3, L), INF, np.int64)    # running (c, −s, source) per state; final once
         best[:, 0] = 0, 0, -1                    # settled (the lexicographic minimum)
-        open_ = np.ones(L, bool)
+        alive = self.fam.m_bnd <= cbound         # every chain to L checkpoints all of ∂L
+        open_ = alive.copy()
         keyc = np.full(L, INF, np.int64)         # settled: c − 2·m(L), the peak test
         report = current_progress().position
         while open_[end]:
@@ -461,7 +466,7 @@ class ExactSearch:
             beta = int(np.partition(oc, k)[k]) + 1   # ≥ k + 1 states settle this pass
             self._lexmin_pass(beta, cbound, best, open_, keyc)
             report(int(L - open_.sum()), L)
-        ids = np.flatnonzero(~open_)
+        ids = np.flatnonzero(alive & ~open_)
         fronts = Fronts.empty(L, capacity=max(ids.size, 1))
         fronts.span = self.span
         entry = np.full(L + 1, -1, np.int64)     # entry[-1] = -1: ∅'s predecessor
