@@ -453,19 +453,25 @@ class ExactSearch:
         band = self.band if band is None else band
         best = np.full((3, L), INF, np.int64)    # running (c, −s, source) per state; final once
         best[:, 0] = 0, 0, -1                    # settled (the lexicographic minimum)
-        alive = self.fam.m_bnd <= cbound         # every chain to L checkpoints all of ∂L
-        open_ = alive.copy()
+        lb = self.fam.m_bnd                      # every chain to L checkpoints all of ∂L
+        open_ = lb <= cbound                     # not settled (nor above cbound)
+        alive = open_.copy()
+        todo = np.zeros(L, bool)                 # open, and paired with every settled source
         keyc = np.full(L, INF, np.int64)         # settled: c − 2·m(L), the peak test
         report = current_progress().position
         while open_[end]:
-            oc = best[0, open_]
-            oc = oc[(oc < INF) & (oc <= cbound)]
-            if oc.size == 0:
+            est = np.where(todo, best[0], lb)[open_]
+            est = est[(est < INF) & (est <= cbound)]
+            if est.size == 0:
                 break
-            k = min(band, oc.size) - 1
-            beta = int(np.partition(oc, k)[k]) + 1   # ≥ k + 1 states settle this pass
-            self._lexmin_pass(beta, cbound, best, open_, keyc)
-            report(int(L - open_.sum()), L)
+            k = min(band, est.size) - 1
+            beta = int(np.partition(est, k)[k]) + 1  # ≥ k + 1 states settle or join
+            join = np.flatnonzero(open_ & ~todo & (lb < beta))
+            if join.size:
+                self._lexmin_catch_up(join, np.flatnonzero(alive & ~open_), best, keyc)
+                todo[join] = True
+            self._lexmin_pass(beta, cbound, best, open_, todo, keyc)
+            report(int(alive.sum() - open_.sum()), L)
         ids = np.flatnonzero(alive & ~open_)
         fronts = Fronts.empty(L, capacity=max(ids.size, 1))
         fronts.span = self.span
@@ -475,17 +481,30 @@ class ExactSearch:
         fronts.ptr = np.maximum.accumulate(fronts.ptr)
         return fronts
 
-    #: States a :meth:`lexmin` pass settles at least (from the running bests): fewer passes
-    #: cost Python steps per size level, more let more pairs from above a target's value in.
+    #: States a :meth:`lexmin` pass settles or starts pairing at least: fewer passes cost
+    #: Python steps per size level, more let more pairs from above a target's value in.
     band = 1024
 
-    def _lexmin_pass(self, beta, cbound, best, open_, keyc):
-        """Settle every open state whose value is below ``beta`` (and at most ``cbound``).
+    def _lexmin_catch_up(self, tgt, settled, best, keyc):
+        """Pair states that become targets (``m(∂L)`` below the band's end) with every
+        state settled before (sources below them only), in chunks of ``cells`` cells."""
+        if settled.size == 0:
+            return
+        step = max(1, self.cells // settled.size)
+        for lo in range(0, tgt.size, step):
+            t = tgt[lo:lo + step]
+            src = settled[:int(np.searchsorted(settled, t[-1]))]
+            if src.size:
+                self._lexmin_relax(t, src, best, keyc)
 
-        Level by level (sources lie in smaller levels): the level's open states are paired
+    def _lexmin_pass(self, beta, cbound, best, open_, todo, keyc):
+        """Settle every target (``todo``) whose value is below ``beta`` (and ≤ ``cbound``).
+
+        Level by level (sources lie in smaller levels): the level's targets are paired
         with the states this pass has settled below them (:meth:`_lexmin_relax`), then those
         whose running best is below ``beta`` are settled — final, as every state settled
-        later has a value ≥ ``beta`` and ``dm ≥ 0``; a later state cannot tie either.
+        later has a value ≥ ``beta`` and ``dm ≥ 0``; a later state cannot tie either. A
+        state that is no target has ``m(∂L) ≥ beta``, so no value below it.
 
         Folding sources into a running best is order-free (a lexicographic minimum), so a
         run of levels paired with the same prefix of this pass's settled states takes what
@@ -494,10 +513,10 @@ class ExactSearch:
         """
         lv = self.levels
         nlev = lv.size - 1
-        ready = np.flatnonzero(open_ & (best[0] < beta))
+        ready = np.flatnonzero(todo & (best[0] < beta))
         if ready.size == 0:
             return
-        counts = np.add.reduceat(open_, lv[:-1]).tolist()      # open states per level
+        counts = np.add.reduceat(todo, lv[:-1]).tolist()       # targets per level
         upto = [0] * nlev                                     # settled prefix paired in
         bounds = lv.tolist()
         new = np.zeros(0, np.int64)                           # settled this pass, ascending
@@ -509,18 +528,18 @@ class ExactSearch:
                        and (total + counts[e]) * src.size <= self.cells):
                     total += counts[e]
                     e += 1
-                tgt = bounds[lvl] + np.flatnonzero(open_[bounds[lvl]:bounds[e]])
+                tgt = bounds[lvl] + np.flatnonzero(todo[bounds[lvl]:bounds[e]])
                 step = max(1, self.cells // src.size)
                 for lo in range(0, tgt.size, step):
                     self._lexmin_relax(tgt[lo:lo + step], src, best, keyc)
                 upto[lvl:e] = [new.size] * (e - lvl)
             if counts[lvl]:
                 a, b = bounds[lvl], bounds[lvl + 1]
-                tgt = a + np.flatnonzero(open_[a:b])
+                tgt = a + np.flatnonzero(todo[a:b])
                 c = best[0, tgt]
                 done = tgt[(c < beta) & (c <= cbound)]
                 if done.size:
-                    open_[done] = False
+                    open_[done] = todo[done] = False
                     keyc[done] = best[0, done] - self.two_mL[done]
                     new = np.concatenate([new, done])
                     counts[lvl] -= done.size
