@@ -23,7 +23,7 @@ no meaning for a graph it never ran):
 
     python3 bench/planner_bench.py --solvers DPfix --generated 5,8,12,16,24,29 --limit 60
     python3 bench/planner_bench.py --graphs none --generated 5,29        # generated graphs only
-    python3 bench/planner_bench.py --solvers DPfix --strategies memory  # one strategy's rows
+    python3 bench/planner_bench.py --solvers DPfix --strategies time     # one side only
 """
 
 from __future__ import annotations
@@ -115,16 +115,16 @@ def main(argv=None) -> int:
     rows = list(csv.DictReader(open(SHARED / "reference" / "results.csv")))
     graphs = set(args.graphs.split(",")) if args.graphs else None
     parsed = {}
-    strategies = tuple(args.strategies.split(","))
     if args.generated and "DPfix" in args.solvers.split(","):
         for name, g, grows in generated_rows([int(b) for b in args.generated.split(",")],
-                                             strategies):
+                                             tuple(args.strategies.split(","))):
             parsed[name] = g
             rows.extend(grows)
             if graphs is not None:
                 graphs.add(name)
     solvers = set(args.solvers.split(","))
     labels = set(args.labels.split(",")) if args.labels else None
+    strategies = set(args.strategies.split(","))
     published = {(r["graph"], r["solver"], r["strategy"], r["budget_label"]): r for r in rows}
     per = defaultdict(lambda: [0.0, 0.0, 0, 0, 0, 0])  # ours, ref, rows, mismatches, slow, lsets
     bad = slow = 0

@@ -20,8 +20,9 @@ strategy's plan can depend on, and keeps the reference's plan and tie-breaks exa
   Dijkstra order, a band of ``c`` per pass, and the search stops when V is settled; a pair
   ``i → j`` is formed only while ``j`` is open and ``c_i`` is at most ``j``'s running best,
   and dropped before ``dm`` by ``m(∂L_j) − m(∂L_i) ≤ dm ≤ m(∂L_j)``; ``dt`` is computed only
-  for the pairs that reach the least ``c``. The approximate DP's ckpt (its chain is a chain
-  of the exact family, so an upper bound) caps what is settled.
+  for the pairs that reach the least ``c`` — both by one membership lookup per node of
+  ``∂L_j`` (a few nodes) into per-state subset-sum tables. The approximate DP's ckpt (its
+  chain is a chain of the exact family, so an upper bound) caps what is settled.
 * Why pruning keeps the plan: a dropped entry's bound exceeds ``g`` ≥ the optimum, so it
   neither reaches the optimum nor weakly dominates an entry that does; every entry on the
   optimal chain, and every candidate with the same value (the first-arrival tie-break),
@@ -31,7 +32,7 @@ strategy's plan can depend on, and keeps the reference's plan and tie-breaks exa
   from the cover relation and reused by every budget) gives a state's sources as one row; a
   whole size level of targets (sources lie in smaller levels) is handled at once, in
   chunks: pairs by ``nonzero``, ``dt``/``dm`` by 16-bit weighted-popcount tables on
-  ``∂L_j ∩ L_i`` (memory-centric: one membership lookup per node of ``∂L_j``), knapsack bounds by one ``searchsorted`` over all states' prefix sums, the
+  ``∂L_j ∩ L_i``, knapsack bounds by one ``searchsorted`` over all states' prefix sums, the
   per-(state, saved) minimum and per-state Pareto cut by segmented array operations.
 
 Example::
