@@ -460,18 +460,25 @@ class ExactSearch:
         todo = np.zeros(L, bool)                 # open, and paired with every settled source
         keyc = np.full(L, INF, np.int64)         # settled: c − 2·m(L), the peak test
         report = current_progress().position
+        low, step = 0, None                      # every value below low is settled
         while open_[end]:
             est = np.where(todo, best[0], lb)[open_]
             est = est[(est < INF) & (est <= cbound)]
             if est.size == 0:
                 break
-            k = min(band, est.size) - 1
+            k = min(band, max(1, est.size // 8)) - 1
             beta = int(np.partition(est, k)[k]) + 1  # ≥ k + 1 states settle or join
+            if step is not None:                     # … unless the last passes say fewer
+                beta = max(int(est.min()) + 1, min(beta, low + step))
             join = np.flatnonzero(open_ & ~todo & (lb < beta))
             if join.size:
                 self._lexmin_catch_up(join, np.flatnonzero(alive & ~open_), best, keyc)
                 todo[join] = True
+            before = int(open_.sum())
             self._lexmin_pass(beta, cbound, best, open_, todo, keyc)
+            settled = before - int(open_.sum())
+            span, low = beta - low, beta
+            step = 2 * span if settled * 2 <= band else max(1, span * band // settled)
             report(int(alive.sum() - open_.sum()), L)
         ids = np.flatnonzero(alive & ~open_)
         fronts = Fronts.empty(L, capacity=max(ids.size, 1))
