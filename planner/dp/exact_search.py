@@ -296,10 +296,14 @@ class ExactSearch:
 
     def _inclusion(self, rows, live: np.ndarray, ok: np.ndarray):
         """(row, column) of ``ok`` [targets, live] where ``L_live[column] ⊆ L_target``; the
-        targets are ``rows``, a slice or an ascending id array. Sources are read off the
-        inclusion matrix (whole prefix rows unpacked where ``live`` is dense in it), or, with
-        no matrix, by testing the bitsets of the ``ok`` pairs."""
-        if self.sub is not None:
+        targets are ``rows``, a slice or an ascending id array.
+
+        With the inclusion matrix: where ``ok`` holds few cells (the peak test keeps ~6 % of
+        them on cnn29 at 20 %), its cells are listed first and each one's bit read (5× the
+        speed of a whole-grid read there); otherwise the grid is read — whole prefix rows
+        unpacked where ``live`` is dense in them, else one byte per cell. Without the matrix
+        the ``ok`` pairs' bitsets are tested."""
+        if self.sub is not None and 4 * np.count_nonzero(ok) > ok.size:
             if live.size * 4 >= live[-1] + 1:              # dense: unpack the whole prefix
                 n = int(live[-1]) + 1
                 bits = np.unpackbits(self.sub[rows, :(n + 7) // 8], axis=1, count=n,
@@ -314,9 +318,15 @@ class ExactSearch:
                 bits = ((sub >> (live & 7).astype(np.uint8)) & 1).view(bool)
             return _nonzero2(bits & ok)
         r, c = _nonzero2(ok)
-        sets = self.fam.sets
         tgt = np.arange(self.L)[rows][r]
-        sub = np.all((sets[live[c]] & ~sets[tgt]) == 0, axis=1)
+        src = live[c]
+        if self.sub is not None:
+            width = self.sub.shape[1]
+            byte = self.sub.ravel()[tgt * width + (src >> 3)]
+            sub = ((byte >> (src & 7).astype(np.uint8)) & 1).view(bool)
+        else:
+            sets = self.fam.sets
+            sub = np.all((sets[src] & ~sets[tgt]) == 0, axis=1)
         return r[sub], c[sub]
 
     @staticmethod
