@@ -246,25 +246,36 @@ class ExactSearch:
         ``∂L_tgt`` holds a few nodes (:func:`_boundary_nodes`: GoogLeNet at most 6, the
         generated CNNs 5), so this is one membership lookup per boundary slot and pair —
         O(pairs · max|∂L|) whatever the word count — packed into a mask that indexes the
-        target's table; in blocks of pairs that keep the ``[pairs, K]`` arrays small.
-        Without tables (a big boundary) the slots' weights are subtracted one by one."""
+        target's table (:meth:`_bnd_index`). Without tables (a big boundary) the slots'
+        weights are subtracted one by one."""
         node, member, tables, wts = self.bnodes
-        K, n = node.shape[1], self.g.n
+        if tables is not None:
+            idx = self._bnd_index(tgt, src)
+            return [tables[w][idx] for w in which]
+        n, full = self.g.n, (self.fam.t_bnd, self.fam.m_bnd)
         out = [np.empty(tgt.size, np.int64) for _ in which]
-        weights = (np.uint8(1) << np.arange(K, dtype=np.uint8)) if tables is not None else None
-        full = (self.fam.t_bnd, self.fam.m_bnd)
         step = 1 << 16                                             # temporaries stay cached
         for lo in range(0, tgt.size, step):
             t, s = tgt[lo:lo + step], src[lo:lo + step]
             bits = member[s[:, None] * n + node[t]]                # [pairs, K]: v ∈ L_src
-            if tables is not None:
-                idx = (t << K) + bits.view(np.uint8) @ weights     # packed mask, K ≤ 8
-                for o, w in zip(out, which):
-                    o[lo:lo + step] = tables[w][idx]
-            else:
-                for o, w in zip(out, which):
-                    o[lo:lo + step] = full[w][t] - np.where(bits, wts[w][t], 0).sum(axis=1)
+            for o, w in zip(out, which):
+                o[lo:lo + step] = full[w][t] - np.where(bits, wts[w][t], 0).sum(axis=1)
         return out
+
+    def _bnd_index(self, tgt: np.ndarray, src: np.ndarray) -> np.ndarray:
+        """Per pair, its entry in the boundary tables (``K ≤`` :data:`BOUNDARY_TABLE_MAX`):
+        ``tgt·2^K`` plus the mask of ``∂L_tgt``'s slots that ``L_src`` holds. One index
+        serves ``dt`` and ``dm`` alike; built in blocks that keep ``[pairs, K]`` cached."""
+        node, member, _tables, _wts = self.bnodes
+        K, n = node.shape[1], self.g.n
+        weights = np.uint8(1) << np.arange(K, dtype=np.uint8)
+        idx = np.empty(tgt.size, np.int64)
+        step = 1 << 16
+        for lo in range(0, tgt.size, step):
+            t, s = tgt[lo:lo + step], src[lo:lo + step]
+            bits = member[s[:, None] * n + node[t]]                # [pairs, K]: v ∈ L_src
+            idx[lo:lo + step] = (t << K) + bits.view(np.uint8) @ weights
+        return idx
 
     def chunks(self, keyc: np.ndarray, smax: np.ndarray | None = None,
                need: np.ndarray | None = None):
@@ -582,14 +593,20 @@ class ExactSearch:
         if r.size == 0:
             return
         s_id, t_id = src[col], tgt[r]
-        nc = bc[s_id] + self.delta_m(t_id, s_id)
+        tables = self.bnodes[2] if self.pairs is None else None
+        if tables is not None:                               # one table index: dm, then dt
+            idx = self._bnd_index(t_id, s_id)
+            nc = bc[s_id] + tables[1][idx]
+        else:
+            nc = bc[s_id] + self.delta_m(t_id, s_id)
         starts = run_starts(r)
         rows = r[starts]
         ub = bc[tgt]
         ub[rows] = np.minimum(ub[rows], np.minimum.reduceat(nc, starts))
         tie = nc == ub[r]                                    # reach the least c: may win
         r, s_id, t_id, nc = r[tie], s_id[tie], t_id[tie], nc[tie]
-        ns = self.delta_t(t_id, s_id) - best[1, s_id]       # saved of the candidates
+        dt = tables[0][idx[tie]] if tables is not None else self.delta_t(t_id, s_id)
+        ns = dt - best[1, s_id]                              # saved of the candidates
         pick = self._lexmin_pick(r, nc, ns)
         j, nc, ns, s_id = t_id[pick], nc[pick], -ns[pick], s_id[pick]
         cur = best[:, j]
