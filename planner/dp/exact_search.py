@@ -549,24 +549,27 @@ class ExactSearch:
         ready = np.flatnonzero(todo & (best[0] < beta))
         if ready.size == 0:
             return
-        counts = np.add.reduceat(todo, lv[:-1]).tolist()       # targets per level
-        upto = [0] * nlev                                     # settled prefix paired in
+        counts = np.add.reduceat(todo, lv[:-1])               # targets per level
+        upto = np.zeros(nlev + 1, np.int64)                   # settled prefix paired in
+        upto[nlev] = -1                                       # (a sentinel run end)
         bounds = lv.tolist()
+        level_of = self._level_of()
+        maybe = np.zeros(nlev, bool)                          # a target below beta there
+        maybe[level_of[ready]] = True
         new = np.zeros(0, np.int64)                           # settled this pass, ascending
-        for lvl in range(int(np.searchsorted(lv, ready[0], side="right")) - 1, nlev):
+        for lvl in range(int(level_of[ready[0]]), nlev):
             if upto[lvl] < new.size:
                 src = new[upto[lvl]:]
-                e, total = lvl + 1, counts[lvl]
-                while (e < nlev and upto[e] == upto[lvl]
-                       and (total + counts[e]) * src.size <= self.cells):
-                    total += counts[e]
-                    e += 1
+                run = lvl + int(np.argmax(upto[lvl:] != upto[lvl]))   # same prefix paired in
+                fit = np.cumsum(counts[lvl:run]) * src.size <= self.cells
+                e = lvl + max(1, int(np.argmin(fit)) if not fit.all() else fit.size)
                 tgt = bounds[lvl] + np.flatnonzero(todo[bounds[lvl]:bounds[e]])
                 step = max(1, self.cells // src.size)
                 for lo in range(0, tgt.size, step):
                     self._lexmin_relax(tgt[lo:lo + step], src, best, keyc)
-                upto[lvl:e] = [new.size] * (e - lvl)
-            if counts[lvl]:
+                maybe[level_of[tgt[best[0, tgt] < beta]]] = True
+                upto[lvl:e] = new.size
+            if counts[lvl] and maybe[lvl]:
                 a, b = bounds[lvl], bounds[lvl + 1]
                 tgt = a + np.flatnonzero(todo[a:b])
                 c = best[0, tgt]
@@ -576,6 +579,12 @@ class ExactSearch:
                     keyc[done] = best[0, done] - self.two_mL[done]
                     new = np.concatenate([new, done])
                     counts[lvl] -= done.size
+
+    def _level_of(self) -> np.ndarray:
+        """Each state's size level (index into :attr:`levels`)."""
+        if not hasattr(self, "_levels_of"):
+            self._levels_of = np.repeat(np.arange(self.levels.size - 1), np.diff(self.levels))
+        return self._levels_of
 
     def _lexmin_relax(self, tgt, src, best, keyc):
         """Fold the pairs ``src → tgt`` (settled sources, open targets) into the targets'
