@@ -408,14 +408,14 @@ def test_bounded_exact_search_keeps_the_plan(seed, single_sink, family, monkeypa
 
 def test_bounded_exact_search_big_family_fallbacks(monkeypatch):
     """Past their size caps the search tests bitsets per pair (no inclusion matrix), uses one
-    global knapsack table and 8-bit popcount chunks: same plans."""
+    global knapsack table and sums boundary slots one by one (no dt/dm tables): same plans."""
     from planner import dp_families
     from planner.dp import exact_search, knapsack
 
     g = _random_exact_case(4)
     monkeypatch.setattr(dp_families, "SUBSET_MATRIX_MAX_BYTES", 0)
     monkeypatch.setattr(knapsack, "KNAPSACK_TABLE_MAX_CELLS", 0)
-    monkeypatch.setattr(exact_search, "_chunk_bits", lambda words: 8)
+    monkeypatch.setattr(exact_search, "BOUNDARY_TABLE_MAX", 0)
     fam = exact_family(g)
     assert fam.subset_matrix() is None
     total = int(g.m.sum())
