@@ -218,10 +218,10 @@ def _subset_matrix(sets: np.ndarray, size: np.ndarray, src: np.ndarray | None = 
             continue
         prev = _row_keys(sets[pa:pb])
         order = np.argsort(prev)
-        top = unpack(sets[a:b], 64 * W)                    # maximal nodes: no successor inside
-        if edges:
-            top[:, src_s[groups]] &= ~np.logical_or.reduceat(top[:, dst_s], groups, axis=1)
-        r, v = np.nonzero(top)                             # drop node v from set a + r
+        top = np.ascontiguousarray(unpack(sets[a:b], 64 * W).T)   # node-major: edges are rows
+        if edges:                                          # maximal nodes: no successor inside
+            top[src_s[groups]] &= ~np.logical_or.reduceat(top[dst_s], groups, axis=0)
+        r, v = np.nonzero(top.T)                           # drop node v from set a + r
         cand = sets[a + r].copy()
         cand[np.arange(r.size), v // 64] &= ~(_ONE << (v % 64).astype(np.uint64))
         keys = _row_keys(cand)
@@ -267,7 +267,8 @@ def _lower_set_levels(g: DPGraph, limit: int):
 
     A child of ``L`` adds a node ``v ∉ L`` none of whose predecessors is outside ``L``: one
     pass over the edges per level (``blocked[v]`` = OR of "pred outside" over ``v``'s
-    in-edges), then the children's rows sorted word by word and deduplicated.
+    in-edges, node-major so that an edge is a row), then the children's rows sorted word by
+    word and deduplicated.
     """
     W = g.words
     n = g.n
@@ -286,13 +287,12 @@ def _lower_set_levels(g: DPGraph, limit: int):
         children = []
         for lo in range(0, level.shape[0], 512):
             cur = level[lo:lo + 512]
-            inside = unpack(cur, n)
-            # node v addable to L: v ∉ L and preds(v) ⊆ L
-            free = ~inside
+            out = ~np.ascontiguousarray(unpack(cur, n).T)           # [n, rows]: v ∉ L
+            # node v addable to L: v ∉ L and preds(v) ⊆ L (node-major: edge rows gathered)
+            free = out.copy()
             if groups is not None:
-                free[:, dst_d[groups]] &= ~np.logical_or.reduceat(~inside[:, src_d], groups,
-                                                                   axis=1)
-            r, v = np.nonzero(free)
+                free[dst_d[groups]] &= ~np.logical_or.reduceat(out[src_d], groups, axis=0)
+            v, r = np.nonzero(free)
             if r.size:
                 child = cur[r].copy()
                 child[np.arange(r.size), node_word[v]] |= node_bit[v]
