@@ -1,8 +1,10 @@
 """The memory-centric exact search (:meth:`ExactSearch.lexmin`) against the unpruned DP.
 
-The search settles states in bands of ``c`` (Dijkstra order), prunes pairs by the bounds
-``c_i + m(∂L_j) − min(m(∂L_i), m(∂L_j)) ≤ c_i + dm ≤ c_i + m(∂L_j)`` before computing ``dm``
-and computes ``dt`` only for the pairs that reach the least ``c``. None of it may change the
+The search settles states in bands of ``c`` (Dijkstra order), makes a state a target only
+once the band's end passes ``m(∂L)`` (a lower bound on its value), drops cells whose source
+value is above the target's running best and computes ``dt`` only for the pairs that reach
+the least ``c``; the inclusion test reads the grid or, where the peak test leaves few
+cells, one bit per cell. None of it may change the
 plan: chain, saved and ckpt equal the plain pull DP's (:func:`planner.dp.loop.run_dp`, first
 arrival), at every band width — one state per pass up to everything in one pass — on random
 DAGs whose weights are mostly 0 and 1, so that many pairs tie on ``(c, saved)`` and the
