@@ -168,3 +168,22 @@ def test_impossible_budget_settles_what_it_reaches():
     fronts = ExactSearch(fam, g, 0).lexmin(band=2)
     assert end_entry(fronts, "memory") is None
     assert exact_search.has_end(fronts) is False
+
+
+def test_both_inclusion_reads(monkeypatch):
+    """The grid read and the per-cell read (few cells pass the peak test) both run, and the
+    plans match the unpruned DP's either way."""
+    seen = {"grid": 0, "cells": 0}
+    real = ExactSearch._inclusion
+
+    def inclusion(self, rows, live, ok):
+        seen["grid" if 4 * np.count_nonzero(ok) > ok.size else "cells"] += 1
+        return real(self, rows, live, ok)
+    monkeypatch.setattr(ExactSearch, "_inclusion", inclusion)
+    for seed in range(3):
+        g = _case(seed, ties=False)
+        fam = exact_family(g)
+        for budget in _budgets(g):
+            want = _plan(run_dp(fam, g.t, g.m, budget), fam)
+            assert _plan(ExactSearch(fam, g, budget).lexmin(band=3), fam) == want
+    assert seen["grid"] and seen["cells"]

@@ -438,9 +438,9 @@ class ExactSearch:
         of a state that is none yet), ``k = min(band, known / 8)``, and — once a pass has
         run — at most the last pass's span scaled to settle about ``band`` states (doubled
         while passes settle fewer than ``band / 2``). Values crowd near V's (GoogLeNet at
-        min_DP: most states within 5 % of it) while few are known, so the ``k``-th estimate
-        alone would jump past V in one pass that settles (and pairs from) half the family:
-        7.7 s there, 1.4 s with the cap. ``band``: default :attr:`band`.
+        min_DP: most states it settles lie within 5 % of it) while few are known, so the
+        ``k``-th estimate alone would jump past V in one pass that settles (and pairs from)
+        half the family: 7.7 s there, 1.4 s with the cap. ``band``: default :attr:`band`.
         """
         L, end = self.L, self.end
         band = self.band if band is None else band
