@@ -31,8 +31,9 @@ strategy's plan can depend on, and keeps the reference's plan and tie-breaks exa
   from the cover relation and reused by every budget) gives a state's sources as one row; a
   whole size level of targets (sources lie in smaller levels) is handled at once, in
   chunks: pairs by ``nonzero``, ``dt``/``dm`` by one membership lookup per node of
-  ``∂L_j`` (a few nodes) into per-state tables, knapsack bounds by one ``searchsorted`` over all states' prefix sums, the
-  per-(state, saved) minimum and per-state Pareto cut by segmented array operations.
+  ``∂L_j`` (a few nodes) into per-state tables, knapsack bounds by one ``searchsorted``
+  over all states' prefix sums, the per-(state, saved) minimum and per-state Pareto cut by
+  segmented array operations.
 
 Example::
 
