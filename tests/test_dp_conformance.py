@@ -408,14 +408,15 @@ def test_bounded_exact_search_keeps_the_plan(seed, single_sink, family, monkeypa
 
 def test_bounded_exact_search_big_family_fallbacks(monkeypatch):
     """Past their size caps the search tests bitsets per pair (no inclusion matrix), builds the
-    knapsack tables one state at a time and uses 8-bit popcount chunks: same plans."""
+    knapsack tables one state at a time and sums boundary slots one by one (no dt/dm tables):
+    same plans."""
     from planner import dp_families
     from planner.dp import exact_search, knapsack
 
     g = _random_exact_case(4)
     monkeypatch.setattr(dp_families, "SUBSET_MATRIX_MAX_BYTES", 0)
     monkeypatch.setattr(knapsack, "KNAPSACK_BLOCK_CELLS", 0)
-    monkeypatch.setattr(exact_search, "_chunk_bits", lambda words: 8)
+    monkeypatch.setattr(exact_search, "BOUNDARY_TABLE_MAX", 0)
     fam = exact_family(g)
     assert fam.subset_matrix() is None
     total = int(g.m.sum())
