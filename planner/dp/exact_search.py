@@ -411,7 +411,10 @@ class ExactSearch:
         and as ``c`` shrinks. Before expanding a source's front the same bound, taken at
         the source's best corner ``(s_max + dt, c_min + dm)`` with the knapsack's cheap
         upper bound, drops whole pairs and cuts the front to the suffix of large enough
-        ``saved``; the feasible prefix (``c ≤ room``, and ``c + dm ≤ cap0``) is cut as in
+        ``saved``; at the source's top corner (every entry has ``s ≤ s_max``) the bound cuts
+        it to ``c ≤ cap0 − dm − least_cap(T − bound − s_max − dt)``
+        (:meth:`KnapsackBound.least_cap`, the knapsack's inverse: cnn29 at 30 %, 160M
+        candidates → 117M); the feasible prefix (``c ≤ room``, and ``c + dm ≤ cap0``) is cut as in
         :func:`planner.dp.loop.run_dp`. Sources are first filtered per target by
         ``ks_bnd`` (:meth:`_bound_tables`). The exact bound is applied to the Pareto fronts
         only: an entry a dropped one dominates (``s`` no larger, ``c`` no smaller) has a
