@@ -60,3 +60,23 @@ def stats_arrays(g) -> dict:
     sets = ancestor_sets(g)
     size, mL, tL, bnd, t_bnd, m_bnd, mAB = _set_stats(g, sets)
     return dict(sets=sets, bnd=bnd, size=size, mL=mL, tL=tL, t_bnd=t_bnd, m_bnd=m_bnd, mAB=mAB)
+
+
+def random_single_sink_dag(rng, n: int, p: float):
+    """A random DAG on ``n`` nodes with one sink, like every training graph: node ``b`` takes
+    each earlier node as a predecessor with probability ``p`` (at least one), every node left
+    without a successor feeds node ``n − 1``, and ids are shuffled (they say nothing about the
+    topology). Returns ``(src, dst, perm)``: shuffled edge arrays and the shuffle (node ``v``
+    is ``perm[v]``). Draws edges, then the shuffle, from ``rng``."""
+    src, dst = [], []
+    for b in range(1, n):
+        ps = [a for a in range(b) if rng.random() < p] or [int(rng.integers(0, b))]
+        src += ps
+        dst += [b] * len(ps)
+    has_succ = set(src)
+    for a in range(n - 1):
+        if a not in has_succ:
+            src.append(a)
+            dst.append(n - 1)
+    perm = rng.permutation(n)
+    return perm[np.array(src)], perm[np.array(dst)], perm

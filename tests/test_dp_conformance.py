@@ -36,6 +36,7 @@ from planner.dp.solve import solve_family
 from planner.dp_families import DPGraph, _subset_matrix, approx_family, exact_family
 from planner.solver import Solver
 from planner.units import scale_units
+from tests.family_oracle import random_single_sink_dag
 
 SOLVER_FAMILY = {"DP2fix": "approx", "DPfix": "exact"}
 PUBLISHED = {"approx": "DP2", "exact": "DP"}
@@ -286,21 +287,10 @@ def _oracle(m, t, src, dst, budget, family, strategy):
 
 
 def _random_dag(rng, n, p):
-    src, dst = [], []
-    for b in range(1, n):
-        ps = [a for a in range(b) if rng.random() < p] or [int(rng.integers(0, b))]
-        src += ps
-        dst += [b] * len(ps)
-    has_succ = set(src)
-    for a in range(n - 1):                          # one sink, like every training graph
-        if a not in has_succ and a not in [x for x, y in zip(src, dst) if y == n - 1]:
-            src.append(a)
-            dst.append(n - 1)
-    perm = rng.permutation(n)                       # node ids say nothing about topology
+    src, dst, perm = random_single_sink_dag(rng, n, p)
     m = rng.integers(0, 6, n)
     t = rng.choice([1, 10], n)
-    sink = n - 1
-    return m, t, perm[np.array(src)], perm[np.array(dst)], perm[sink]
+    return m, t, src, dst, perm[n - 1]
 
 
 @pytest.mark.parametrize("seed", range(6))

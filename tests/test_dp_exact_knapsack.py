@@ -26,6 +26,7 @@ from planner.dp.fronts import end_entry, path
 from planner.dp.knapsack import KnapsackBound
 from planner.dp.loop import run_dp
 from planner.dp_families import DPGraph, exact_family
+from tests.family_oracle import random_single_sink_dag
 
 
 def _random_graph(seed: int, n: int | None = None) -> DPGraph:
@@ -33,20 +34,10 @@ def _random_graph(seed: int, n: int | None = None) -> DPGraph:
     rng = np.random.default_rng(500 + seed)
     n = n or int(rng.integers(7, 13))
     p = (0.2, 0.35, 0.5)[seed % 3]
-    src, dst = [], []
-    for b in range(1, n):
-        ps = [a for a in range(b) if rng.random() < p] or [int(rng.integers(0, b))]
-        src += ps
-        dst += [b] * len(ps)
-    has_succ = set(src)
-    for a in range(n - 1):
-        if a not in has_succ:
-            src.append(a)
-            dst.append(n - 1)
-    perm = rng.permutation(n)
+    src, dst, _ = random_single_sink_dag(rng, n, p)
     m = rng.integers(0, 30, n) * (rng.random(n) < 0.85)
     t = rng.choice([1, 2, 5, 10], n)
-    return DPGraph(m=m, t=t, src=perm[np.array(src)], dst=perm[np.array(dst)])
+    return DPGraph(m=m, t=t, src=src, dst=dst)
 
 
 def _greedy(m, t, items, cap) -> int:

@@ -22,22 +22,12 @@ from planner.dp.exact_search import ExactSearch
 from planner.dp.fronts import end_entry, path
 from planner.dp.loop import run_dp
 from planner.dp_families import DPGraph, approx_family, exact_family
+from tests.family_oracle import random_single_sink_dag
 
 
 def _random_dag(rng, n, p):
-    """A random DAG with one sink (every node without a successor feeds node n − 1)."""
-    src, dst = [], []
-    for b in range(1, n):
-        ps = [a for a in range(b) if rng.random() < p] or [int(rng.integers(0, b))]
-        src += ps
-        dst += [b] * len(ps)
-    fed = set(src)
-    for a in range(n - 1):
-        if a not in fed:
-            src.append(a)
-            dst.append(n - 1)
-    perm = rng.permutation(n)
-    return perm[np.array(src)], perm[np.array(dst)]
+    """A random DAG with one sink (:func:`family_oracle.random_single_sink_dag`)."""
+    return random_single_sink_dag(rng, n, p)[:2]
 
 
 def _case(seed, ties=True):
