@@ -104,17 +104,23 @@ def test_least_cap_inverts_the_knapsack(seed, truncated, grid, monkeypatch):
         assert got.tolist() == want, j
 
 
-def test_best_per_key_is_best_per_saved():
-    """The packed one-scatter form picks the same winners (least ckpt, then first entry)."""
-    from planner.dp.exact_search import _best_per_key
+def test_best_per_saved_paths_pick_the_lexsort_winners():
+    """Every path of ``best_per_saved`` (lexsort, packed one-scatter buckets, two-scatter
+    buckets where ``nc``·``e`` would not pack) picks the same winners as a plain lexsort:
+    least ckpt, then first entry, per saved."""
     from planner.dp.fronts import best_per_saved
     rng = np.random.default_rng(3)
-    for _ in range(200):
+    for trial in range(200):
         n = int(rng.integers(1, 3000))
         key = rng.integers(0, int(rng.integers(1, 4000)), n) + int(rng.integers(0, 100))
         nc = rng.integers(0, int(rng.integers(1, 50)), n)
+        if trial % 4 == 0:                                # too wide to pack with e
+            nc = nc * (1 << 50)
         e = rng.permutation(n) + int(rng.integers(0, 9))
-        for a, b in zip(_best_per_key(key, nc, e), best_per_saved(key, nc, e)):
+        order = np.lexsort((e, nc, key))
+        first = np.flatnonzero(np.r_[True, key[order][1:] != key[order][:-1]])
+        want = (key[order][first], nc[order][first], e[order][first])
+        for a, b in zip(best_per_saved(key, nc, e), want):
             assert np.array_equal(a, b)
 
 

@@ -108,7 +108,7 @@ def _boundary_nodes(fam, g):
         rows, v = np.nonzero(unpack(fam.bnd, g.n))         # row-major: rows ascending
         cnt = np.bincount(rows, minlength=L).astype(np.int64)
         K = max(1, int(cnt.max(initial=0)))
-        slot = np.arange(rows.size) - np.repeat(np.cumsum(cnt) - cnt, cnt)
+        slot = ranges(np.zeros_like(cnt), cnt)                # position within the row
         node = np.zeros((L, K), np.int64)
         wts = np.zeros((2, L, K), np.int64)
         node[rows, slot] = v
@@ -149,33 +149,6 @@ def _approx_inclusion(fam, n: int):
                 starts.append(j)
         fam.cache["approx_inclusion"] = (packed, np.array(starts + [L], np.int64))
     return fam.cache["approx_inclusion"]
-
-
-def _best_per_key(key, nc, e):
-    """:func:`~planner.dp.fronts.best_per_saved` (per ``key``: least ``nc``, then least ``e``)
-    by one ``minimum.at`` where it would use dense buckets: ``nc`` and ``e`` packed into one
-    int64 (``(nc − min)·E + (e − min)`` orders as ``(nc, e)``), which spares its second
-    scatter and the gather that finds each bucket's winners (cnn29 at 30 %: 117M candidates
-    per solve). Same winners; falls back to it where the packing would not fit."""
-    if key.size <= 256:
-        return best_per_saved(key, nc, e)
-    klo, khi = int(key.min()), int(key.max())
-    width = khi - klo + 1
-    if width > 4 * key.size + 1024:
-        return best_per_saved(key, nc, e)
-    clo, elo = int(nc.min()), int(e.min())
-    E = int(e.max()) - elo + 1
-    if (int(nc.max()) - clo + 1) * E >= INF:         # best starts at INF
-        return best_per_saved(key, nc, e)
-    v = nc - clo
-    v *= E
-    v += e
-    v -= elo
-    best = np.full(width, INF, np.int64)
-    np.minimum.at(best, key - klo, v)
-    present = np.flatnonzero(best < INF)
-    b = best[present]
-    return present + klo, b // E + clo, b % E + elo
 
 
 class ExactSearch:
@@ -477,7 +450,7 @@ class ExactSearch:
         key += np.repeat((tgt - lo) * width + dt, cnt)  # pair index and gathers)
         nc = fronts.c[e]
         nc += np.repeat(dm, cnt)
-        key, nc, e = _best_per_key(key, nc, e)
+        key, nc, e = best_per_saved(key, nc, e)
         st, ns = lo + key // width, key % width
         keep = segment_pareto(st, ns, nc)
         st, ns, nc, e = st[keep], ns[keep], nc[keep], e[keep]

@@ -111,7 +111,10 @@ def best_per_saved(ns, nc, e):
     Returns the winners sorted by ``ns``. Dense buckets over the ``ns`` range when it is
     narrow (saved values are bounded by T(V)) and the input not tiny, a lexsort otherwise; both
     give the same winners. Buckets are ~3× faster from a few hundred candidates on (densenet's
-    DP at 50 %: 0.03 s against 0.09 s), tiny inputs cost the same either way.
+    DP at 50 %: 0.03 s against 0.09 s), tiny inputs cost the same either way. Where ``nc`` and
+    ``e`` pack into one int64 (``(nc − min)·E + (e − min)`` orders as ``(nc, e)``) the buckets
+    take one ``minimum.at`` of the packed values, which spares a second scatter and the gather
+    that finds each bucket's winners (the exact search's cnn29 at 30 %: 117M candidates).
     """
     lo, hi = int(ns.min()), int(ns.max())
     width = hi - lo + 1
@@ -120,14 +123,26 @@ def best_per_saved(ns, nc, e):
         ns, nc, e = ns[order], nc[order], e[order]
         first = run_starts(ns)
         return ns[first], nc[first], e[first]
-    INF = np.iinfo(np.int64).max
     k = ns - lo
-    best = np.full(width, INF, np.int64)
+    clo, elo = int(nc.min()), int(e.min())
+    E = int(e.max()) - elo + 1
+    if (int(nc.max()) - clo + 1) * E < INF:             # packed: one scatter
+        v = nc - clo
+        v *= E
+        v += e
+        v -= elo
+        best = np.full(width, INF, np.int64)
+        np.minimum.at(best, k, v)
+        present = np.flatnonzero(best < INF)
+        b = best[present]
+        return present + lo, b // E + clo, b % E + elo
+    BIG = np.iinfo(np.int64).max
+    best = np.full(width, BIG, np.int64)
     np.minimum.at(best, k, nc)
     win = nc == best[k]
-    beste = np.full(width, INF, np.int64)
+    beste = np.full(width, BIG, np.int64)
     np.minimum.at(beste, k[win], e[win])
-    present = np.flatnonzero(best < INF)
+    present = np.flatnonzero(best < BIG)
     return present + lo, best[present], beste[present]
 
 
