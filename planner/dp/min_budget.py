@@ -40,11 +40,11 @@ Example::
     >>> g = DPGraph(m=np.array([4, 2, 2, 1]), t=np.array([10, 1, 1, 1]),
     ...             src=np.array([0, 0, 1, 2]), dst=np.array([1, 2, 3, 3]))   # a diamond
     >>> b = min_budget(approx_family(g), g); b
-    14
+    13
     >>> solve_family(approx_family(g), g, b).status, solve_family(approx_family(g), g, b - 1).status
     ('OK', 'IMPOSSIBLE')
     >>> min_budget(exact_family(g), g)
-    14
+    13
 """
 
 from __future__ import annotations
