@@ -274,8 +274,7 @@ def plan(graph_or_path, budget="100%", solver: str = "approx", strategy: str = "
             dp_min = s.min_budget(top)
         else:
             with stages.stage("smallest feasible budget (bisection)"):
-                dp_min = _smallest(lambda x: s.solve(x)[0] == "OK",
-                                   max(2 * act_sum, budget_bytes + 1, 1), top)
+                dp_min = _smallest(s.feasible, max(2 * act_sum, budget_bytes + 1, 1), top)
         if dp_min is None:
             raise HGraphError(
                 f"no budget gives a plan with {_options_text(solver, strategy, units, s)} on "

@@ -32,9 +32,9 @@ from planner.units import ratio_windows, scale_units
 __all__ = ["Solver", "MIN_BUDGET_MAX_SETS"]
 
 #: Exact families up to this many sets get their smallest feasible budget in one pass
-#: (:meth:`Solver.min_budget`); bigger ones are bisected. GoogLeNet's 27,358 sets hold 82M
-#: pairs under the peak test at its smallest budget: the pass takes 20 s there, where the
-#: exact search's bounds keep each solve of a bisection at 0.05–3 s.
+#: (:meth:`Solver.min_budget`); bigger ones are bisected over :meth:`Solver.feasible`.
+#: GoogLeNet's 27,358 sets hold 82M pairs under the peak test at its smallest budget: the
+#: pass takes 20 s there, the bisection 12 s (33 memory-centric searches; 55 s time-centric).
 MIN_BUDGET_MAX_SETS = 4096
 
 
@@ -130,6 +130,19 @@ class Solver:
             if last is None or x <= last:
                 return x if x <= top else None
         return None
+
+    def feasible(self, budget_bytes: int) -> bool:
+        """Whether :meth:`solve` has a plan at ``budget_bytes``, as cheaply as it can be told.
+
+        Without a window or front cap every strategy's search keeps each reachable state's
+        least-ckpt entry, so all reach V at the same budgets; the memory-centric one keeps
+        only that entry (:meth:`~planner.dp.exact_search.ExactSearch.lexmin`: GoogLeNet's
+        exact family, bisected, 12 s against 55 s time-centric). Chen's chain and the scale
+        path (whose time-centric passes may find chains the memory-centric pass thins away)
+        ask :meth:`solve` itself."""
+        if self.solver == "chen" or self.scale:
+            return self.solve(budget_bytes)[0] == "OK"
+        return self.dp(budget_bytes, strategy="memory").status == "OK"
 
     def solve(self, budget_bytes: int):
         """(status, block index of every node, model dict) at ``budget_bytes``."""

@@ -102,14 +102,34 @@ def test_shared_graphs_exact(name):
 
 
 def test_big_exact_family_and_chen_bisect(monkeypatch):
-    """Chen's solver, the scale path and exact families over MIN_BUDGET_MAX_SETS bisect."""
+    """Chen's solver, the scale path and exact families over MIN_BUDGET_MAX_SETS bisect, the
+    last over the memory-centric search (:meth:`Solver.feasible`): the same number."""
     from planner import solver as solver_mod
 
     g = _graph("vgg19")
     assert not Solver(g, "chen").direct_min_budget()
     assert not Solver(g, "approx", dp_window=8, dp_front_cap=64).direct_min_budget()
+    direct = _error(g, "exact", "bytes")
     monkeypatch.setattr(solver_mod, "MIN_BUDGET_MAX_SETS", 10)
     assert not Solver(g, "exact").direct_min_budget()
+    assert _error(g, "exact", "bytes") == direct
+
+
+@pytest.mark.parametrize("solver", ["approx", "exact"])
+def test_feasible_is_solve_status(solver):
+    """:meth:`Solver.feasible` (memory-centric) says what a time-centric :meth:`Solver.solve`
+    says, around the smallest budget and above it."""
+    s = Solver(_graph("vgg19"), solver, "time", "reference")
+    b = s.min_budget(5 * s.act_sum)
+    for x in (b - 1000, b - 1, b, b + 1, int(1.3 * b), 2 * s.act_sum):
+        assert s.feasible(x) == (s.solve(x)[0] == "OK"), x
+
+
+def _error(g, solver: str, units: str):
+    """(smallest budget, message) of :func:`planner.plan`'s error at 20 %."""
+    with pytest.raises(InfeasibleError) as info:
+        planner.plan(g, budget="20%", solver=solver, units=units)
+    return info.value.min_budget_bytes, str(info.value)
 
 
 @pytest.mark.parametrize("units", ["bytes", "reference"])
@@ -117,11 +137,6 @@ def test_big_exact_family_and_chen_bisect(monkeypatch):
 def test_plan_error_names_the_same_budget(monkeypatch, name, units):
     """:func:`planner.plan`'s error: the same smallest budget with the pass as with the
     bisection (forced by switching the pass off)."""
-    def smallest():
-        with pytest.raises(InfeasibleError) as info:
-            planner.plan(_graph(name), budget="20%", units=units)
-        return info.value.min_budget_bytes, str(info.value)
-
-    direct = smallest()
+    direct = _error(_graph(name), "approx", units)
     monkeypatch.setattr(Solver, "direct_min_budget", lambda self: False)
-    assert smallest() == direct
+    assert _error(_graph(name), "approx", units) == direct
