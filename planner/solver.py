@@ -113,8 +113,8 @@ class Solver:
         (:func:`~planner.units.ratio_windows`) the feasible ones are those from ``P·ratio``
         on. Across windows feasibility stays monotone: the family's chains do not depend on
         the sizes, every step peak is a sum of node sizes with non-negative integer
-        coefficients, and ``⌊m/10r⌋ = ⌊⌊m/r⌋/10⌋``, so a chain's peak at ratio ``10r`` is at
-        most ``⌊peak_r / 10⌋`` and a budget that fits at ``r`` fits any larger one at ``10r``.
+        coefficients, and ``⌊m/10r⌋ = ⌊⌊m/r⌋/10⌋``, so a chain's peak at ratio ``10r`` is
+        at most ``⌊peak_r/10⌋``: a budget that fits at ``r`` fits any larger one at ``10r``.
         Feasibility being monotone, the bisection finds the least feasible budget (from 1
         up), and so does the first window holding one.
         """
