@@ -104,7 +104,7 @@ class Solver:
 
     def min_budget(self, top: int) -> int | None:
         """The smallest budget (bytes, at least 1) at which :meth:`solve` has a plan; None when
-        even ``top`` has none — what bisecting ``solve`` over ``[1, top]`` returns, one DP pass
+        even ``top`` has none — what bisecting ``solve`` over ``[1, top]`` returns, one search
         per scaling ratio instead of ~34 solves (:func:`planner.dp.min_budget.min_budget`;
         only where :meth:`direct_min_budget`).
 

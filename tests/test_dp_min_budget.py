@@ -140,3 +140,25 @@ def test_plan_error_names_the_same_budget(monkeypatch, name, units):
     direct = _error(_graph(name), "approx", units)
     monkeypatch.setattr(Solver, "direct_min_budget", lambda self: False)
     assert _error(_graph(name), "approx", units) == direct
+
+
+def test_reference_units_across_ratio_windows():
+    """Reference units where the smallest budget lies past the first scaling ratio's window
+    (a sink of 80 % of the activations: every plan holds it twice). The bisection solves at
+    both ratios; :meth:`Solver.min_budget` finds the first ratio's window empty and the
+    answer in the next."""
+    from planner.units import LIMIT, comp_ratio
+
+    s = Solver(_graph("vgg19"), "approx", "time", "reference")
+    m = s.ag.bytes.astype(np.int64)
+    has_succ = np.zeros(s.ag.n, bool)
+    has_succ[s.ag.src] = True
+    sink = int(np.flatnonzero(~has_succ)[0])
+    m = np.maximum(m * 10**8 // int(m.sum()), 1)
+    m[sink] = 8 * 10**8
+    s.ag.bytes = m
+    s.act_sum = int(m.sum())
+    b = s.min_budget(5 * s.act_sum)
+    assert b > (LIMIT + 1) * comp_ratio(0, s.act_sum) - 1          # past the first window
+    assert b == _bisect(lambda x: s.solve(x)[0] == "OK", s.act_sum)
+    assert s.min_budget(b) == b and s.min_budget(b - 1) is None      # the cap, as bisection's
