@@ -265,13 +265,16 @@ def plan(graph_or_path, budget="100%", solver: str = "approx", strategy: str = "
     if fits_all and (found is None or found[3].peak_bytes >= baseline_peak):
         found = _keep_everything(g, ag, base_sched, check)
     if found is None:
-        # the smallest budget the DP finds a chain at (bisection), and what that chain replays to
+        # the smallest budget the DP finds a chain at (one pass where the solver allows it,
+        # else bisection), and what that chain replays to
         # every DP transition's peak (ckpt + 2·Δm + m(A) + m(B)) is at most 5·m(V): at that
         # budget all of them fit, so if the solver's options allow a plan at all, it is there
         top = max(5 * act_sum, budget_bytes + 1, 1)
-        with stages.stage("smallest feasible budget (bisection)"):
-            dp_min = _smallest(lambda x: s.solve(x)[0] == "OK",
-                               max(2 * act_sum, budget_bytes + 1, 1), top)
+        if s.direct_min_budget():
+            dp_min = s.min_budget(top)
+        else:
+            with stages.stage("smallest feasible budget (bisection)"):
+                dp_min = _smallest(s.feasible, max(2 * act_sum, budget_bytes + 1, 1), top)
         if dp_min is None:
             raise HGraphError(
                 f"no budget gives a plan with {_options_text(solver, strategy, units, s)} on "

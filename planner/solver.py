@@ -27,9 +27,15 @@ from planner.dp import scale
 from planner.dp.solve import solve_family
 from planner.dp_families import DEFAULT_MAX_LOWER_SETS, DPGraph, approx_family, exact_family
 from planner.emit import groups_of_chain
-from planner.units import scale_units
+from planner.units import ratio_windows, scale_units
 
-__all__ = ["Solver"]
+__all__ = ["Solver", "MIN_BUDGET_MAX_SETS"]
+
+#: Exact families up to this many sets get their smallest feasible budget in one pass
+#: (:meth:`Solver.min_budget`); bigger ones are bisected over :meth:`Solver.feasible`.
+#: GoogLeNet's 27,358 sets hold 82M pairs under the peak test at its smallest budget: the
+#: pass takes 20 s there, the bisection 12 s (33 memory-centric searches; 55 s time-centric).
+MIN_BUDGET_MAX_SETS = 4096
 
 
 class Solver:
@@ -84,6 +90,59 @@ class Solver:
             return solve_family(fam, dg, u.budget, strategy=strategy or self.strategy,
                                 comp_ratio=u.ratio, units=self.units, window=self.window,
                                 front_cap=self.front_cap)
+
+    def direct_min_budget(self) -> bool:
+        """Whether :meth:`min_budget` applies: a DP solver without a window or front cap (their
+        thinned fronts can miss a chain the pass finds), on the approximate family or an
+        exact one of at most :data:`MIN_BUDGET_MAX_SETS` sets."""
+        if self.solver == "chen" or self.scale:
+            return False
+        if self.solver == "exact":
+            _, fam = self.family(next(ratio_windows(self.act_sum, self.units))[2])
+            return fam.kind == "approx" or fam.num_sets <= MIN_BUDGET_MAX_SETS
+        return True
+
+    def min_budget(self, top: int) -> int | None:
+        """The smallest budget (bytes, at least 1) at which :meth:`solve` has a plan; None when
+        even ``top`` has none — what bisecting ``solve`` over ``[1, top]`` returns, one search
+        per scaling ratio instead of ~34 solves (:func:`planner.dp.min_budget.min_budget`;
+        only where :meth:`direct_min_budget`).
+
+        Why it equals the bisection: at one ratio, ``solve`` has a plan iff the budget in DP
+        units is at least the pass's value ``P``, so within a ratio's window of budgets
+        (:func:`~planner.units.ratio_windows`) the feasible ones are those from ``P·ratio``
+        on. Across windows feasibility stays monotone: the family's chains do not depend on
+        the sizes, every step peak is a sum of node sizes with non-negative integer
+        coefficients, and ``⌊m/10r⌋ = ⌊⌊m/r⌋/10⌋``, so a chain's peak at ratio ``10r`` is
+        at most ``⌊peak_r/10⌋``: a budget that fits at ``r`` fits any larger one at ``10r``.
+        Feasibility being monotone, the bisection finds the least feasible budget (from 1
+        up), and so does the first window holding one.
+        """
+        from planner.dp.min_budget import min_budget
+
+        for first, last, ratio in ratio_windows(self.act_sum, self.units):
+            if first > top:
+                return None
+            dg, fam = self.family(ratio)
+            with current_progress().stage(f"smallest feasible budget ({fam.kind}, "
+                                          f"{fam.num_sets:,} states)"):
+                x = max(first, min_budget(fam, dg) * ratio, 1)
+            if last is None or x <= last:
+                return x if x <= top else None
+        return None
+
+    def feasible(self, budget_bytes: int) -> bool:
+        """Whether :meth:`solve` has a plan at ``budget_bytes``, as cheaply as it can be told.
+
+        Without a window or front cap every strategy's search keeps each reachable state's
+        least-ckpt entry, so all reach V at the same budgets; the memory-centric one keeps
+        only that entry (:meth:`~planner.dp.exact_search.ExactSearch.lexmin`: GoogLeNet's
+        exact family, bisected, 12 s against 55 s time-centric). Chen's chain and the scale
+        path (whose time-centric passes may find chains the memory-centric pass thins away)
+        ask :meth:`solve` itself."""
+        if self.solver == "chen" or self.scale:
+            return self.solve(budget_bytes)[0] == "OK"
+        return self.dp(budget_bytes, strategy="memory").status == "OK"
 
     def solve(self, budget_bytes: int):
         """(status, block index of every node, model dict) at ``budget_bytes``."""

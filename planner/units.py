@@ -15,6 +15,8 @@ Example::
     100
     >>> function_cost("Convolution2DFunction"), function_cost("Deconvolution2DFunction")
     (10, 1)
+    >>> [w for w, _ in zip(ratio_windows(4004508676, "reference"), range(2))]
+    [(0, 10000000099, 100), (10000000100, 100000000999, 1000)]
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from dataclasses import dataclass
 import numpy as np
 
 __all__ = ["LIMIT", "UNLIMITED_BUDGET", "function_cost", "forward_costs", "comp_ratio", "Units",
-           "scale_units"]
+           "scale_units", "ratio_windows"]
 
 #: The reference's bound on scaled sizes (1e8, so sums fit a 32-bit int).
 LIMIT = 100_000_000
@@ -100,3 +102,24 @@ def scale_units(budget_bytes: int, act_sum: int, mode: str = "bytes") -> Units:
     else:
         raise ValueError(f"units must be 'bytes' or 'reference', got {mode!r}")
     return Units(mode, ratio, int(budget_bytes) // ratio, int(budget_bytes))
+
+
+def ratio_windows(act_sum: int, mode: str = "bytes"):
+    """The budgets (bytes) that share a scaling ratio, ascending: ``(first, last, ratio)`` for
+    every budget ``first ≤ B ≤ last`` (``last`` None: no end), as :func:`scale_units` scales.
+
+    In bytes units one window, ratio 1. In reference units the ratio is the larger of the one
+    ``act_sum`` needs (``comp_ratio(0, act_sum)``) and the least power of ten with
+    ``B // ratio ≤ LIMIT``, so it steps ×10 at ``B = (LIMIT + 1)·ratio``: a search over
+    budgets (:meth:`planner.solver.Solver.min_budget`) solves each ratio's DP once.
+    """
+    if mode == "bytes":
+        yield 0, None, 1
+        return
+    if mode != "reference":
+        raise ValueError(f"units must be 'bytes' or 'reference', got {mode!r}")
+    first, ratio = 0, comp_ratio(0, act_sum)
+    while True:
+        last = (LIMIT + 1) * ratio - 1
+        yield first, last, ratio
+        first, ratio = last + 1, ratio * 10

@@ -24,7 +24,9 @@ Modules, bottom up:
 * :mod:`planner.dp.stacked` — a capped solve's passes in one walk over the states (the same
   plans as the loop run once per pass, several times faster on the scale path);
 * :mod:`planner.dp.knapsack`, :mod:`planner.dp.exact_search` — the exact family's bounded search;
-* :mod:`planner.dp.solve` — which search for which family, and the plan read back.
+* :mod:`planner.dp.solve` — which search for which family, and the plan read back;
+* :mod:`planner.dp.min_budget` — the smallest budget with a plan, in one pass (an infeasible
+  budget's error names it).
 
 The families themselves are :mod:`planner.dp_families`; the product calls all this through
 :class:`planner.solver.Solver` (units, families per scaling ratio).

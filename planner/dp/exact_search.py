@@ -72,7 +72,7 @@ from planner.dp.forced import ForcedCheckpoints
 from planner.dp.knapsack import KnapsackBound
 from planner.dp.subsets import pair_transitions
 
-__all__ = ["ExactSearch", "DEEPENING_GROWTH"]
+__all__ = ["ExactSearch", "DEEPENING_GROWTH", "outside_rho"]
 
 #: Time-centric deepening: once passes are big, each failed pass's successor aims at this
 #: many times its entries (:meth:`ExactSearch._next_step`). The growth per unit of bound
@@ -153,6 +153,28 @@ def _approx_inclusion(fam, n: int):
                 starts.append(j)
         fam.cache["approx_inclusion"] = (packed, np.array(starts + [L], np.int64))
     return fam.cache["approx_inclusion"]
+
+
+def outside_rho(fam, g) -> np.ndarray:
+    """``R[j]``: the largest ``ρ(v) = 2·m(v) + m(succ(v))`` over the nodes ``v`` outside
+    ``L_j`` (0 at V), kept on the family per ``m``.
+
+    Why: every chain through ``L_j`` adds each such ``v`` in a later block ``X``, and that
+    step's peak is at least the ckpt held at ``L_j`` plus ``ρ(v)`` (the argument of
+    :meth:`ExactSearch._ckpt_ceiling`): a lower bound on the rest of any chain's peak, for
+    the ckpt ceilings here and the smallest-budget search (:mod:`planner.dp.min_budget`)."""
+    key = g.m.tobytes()
+    cached = fam.cache.get("outside_rho")
+    if cached is None or cached[0] != key:
+        rho = 2 * g.m.astype(np.int64)
+        edge = distinct(g.src.astype(np.int64) * g.n + g.dst)   # each successor once
+        np.add.at(rho, edge // g.n, g.m[edge % g.n])
+        order = np.argsort(-rho, kind="stable")
+        inside = fam.members(g.n)[order]                     # [n, L]
+        first = np.argmax(~inside, axis=0)                   # the largest ρ outside L_j
+        rmax = np.where(inside.all(axis=0), 0, rho[order][first])
+        cached = fam.cache["outside_rho"] = (key, rmax)
+    return cached[1]
 
 
 class ExactSearch:
@@ -392,15 +414,7 @@ class ExactSearch:
         m(succ(v) \\ X)``. (A sink outside ``L_j`` gives ``ρ = 2·m(sink)``: ``cap0``.)
         Entries above it are dead: they reach no plan, and they dominate no entry that does
         (that one has less ckpt), so dropping them keeps the plan."""
-        g, fam = self.g, self.fam
-        rho = 2 * g.m.astype(np.int64)
-        edge = distinct(g.src.astype(np.int64) * g.n + g.dst)   # each successor once
-        np.add.at(rho, edge // g.n, g.m[edge % g.n])
-        order = np.argsort(-rho, kind="stable")
-        inside = fam.members(g.n)[order]                     # [n, L]
-        first = np.argmax(~inside, axis=0)                   # the largest ρ outside L_j
-        rmax = np.where(inside.all(axis=0), 0, rho[order][first])
-        cmax = np.minimum(self.cap0, self.B - rmax)
+        cmax = np.minimum(self.cap0, self.B - outside_rho(self.fam, self.g))
         cmax[self.end] = self.span
         return cmax
 
