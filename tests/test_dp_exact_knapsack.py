@@ -90,7 +90,8 @@ def test_knapsack_tables_are_the_greedy_knapsack(seed, layout, monkeypatch):
 @pytest.mark.parametrize("grid", [1, 3, 64])
 def test_least_cap_inverts_the_knapsack(seed, truncated, grid, monkeypatch):
     """``least_cap(j, r)`` is the least capacity whose knapsack reaches ``r`` (``cap_max + 1``
-    where none does): the search's cut of a source front by ckpt relies on it. Any grid."""
+    where none does), and ``least_cap_lower`` never exceeds it (the search's cut of a source
+    front by ckpt relies on that). Any grid."""
     monkeypatch.setattr(knapsack_mod, "UPPER_GRID", grid)
     g = _random_graph(seed)
     fam = exact_family(g)
@@ -103,6 +104,10 @@ def test_least_cap_inverts_the_knapsack(seed, truncated, grid, monkeypatch):
         got = kb.least_cap(np.full(reqs.size, j), reqs)
         want = [int(np.argmax(vals >= r)) if (vals >= r).any() else top + 1 for r in reqs]
         assert got.tolist() == want, j
+        low = kb.least_cap_lower(np.full(reqs.size, j), reqs)       # the grid's lower bound:
+        assert np.all(low <= got), j                                 # never above, and equal
+        assert np.array_equal(low == top + 1, got == top + 1), j     # where none reaches
+        assert np.array_equal(low == 0, got == 0), j
 
 
 def test_best_per_saved_paths_pick_the_lexsort_winners():

@@ -483,7 +483,7 @@ class ExactSearch:
         room = np.minimum(self.thr[tgt] + self.two_mL[src], self.cmax[tgt] - dm)
         far = ~(tgt == self.end)                         # the bound at the source's top corner
         if far.any():
-            need = self._bound_tables().least_cap(tgt[far], T - bound - smax[src[far]] - dt[far])
+            need = kb.least_cap_lower(tgt[far], T - bound - smax[src[far]] - dt[far])
             room[far] = np.minimum(room[far], cap0 - dm[far] - need)
         size = fronts.size
         starts = np.searchsorted(fronts.glob_s[:size], src * fronts.span_s
@@ -495,13 +495,26 @@ class ExactSearch:
         if total == 0:
             return None
         e = ranges(starts, cnt)
-        width = T + 2                                   # (state, saved) as one key, its
-        key = fronts.s[e]                               # pair part repeated (no per-candidate
-        key += np.repeat((tgt - lo) * width + dt, cnt)  # pair index and gathers)
+        # (state, saved) as one key, its pair part repeated (no per-candidate pair index
+        # and gathers); keys run over the saved values each target can get — its pairs'
+        # [cut, s_max + dt], packed back to back — so best_per_saved's buckets stay dense
+        # where a chunk's targets are many and their candidates few (cnn29 at 30 %: a third
+        # of its chunks took the sort before)
+        live = cnt > 0
+        pt, cnt_l, dt_l = tgt[live], cnt[live], dt[live]
+        p_lo = np.clip(s_lo[live] - dt_l, 0, T + 1) + dt_l
+        first = run_starts(pt)
+        t_lo = np.minimum.reduceat(p_lo, first)
+        span = np.maximum.reduceat(smax[src[live]] + dt_l, first) - t_lo + 1
+        t_off = np.cumsum(span) - span
+        which = np.repeat(np.arange(first.size), np.diff(np.r_[first, pt.size]))
+        key = fronts.s[e]
+        key += np.repeat(t_off[which] - t_lo[which] + dt_l, cnt_l)
         nc = fronts.c[e]
-        nc += np.repeat(dm, cnt)
+        nc += np.repeat(dm[live], cnt_l)
         key, nc, e = best_per_saved(key, nc, e)
-        st, ns = lo + key // width, key % width
+        at = np.searchsorted(t_off, key, side="right") - 1
+        st, ns = pt[first][at], key - t_off[at] + t_lo[at]
         keep = segment_pareto(st, ns, nc)
         st, ns, nc, e = st[keep], ns[keep], nc[keep], e[keep]
         ok = np.where(st == self.end, ns >= T - bound,  # the exact bound, on the fronts only

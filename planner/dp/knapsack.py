@@ -295,6 +295,42 @@ class KnapsackBound:
         out[pos] = np.where(found, np.minimum(x, self.cap_max + 1), self.cap_max + 1)
         return out
 
+    def least_cap_lower(self, states: np.ndarray, req: np.ndarray) -> np.ndarray:
+        """A lower bound of :meth:`least_cap` from the grid alone (no search in the rows).
+
+        The first grid capacity ``x_g`` whose value reaches ``req`` is found as in
+        :meth:`least_cap`; the one before, ``x_{g−1}``, falls short, and the knapsack lies
+        below its tangent there (concave): the whole items taken at ``x_{g−1}`` plus the
+        split item's ratio ``r`` stretched on. So no capacity under ``cm + (req − ct) / r``
+        (nor ``x_{g−1} + 1``) reaches ``req``. The two agree until the answer passes the
+        split item; a cut by this bound is a little weaker, at a fraction of the work
+        (cnn29 at 30 %: the search's largest per-pair cost)."""
+        states = np.asarray(states, np.int64)
+        req = np.asarray(req, np.int64)
+        out = np.zeros(states.size, np.int64)
+        pos = np.flatnonzero(req > 0)
+        if pos.size == 0:
+            return out
+        if self.N == 0:
+            out[pos] = self.cap_max + 1
+            return out
+        st, r = states[pos], req[pos]
+        G1, w = self.G + 1, self.T + 2
+        if getattr(self, "_gkey", None) is None:            # per state: grid values, sorted
+            self._gkey = (np.arange(self.L, dtype=np.int64)[:, None] * w
+                          + self.g_val.reshape(self.L, G1)).ravel()
+        gi = np.searchsorted(self._gkey, st * w + np.minimum(r, w - 1)) - st * G1
+        found = gi < G1                                     # the first grid value ≥ req
+        prev = st * G1 + np.clip(gi - 1, 0, G1 - 1)
+        x_prev = np.maximum(gi - 1, 0) * self.cap_max // self.G
+        ratio = self.g_r.take(prev)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            reach = self.g_cm.take(prev) + (r - self.g_ct.take(prev)) / ratio
+        tangent = np.where(ratio > 0, np.floor(np.minimum(reach, 2.0 ** 62)) - 1, 0)
+        low = np.maximum(x_prev + 1, tangent.astype(np.int64))
+        out[pos] = np.where(found, np.where(gi > 0, low, 0), self.cap_max + 1)
+        return out
+
     def reaches(self, states: np.ndarray, cap: np.ndarray, req: np.ndarray) -> np.ndarray:
         """Whether ``self(states, cap) ≥ req``, reading the exact knapsack only where the
         grid cannot tell: the value at the grid capacity ``x_g ≤ cap`` is a lower bound
