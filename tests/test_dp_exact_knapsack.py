@@ -22,7 +22,6 @@ import pytest
 
 from planner.dp import knapsack as knapsack_mod
 from planner.dp.exact_search import ExactSearch
-from planner.dp.forced import hull_rho
 from planner.dp.fronts import end_entry, path
 from planner.dp.knapsack import KnapsackBound
 from planner.dp.loop import run_dp
@@ -160,8 +159,7 @@ def _best_rest(fam, g, budget):
 @pytest.mark.parametrize("seed", range(8))
 def test_bound_is_admissible(seed):
     """Per state and ckpt of the unpruned fronts, the knapsack the search reads (and the
-    per-state ceiling ``ks_bnd`` behind its source filter) is ≥ the best completion, with
-    and without the forced checkpoints (:mod:`planner.dp.forced`)."""
+    per-state ceiling ``ks_bnd`` behind its source filter) is ≥ the best completion."""
     g = _random_graph(seed, n=8 + seed % 3)
     fam = exact_family(g)
     total = int(g.m.sum())
@@ -184,75 +182,11 @@ def test_bound_is_admissible(seed):
                 assert int(kb(np.array([j]), np.array([search.cap0 - c]))[0]) >= rest
                 assert int(kb.upper(np.array([j]), np.array([search.cap0 - c]))[0]) >= rest
                 assert search.ks_bnd[j] >= rest
-                st, cc = np.array([j]), np.array([c])
-                for fn in (kb, kb.upper):              # with the forced checkpoints first
-                    assert int(search._saved_bound(st, cc, fn)[0]) >= rest
-                assert search._reaches(st, cc, np.array([rest]))[0]
                 checked += 1
         opt = best(0, 0)
         if opt is not None:
             assert search.lower_bound_root() <= int(g.t.sum()) - opt
     assert checked >= 10
-
-
-class _NoForced:
-    """:class:`planner.dp.forced.ForcedCheckpoints` switched off: nothing is ever forced."""
-
-    def __init__(self, *args, **kwargs):
-        pass
-
-    def __call__(self, states, c):
-        z = np.zeros(np.asarray(states).size, np.int64)
-        return z, z.copy()
-
-
-def test_forced_checkpoints_prune_and_keep_the_plan(monkeypatch):
-    """On a branchy CNN (Inception and DenseNet blocks, where cuts must checkpoint low
-    ``t/m`` branch outputs), the forced checkpoints keep fewer entries in the pass at the
-    optimum, and the plan (chain, saved, ckpt) is the one found without them."""
-    from planner import synth
-    from planner.dp import exact_search as es_mod
-    from planner.solver import Solver
-    from planner.units import scale_units
-
-    g = synth.build_cnn(blocks=3)
-    act = int(g.var_bytes[g.is_activation].sum())
-    solver = Solver(g, solver="exact", strategy="time", units="reference")
-    u = scale_units(act * 40 // 100, solver.act_sum, "reference")
-    dg, fam = solver.family(u.ratio)
-    with_forced = ExactSearch(fam, dg, u.budget)
-    plan = _plan(with_forced.time_fronts())
-    recompute = with_forced.T - plan[1]
-    monkeypatch.setattr(es_mod, "ForcedCheckpoints", _NoForced)
-    without = ExactSearch(fam, dg, u.budget)
-    assert _plan(without.time_fronts()) == plan
-    kept, kept_without = with_forced.pareto(recompute).size, without.pareto(recompute).size
-    assert kept < 0.9 * kept_without, (kept, kept_without)
-
-
-@pytest.mark.parametrize("seed", range(6))
-def test_hull_rho_by_paths(seed):
-    """``hull_rho`` against its definition, by plain reachability: the hull of ``v`` holds
-    every ``u`` with ``v ⇝ u ⇝ w`` for a successor ``w``; ρ = 2·m(hull) + m(successors of
-    the hull outside it), each node once (repeated edges included)."""
-    g0 = _random_graph(seed, n=12 + seed)
-    g = DPGraph(m=g0.m, t=g0.t, src=np.r_[g0.src, g0.src[:3]], dst=np.r_[g0.dst, g0.dst[:3]])
-    n = g.n
-    succ = {v: set(g.dst[g.src == v].tolist()) for v in range(n)}
-
-    @functools.lru_cache(maxsize=None)
-    def reach(v):                                   # v and its descendants
-        return frozenset({v}).union(*(reach(w) for w in succ[v]))
-
-    want = []
-    for v in range(n):
-        if not succ[v]:
-            want.append(0)
-            continue
-        hull = {u for u in reach(v) if any(w in reach(u) for w in succ[v])}
-        ring = set().union(*(succ[u] for u in hull)) - hull
-        want.append(2 * sum(int(g.m[u]) for u in hull) + sum(int(g.m[u]) for u in ring))
-    assert hull_rho(g).tolist() == want
 
 
 def _plan(fronts):

@@ -11,10 +11,7 @@ strategy's plan can depend on, and keeps the reference's plan and tie-breaks exa
   plans recompute at least ``T − s − knapsack_j(cap0 − c)`` (per-state tables for every
   family size, :mod:`planner.dp.knapsack`). Entries above a bound ``g`` are dropped, and so
   are entries above the state's ckpt ceiling (every node still to run needs room for itself
-  and its successors: :meth:`ExactSearch._ckpt_ceiling`). Once an entry's ckpt is high, some
-  nodes outside ``L_j`` can no longer stay out of a checkpoint (their block would have to hold
-  their whole hull: :mod:`planner.dp.forced`); the bound takes those first
-  (:meth:`ExactSearch._saved_bound`: cnn29 at 20 %, 1.45M → 1.12M entries at the optimum). Cheap forms of the same bound
+  and its successors: :meth:`ExactSearch._ckpt_ceiling`). Cheap forms of the same bound
   come first: per target, sources whose best ``saved`` cannot reach ``knapsack_j(cap0 −
   m(∂L_j))`` (every entry of ``L_j`` holds ``∂L_j``) are skipped before the inclusion scan;
   per (source, target) pair, the bound at the source's best corner ``(s_max + dt,
@@ -68,7 +65,6 @@ from planner.arrays import distinct, ranges
 from planner.bitsets import unpack
 from planner.dp.fronts import (INF, Fronts, best_per_saved, end_entry, has_end, run_starts,
                                segment_pareto)
-from planner.dp.forced import ForcedCheckpoints
 from planner.dp.knapsack import KnapsackBound
 from planner.dp.subsets import pair_transitions
 
@@ -363,44 +359,12 @@ class ExactSearch:
         the block that added it (its successor outside ``L_j`` is outside that block's set
         too), so every entry of ``L_j`` has ``c ≥ m(∂L_j)``."""
         if self.knapsack is None:
-            kb = self.knapsack = KnapsackBound(self.fam, self.g, max(self.cap0, 0))
+            self.knapsack = KnapsackBound(self.fam, self.g, max(self.cap0, 0))
             self.cmax = self._ckpt_ceiling()
-            it = kb._locate(np.zeros(1, np.int64), np.array([max(self.cap0, 0)]))[2] \
-                if kb.N else np.array([-1])
-            split = None if it[0] < 0 else (int(kb.k_t[it[0]]), int(kb.k_m[it[0]]))
-            self.forced = ForcedCheckpoints(self.fam, self.g, self.B, split)
-            ks = self._saved_bound(np.arange(self.L), self.fam.m_bnd, kb)
+            cap = self.cap0 - self.fam.m_bnd
+            ks = self.knapsack(np.arange(self.L), np.maximum(cap, 0))
             self.ks_bnd = np.where(self.fam.m_bnd <= self.cmax, ks, -1)
         return self.knapsack
-
-    def _saved_bound(self, st, c, fn):
-        """Most an entry ``(c)`` of ``L_st`` can still save, by ``fn`` (the knapsack or its
-        :meth:`~KnapsackBound.upper`): the knapsack at ``cap0 − c``, or less with the
-        checkpoints it cannot avoid taken first (:mod:`planner.dp.forced`); −1: none fits."""
-        room = self.cap0 - c
-        out = fn(st, np.maximum(room, 0))
-        m_f, t_f = self.forced(st, c)
-        sub = np.flatnonzero(m_f > 0)
-        if sub.size:
-            left = room[sub] - m_f[sub]
-            alt = np.where(left >= 0, t_f[sub] + fn(st[sub], np.maximum(left, 0)), -1)
-            out[sub] = np.minimum(out[sub], alt)
-        return np.where(room >= 0, out, -1)
-
-    def _reaches(self, st, c, req):
-        """Whether an entry ``(c)`` of ``L_st`` can still save ``req``: the knapsack at
-        ``cap0 − c``, and the same with the checkpoints it cannot avoid
-        (:mod:`planner.dp.forced`) taken first."""
-        kb = self._bound_tables()
-        room = self.cap0 - c
-        ok = kb.reaches(st, np.maximum(room, 0), req)
-        m_f, t_f = self.forced(st, c)
-        sub = np.flatnonzero(ok & (m_f > 0))
-        if sub.size:
-            left = room[sub] - m_f[sub]
-            ok[sub] = (left >= 0) & kb.reaches(st[sub], np.maximum(left, 0),
-                                                req[sub] - t_f[sub])
-        return ok
 
     def _ckpt_ceiling(self) -> np.ndarray:
         """``cmax[j]``: the most ckpt an entry of ``L_j`` may hold and still reach V
@@ -472,8 +436,8 @@ class ExactSearch:
         T, cap0 = self.T, self.cap0
         dt, dm = self.deltas(tgt, src)
         at_end = tgt == self.end
-        kb = self._bound_tables()                            # at the source's best corner
-        ub = self._saved_bound(tgt, cmin[src] + dm, kb.upper)
+        cap = cap0 - cmin[src] - dm                          # at the source's best corner
+        ub = self._bound_tables().upper(tgt, np.maximum(cap, 0))
         alive = cmin[src] + dm <= self.cmax[tgt]
         s_lo = np.where(at_end, T - bound, np.where(alive, T - bound - ub, T + 1))
         keep = smax[src] + dt >= s_lo
@@ -518,7 +482,8 @@ class ExactSearch:
         keep = segment_pareto(st, ns, nc)
         st, ns, nc, e = st[keep], ns[keep], nc[keep], e[keep]
         ok = np.where(st == self.end, ns >= T - bound,  # the exact bound, on the fronts only
-                      (nc <= self.cmax[st]) & self._reaches(st, nc, T - bound - ns))
+                      (nc <= self.cmax[st])
+                      & self._bound_tables().reaches(st, np.maximum(cap0 - nc, 0), T - bound - ns))
         if not ok.any():
             return None
         return st[ok], ns[ok], nc[ok], e[ok]
