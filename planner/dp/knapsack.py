@@ -241,6 +241,29 @@ class KnapsackBound:
         lift = (cap - self.g_cm.take(idx)) * self.g_r.take(idx) + 1e-3
         return self.g_ct.take(idx) + lift.astype(np.int64)
 
+    def _first_grid_reaching(self, states: np.ndarray, req: np.ndarray):
+        """The start the inverse queries share: ``(out, pos, st, r, gi)``.
+
+        ``out``: per pair, 0 (the answer where ``req ≤ 0``, and ``cap_max + 1`` everywhere
+        ``req > 0`` when there are no items); ``pos``: the pairs still to answer (None: none);
+        per such pair its state ``st``, request ``r`` and ``gi``, the first grid index whose
+        value reaches ``r`` (``G + 1``: none does) — one ``searchsorted`` over every state's
+        grid values, ascending per state."""
+        states = np.asarray(states, np.int64)
+        req = np.asarray(req, np.int64)
+        out = np.zeros(states.size, np.int64)
+        pos = np.flatnonzero(req > 0)
+        if pos.size == 0 or self.N == 0:
+            out[pos] = self.cap_max + 1
+            return out, None, None, None, None
+        st, r = states[pos], req[pos]
+        G1, w = self.G + 1, self.T + 2
+        if getattr(self, "_gkey", None) is None:            # per state: grid values, sorted
+            self._gkey = (np.arange(self.L, dtype=np.int64)[:, None] * w
+                          + self.g_val.reshape(self.L, G1)).ravel()
+        gi = np.searchsorted(self._gkey, st * w + np.minimum(r, w - 1)) - st * G1
+        return out, pos, st, r, gi
+
     def least_cap(self, states: np.ndarray, req: np.ndarray) -> np.ndarray:
         """The least capacity ``x`` with ``self(states, x) ≥ req`` (0 where ``req ≤ 0``,
         ``cap_max + 1`` where no ``x ≤ cap_max`` reaches it): the knapsack's inverse.
@@ -255,21 +278,10 @@ class KnapsackBound:
         the answer: the first grid capacity whose value reaches ``req`` (one ``searchsorted``
         over every state's grid values, ascending per state) and the one before it (whose
         whole items all stay below ``req``)."""
-        states = np.asarray(states, np.int64)
-        req = np.asarray(req, np.int64)
-        out = np.zeros(states.size, np.int64)
-        pos = np.flatnonzero(req > 0)
-        if pos.size == 0:
+        out, pos, st, r, gi = self._first_grid_reaching(states, req)
+        if pos is None:
             return out
-        if self.N == 0:
-            out[pos] = self.cap_max + 1
-            return out
-        st, r = states[pos], req[pos]
-        G1, w = self.G + 1, self.T + 2
-        if getattr(self, "_gkey", None) is None:            # per state: grid values, sorted
-            self._gkey = (np.arange(self.L, dtype=np.int64)[:, None] * w
-                          + self.g_val.reshape(self.L, G1)).ravel()
-        gi = np.searchsorted(self._gkey, st * w + np.minimum(r, w - 1)) - st * G1
+        G1 = self.G + 1
         found = gi < G1                                     # the first grid value ≥ req
         base = st * G1
         first, end = self.off[st], self.off[st + 1]
@@ -305,21 +317,10 @@ class KnapsackBound:
         (nor ``x_{g−1} + 1``) reaches ``req``. The two agree until the answer passes the
         split item; a cut by this bound is a little weaker, at a fraction of the work
         (cnn29 at 30 %: the search's largest per-pair cost)."""
-        states = np.asarray(states, np.int64)
-        req = np.asarray(req, np.int64)
-        out = np.zeros(states.size, np.int64)
-        pos = np.flatnonzero(req > 0)
-        if pos.size == 0:
+        out, pos, st, r, gi = self._first_grid_reaching(states, req)
+        if pos is None:
             return out
-        if self.N == 0:
-            out[pos] = self.cap_max + 1
-            return out
-        st, r = states[pos], req[pos]
-        G1, w = self.G + 1, self.T + 2
-        if getattr(self, "_gkey", None) is None:            # per state: grid values, sorted
-            self._gkey = (np.arange(self.L, dtype=np.int64)[:, None] * w
-                          + self.g_val.reshape(self.L, G1)).ravel()
-        gi = np.searchsorted(self._gkey, st * w + np.minimum(r, w - 1)) - st * G1
+        G1 = self.G + 1
         found = gi < G1                                     # the first grid value ≥ req
         prev = st * G1 + np.clip(gi - 1, 0, G1 - 1)
         x_prev = np.maximum(gi - 1, 0) * self.cap_max // self.G
