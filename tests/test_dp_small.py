@@ -10,7 +10,7 @@ import pytest
 
 from planner.arrays import distinct, run_starts
 from planner.dp import loop, solve
-from planner.dp.loop import _transition_table, run_dp
+from planner.dp.loop import transition_table, run_dp
 from planner.dp.solve import recompute_lower_bound, solve_family
 from planner.dp.subsets import transitions
 from planner.dp_families import DPGraph, approx_family
@@ -30,10 +30,10 @@ def _fronts(f):
 
 
 @pytest.mark.parametrize("seed", range(4))
-def test_transition_table_is_the_bitset_transitions(seed):
+def testtransition_table_is_the_bitset_transitions(seed):
     g = _case(seed)
     fam = approx_family(g)
-    sub, dt, dm = _transition_table(fam, g.t, g.m)
+    sub, dt, dm = transition_table(fam, g.t, g.m)
     step = transitions(fam, g.t, g.m)
     for j in range(1, fam.num_sets):
         src, want_dt, want_dm = step(j, np.arange(j))

@@ -36,11 +36,11 @@ from planner.dp.fronts import (INF, Fronts, best_per_saved, expand_fronts, paret
 from planner.dp.scale import thin, thin_lagrange
 from planner.dp.subsets import transitions
 
-__all__ = ["run_dp"]
+__all__ = ["run_dp", "transition_table"]
 
 
 #: Dense approximate families up to this many states read their transitions from two ``L × L``
-#: tables built once per family (:func:`_transition_table`, ~17 bytes a cell) instead of
+#: tables built once per family (:func:`transition_table`, ~17 bytes a cell) instead of
 #: testing and summing bitsets state by state.
 TABLE_MAX_STATES = 1448
 
@@ -79,7 +79,7 @@ def run_dp(fam, t: np.ndarray, m: np.ndarray, budget: int, *, window: int | None
     else:
         end_of = np.arange(L)
     ordered = fam.node is not None                 # approx: ids ascend with m(L)
-    table = _transition_table(fam, t, m)
+    table = transition_table(fam, t, m)
     subsets = transitions(fam, t, m) if table is None else None
     report, every = current_progress().position, max(1, L // 200)   # the DP position, ~0.5 %
     for j in range(1, L):
@@ -118,7 +118,7 @@ def run_dp(fam, t: np.ndarray, m: np.ndarray, budget: int, *, window: int | None
     return fronts
 
 
-def _transition_table(fam, t: np.ndarray, m: np.ndarray):
+def transition_table(fam, t: np.ndarray, m: np.ndarray):
     """``(sub, dt, dm)``, each ``[L, L]`` (row: target, column: source), for a dense
     approximate family of at most :data:`TABLE_MAX_STATES` states, else None; kept on the
     family.

@@ -57,7 +57,7 @@ import numpy as np
 from planner.arrays import ranges
 from planner.dp.exact_search import ExactSearch, outside_rho
 from planner.dp.fronts import INF, Fronts, best_per_saved, segment_pareto
-from planner.dp.loop import _transition_table
+from planner.dp.loop import transition_table
 
 __all__ = ["min_budget", "GROWTH"]
 
@@ -95,7 +95,7 @@ def _pass(fam, g, rho: np.ndarray, bound: int) -> int | None:
     Fronts live in a :class:`~planner.dp.fronts.Fronts` with ``s`` the ckpt and ``c`` the
     headroom ``P̂ − ckpt`` (ascending within a state, so ``glob`` finds the useful entries)."""
     search = ExactSearch(fam, g, bound)
-    table = _transition_table(fam, g.t, g.m)              # small approx families: dm by gather
+    table = transition_table(fam, g.t, g.m)              # small approx families: dm by gather
     L, two_mL, mAB = fam.num_sets, search.two_mL, fam.mAB
     span = bound + 2                                       # > any headroom kept
     cspan = int(fam.mL[-1]) + 1                            # > any ckpt
