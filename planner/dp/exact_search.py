@@ -65,7 +65,7 @@ from planner.arrays import distinct, ranges
 from planner.bitsets import unpack
 from planner.dp.fronts import (INF, Fronts, best_per_saved, end_entry, has_end, run_starts,
                                segment_pareto)
-from planner.dp.knapsack import KnapsackBound
+from planner.dp.knapsack import KnapsackBound, checkpoint_room
 from planner.dp.subsets import pair_transitions
 
 __all__ = ["ExactSearch", "DEEPENING_GROWTH", "outside_rho"]
@@ -200,11 +200,7 @@ class ExactSearch:
             self.sub, self.levels = _approx_inclusion(fam, g.n)
             self.pairs = pair_transitions(fam, g.t, g.m)
         self.span = int(g.m.sum()) + 1                      # > any ckpt
-        has_succ = np.zeros(g.n, bool)
-        has_succ[g.src] = True
-        sinks = np.flatnonzero(~has_succ)
-        # c_final + 2·m(last block) ≤ B, and the last block holds a sink: room for checkpoints
-        self.cap0 = self.B - 2 * int(g.m[sinks].min()) if sinks.size else self.B
+        self.cap0 = checkpoint_room(g, self.B)              # c_final + 2·m(last block) ≤ B
         self.g = g
         self.knapsack = None                                # time-centric only: _bound_tables
         self.ks_bnd = self.cmax = None

@@ -38,7 +38,16 @@ from functools import cmp_to_key
 
 import numpy as np
 
-__all__ = ["KnapsackBound", "KNAPSACK_BLOCK_CELLS", "UPPER_GRID"]
+__all__ = ["KnapsackBound", "KNAPSACK_BLOCK_CELLS", "UPPER_GRID", "checkpoint_room"]
+
+
+def checkpoint_room(g, budget: int) -> int:
+    """``cap0 = B − 2·m(sink)``: all checkpoints together fit in it (the last block holds a
+    sink, the lightest one at best; ``B`` without sinks). Negative: no plan holds one."""
+    has_succ = np.zeros(g.n, bool)
+    has_succ[g.src] = True
+    sinks = np.flatnonzero(~has_succ)
+    return int(budget) - (2 * int(g.m[sinks].min()) if sinks.size else 0)
 
 
 def _ratio_order(m: np.ndarray, t: np.ndarray, items: np.ndarray) -> np.ndarray:
@@ -193,6 +202,17 @@ class KnapsackBound:
             raise ValueError(f"knapsack capacity {int(cap.max())} > cap_max {self.cap_max}")
         return cap
 
+    def _grid_at(self, states: np.ndarray, cap: np.ndarray) -> np.ndarray:
+        """Per pair, its entry in the grid tables: the grid capacity ``x_g ≤ cap`` of its state."""
+        return states * (self.G + 1) + cap * self.G // max(self.cap_max, 1)
+
+    def _tangent(self, idx: np.ndarray, cap: np.ndarray) -> np.ndarray:
+        """The knapsack's tangent at grid entry ``idx``, read at ``cap``: the whole items taken
+        at ``x_g`` plus the split item's ratio stretched to ``cap`` (a float product, its
+        rounding covered by 1/1000) — at least the knapsack at ``cap`` (it is concave)."""
+        lift = (cap - self.g_cm.take(idx)) * self.g_r.take(idx) + 1e-3
+        return self.g_ct.take(idx) + lift.astype(np.int64)
+
     def _locate(self, states: np.ndarray, cap: np.ndarray):
         """Per pair: ``t`` and ``m`` of the whole items taken at ``cap`` and the split item
         (−1: every item fits). One binary search per pair over its state's row between the
@@ -200,7 +220,7 @@ class KnapsackBound:
         running ``m`` passes ``cap``."""
         first = self.off[states]
         end = self.off[states + 1]
-        gi = states * (self.G + 1) + cap * self.G // max(self.cap_max, 1)   # x_g ≤ cap
+        gi = self._grid_at(states, cap)                     # x_g ≤ cap
         lo = first + self.g_pos.take(gi)                    # the answer lies between the
         hi = first + self.g_pos.take(np.minimum(gi + 1, (states + 1) * (self.G + 1) - 1))
         top = max(self.cm.size - 1, 0)                      # grid positions around cap
@@ -230,16 +250,13 @@ class KnapsackBound:
 
     def upper(self, states: np.ndarray, cap: np.ndarray) -> np.ndarray:
         """An upper bound of :meth:`__call__` by three gathers: the knapsack is concave in
-        ``cap``, so it lies below its tangent at any capacity — here the grid capacity
-        ``x_g ≤ cap`` next to it: the whole items taken at ``x_g`` plus the split item's
-        ratio stretched to ``cap`` (a float product, its rounding covered by 1/1000)."""
+        ``cap``, so it lies below its tangent at any capacity — here at the grid capacity
+        ``x_g ≤ cap`` next to it (:meth:`_tangent`)."""
         states = np.asarray(states, np.int64)
         cap = self._caps(cap)
         if self.N == 0 or states.size == 0:
             return np.zeros(states.size, np.int64)
-        idx = states * (self.G + 1) + cap * self.G // max(self.cap_max, 1)   # x_g ≤ cap
-        lift = (cap - self.g_cm.take(idx)) * self.g_r.take(idx) + 1e-3
-        return self.g_ct.take(idx) + lift.astype(np.int64)
+        return self._tangent(self._grid_at(states, cap), cap)
 
     def _first_grid_reaching(self, states: np.ndarray, req: np.ndarray):
         """The start the inverse queries share: ``(out, pos, st, r, gi)``.
@@ -340,10 +357,9 @@ class KnapsackBound:
         cap = self._caps(cap)
         if self.N == 0 or states.size == 0:
             return np.zeros(states.size, np.int64) >= req
-        idx = states * (self.G + 1) + cap * self.G // max(self.cap_max, 1)
+        idx = self._grid_at(states, cap)
         out = self.g_val.take(idx) >= req
-        lift = (cap - self.g_cm.take(idx)) * self.g_r.take(idx) + 1e-3
-        unsure = np.flatnonzero(~out & (self.g_ct.take(idx) + lift.astype(np.int64) >= req))
+        unsure = np.flatnonzero(~out & (self._tangent(idx, cap) >= req))
         if unsure.size:
             out[unsure] = self(states[unsure], cap[unsure]) >= req[unsure]
         return out

@@ -94,13 +94,13 @@ def _pass(fam, g, rho: np.ndarray, bound: int) -> int | None:
 
     Fronts live in a :class:`~planner.dp.fronts.Fronts` with ``s`` the ckpt and ``c`` the
     headroom ``P̂ − ckpt`` (ascending within a state, so ``glob`` finds the useful entries)."""
+    if rho[0] > bound:
+        return None
     search = ExactSearch(fam, g, bound)
     table = transition_table(fam, g.t, g.m)              # small approx families: dm by gather
     L, two_mL, mAB = fam.num_sets, search.two_mL, fam.mAB
     span = bound + 2                                       # > any headroom kept
     cspan = int(fam.mL[-1]) + 1                            # > any ckpt
-    if rho[0] > bound:
-        return None
     fronts = Fronts.empty(L)
     fronts.span = span
     fronts.append(0, np.zeros(1, np.int64), np.full(1, int(rho[0]), np.int64),

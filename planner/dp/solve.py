@@ -246,13 +246,10 @@ def recompute_lower_bound(fam, g, b_units: int) -> int:
     """Least recompute any plan at ``b_units`` can have: ``T − knapsack(∅, cap0)`` with the
     checkpoints' room ``cap0 = B − 2·m(sink)`` (:mod:`planner.dp.knapsack`); ``T`` when no
     checkpoint fits. Dense families only (the knapsack's tables read the sets)."""
-    from planner.dp.knapsack import KnapsackBound
+    from planner.dp.knapsack import KnapsackBound, checkpoint_room
 
     T = int(g.t.sum())
-    has_succ = np.zeros(g.n, bool)
-    has_succ[g.src] = True
-    sinks = np.flatnonzero(~has_succ)
-    cap0 = int(b_units) - (2 * int(g.m[sinks].min()) if sinks.size else 0)
+    cap0 = checkpoint_room(g, b_units)
     if cap0 < 0:
         return T
     return T - int(KnapsackBound(fam, g, cap0)(np.zeros(1, np.int64), np.array([cap0]))[0])
