@@ -103,8 +103,9 @@ class TreeSampler:
             return
         self._rss_at_pss, self.pss_reads = total, self.pss_reads + 1
         sizes = [_pss(p, r) for p, r in zip(pids, rss)]
-        if sum(sizes) > self.peak_pss_bytes:     # who holds the memory at the peak
-            self.peak_pss_bytes = sum(sizes)
+        pss = sum(sizes)
+        if pss > self.peak_pss_bytes:            # who holds the memory at the peak
+            self.peak_pss_bytes = pss
             self.peak_breakdown = sorted(((b, _name(pid)) for pid, b in zip(pids, sizes)),
                                          reverse=True)
 

@@ -48,7 +48,8 @@ def _case(seed: int) -> DPGraph:
 @pytest.mark.parametrize("seed", range(14))
 @pytest.mark.parametrize("family", ["approx", "exact"])
 def test_random_dags_match_bisection(seed, family):
-    """The bisection's number (time-centric); both strategies: a plan at it, none below."""
+    """Both strategies: a plan at the value, none one below; and the bisection (over the
+    memory-centric solve, the last ``ok``) finds the same number."""
     g = _case(seed)
     fam = (approx_family if family == "approx" else exact_family)(g)
     b = min_budget(fam, g)
