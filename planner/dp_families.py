@@ -263,7 +263,10 @@ def approx_family(g: DPGraph, stats=None, dense: bool = True, opts=None, **engin
 
 
 def _lower_set_levels(g: DPGraph, limit: int):
-    """Yield the lower sets of each size 0, 1, …, n as uint64 bitset matrices (rows sorted).
+    """Yield the lower sets of each size 0, 1, …, n as uint64 bitset matrices (rows sorted),
+    each with the covers that made it: ``(parent, v, child)``, the parent's row in the level
+    before, the node added and the child's row here (:func:`planner.dp.chain_bound` reads
+    them: every state's one-node steps, at no extra pass).
 
     A child of ``L`` adds a node ``v ∉ L`` none of whose predecessors is outside ``L``: one
     pass over the edges per level (``blocked[v]`` = OR of "pred outside" over ``v``'s
@@ -278,13 +281,14 @@ def _lower_set_levels(g: DPGraph, limit: int):
     src_d, dst_d = g.src[by_dst], g.dst[by_dst]
     groups = run_starts(dst_d) if dst_d.size else None
     level = np.zeros((1, W), np.uint64)
+    covers = tuple(np.zeros(0, np.int64) for _ in range(3))
     total = 0
     while level.shape[0]:
-        yield level
+        yield level, covers
         total += level.shape[0]
         if total > limit:
             return
-        children = []
+        children, parent, added = [], [], []
         for lo in range(0, level.shape[0], 512):
             cur = level[lo:lo + 512]
             out = ~np.ascontiguousarray(unpack(cur, n).T)           # [n, rows]: v ∉ L
@@ -297,28 +301,35 @@ def _lower_set_levels(g: DPGraph, limit: int):
                 child = cur[r].copy()
                 child[np.arange(r.size), node_word[v]] |= node_bit[v]
                 children.append(child)
+                parent.append(lo + r)
+                added.append(v)
         if not children:
             return
-        level = _unique_rows(np.vstack(children))
+        level, inverse = _unique_rows(np.vstack(children))
+        covers = (np.concatenate(parent), np.concatenate(added), inverse)
 
 
-def _unique_rows(rows: np.ndarray) -> np.ndarray:
+def _unique_rows(rows: np.ndarray):
     """The distinct rows, sorted by word 0, then word 1, … (``np.unique(rows, axis=0)``'s
-    order, without its structured-dtype round trip)."""
+    order, without its structured-dtype round trip), and each input row's index among them."""
     order = np.lexsort(rows.T[::-1])
     rows = rows[order]
     keep = np.r_[True, np.any(rows[1:] != rows[:-1], axis=1)]
-    return rows[keep]
+    inverse = np.empty(order.size, np.int64)
+    inverse[order] = np.cumsum(keep) - 1
+    return rows[keep], inverse
 
 
 def exact_family(g: DPGraph, max_lower_sets: int = DEFAULT_MAX_LOWER_SETS,
                  fallback: bool = False, opts=None) -> Family:
     """Every lower set, numbered by size (DPfix). Past ``max_lower_sets``: an error, or the
     approximate family if ``fallback`` (built on the engine with ``opts``)."""
-    levels = []
+    levels, covers = [], []
     total = 0
-    for level in _lower_set_levels(g, max_lower_sets):
+    for level, (parent, v, child) in _lower_set_levels(g, max_lower_sets):
         levels.append(level)
+        covers.append(np.stack([parent + total - (levels[-2].shape[0] if len(levels) > 1
+                                                  else 0), v, child + total]))
         total += level.shape[0]
         if total > max_lower_sets:
             if fallback:
@@ -332,5 +343,7 @@ def exact_family(g: DPGraph, max_lower_sets: int = DEFAULT_MAX_LOWER_SETS,
                 f"or use the approximate solver (--solver approx)")
     sets = np.vstack(levels)            # levels come out by size already: the DPfix order
     size, mL, tL, bnd, t_bnd, m_bnd, mAB = _set_stats(g, sets)
-    return Family("exact", size, mL, tL, t_bnd, m_bnd, mAB, sets=sets, bnd=bnd,
-                  edges=(g.src, g.dst))
+    fam = Family("exact", size, mL, tL, t_bnd, m_bnd, mAB, sets=sets, bnd=bnd,
+                 edges=(g.src, g.dst))
+    fam.cache["covers"] = tuple(np.concatenate(covers, axis=1))   # (state, node, state ∪ {node})
+    return fam

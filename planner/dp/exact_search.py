@@ -65,6 +65,7 @@ from planner.arrays import distinct, ranges
 from planner.bitsets import unpack
 from planner.dp.fronts import (INF, Fronts, best_per_saved, end_entry, has_end, run_starts,
                                segment_pareto)
+from planner.dp.chain_bound import chain_bound
 from planner.dp.knapsack import KnapsackBound, checkpoint_room
 from planner.dp.subsets import pair_transitions
 
@@ -75,6 +76,9 @@ __all__ = ["ExactSearch", "DEEPENING_GROWTH", "outside_rho"]
 #: slows as the bound rises, so a pass lands short of the aim (×1.5–2.5 for an aim of 4;
 #: an aim of 2 took 10 passes to densenet's optimum at 40 %, 0.9 s more than 4).
 DEEPENING_GROWTH = 4.0
+#: Time-centric deepening: a failed pass of at least this many entries per state builds the
+#: chain bound (:meth:`ExactSearch.use_chain_bound`) and restarts from its root bound.
+CHAIN_AFTER = 0.25
 #: Time-centric deepening: a failed pass whose fronts grew less than this runs the lexmin pass.
 LEXMIN_STALL = 1.25
 
@@ -204,6 +208,7 @@ class ExactSearch:
         self.g = g
         self.knapsack = None                                # time-centric only: _bound_tables
         self.ks_bnd = self.cmax = None
+        self.chain = None                                   # time-centric: use_chain_bound
 
     # --------------------------------------------------------------- per-state quantities
     def deltas(self, tgt: np.ndarray, src: np.ndarray):
@@ -378,6 +383,41 @@ class ExactSearch:
         cmax[self.end] = self.span
         return cmax
 
+    def use_chain_bound(self) -> bool:
+        """Build the Lagrangian chain bound (:mod:`planner.dp.chain_bound`) and take it with
+        the knapsack from now on: every bound below is the least of the two. ``ks_bnd``
+        takes it too. False where the family has none (no inclusion matrix, nothing to
+        price). Costs one walk over the dominance-pruned pairs (cnn29 at 20 %: 4.8M pairs,
+        ~1 s), so :meth:`time_fronts` builds it only once passes grow big."""
+        if self.chain is None:
+            self._bound_tables()
+            self.chain = chain_bound(self) or False
+            if self.chain:
+                cap = np.maximum(self.cap0 - self.fam.m_bnd, 0)
+                cb = self.chain.saved_upper(np.arange(self.L), cap)
+                self.chain.one_price(cap)
+                self.ks_bnd = np.where(cb < 0, -1, np.minimum(self.ks_bnd, cb))
+        return bool(self.chain)
+
+    def _saved_upper(self, states: np.ndarray, cap: np.ndarray) -> np.ndarray:
+        """A cheap upper bound of what an entry of ``states`` with ``cap0 − c = cap`` can
+        still save: the knapsack's tangent, and the chain bound where built."""
+        ub = self._bound_tables().upper(states, cap)
+        return np.minimum(ub, self.chain.saved_upper_one(states, cap)) if self.chain else ub
+
+    def _least_cap(self, states: np.ndarray, req: np.ndarray) -> np.ndarray:
+        """A capacity below which no entry of ``states`` still saves ``req``."""
+        low = self._bound_tables().least_cap_lower(states, req)
+        return np.maximum(low, self.chain.least_cap_one(states, req)) if self.chain else low
+
+    def _reaches(self, states: np.ndarray, cap: np.ndarray, req: np.ndarray) -> np.ndarray:
+        """Whether both bounds let an entry with ``cap0 − c = cap`` still save ``req``."""
+        ok = self._bound_tables().reaches(states, cap, req)
+        if self.chain and ok.any():
+            at = np.flatnonzero(ok)
+            ok[at] = self.chain.reaches(states[at], cap[at], req[at])
+        return ok
+
     def lower_bound_root(self) -> int:
         """Least recompute any plan can have: ``T − knapsack(∅, cap0)``."""
         if self.cap0 < 0:
@@ -435,8 +475,7 @@ class ExactSearch:
         dt, dm = self.deltas(tgt, src)
         at_end = tgt == self.end
         cap = cap0 - cmin[src] - dm                          # at the source's best corner
-        kb = self._bound_tables()
-        ub = kb.upper(tgt, np.maximum(cap, 0))
+        ub = self._saved_upper(tgt, np.maximum(cap, 0))
         alive = cmin[src] + dm <= self.cmax[tgt]
         s_lo = np.where(at_end, T - bound, np.where(alive, T - bound - ub, T + 1))
         keep = smax[src] + dt >= s_lo
@@ -446,7 +485,7 @@ class ExactSearch:
         room = np.minimum(self.thr[tgt] + self.two_mL[src], self.cmax[tgt] - dm)
         far = ~(tgt == self.end)                         # the bound at the source's top corner
         if far.any():
-            need = kb.least_cap_lower(tgt[far], T - bound - smax[src[far]] - dt[far])
+            need = self._least_cap(tgt[far], T - bound - smax[src[far]] - dt[far])
             room[far] = np.minimum(room[far], cap0 - dm[far] - need)
         size = fronts.size
         starts = np.searchsorted(fronts.glob_s[:size], src * fronts.span_s
@@ -482,7 +521,7 @@ class ExactSearch:
         st, ns, nc, e = st[keep], ns[keep], nc[keep], e[keep]
         ok = np.where(st == self.end, ns >= T - bound,  # the exact bound, on the fronts only
                       (nc <= self.cmax[st])
-                      & self._bound_tables().reaches(st, np.maximum(cap0 - nc, 0), T - bound - ns))
+                      & self._reaches(st, np.maximum(cap0 - nc, 0), T - bound - ns))
         if not ok.any():
             return None
         return st[ok], ns[ok], nc[ok], e[ok]
@@ -516,6 +555,10 @@ class ExactSearch:
             failed += 1
             stalled = (last is not None and fronts.size >= self.L
                        and fronts.size <= LEXMIN_STALL * last[1])
+            if (self.chain is None and fronts.size >= CHAIN_AFTER * self.L
+                    and self.use_chain_bound()):
+                bound, step, last = max(bound + 1, self.lower_bound_root()), 1, None
+                continue
             step = self._next_step(step, last, bound, fronts.size)
             last = (bound, fronts.size)
             if give_up_after is not None and failed >= give_up_after:
