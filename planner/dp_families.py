@@ -132,8 +132,11 @@ class Family:
         if "subsets" not in self.cache:
             L = self.num_sets
             ok = self.kind == "exact" and L * ((L + 7) // 8) <= SUBSET_MATRIX_MAX_BYTES
-            self.cache["subsets"] = (_subset_matrix(self.sets, self.size, *(self.edges or ()))
-                                     if ok else None)
+            covers = self.cache.get("covers")
+            self.cache["subsets"] = (None if not ok else
+                                     _subset_matrix(self.sets, self.size, *(self.edges or ()))
+                                     if covers is None else
+                                     _subset_matrix_from_covers(self.size, covers[0], covers[2]))
         return self.cache["subsets"]
 
 
@@ -193,26 +196,23 @@ def _row_keys(sets: np.ndarray) -> np.ndarray:
 
 def _subset_matrix(sets: np.ndarray, size: np.ndarray, src: np.ndarray | None = None,
                    dst: np.ndarray | None = None) -> np.ndarray:
-    """Inclusion matrix of a family sorted by size: ``sub(L) = {L} ∪ ⋃ sub(L \\ {v})``.
+    """Inclusion matrix of a family sorted by size: ``sub(L) = {L} ∪ ⋃ sub(L \\ {v})``, for a
+    family whose covers were not kept (:func:`_subset_matrix_from_covers` does the rest).
 
-    Walks the cover relation (drop one node) level by level: each candidate ``L \\ {v}`` is
+    Finds the cover relation (drop one node) level by level: each candidate ``L \\ {v}`` is
     looked up among the previous level's sets by exact row keys; a hit is a lower set and
-    so a cover. Rows are OR-reduced per set, so the whole matrix costs one pass over the
-    covers (~|family| · width), not a test per pair. With the graph's edges (``src``/``dst``)
-    only the maximal nodes of each set (no successor inside it) are tried — the only ones
-    whose removal leaves a lower set — instead of every node.
+    so a cover. With the graph's edges (``src``/``dst``) only the maximal nodes of each set
+    (no successor inside it) are tried — the only ones whose removal leaves a lower set —
+    instead of every node.
     """
-    L, W = sets.shape
+    W = sets.shape[1]
     edges = src is not None and src.size > 0
     if edges:
         by_src = np.argsort(src, kind="stable")
         src_s, dst_s = src[by_src], dst[by_src]
         groups = run_starts(src_s)
-    words = (L + 63) // 64
-    sub = np.zeros((L, words), np.uint64)                  # uint64 words: 8× fewer ORs
-    ids = np.arange(L)
-    sub[ids, ids // 64] = _ONE << (ids % 64).astype(np.uint64)
     bounds = np.flatnonzero(np.r_[True, size[1:] != size[:-1], True])
+    lows, tgts = [], []
     for (a, b), (pa, pb) in zip(zip(bounds[1:-1], bounds[2:]), zip(bounds[:-2], bounds[1:-1])):
         if size[pa] != size[a] - 1:
             continue
@@ -227,10 +227,32 @@ def _subset_matrix(sets: np.ndarray, size: np.ndarray, src: np.ndarray | None = 
         keys = _row_keys(cand)
         pos = np.minimum(np.searchsorted(prev[order], keys), order.size - 1)
         hit = prev[order][pos] == keys
-        tgt, low = a + r[hit], pa + order[pos[hit]]        # tgt ascending (np.nonzero order)
-        starts = run_starts(tgt)
-        w = (int(pb) + 63) // 64                           # sources' bits all lie below pb
-        sub[tgt[starts], :w] |= np.bitwise_or.reduceat(sub[low, :w], starts, axis=0)
+        tgts.append(a + r[hit])
+        lows.append(pa + order[pos[hit]])
+    cat = (lambda x: np.concatenate(x) if x else np.zeros(0, np.int64))  # noqa: E731
+    return _subset_matrix_from_covers(size, cat(lows), cat(tgts))
+
+
+def _subset_matrix_from_covers(size: np.ndarray, low: np.ndarray, tgt: np.ndarray) -> np.ndarray:
+    """Inclusion matrix of a family sorted by size from its covers ``low ⋖ tgt`` (``L_tgt =
+    L_low ∪ {v}``): ``sub(L) = {L} ∪ ⋃ sub(L \\ {v})``. Rows are OR-reduced per set a size
+    level at a time, so the whole matrix costs one pass over the covers (~|family| · width),
+    not a test per pair. :func:`exact_family` keeps the covers it found while listing the
+    sets (cnn29: 1.25 → 0.7 s against finding them again by row keys)."""
+    L = size.size
+    sub = np.zeros((L, (L + 63) // 64), np.uint64)
+    ids = np.arange(L)
+    sub[ids, ids // 64] = _ONE << (ids % 64).astype(np.uint64)
+    order = np.lexsort((low, tgt))
+    low, tgt = low[order], tgt[order]
+    bounds = np.flatnonzero(np.r_[True, size[1:] != size[:-1], True])
+    cut = np.searchsorted(tgt, bounds)
+    for a, i0, i1 in zip(bounds[1:-1].tolist(), cut[1:-1].tolist(), cut[2:].tolist()):
+        if i1 > i0:
+            t = tgt[i0:i1]
+            starts = run_starts(t)
+            w = (a + 63) // 64                                 # sources' bits all lie below a
+            sub[t[starts], :w] |= np.bitwise_or.reduceat(sub[low[i0:i1], :w], starts, axis=0)
     return sub.astype("<u8").view(np.uint8)
 
 

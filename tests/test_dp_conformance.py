@@ -33,7 +33,8 @@ from planner import cg
 from planner.activation_graph import ActivationGraph
 from planner.dp.loop import run_dp
 from planner.dp.solve import solve_family
-from planner.dp_families import DPGraph, _subset_matrix, approx_family, exact_family
+from planner.dp_families import (DPGraph, _subset_matrix, _subset_matrix_from_covers,
+                                 approx_family, exact_family)
 from planner.solver import Solver
 from planner.units import scale_units
 from tests.family_oracle import random_single_sink_dag
@@ -430,6 +431,8 @@ def test_subset_matrix_is_inclusion():
     assert np.array_equal(bits, want)
     assert np.array_equal(_subset_matrix(sets, fam.size), sub)     # every node tried
     assert np.array_equal(_subset_matrix(sets, fam.size, g.src, g.dst), sub)   # maximal only
+    low, _v, tgt = fam.cache["covers"]
+    assert np.array_equal(_subset_matrix_from_covers(fam.size, low, tgt), sub)  # kept covers
 
 
 # ----------------------------------------------------------------------- exact bytes
