@@ -412,9 +412,13 @@ class ExactSearch:
         return np.minimum(ub, self.chain.saved_upper_one(states, cap)) if self.chain else ub
 
     def _least_cap(self, states: np.ndarray, req: np.ndarray) -> np.ndarray:
-        """A capacity below which no entry of ``states`` still saves ``req``."""
-        low = self._bound_tables().least_cap_lower(states, req)
-        return np.maximum(low, self.chain.least_cap_one(states, req)) if self.chain else low
+        """A capacity below which no entry of ``states`` still saves ``req``: the chain
+        bound's where built — alone, as the knapsack's inverse beside it cut 0.5 % more
+        candidates for a third of the pass's time (cnn29 at 20 %, the pass at 749:
+        1.96 → 1.49 s) — else the knapsack's."""
+        if self.chain:
+            return self.chain.least_cap_one(states, req)
+        return self._bound_tables().least_cap_lower(states, req)
 
     def _reaches(self, states: np.ndarray, cap: np.ndarray, req: np.ndarray) -> np.ndarray:
         """Whether both bounds let an entry with ``cap0 − c = cap`` still save ``req``."""
