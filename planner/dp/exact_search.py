@@ -429,7 +429,8 @@ class ExactSearch:
         return ok
 
     def lower_bound_root(self) -> int:
-        """Least recompute any plan can have: ``T − knapsack(∅, cap0)``."""
+        """Least recompute any plan can have: ``T − ks_bnd[∅]`` — the knapsack at ``cap0``,
+        and the chain bound's root once built (:meth:`use_chain_bound`)."""
         if self.cap0 < 0:
             return self.T
         self._bound_tables()
