@@ -40,9 +40,9 @@ Example (a chain: each block's cut saves one node, which the knapsack cannot see
     >>> es = ExactSearch(exact_family(g), g, 17)
     >>> cb = chain_bound(es)
     >>> es.lower_bound_root(), es.T - int(cb.saved_upper(np.array([0]), np.array([es.cap0]))[0])
-    (16, 20)
+    (16, 18)
     >>> es.use_chain_bound(), es.lower_bound_root()
-    (True, 20)
+    (True, 18)
     >>> r = solve_family(es.fam, g, 17, strategy="time"); es.T - r.saved   # the optimum
     20
 """
