@@ -199,7 +199,7 @@ def chain_bound(es) -> ChainBound | None:
     top = int(p[-1])
     pos = (Q * g.t[cv] >= top * g.m[cv]) & (key0[ck] <= thr[cn])
     ck, cv, cn = ck[pos], cv[pos], cn[pos]
-    # U(k): every node that is no descendant of Pos(k); its id, by row key
+    # U(k): every node that is no descendant of Pos(k); its state id, by row hash
     if "descendants" not in fam.cache:
         fam.cache["descendants"] = _descendants(g)
     desc = fam.cache["descendants"]
