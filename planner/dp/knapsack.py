@@ -128,14 +128,10 @@ class KnapsackBound:
             return out
         members = fam.members(g.n)[order]                   # [N, L]: item inside L_j
         step = max(1, min(KNAPSACK_BLOCK_CELLS // N, (1 << 62) // self.span))
-        # items past the first whose preceding items outweigh cap_max + m(L_j) are never
-        # kept (those inside L_j weigh at most m(L_j)): a block reads only the columns before
-        reach = np.cumsum(k_m)
         parts = []
         for a in range(0, L, step):
             b = min(L, a + step)
-            cut = int(np.searchsorted(reach, cap_max + int(fam.mL[a:b].max()), side="right")) + 1
-            parts.append(self._block(~members[:cut, a:b].T, k_m, k_t, k_div, grid, cap_max))
+            parts.append(self._block(~members[:, a:b].T, k_m, k_t, k_div, grid, cap_max))
             off[a + 1:b + 1] = parts[-1][0]
         np.cumsum(off, out=off)
         cat = [np.concatenate([p[k] for p in parts]) for k in range(1, 9)]
