@@ -33,8 +33,7 @@ from planner import cg
 from planner.activation_graph import ActivationGraph
 from planner.dp.loop import run_dp
 from planner.dp.solve import solve_family
-from planner.dp_families import (DPGraph, _subset_matrix, _subset_matrix_from_covers,
-                                 approx_family, exact_family)
+from planner.dp_families import DPGraph, approx_family, exact_family
 from planner.solver import Solver
 from planner.units import scale_units
 from tests.family_oracle import random_single_sink_dag
@@ -429,10 +428,9 @@ def test_subset_matrix_is_inclusion():
     sets = fam.sets
     want = np.all((sets[None, :, :] & ~sets[:, None, :]) == 0, axis=2)    # [j, i]: L_i ⊆ L_j
     assert np.array_equal(bits, want)
-    assert np.array_equal(_subset_matrix(sets, fam.size), sub)     # every node tried
-    assert np.array_equal(_subset_matrix(sets, fam.size, g.src, g.dst), sub)   # maximal only
-    low, _v, tgt = fam.cache["covers"]
-    assert np.array_equal(_subset_matrix_from_covers(fam.size, low, tgt), sub)  # kept covers
+    low, _v, tgt = fam.covers                                  # one-node steps, each once
+    assert len(set(zip(low.tolist(), tgt.tolist()))) == low.size
+    assert np.array_equal(fam.size[tgt], fam.size[low] + 1)
 
 
 # ----------------------------------------------------------------------- exact bytes

@@ -66,12 +66,6 @@ PRICE_SPAN = 1.3
 NEG = -(1 << 60)
 
 
-def _covers(fam, g):
-    """``(k, v, k∪{v})`` for every state and every node it can add alone: kept by
-    :func:`planner.dp_families.exact_family`, which found them while listing the sets."""
-    return fam.cache["covers"]
-
-
 def _state_ids(fam, rows: np.ndarray) -> np.ndarray:
     """The state id of each bitset row (−1: none), by a 64-bit hash of the words checked
     against the rows themselves (sorting the rows' bytes as keys costs ~10× more)."""
@@ -156,18 +150,10 @@ def _prices(es):
     """``(p, Q)``: integer prices around the root knapsack's split ratio (:data:`PRICES`), or
     None where no checkpoint fits or every one does (the knapsack is then exact enough)."""
     g = es.g
-    has_succ = np.zeros(g.n, bool)
-    has_succ[g.src] = True
-    items = np.flatnonzero(has_succ & (g.m > 0))
-    if es.cap0 <= 0 or items.size == 0:
+    if es.cap0 <= 0:
         return None
-    ratio = g.t[items] / g.m[items]
-    order = np.argsort(-ratio, kind="stable")
-    full = np.cumsum(g.m[items][order])
-    split = int(np.searchsorted(full, es.cap0, side="right"))
-    if split >= items.size:
-        return None
-    lam = ratio[order][split] * PRICE_SPAN ** (np.arange(PRICES) / max(PRICES - 1, 1))
+    root = es._bound_tables().split_ratio(np.zeros(1, np.int64), np.array([es.cap0]))
+    lam = float(root[0]) * PRICE_SPAN ** (np.arange(PRICES) / max(PRICES - 1, 1))
     if lam[0] <= 0:
         return None
     big = int(g.t.sum()) + 1, int(g.m.sum()) + 1
@@ -195,7 +181,7 @@ def chain_bound(es) -> ChainBound | None:
     p, Q = priced
     L, thr, sub = es.L, es.thr, es.sub
     key0 = fam.m_bnd - es.two_mL                 # the peak test at the least ckpt of L_k
-    ck, cv, cn = _covers(fam, g)
+    ck, cv, cn = fam.covers                      # (k, v, k ∪ {v}): exact_family's
     top = int(p[-1])
     pos = (Q * g.t[cv] >= top * g.m[cv]) & (key0[ck] <= thr[cn])
     ck, cv, cn = ck[pos], cv[pos], cn[pos]

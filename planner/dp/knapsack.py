@@ -248,6 +248,18 @@ class KnapsackBound:
         itc = np.maximum(it, 0)
         return ct + np.where(it >= 0, (cap - cm) * self.k_t[itc] // self.k_div[itc], 0)
 
+    def split_ratio(self, states: np.ndarray, cap: np.ndarray) -> np.ndarray:
+        """The ``t/m`` of the item the knapsack splits at ``cap`` (0.0 where every item
+        fits): its own optimal price on memory, around which :mod:`planner.dp.chain_bound`
+        prices its relaxation."""
+        states = np.asarray(states, np.int64)
+        cap = self._caps(cap)
+        if self.N == 0 or states.size == 0:
+            return np.zeros(states.size)
+        _ct, _cm, it = self._locate(states, cap)
+        itc = np.maximum(it, 0)
+        return np.where(it >= 0, self.k_t[itc] / self.k_div[itc], 0.0)
+
     def upper(self, states: np.ndarray, cap: np.ndarray) -> np.ndarray:
         """An upper bound of :meth:`__call__` by three gathers: the knapsack is concave in
         ``cap``, so it lies below its tangent at any capacity — here at the grid capacity
