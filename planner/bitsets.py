@@ -29,7 +29,8 @@ def words_for(width: int) -> int:
 def unpack(words: np.ndarray, width: int) -> np.ndarray:
     """uint64 [r, W] -> bool [r, width] (``width`` ≤ 64·W)."""
     words = np.ascontiguousarray(words)
-    as_bytes = words.astype("<u8").view(np.uint8).reshape(words.shape[0], 8 * words.shape[1])
+    as_bytes = words.astype("<u8", copy=False).view(np.uint8)       # no copy little-endian
+    as_bytes = as_bytes.reshape(words.shape[0], 8 * words.shape[1])
     return np.unpackbits(as_bytes, axis=1, bitorder="little", count=width).view(bool)
 
 
@@ -39,11 +40,12 @@ def pack(bits: np.ndarray, words: int | None = None) -> np.ndarray:
     W = words_for(width) if words is None else words
     padded = np.zeros((r, 64 * W), np.uint8)
     padded[:, :width] = bits
-    return np.packbits(padded, axis=1, bitorder="little").view("<u8").astype(np.uint64)
+    packed = np.packbits(padded, axis=1, bitorder="little")
+    return packed.view("<u8").astype(np.uint64, copy=False)
 
 
 def nodes(row: np.ndarray) -> np.ndarray:
     """Sorted column indices of the set bits of one row of words."""
-    bits = np.unpackbits(np.ascontiguousarray(row).astype("<u8").view(np.uint8),
+    bits = np.unpackbits(np.ascontiguousarray(row).astype("<u8", copy=False).view(np.uint8),
                          bitorder="little")
     return np.flatnonzero(bits)

@@ -42,6 +42,7 @@ from planner.analyses.local_stats import local_stats
 from planner.arrays import distinct, run_starts
 from planner.bitsets import unpack
 from planner.lower_sets import DEFAULT_MAX_LOWER_SETS, TooManyLowerSets
+from planner.threads import map_ordered
 
 __all__ = ["DEFAULT_MAX_LOWER_SETS", "DPGraph", "Family", "approx_family", "exact_family",
            "SUBSET_MATRIX_MAX_BYTES"]
@@ -148,12 +149,13 @@ def _byte_tables(w: np.ndarray, words: int) -> np.ndarray:
 
 def _packed_sums(rows: np.ndarray, tab: np.ndarray) -> np.ndarray:
     """Exact row sums of a weight over packed uint64 rows (:func:`_byte_tables`)."""
-    by = np.ascontiguousarray(rows).astype("<u8").view(np.uint8)     # [R, 8·words]
+    by = np.ascontiguousarray(rows).astype("<u8", copy=False).view(np.uint8)   # [R, 8·words]
     return tab[np.arange(by.shape[1]), by].sum(axis=1)
 
 
 def _set_stats(g: DPGraph, sets: np.ndarray, chunk: int = 4096):
-    """|L|, m(L), ∂L, t(∂L), m(∂L), m(A)+m(B) for every row of ``sets`` (vectorized in chunks).
+    """|L|, m(L), ∂L, t(∂L), m(∂L), m(A)+m(B) for every row of ``sets`` (vectorized in chunks,
+    the chunks side by side on every core: :mod:`planner.threads`).
 
     The edge tests run node-major (an edge's endpoints are two row gathers, not two column
     gathers of a set-major matrix); few edges cross, so ``∂L``, ``A`` and ``B`` are kept as
@@ -161,28 +163,35 @@ def _set_stats(g: DPGraph, sets: np.ndarray, chunk: int = 4096):
     a byte at a time (:func:`_byte_tables`) or adds the listed nodes: cnn29's 29,252 sets of
     1,411 nodes in a fifth of the time of set-major columns and integer matmuls."""
     L, W = sets.shape
-    n = g.n
-    bnd = np.zeros_like(sets)
     tab_m, tab_t = _byte_tables(g.m, W), _byte_tables(g.t, W)
-    size = _packed_sums(sets, _byte_tables(np.ones(n, np.int64), W))
+    size = _packed_sums(sets, _byte_tables(np.ones(g.n, np.int64), W))
     mL, tL = _packed_sums(sets, tab_m), _packed_sums(sets, tab_t)
-    mAB = np.zeros(L, np.int64)
-    for lo in range(0, L if g.src.size else 0, chunk):
-        hi = min(L, lo + chunk)
-        xt = np.ascontiguousarray(unpack(sets[lo:hi], n).T)          # [n, rows]: node-major
-        e, r = np.nonzero(xt[g.src] & ~xt[g.dst])                 # edge leaves L
-        key = distinct(r * n + g.src[e])                          # ∂L: (set, node) once
-        rb, vb = key // n, key % n
-        np.bitwise_or.at(bnd, (lo + rb, vb >> 6), _ONE << (vb & 63).astype(np.uint64))
-        a = np.zeros_like(xt)
-        a[g.dst[e], r] = True
-        key = distinct(r * n + g.dst[e])                          # A(L)
-        e, r = np.nonzero(a[g.dst] & ~xt[g.src])                  # pred outside L of a node of A
-        key2 = distinct(r * n + g.src[e])                         # B(L)
-        for k in (key, key2):                                     # A ∩ B counted twice
-            np.add.at(mAB, lo + k // n, g.m[k % n])
+    parts = map_ordered(lambda lo: _edge_stats(g, sets[lo:lo + chunk]),
+                        range(0, L if g.src.size else 0, chunk))
+    bnd = np.vstack([b for b, _ in parts]) if parts else np.zeros_like(sets)
+    mAB = np.concatenate([a for _, a in parts]) if parts else np.zeros(L, np.int64)
     m_bnd, t_bnd = _packed_sums(bnd, tab_m), _packed_sums(bnd, tab_t)
     return size, mL, tL, bnd, t_bnd, m_bnd, mAB
+
+
+def _edge_stats(g: DPGraph, sets: np.ndarray):
+    """``(∂L as words, m(A) + m(B))`` of each row of ``sets`` (one chunk of :func:`_set_stats`)."""
+    n, R = g.n, sets.shape[0]
+    bnd = np.zeros_like(sets)
+    mAB = np.zeros(R, np.int64)
+    xt = np.ascontiguousarray(unpack(sets, n).T)                  # [n, rows]: node-major
+    e, r = np.nonzero(xt[g.src] & ~xt[g.dst])                     # edge leaves L
+    key = distinct(r * n + g.src[e])                              # ∂L: (set, node) once
+    rb, vb = key // n, key % n
+    np.bitwise_or.at(bnd, (rb, vb >> 6), _ONE << (vb & 63).astype(np.uint64))
+    a = np.zeros_like(xt)
+    a[g.dst[e], r] = True
+    key = distinct(r * n + g.dst[e])                              # A(L)
+    e, r = np.nonzero(a[g.dst] & ~xt[g.src])                      # pred outside L of a node of A
+    key2 = distinct(r * n + g.src[e])                             # B(L)
+    for k in (key, key2):                                         # A ∩ B counted twice
+        np.add.at(mAB, k // n, g.m[k % n])
+    return bnd, mAB
 
 
 def _subset_matrix(size: np.ndarray, low: np.ndarray, tgt: np.ndarray) -> np.ndarray:
@@ -205,7 +214,7 @@ def _subset_matrix(size: np.ndarray, low: np.ndarray, tgt: np.ndarray) -> np.nda
             starts = run_starts(t)
             w = (a + 63) // 64                                 # sources' bits all lie below a
             sub[t[starts], :w] |= np.bitwise_or.reduceat(sub[low[i0:i1], :w], starts, axis=0)
-    return sub.astype("<u8").view(np.uint8)
+    return sub.astype("<u8", copy=False).view(np.uint8)
 
 
 def approx_family(g: DPGraph, stats=None, dense: bool = True, opts=None, **engine) -> Family:

@@ -132,9 +132,8 @@ def _check_plan(fam, g, budget: int) -> None:
 
 @pytest.mark.parametrize("seed", range(8))
 def test_search_with_the_chain_bound_keeps_the_plan(seed, monkeypatch):
-    """Built after the first failed pass (CHAIN_AFTER = 0): plans, chains included, are the
-    unpruned DP's at every budget."""
-    monkeypatch.setattr(exact_search, "CHAIN_AFTER", 0.0)
+    """Plans, chains included, are the unpruned DP's at every budget (the search builds
+    the chain bound with its knapsack)."""
     built = []
     real = cbm.chain_bound
     monkeypatch.setattr(exact_search, "chain_bound", lambda es: built.append(1) or real(es))
@@ -175,10 +174,9 @@ def _random_case(seed: int, single_sink: bool) -> DPGraph:
 
 @pytest.mark.parametrize("seed", range(12))
 @pytest.mark.parametrize("single_sink", [True, False])
-def test_search_with_the_chain_bound_on_random_dags(seed, single_sink, monkeypatch):
+def test_search_with_the_chain_bound_on_random_dags(seed, single_sink):
     """As above on random DAGs, several sinks included (on 24 seeds × both shapes × 7
-    budgets: 336 solves, the bound built in 70, no plan changed)."""
-    monkeypatch.setattr(exact_search, "CHAIN_AFTER", 0.0)
+    budgets: 336 solves, no plan changed)."""
     g = _random_case(seed, single_sink)
     fam = exact_family(g)
     total = int(g.m.sum())

@@ -37,12 +37,13 @@ Example (a chain: each block's cut saves one node, which the knapsack cannot see
     >>> from planner.dp.solve import solve_family
     >>> g = DPGraph(m=np.array([4, 2, 2, 3, 5]), t=np.array([10, 1, 10, 10, 10]),
     ...             src=np.array([0, 1, 2, 3]), dst=np.array([1, 2, 3, 4]))
+    >>> from planner.dp.knapsack import KnapsackBound
     >>> es = ExactSearch(exact_family(g), g, 17)
-    >>> cb = chain_bound(es)
-    >>> es.lower_bound_root(), es.T - int(cb.saved_upper(np.array([0]), np.array([es.cap0]))[0])
-    (16, 18)
-    >>> es.use_chain_bound(), es.lower_bound_root()
-    (True, 18)
+    >>> root, room = np.array([0]), np.array([es.cap0])
+    >>> knapsack = KnapsackBound(es.fam, g)(root, room)
+    >>> chain = chain_bound(es).saved_upper(root, room)
+    >>> es.T - int(knapsack[0]), es.T - int(chain[0]), es.lower_bound_root()   # the search's: both
+    (16, 18, 18)
     >>> r = solve_family(es.fam, g, 17, strategy="time"); es.T - r.saved   # the optimum
     20
 """
@@ -52,6 +53,7 @@ from __future__ import annotations
 import numpy as np
 
 from planner.bitsets import pack
+from planner.dp.knapsack import root_split_ratio
 
 __all__ = ["ChainBound", "chain_bound", "PRICES", "PRICE_SPAN"]
 
@@ -152,8 +154,7 @@ def _prices(es):
     g = es.g
     if es.cap0 <= 0:
         return None
-    root = es._bound_tables().split_ratio(np.zeros(1, np.int64), np.array([es.cap0]))
-    lam = float(root[0]) * PRICE_SPAN ** (np.arange(PRICES) / max(PRICES - 1, 1))
+    lam = root_split_ratio(g, es.cap0) * PRICE_SPAN ** (np.arange(PRICES) / max(PRICES - 1, 1))
     if lam[0] <= 0:
         return None
     big = int(g.t.sum()) + 1, int(g.m.sum()) + 1

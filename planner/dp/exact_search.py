@@ -21,11 +21,11 @@ strategy's plan can depend on, and keeps the reference's plan and tie-breaks exa
   the per-saved minimum it would spare: cnn12 at 20 %, 20M candidates). ``g`` starts at the root's
   bound and grows until V is reached — doubling steps while the passes are small, then
   steps sized to multiply the entries by about 4, since the pass that reaches V overshoots
-  the optimum by up to one step and dominates the cost. Once a failed pass holds a quarter
-  entry per state, the Lagrangian chain bound (:mod:`planner.dp.chain_bound`: a longest
-  path over chains of lower sets, so it sees that a cut through parallel branches saves
-  them all) joins the knapsack — every bound is the least of the two — and ``g`` restarts
-  from its root bound (cnn29 at 20 %: 703 → 747, optimum 749).
+  the optimum by up to one step and dominates the cost. Beside the knapsack, the
+  Lagrangian chain bound (:mod:`planner.dp.chain_bound`: a longest path over chains of
+  lower sets, so it sees that a cut through parallel branches saves them all) is built on
+  another core, and every bound is the least of the two (cnn29 at 20 %: the root's bound
+  is 747 where the knapsack's is 703, optimum 749).
 * Memory-centric: the plan is V's least-ckpt entry (most saved among those). Feasibility
   reads only ``c`` and both quantities add along a chain, so one entry per state — the
   lexicographic minimum of ``(c, −saved)``, ties to the least source id — reproduces it
@@ -80,9 +80,6 @@ __all__ = ["ExactSearch", "DEEPENING_GROWTH", "outside_rho"]
 #: slows as the bound rises, so a pass lands short of the aim (×1.5–2.5 for an aim of 4;
 #: an aim of 2 took 10 passes to densenet's optimum at 40 %, 0.9 s more than 4).
 DEEPENING_GROWTH = 4.0
-#: Time-centric deepening: a failed pass of at least this many entries per state builds the
-#: chain bound (:meth:`ExactSearch.use_chain_bound`) and restarts from its root bound.
-CHAIN_AFTER = 0.25
 #: Time-centric deepening: a failed pass whose fronts grew less than this runs the lexmin pass.
 LEXMIN_STALL = 1.25
 
@@ -212,7 +209,7 @@ class ExactSearch:
         self.g = g
         self.knapsack = None                                # time-centric only: _bound_tables
         self.ks_bnd = self.cmax = None
-        self.chain = None                                   # time-centric: use_chain_bound
+        self.chain = None                                   # time-centric: _bound_tables
 
     # --------------------------------------------------------------- per-state quantities
     def deltas(self, tgt: np.ndarray, src: np.ndarray):
@@ -358,17 +355,33 @@ class ExactSearch:
 
     # --------------------------------------------------------------- time-centric
     def _bound_tables(self) -> KnapsackBound:
-        """The knapsack of this budget (capacities up to ``cap0``), built on first use, and
-        ``ks_bnd[j]``: the most any entry of ``L_j`` can still save, ``knapsack(j, cap0 −
-        m(∂L_j))`` (−1: no entry of ``L_j`` fits). Every node of ``∂L_j`` is a checkpoint of
-        the block that added it (its successor outside ``L_j`` is outside that block's set
-        too), so every entry of ``L_j`` has ``c ≥ m(∂L_j)``."""
+        """The bounds of this budget, built on first use: the knapsack (capacities up to
+        ``cap0``), the Lagrangian chain bound (:mod:`planner.dp.chain_bound`), and
+        ``ks_bnd[j]``: the most any entry of ``L_j`` can still save, the least of
+        ``knapsack(j, cap0 − m(∂L_j))`` and the chain bound there (−1: no entry of ``L_j``
+        fits). Every node of ``∂L_j`` is a checkpoint of the block that added it (its
+        successor outside ``L_j`` is outside that block's set too), so every entry of
+        ``L_j`` has ``c ≥ m(∂L_j)``.
+
+        Every bound the passes read is the least of the two where the chain bound exists
+        (exact families with an inclusion matrix). Built before the first pass, not once
+        passes grow: its walk (cnn29 at 20 %: 4.8M pairs, 0.5–1 s) costs less than the
+        passes it spares — the deepening starts at its root (cnn29 at 20 %: 747 where the
+        knapsack's is 703, optimum 749). Filters over pairs read one price per state (the
+        least at its largest room, :meth:`ChainBound.one_price`); the exact test of the
+        fronts' entries reads them all."""
         if self.knapsack is None:
             self.knapsack = KnapsackBound(self.fam, self.g, max(self.cap0, 0))
             self.cmax = self._ckpt_ceiling()
-            cap = self.cap0 - self.fam.m_bnd
-            ks = self.knapsack(np.arange(self.L), np.maximum(cap, 0))
+            cap = np.maximum(self.cap0 - self.fam.m_bnd, 0)
+            ks = self.knapsack(np.arange(self.L), cap)
             self.ks_bnd = np.where(self.fam.m_bnd <= self.cmax, ks, -1)
+            if self.chain is None:
+                self.chain = chain_bound(self) or False
+            if self.chain:
+                cb = self.chain.saved_upper(np.arange(self.L), cap)
+                self.chain.one_price(cap)
+                self.ks_bnd = np.where(cb < 0, -1, np.minimum(self.ks_bnd, cb))
         return self.knapsack
 
     def _ckpt_ceiling(self) -> np.ndarray:
@@ -387,33 +400,15 @@ class ExactSearch:
         cmax[self.end] = self.span
         return cmax
 
-    def use_chain_bound(self) -> bool:
-        """Build the Lagrangian chain bound (:mod:`planner.dp.chain_bound`) and take it with
-        the knapsack from now on: every bound below is the least of the two. ``ks_bnd``
-        takes it too. False where the family has none (no inclusion matrix, nothing to
-        price). Costs one walk over the dominance-pruned pairs (cnn29 at 20 %: 4.8M pairs,
-        ~1 s), so :meth:`time_fronts` builds it only once passes grow big. Filters over
-        pairs read one price per state (the least at its largest room, :meth:`ChainBound.
-        one_price`); the exact test of the fronts' entries reads them all."""
-        if self.chain is None:
-            self._bound_tables()
-            self.chain = chain_bound(self) or False
-            if self.chain:
-                cap = np.maximum(self.cap0 - self.fam.m_bnd, 0)
-                cb = self.chain.saved_upper(np.arange(self.L), cap)
-                self.chain.one_price(cap)
-                self.ks_bnd = np.where(cb < 0, -1, np.minimum(self.ks_bnd, cb))
-        return bool(self.chain)
-
     def _saved_upper(self, states: np.ndarray, cap: np.ndarray) -> np.ndarray:
         """A cheap upper bound of what an entry of ``states`` with ``cap0 − c = cap`` can
-        still save: the knapsack's tangent, and the chain bound where built."""
+        still save: the knapsack's tangent, and the chain bound where there is one."""
         ub = self._bound_tables().upper(states, cap)
         return np.minimum(ub, self.chain.saved_upper_one(states, cap)) if self.chain else ub
 
     def _least_cap(self, states: np.ndarray, req: np.ndarray) -> np.ndarray:
         """A capacity below which no entry of ``states`` still saves ``req``: the chain
-        bound's where built — alone, as the knapsack's inverse beside it cut 0.5 % more
+        bound's where there is one — alone, as the knapsack's inverse beside it cut 0.5 % more
         candidates for a third of the pass's time (cnn29 at 20 %, the pass at 749:
         1.96 → 1.49 s) — else the knapsack's."""
         if self.chain:
@@ -421,16 +416,20 @@ class ExactSearch:
         return self._bound_tables().least_cap_lower(states, req)
 
     def _reaches(self, states: np.ndarray, cap: np.ndarray, req: np.ndarray) -> np.ndarray:
-        """Whether both bounds let an entry with ``cap0 − c = cap`` still save ``req``."""
-        ok = self._bound_tables().reaches(states, cap, req)
-        if self.chain and ok.any():
+        """Whether both bounds let an entry with ``cap0 − c = cap`` still save ``req``: the
+        chain bound first, as it is the cheaper and cuts more (cnn29 at 20 %, the pass at
+        749: 568k entries, 373k left by the chain, 467k by the knapsack, 363k by both)."""
+        if not self.chain:
+            return self._bound_tables().reaches(states, cap, req)
+        ok = self.chain.reaches(states, cap, req)
+        if ok.any():
             at = np.flatnonzero(ok)
-            ok[at] = self.chain.reaches(states[at], cap[at], req[at])
+            ok[at] = self._bound_tables().reaches(states[at], cap[at], req[at])
         return ok
 
     def lower_bound_root(self) -> int:
-        """Least recompute any plan can have: ``T − ks_bnd[∅]`` — the knapsack at ``cap0``,
-        and the chain bound's root once built (:meth:`use_chain_bound`)."""
+        """Least recompute any plan can have: ``T − ks_bnd[∅]`` — the least of the knapsack
+        and the chain bound at ``cap0``."""
         if self.cap0 < 0:
             return self.T
         self._bound_tables()
@@ -543,9 +542,8 @@ class ExactSearch:
         Each pass is exact once its bound is at least the optimum (it reaches V); the bound
         grows by 2, 4, 8, … while the passes are small, then by steps that multiply the
         entries by about :data:`DEEPENING_GROWTH` (:meth:`_next_step`), so the passes that
-        fail cost less than the one that succeeds. A failed pass of a quarter entry per
-        state builds the chain bound (:meth:`use_chain_bound`) and restarts from its root
-        bound. One :meth:`lexmin` pass (one entry per state, over every pair) settles feasibility
+        fail cost less than the one that succeeds. The root's bound is the least of the
+        knapsack's and the chain bound's (:meth:`_bound_tables`). One :meth:`lexmin` pass (one entry per state, over every pair) settles feasibility
         (no plan: its fronts, V empty, are returned) and gives an upper bound — its plan's
         recompute, at least the optimum, so no later pass goes beyond it (the pass at that
         bound reaches V). It runs after ``lexmin_after`` failed passes (None: never), or
@@ -560,7 +558,6 @@ class ExactSearch:
         bound, step, upper, failed = self.lower_bound_root(), 2, self.T, 0
         lex_done = lexmin_after is None
         last = None                                     # (bound, size) of the previous pass
-        restarted = False
         while True:
             bound = min(bound, upper)
             fronts = self.pareto(bound)
@@ -569,17 +566,7 @@ class ExactSearch:
             failed += 1
             stalled = (last is not None and fronts.size >= self.L
                        and fronts.size <= LEXMIN_STALL * last[1])
-            if (self.chain is None and fronts.size >= CHAIN_AFTER * self.L
-                    and self.use_chain_bound()):
-                bound, step, last = max(bound + 1, self.lower_bound_root()), 1, None
-                restarted = True
-                continue
-            if restarted:    # the first pass from the chain's root: a small one (under an
-                # entry per state) moves the bound 2, as the deepening's start does; a big one
-                # says the bound is tight (cnn29 at 20 %: 747 → 749, the 748 pass skipped)
-                step, restarted = (2 if fronts.size < self.L else 1), False
-            else:
-                step = self._next_step(step, last, bound, fronts.size)
+            step = self._next_step(step, last, bound, fronts.size)
             last = (bound, fronts.size)
             if give_up_after is not None and failed >= give_up_after:
                 return None
@@ -600,9 +587,13 @@ class ExactSearch:
         the next pass holds about :data:`DEEPENING_GROWTH` times the entries, at the growth
         per unit of bound the last two passes showed (cnn5 at 30 %: ×1.2–1.5 per unit,
         where doubling steps overshot 16k-entry passes to 66k) — never more than doubling.
+        The first pass, from the root's bound, moves it by ``step`` when small; a big one
+        says the bound is tight, and moves it by 1 (cnn29 at 20 %: 747 → 749 skips 748).
         """
-        if last is None or size < self.L or size <= last[1] or last[1] == 0:
-            return 2 * step if last is not None else step
+        if last is None:
+            return step if size < self.L else 1
+        if size < self.L or size <= last[1] or last[1] == 0:
+            return 2 * step
         rate = np.log(size / last[1]) / max(bound - last[0], 1)      # log growth per unit
         want = int(np.ceil(np.log(DEEPENING_GROWTH) / rate))
         return int(min(2 * step, max(1, want)))

@@ -16,7 +16,8 @@ it is read). They are built in blocks of states (:data:`KNAPSACK_BLOCK_CELLS` de
 time) into flat ragged arrays, so every family size gets per-state tables: cnn29's 29,252
 states × 1,410 nodes would be 41M cells dense (~1 GB as int64 sums); ragged and truncated at
 20 % of the activations they are 18M entries of int32 running ``m``, int16 running ``t`` and
-int16 item ids (~150 MB, ~1.5 s to build).
+int16 item ids (~150 MB, ~1.5 s to build on one core; the blocks are built side by side on
+every core, :mod:`planner.threads`).
 
 Example::
 
@@ -38,7 +39,10 @@ from functools import cmp_to_key
 
 import numpy as np
 
-__all__ = ["KnapsackBound", "KNAPSACK_BLOCK_CELLS", "UPPER_GRID", "checkpoint_room"]
+from planner.threads import map_ordered
+
+__all__ = ["KnapsackBound", "KNAPSACK_BLOCK_CELLS", "UPPER_GRID", "checkpoint_room",
+           "root_split_ratio"]
 
 
 def checkpoint_room(g, budget: int) -> int:
@@ -64,6 +68,21 @@ def _ratio_order(m: np.ndarray, t: np.ndarray, items: np.ndarray) -> np.ndarray:
         return int(t[b]) * ma - int(t[a]) * mb   # < 0: a's ratio is larger
 
     return np.array(sorted(items.tolist(), key=cmp_to_key(before)), dtype=np.int64)
+
+
+def root_split_ratio(g, cap: int) -> float:
+    """The ``t/m`` of the item the fractional knapsack over every checkpointable node
+    (the root's, from ∅) splits at capacity ``cap`` (0.0 where every item fits): its own
+    optimal price on memory, around which :mod:`planner.dp.chain_bound` prices its
+    relaxation. Reads no per-state tables."""
+    has_succ = np.zeros(g.n, bool)
+    has_succ[g.src] = True
+    order = _ratio_order(g.m, g.t, np.flatnonzero(has_succ))
+    at = int(np.searchsorted(np.cumsum(g.m[order]), cap, side="right"))
+    if at >= order.size:
+        return 0.0
+    v = order[at]
+    return int(g.t[v]) / max(int(g.m[v]), 1)
 
 
 #: Dense cells (states × items) per block while the tables are built: bounds the transient
@@ -128,13 +147,13 @@ class KnapsackBound:
             return out
         members = fam.members(g.n)[order]                   # [N, L]: item inside L_j
         step = max(1, min(KNAPSACK_BLOCK_CELLS // N, (1 << 62) // self.span))
-        parts = []
-        for a in range(0, L, step):
-            b = min(L, a + step)
-            parts.append(self._block(~members[:, a:b].T, k_m, k_t, k_div, grid, cap_max))
-            off[a + 1:b + 1] = parts[-1][0]
+        blocks = [(a, min(L, a + step)) for a in range(0, L, step)]
+        parts = map_ordered(lambda ab: self._block(~members[:, ab[0]:ab[1]].T, k_m, k_t,
+                                                   k_div, grid, cap_max), blocks)
+        for (a, b), part in zip(blocks, parts):
+            off[a + 1:b + 1] = part[0]
         np.cumsum(off, out=off)
-        cat = [np.concatenate([p[k] for p in parts]) for k in range(1, 9)]
+        cat = map_ordered(lambda k: np.concatenate([p[k] for p in parts]), range(1, 9))
         out.update(off=off, cm=cat[0], ct=cat[1],
                    item=cat[2],                             # narrowed per block
                    g_ct=cat[3], g_cm=cat[4], g_val=cat[5], g_r=cat[6], g_pos=cat[7], G=G)
@@ -247,18 +266,6 @@ class KnapsackBound:
         ct, cm, it = self._locate(states, cap)
         itc = np.maximum(it, 0)
         return ct + np.where(it >= 0, (cap - cm) * self.k_t[itc] // self.k_div[itc], 0)
-
-    def split_ratio(self, states: np.ndarray, cap: np.ndarray) -> np.ndarray:
-        """The ``t/m`` of the item the knapsack splits at ``cap`` (0.0 where every item
-        fits): its own optimal price on memory, around which :mod:`planner.dp.chain_bound`
-        prices its relaxation."""
-        states = np.asarray(states, np.int64)
-        cap = self._caps(cap)
-        if self.N == 0 or states.size == 0:
-            return np.zeros(states.size)
-        _ct, _cm, it = self._locate(states, cap)
-        itc = np.maximum(it, 0)
-        return np.where(it >= 0, self.k_t[itc] / self.k_div[itc], 0.0)
 
     def upper(self, states: np.ndarray, cap: np.ndarray) -> np.ndarray:
         """An upper bound of :meth:`__call__` by three gathers: the knapsack is concave in
