@@ -72,6 +72,7 @@ from planner.dp.fronts import (INF, Fronts, best_per_saved, end_entry, has_end, 
 from planner.dp.chain_bound import chain_bound
 from planner.dp.knapsack import KnapsackBound, checkpoint_room
 from planner.dp.subsets import pair_transitions
+from planner.threads import map_ordered, workers
 
 __all__ = ["ExactSearch", "DEEPENING_GROWTH", "outside_rho"]
 
@@ -82,6 +83,21 @@ __all__ = ["ExactSearch", "DEEPENING_GROWTH", "outside_rho"]
 DEEPENING_GROWTH = 4.0
 #: Time-centric deepening: a failed pass whose fronts grew less than this runs the lexmin pass.
 LEXMIN_STALL = 1.25
+
+
+#: Least cells (targets × sources) of a :meth:`ExactSearch.lexmin` relaxation worth a part
+#: of its own on a thread (:func:`_parts`): below it a part's Python steps cost more than
+#: it spares. (The time-centric passes' chunks, cut the same way at 2k–32k pairs a part,
+#: ran no faster: their many small steps hold the GIL.)
+PART_CELLS = 1 << 15
+
+
+def _parts(cells: int, size: int) -> list:
+    """Slices cutting ``size`` targets into up to :func:`~planner.threads.workers` parts
+    of at least :data:`PART_CELLS` cells each (one part when there is no more)."""
+    k = max(1, int(min(workers(), cells // PART_CELLS, size)))
+    edges = (np.arange(k + 1) * size) // k
+    return [slice(int(a), int(b)) for a, b in zip(edges[:-1], edges[1:])]
 
 
 def _nonzero2(mask: np.ndarray):
@@ -681,7 +697,7 @@ class ExactSearch:
             t = tgt[lo:lo + step]
             src = settled[:int(np.searchsorted(settled, t[-1]))]
             if src.size:
-                self._lexmin_relax(t, src, best, keyc)
+                self._lexmin_relax_parts(t, src, best, keyc)
 
     def _lexmin_pass(self, beta, cbound, best, open_, todo, keyc):
         """Settle every target (``todo``) whose value is below ``beta`` (and ≤ ``cbound``).
@@ -719,7 +735,7 @@ class ExactSearch:
                 tgt = bounds[lvl] + np.flatnonzero(todo[bounds[lvl]:bounds[e]])
                 step = max(1, self.cells // src.size)
                 for lo in range(0, tgt.size, step):
-                    self._lexmin_relax(tgt[lo:lo + step], src, best, keyc)
+                    self._lexmin_relax_parts(tgt[lo:lo + step], src, best, keyc)
                 maybe[level_of[tgt[best[0, tgt] < beta]]] = True
                 upto[lvl:e] = new.size
             if counts[lvl] and maybe[lvl]:
@@ -738,6 +754,16 @@ class ExactSearch:
         if not hasattr(self, "_levels_of"):
             self._levels_of = np.repeat(np.arange(self.levels.size - 1), np.diff(self.levels))
         return self._levels_of
+
+    def _lexmin_relax_parts(self, tgt, src, best, keyc):
+        """:meth:`_lexmin_relax`, the targets cut into parts side by side on every core
+        (:mod:`planner.threads`): a target's running best reads only settled sources and is
+        written only by its own part, so the parts are independent."""
+        parts = _parts(tgt.size * src.size, tgt.size)
+        if len(parts) == 1:
+            self._lexmin_relax(tgt, src, best, keyc)
+        else:
+            map_ordered(lambda part: self._lexmin_relax(tgt[part], src, best, keyc), parts)
 
     def _lexmin_relax(self, tgt, src, best, keyc):
         """Fold the pairs ``src → tgt`` (settled sources, open targets) into the targets'
