@@ -23,9 +23,9 @@ strategy's plan can depend on, and keeps the reference's plan and tie-breaks exa
   steps sized to multiply the entries by about 4, since the pass that reaches V overshoots
   the optimum by up to one step and dominates the cost. Beside the knapsack, the
   Lagrangian chain bound (:mod:`planner.dp.chain_bound`: a longest path over chains of
-  lower sets, so it sees that a cut through parallel branches saves them all) is built on
-  another core, and every bound is the least of the two (cnn29 at 20 %: the root's bound
-  is 747 where the knapsack's is 703, optimum 749).
+  lower sets, so it sees that a cut through parallel branches saves them all) is built
+  with it, before the first pass, and every bound is the least of the two (cnn29 at 20 %:
+  the root's bound is 747 where the knapsack's is 703, optimum 749).
 * Memory-centric: the plan is V's least-ckpt entry (most saved among those). Feasibility
   reads only ``c`` and both quantities add along a chain, so one entry per state — the
   lexicographic minimum of ``(c, −saved)``, ties to the least source id — reproduces it
@@ -35,6 +35,8 @@ strategy's plan can depend on, and keeps the reference's plan and tie-breaks exa
   and dropped before ``dm`` by ``m(∂L_j) − m(∂L_i) ≤ dm ≤ m(∂L_j)``; ``dt`` is computed only
   for the pairs that reach the least ``c``, from the same table index. The approximate DP's
   ckpt (its chain is a chain of the exact family, so an upper bound) caps what is settled.
+  A relaxation's targets are independent (each reads settled sources only), so big ones are
+  cut into parts that run side by side on every core (:mod:`planner.threads`).
 * Why pruning keeps the plan: a dropped entry's bound exceeds ``g`` ≥ the optimum, so it
   neither reaches the optimum nor weakly dominates an entry that does; every entry on the
   optimal chain, and every candidate with the same value (the first-arrival tie-break),
@@ -559,7 +561,8 @@ class ExactSearch:
         grows by 2, 4, 8, … while the passes are small, then by steps that multiply the
         entries by about :data:`DEEPENING_GROWTH` (:meth:`_next_step`), so the passes that
         fail cost less than the one that succeeds. The root's bound is the least of the
-        knapsack's and the chain bound's (:meth:`_bound_tables`). One :meth:`lexmin` pass (one entry per state, over every pair) settles feasibility
+        knapsack's and the chain bound's (:meth:`_bound_tables`). One :meth:`lexmin` pass
+        (one entry per state, over every pair) settles feasibility
         (no plan: its fronts, V empty, are returned) and gives an upper bound — its plan's
         recompute, at least the optimum, so no later pass goes beyond it (the pass at that
         bound reaches V). It runs after ``lexmin_after`` failed passes (None: never), or
