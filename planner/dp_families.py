@@ -39,7 +39,7 @@ import numpy as np
 
 from hgraph.errors import HGraphError
 from planner.analyses.local_stats import local_stats
-from planner.arrays import distinct, run_starts
+from planner.arrays import distinct, ranges, run_starts
 from planner.bitsets import unpack
 from planner.lower_sets import DEFAULT_MAX_LOWER_SETS, TooManyLowerSets
 from planner.threads import map_ordered
@@ -251,19 +251,26 @@ def _lower_set_levels(g: DPGraph, limit: int):
     before, the node added and the child's row here (:func:`planner.dp.chain_bound` reads
     them: every state's one-node steps, at no extra pass).
 
-    A child of ``L`` adds a node ``v ∉ L`` none of whose predecessors is outside ``L``: one
-    pass over the edges per level (``blocked[v]`` = OR of "pred outside" over ``v``'s
-    in-edges, node-major so that an edge is a row), then the children's rows sorted word by
-    word and deduplicated.
+    A child of ``L`` adds a node ``v ∉ L`` none of whose predecessors is outside ``L`` (``v``
+    is *free* in ``L``). The free nodes are carried from parent to child: a child ``L ∪ {v}``
+    has its parent's free nodes but ``v``, plus the successors of ``v`` whose predecessors
+    all lie in it — one test of a packed predecessor mask per (cover, out-edge), where
+    testing every edge against every set of a level cost ~5× more on cnn29. The children's
+    rows are then sorted word by word and deduplicated.
     """
     W = g.words
     n = g.n
     node_word = np.arange(n) // 64
     node_bit = _ONE << (np.arange(n) % 64).astype(np.uint64)
-    by_dst = np.argsort(g.dst, kind="stable")
-    src_d, dst_d = g.src[by_dst], g.dst[by_dst]
-    groups = run_starts(dst_d) if dst_d.size else None
+    by_src = np.argsort(g.src, kind="stable")
+    succ_ptr = np.r_[0, np.cumsum(np.bincount(g.src, minlength=n))]
+    succ = g.dst[by_src]                                       # successors, grouped by node
+    preds = np.zeros((n, W), np.uint64)                        # packed predecessor masks
+    np.bitwise_or.at(preds, (g.dst, node_word[g.src]), node_bit[g.src])
     level = np.zeros((1, W), np.uint64)
+    free = np.zeros((1, W), np.uint64)                         # per row: its free nodes
+    sources = np.flatnonzero(np.bincount(g.dst, minlength=n) == 0)
+    np.bitwise_or.at(free[0], node_word[sources], node_bit[sources])
     covers = tuple(np.zeros(0, np.int64) for _ in range(3))
     total = 0
     while level.shape[0]:
@@ -271,25 +278,23 @@ def _lower_set_levels(g: DPGraph, limit: int):
         total += level.shape[0]
         if total > limit:
             return
-        children, parent, added = [], [], []
-        for lo in range(0, level.shape[0], 512):
-            cur = level[lo:lo + 512]
-            out = ~np.ascontiguousarray(unpack(cur, n).T)           # [n, rows]: v ∉ L
-            # node v addable to L: v ∉ L and preds(v) ⊆ L (node-major: edge rows gathered)
-            free = out.copy()
-            if groups is not None:
-                free[dst_d[groups]] &= ~np.logical_or.reduceat(out[src_d], groups, axis=0)
-            v, r = np.nonzero(free)
-            if r.size:
-                child = cur[r].copy()
-                child[np.arange(r.size), node_word[v]] |= node_bit[v]
-                children.append(child)
-                parent.append(lo + r)
-                added.append(v)
-        if not children:
+        r, v = np.nonzero(unpack(free, n))                     # (row, free node) pairs
+        if r.size == 0:
             return
-        level, inverse = _unique_rows(np.vstack(children))
-        covers = (np.concatenate(parent), np.concatenate(added), inverse)
+        k = np.arange(r.size)
+        child = level[r]
+        child[k, node_word[v]] |= node_bit[v]
+        cfree = free[r]
+        cfree[k, node_word[v]] &= ~node_bit[v]
+        cnt = succ_ptr[v + 1] - succ_ptr[v]                    # v's out-edges: newly free?
+        ck = np.repeat(k, cnt)
+        w = succ[ranges(succ_ptr[v], cnt)]
+        ok = ~np.any(preds[w] & ~child[ck], axis=1)
+        np.bitwise_or.at(cfree, (ck[ok], node_word[w[ok]]), node_bit[w[ok]])
+        level, inverse = _unique_rows(child)
+        free = np.empty_like(level)
+        free[inverse] = cfree                                  # a set's free nodes: one value
+        covers = (r, v, inverse)
 
 
 def _unique_rows(rows: np.ndarray):
