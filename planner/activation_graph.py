@@ -27,17 +27,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from planner.arrays import distinct
+from planner.arrays import csr, distinct
 from planner.units import forward_costs
 
 __all__ = ["ActivationGraph"]
-
-
-def _csr(keys: np.ndarray, vals: np.ndarray, n: int):
-    order = np.lexsort((vals, keys))
-    indptr = np.zeros(n + 1, dtype=np.int64)
-    np.cumsum(np.bincount(keys, minlength=n), out=indptr[1:])
-    return indptr, vals[order].astype(np.int64)
 
 
 class ActivationGraph:
@@ -70,8 +63,8 @@ class ActivationGraph:
             pairs = distinct(src * n + dst)
             src, dst = pairs // n, pairs % n
         self.src, self.dst = src, dst
-        self.succ_indptr, self.succ_indices = _csr(src, dst, n)
-        self.pred_indptr, self.pred_indices = _csr(dst, src, n)
+        self.succ_indptr, self.succ_indices = csr(src, dst, n)
+        self.pred_indptr, self.pred_indices = csr(dst, src, n)
         self.names = names
         self._pred_bits = self._succ_bits = None
         self.node_of_var = np.full(int(self.var.max()) + 1 if n else 0, -1, dtype=np.int64)

@@ -12,13 +12,16 @@ Example::
     ([0, 2, 3], [3, 5, 7])
     >>> ranges(np.array([10, 4, 7]), np.array([2, 0, 3])).tolist()   # 10..11, nothing, 7..9
     [10, 11, 7, 8, 9]
+    >>> indptr, succ = csr(np.array([0, 0, 2]), np.array([2, 1, 1]), 3)   # edges 0→2, 0→1, 2→1
+    >>> indptr.tolist(), succ.tolist()                                     # 0: 1, 2; 1: -; 2: 1
+    ([0, 2, 2, 3], [1, 2, 1])
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["run_starts", "distinct", "ranges"]
+__all__ = ["run_starts", "distinct", "ranges", "csr"]
 
 
 def run_starts(keys: np.ndarray) -> np.ndarray:
@@ -41,3 +44,13 @@ def ranges(starts: np.ndarray, counts: np.ndarray) -> np.ndarray:
     total = int(counts.sum())
     return np.repeat(np.asarray(starts, dtype=np.int64) - np.cumsum(counts) + counts,
                      counts) + np.arange(total)
+
+
+def csr(keys: np.ndarray, vals: np.ndarray, n: int):
+    """``(indptr, vals)`` grouped by ``keys`` in ``0..n-1`` (ascending ``vals`` within a
+    key): key ``k``'s values are ``vals[indptr[k]:indptr[k + 1]]`` — an edge list as
+    adjacency, successors with ``(src, dst)``, predecessors with ``(dst, src)``."""
+    order = np.lexsort((vals, keys))
+    indptr = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(np.bincount(keys, minlength=n), out=indptr[1:])
+    return indptr, np.asarray(vals)[order].astype(np.int64)

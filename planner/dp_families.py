@@ -39,7 +39,7 @@ import numpy as np
 
 from hgraph.errors import HGraphError
 from planner.analyses.local_stats import local_stats
-from planner.arrays import distinct, ranges, run_starts
+from planner.arrays import csr, distinct, ranges, run_starts
 from planner.bitsets import unpack
 from planner.lower_sets import DEFAULT_MAX_LOWER_SETS, TooManyLowerSets
 from planner.threads import map_ordered
@@ -83,11 +83,9 @@ class DPGraph:
     def words(self) -> int:
         return max(1, (self.n + 63) // 64)
 
-    def preds_csr(self):
-        order = np.argsort(self.dst, kind="stable")
-        indptr = np.zeros(self.n + 1, dtype=np.int64)
-        np.add.at(indptr, self.dst + 1, 1)
-        return np.cumsum(indptr), self.src[order]
+    def succs_csr(self):
+        """``(indptr, succs)``: node ``v``'s successors are ``succs[indptr[v]:indptr[v+1]]``."""
+        return csr(self.src, self.dst, self.n)
 
 
 @dataclass
@@ -262,9 +260,7 @@ def _lower_set_levels(g: DPGraph, limit: int):
     n = g.n
     node_word = np.arange(n) // 64
     node_bit = _ONE << (np.arange(n) % 64).astype(np.uint64)
-    by_src = np.argsort(g.src, kind="stable")
-    succ_ptr = np.r_[0, np.cumsum(np.bincount(g.src, minlength=n))]
-    succ = g.dst[by_src]                                       # successors, grouped by node
+    succ_ptr, succ = g.succs_csr()
     preds = np.zeros((n, W), np.uint64)                        # packed predecessor masks
     np.bitwise_or.at(preds, (g.dst, node_word[g.src]), node_bit[g.src])
     level = np.zeros((1, W), np.uint64)

@@ -74,14 +74,20 @@ def _ratio_order(m: np.ndarray, t: np.ndarray, items: np.ndarray) -> np.ndarray:
     return np.array(sorted(items.tolist(), key=cmp_to_key(before)), dtype=np.int64)
 
 
+def _item_order(g) -> np.ndarray:
+    """The knapsack's items — the nodes with a successor (a sink is never a checkpoint) — in
+    ratio order (:func:`_ratio_order`)."""
+    has_succ = np.zeros(g.n, bool)
+    has_succ[g.src] = True
+    return _ratio_order(g.m, g.t, np.flatnonzero(has_succ))
+
+
 def root_split_ratio(g, cap: int) -> float:
     """The ``t/m`` of the item the fractional knapsack over every checkpointable node
     (the root's, from ∅) splits at capacity ``cap`` (0.0 where every item fits): its own
     optimal price on memory, around which :mod:`planner.dp.chain_bound` prices its
     relaxation. Reads no per-state tables."""
-    has_succ = np.zeros(g.n, bool)
-    has_succ[g.src] = True
-    order = _ratio_order(g.m, g.t, np.flatnonzero(has_succ))
+    order = _item_order(g)
     at = int(np.searchsorted(np.cumsum(g.m[order]), cap, side="right"))
     if at >= order.size:
         return 0.0
@@ -113,25 +119,23 @@ class KnapsackBound:
         self.T = int(g.t.sum())
         self.span = int(g.m.sum()) + 1                      # > any ckpt
         cap_max = self.span - 1 if cap_max is None else max(0, min(int(cap_max), self.span - 1))
-        has_succ = np.zeros(g.n, bool)
-        has_succ[g.src] = True
         key = (g.m.tobytes(), g.t.tobytes())
         cached = fam.cache.get("knapsack")
         if cached is None or cached["key"] != key or cached["cap_max"] < cap_max:
-            cached = self._tables(fam, g, has_succ, cap_max)
+            cached = self._tables(fam, g, cap_max)
             cached["key"] = key
             fam.cache["knapsack"] = cached
         self.__dict__.update({k: v for k, v in cached.items() if k != "key"})
 
     # ------------------------------------------------------------------------- tables
-    def _tables(self, fam, g, has_succ, cap_max: int) -> dict:
+    def _tables(self, fam, g, cap_max: int) -> dict:
         """Ragged per-state tables (module docstring) and the tangents of :meth:`upper`.
 
         Row ``j`` holds, for the nodes outside ``L_j`` in ratio order up to the first whose
         running ``m`` passes ``cap_max``: the running ``m`` and ``t`` after it and its index
         in the order. ``upper`` keeps, at the capacities ``x_g = g·cap_max // G``, what the
         exact query reads (sums of the whole items taken and the split item's ratio)."""
-        order = _ratio_order(g.m, g.t, np.flatnonzero(has_succ))
+        order = _item_order(g)
         N, L, G = order.size, self.L, UPPER_GRID
         k_m, k_t = g.m[order].astype(np.int64), g.t[order].astype(np.int64)
         mdt, tdt = _int_dtype(self.span), _int_dtype(self.T + 1)
