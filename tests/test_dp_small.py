@@ -41,15 +41,26 @@ def testtransition_table_is_the_bitset_transitions(seed):
         assert dt[j, src].tolist() == want_dt.tolist() and dm[j, src].tolist() == want_dm.tolist()
 
 
-@pytest.mark.parametrize("seed", range(4))
-def test_loop_fronts_do_not_depend_on_the_table(seed, monkeypatch):
-    g = _case(seed)
+@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("scan", [True, False])
+def test_loop_fronts_do_not_depend_on_the_table(seed, scan, monkeypatch):
+    """The table loop (:func:`planner.dp.loop._table_loop`: capped budget, one searchsorted per
+    prefix and suffix, bucketed minimum; filled buckets found by a scan or by sorting) gives
+    the general loop's fronts, entry for entry."""
+    g = _case(seed, n=40 + 10 * seed)
     total = int(g.m.sum())
     for kw in (dict(), dict(max_recompute=int(g.t.sum()) // 3), dict(window=5),
-               dict(window=6, front_cap=4, lam=0.5)):
-        for budget in (total // 2, 2 * total):
+               dict(window=6, front_cap=4, lam=0.5), dict(max_ckpt=total // 4),
+               dict(max_recompute=int(g.t.sum()) // 5, window=7)):
+        for budget in (total // 2, 2 * total, 100 * total):    # 100×: past the loop's cap
             fam = approx_family(g)
+            if not scan:
+                monkeypatch.setattr(loop, "TABLE_LOOP_SCAN_T", 0)
             with_table = _fronts(run_dp(fam, g.t, g.m, budget, **kw))
+            assert loop._table_loop(fam, g.t, g.m, budget, kw.get("window"),
+                                    kw.get("front_cap"), kw.get("lam"),
+                                    kw.get("max_recompute"), kw.get("max_ckpt")) is not None
+            monkeypatch.undo()
             monkeypatch.setattr(loop, "TABLE_MAX_STATES", 0)
             fam = approx_family(g)
             assert _fronts(run_dp(fam, g.t, g.m, budget, **kw)) == with_table, kw

@@ -30,18 +30,19 @@ from __future__ import annotations
 import numpy as np
 
 from hgraph.progress import current as current_progress
+from planner.arrays import distinct
 from planner.bitsets import unpack
 from planner.dp.fronts import (INF, Fronts, best_per_saved, expand_fronts, pareto_mask,
                                  run_starts)
 from planner.dp.scale import thin, thin_lagrange
 from planner.dp.subsets import transitions
 
-__all__ = ["run_dp", "transition_table"]
+__all__ = ["run_dp", "transition_table", "subset_table"]
 
 
-#: Dense approximate families up to this many states read their transitions from two ``L × L``
-#: tables built once per family (:func:`transition_table`, ~17 bytes a cell) instead of
-#: testing and summing bitsets state by state.
+#: Dense approximate families up to this many states read their sources from an ``L × L``
+#: subset table built once per family (:func:`subset_table`) and take the loop of
+#: :func:`_table_loop`, instead of testing and summing bitsets state by state.
 TABLE_MAX_STATES = 1448
 
 
@@ -59,6 +60,11 @@ def run_dp(fam, t: np.ndarray, m: np.ndarray, budget: int, *, window: int | None
     ``max_recompute`` a source's front is cut before it is expanded to the entries that can
     stay within the bound (a ``saved`` suffix, found with ``glob_s``).
     """
+    if subset_table(fam, t.size) is not None:
+        fronts = _table_loop(fam, t, m, budget, window, front_cap, lam, max_recompute,
+                             max_ckpt)
+        if fronts is not None:
+            return fronts
     L = fam.num_sets
     fronts = Fronts.empty(L)
     span = int(m.sum()) + 1
@@ -79,25 +85,18 @@ def run_dp(fam, t: np.ndarray, m: np.ndarray, budget: int, *, window: int | None
     else:
         end_of = np.arange(L)
     ordered = fam.node is not None                 # approx: ids ascend with m(L)
-    table = transition_table(fam, t, m)
-    subsets = transitions(fam, t, m) if table is None else None
+    subsets = transitions(fam, t, m)
     report, every = current_progress().position, max(1, L // 200)   # the DP position, ~0.5 %
     for j in range(1, L):
         if j % every == 0:
             report(j, L)
         thr = thr_all[j]
-        if table is not None:                      # one row of each table
-            lo = 0 if window is None else max(0, j - window)
-            sub, tdt, tdm = table
-            src = lo + np.flatnonzero(sub[j, lo:j] & (key[lo:j] <= thr))
-            dt, dm = tdt[j, src], tdm[j, src]
-        else:
-            lo = int(np.searchsorted(two_mL, -thr, side="left")) if ordered else 0
-            if window is not None:
-                lo = max(lo, j - window)
-            src = lo + np.flatnonzero(key[lo:int(end_of[j])] <= thr)
-            if src.size:
-                src, dt, dm = subsets(j, src)
+        lo = int(np.searchsorted(two_mL, -thr, side="left")) if ordered else 0
+        if window is not None:
+            lo = max(lo, j - window)
+        src = lo + np.flatnonzero(key[lo:int(end_of[j])] <= thr)
+        if src.size:
+            src, dt, dm = subsets(j, src)
         cand = _candidates(fronts, src, dt, dm, thr + two_mL[src], use_offset,
                            None if floor is None else int(floor[j])) if src.size else None
         if cand is not None and ((max_recompute is not None and floor is None)
@@ -110,47 +109,201 @@ def run_dp(fam, t: np.ndarray, m: np.ndarray, budget: int, *, window: int | None
         keep = pareto_mask(nc)
         ns, nc, e = ns[keep], nc[keep], e[keep]
         if front_cap is not None and ns.size > front_cap:
-            k = (thin(nc, front_cap) if lam is None or front_cap < 4
-                 else thin_lagrange(ns, nc, front_cap, lam))
-            ns, nc, e = ns[k], nc[k], e[k]
+            ns, nc, e = _thinned(ns, nc, e, front_cap, lam)
         fronts.append(j, ns, nc, e)
         key[j] = int(nc[0]) - int(two_mL[j])
     return fronts
 
 
+def _thinned(ns, nc, e, front_cap: int, lam):
+    k = (thin(nc, front_cap) if lam is None or front_cap < 4
+         else thin_lagrange(ns, nc, front_cap, lam))
+    return ns[k], nc[k], e[k]
+
+
+#: The table loop's bucket row (one cell per ``saved`` value, 0..T) is used up to this width;
+#: up to the second, the filled buckets are found by scanning the row, above by sorting.
+TABLE_LOOP_MAX_T = 1 << 22
+TABLE_LOOP_SCAN_T = 1 << 13
+
+
+def _table_loop(fam, t, m, budget: int, window, front_cap, lam, max_recompute,
+                max_ckpt) -> Fronts | None:
+    """:func:`run_dp` on a dense approximate family with its subset table, in as few NumPy
+    calls per state as the step allows (small plans run up to three passes of ~570 states:
+    the per-call overhead, not the arithmetic, is their cost). None when a bound below would
+    not hold (a forward cost T above :data:`TABLE_LOOP_MAX_T`, or sums too large to pack);
+    then the general loop runs. The fronts are the general loop's, entry for entry.
+
+    A state's transition terms are computed for its sources only, from its few boundary
+    nodes (:func:`_boundary_rows`): cheaper, for a pass or three, than the full ``L × L``
+    tables of :func:`transition_table` (densenet: ~4 ms a pass against ~20 ms to build them).
+
+    Why the shortcuts keep the result:
+
+    * every ckpt is at most ``m(V)`` and every saved at most ``T`` (a chain checkpoints and
+      saves disjoint node sets), so a budget above ``5·m(V)`` admits every transition, as
+      ``5·m(V)`` does: the budget is capped there, which bounds each source's room to
+      ``[0, 5·m(V)]`` once the break test (``key ≤ thr``) has passed;
+    * with ``glob = state·span + ckpt`` and ``span > 5·m(V)``, one ``searchsorted`` of
+      ``i·span + room`` ends source ``i``'s feasible prefix inside its own front; likewise
+      ``i·span_s + (floor − dt)`` with ``span_s > 3T`` starts its in-bound suffix there, for
+      any ``floor − dt`` in ``[−2T, T]``;
+    * the least ckpt per saved, ties to the first entry, is one ``minimum.at`` of
+      ``ckpt·E + entry`` into a row of ``T + 1`` buckets (``E`` above any entry id).
+    """
+    L = fam.num_sets
+    msum, T = int(m.sum()), int(t.sum())
+    span, span_s = 6 * (msum + 1), 4 * (T + 1)
+    E = INF // (msum + 2)
+    if T >= TABLE_LOOP_MAX_T or span * L >= (1 << 62) or span_s * L >= (1 << 62) \
+            or L * (T + 1) >= E:
+        return None
+    sub = subset_table(fam, t.size)
+    member = fam.members(t.size)
+    bp, bv, tw, mw = _boundary_rows(fam, t, m)
+    bp = bp.tolist()
+    t_bnd, m_bnd = fam.t_bnd.tolist(), fam.m_bnd.tolist()
+    fronts = Fronts.empty(L)
+    fronts.span = span
+    floor = None
+    if max_recompute is not None:
+        fronts.span_s = span_s
+        floor = (fam.tL - int(max_recompute)).tolist()
+    fronts.append(0, np.zeros(1, np.int64), np.zeros(1, np.int64), np.full(1, -1, np.int64))
+    key = np.full(L, INF, dtype=np.int64)          # min ckpt − 2·m(L), for the break test
+    key[0] = -2 * int(fam.mL[0])
+    two_mL = 2 * fam.mL
+    base = np.arange(L, dtype=np.int64) * span + two_mL      # i·span + 2·m(L_i)
+    base_s = np.arange(L, dtype=np.int64) * span_s
+    thr_all = (min(int(budget), 5 * msum) - two_mL - fam.mAB).tolist()
+    ptr = fronts.ptr
+    best = np.full(T + 1, INF, np.int64)           # buckets by saved, INF between states
+    scan = T < TABLE_LOOP_SCAN_T                   # find the filled buckets by a scan, or sort
+    report, every = current_progress().position, max(1, L // 200)
+    for j in range(1, L):
+        if j % every == 0:
+            report(j, L)
+        thr = thr_all[j]
+        lo = 0 if window is None else max(0, j - window)
+        src = (sub[j, lo:j] & (key[lo:j] <= thr)).nonzero()[0]
+        if src.size == 0:
+            ptr[j + 1] = fronts.size
+            continue
+        if lo:
+            src += lo
+        n = fronts.size
+        stops = fronts.glob[:n].searchsorted(base[src] + thr, "right")
+        a, b = bp[j], bp[j + 1]
+        if a == b:                                 # no boundary: nothing held by any source
+            dt = np.full(src.size, t_bnd[j], np.int64)
+            dm = np.full(src.size, m_bnd[j], np.int64)
+        else:                                      # t/m of ∂L_j minus what L_i holds of it
+            inside = member[bv[a:b, None], src]
+            dt = t_bnd[j] - tw[a:b] @ inside
+            dm = m_bnd[j] - mw[a:b] @ inside
+        if floor is None:
+            starts = ptr[src]
+        else:
+            starts = fronts.glob_s[:n].searchsorted(base_s[src] + (floor[j] - dt), "left")
+        cnt = stops - starts
+        np.maximum(cnt, 0, out=cnt)
+        cum = cnt.cumsum()
+        total = int(cum[-1])
+        if total == 0:
+            ptr[j + 1] = fronts.size
+            continue
+        e = (starts - cum + cnt).repeat(cnt)
+        e += np.arange(total)
+        ns = fronts.s[e]
+        ns += dt.repeat(cnt)
+        nc = fronts.c[e]
+        nc += dm.repeat(cnt)
+        if max_ckpt is not None:
+            ok = nc <= max_ckpt
+            if not ok.all():
+                ns, nc, e = ns[ok], nc[ok], e[ok]
+                if ns.size == 0:
+                    ptr[j + 1] = fronts.size
+                    continue
+        packed = nc * E
+        packed += e
+        np.minimum.at(best, ns, packed)
+        ns = (best != INF).nonzero()[0] if scan else distinct(ns)
+        packed = best[ns]
+        best[ns] = INF
+        nc, e = np.divmod(packed, E)
+        if ns.size > 1:                            # Pareto: cheaper than every larger saved
+            later = np.minimum.accumulate(nc[::-1])[::-1]
+            keep = np.empty(ns.size, bool)
+            keep[-1] = True
+            np.less(nc[:-1], later[1:], out=keep[:-1])
+            if not keep.all():
+                ns, nc, e = ns[keep], nc[keep], e[keep]
+        if front_cap is not None and ns.size > front_cap:
+            ns, nc, e = _thinned(ns, nc, e, front_cap, lam)
+        fronts.append(j, ns, nc, e)
+        key[j] = int(nc[0]) - int(two_mL[j])
+    return fronts
+
+
+def subset_table(fam, n: int) -> np.ndarray | None:
+    """bool ``[L, L]`` (row: target, column: source): ``sub[j, i]`` iff ``L_i ⊆ L_j``
+    (``v_i ∈ L_j``; ∅ in every set), for a dense approximate family (of a graph of ``n``
+    nodes) of at most
+    :data:`TABLE_MAX_STATES` states, else None; kept on the family."""
+    L = fam.num_sets
+    if fam.sets is None or fam.node is None or L > TABLE_MAX_STATES:
+        return None
+    if "subset_table" not in fam.cache:
+        member = fam.members(n)
+        node = fam.node
+        sub = np.ascontiguousarray(member[np.maximum(node, 0)].T)   # [j, i]: v_i ∈ L_j
+        sub[:, node < 0] = True
+        fam.cache["subset_table"] = sub
+    return fam.cache["subset_table"]
+
+
+def _boundary_rows(fam, t: np.ndarray, m: np.ndarray):
+    """``(ptr, nodes, t, m)``: the boundary ``∂L_j`` of every state as CSR rows
+    (``nodes[ptr[j]:ptr[j + 1]]``), with each node's ``t`` and ``m``."""
+    rows, cols = np.nonzero(unpack(fam.bnd, t.size))     # v = cols ∈ ∂L_rows
+    ptr = np.zeros(fam.num_sets + 1, np.int64)
+    np.cumsum(np.bincount(rows, minlength=fam.num_sets), out=ptr[1:])
+    return ptr, cols, t[cols], m[cols]
+
+
 def transition_table(fam, t: np.ndarray, m: np.ndarray):
     """``(sub, dt, dm)``, each ``[L, L]`` (row: target, column: source), for a dense
     approximate family of at most :data:`TABLE_MAX_STATES` states, else None; kept on the
-    family.
+    family (the smallest-budget pass reads them; the DP loop computes its rows as it goes).
 
-    ``sub[j, i]``: ``L_i ⊆ L_j`` (``v_i ∈ L_j``; ∅ in every set). ``dt``/``dm`` are the
-    transition terms of :func:`~planner.dp.subsets.transitions` — ``t``/``m`` of
-    ``∂L_j \\ L_i`` — for every pair at once: ``∂L_j`` holds a few nodes, so what ``L_i``
-    already holds of it is a sum over those nodes' membership rows.
+    ``sub`` is :func:`subset_table`. ``dt``/``dm`` are the transition terms of
+    :func:`~planner.dp.subsets.transitions` — ``t``/``m`` of ``∂L_j \\ L_i`` — for every
+    pair at once: ``∂L_j`` holds a few nodes, so what ``L_i`` already holds of it is a sum
+    over those nodes' membership rows, taken as the k-th boundary node of every state at once.
     """
-    L = fam.num_sets
-    if fam.sets is None or fam.node is None or L > TABLE_MAX_STATES:
+    sub = subset_table(fam, t.size)
+    if sub is None:
         return None
     key = (t.tobytes(), m.tobytes())
     cached = fam.cache.get("transition_table")
     if cached is None or cached[0] != key:
-        n = t.size
-        member = fam.members(n)                        # [n, L]: v ∈ L_i
-        node = fam.node
-        sub = np.ascontiguousarray(member[np.maximum(node, 0)].T)   # [j, i]: v_i ∈ L_j
-        sub[:, node < 0] = True
-        rows, cols = np.nonzero(unpack(fam.bnd, n))    # v = cols ∈ ∂L_rows
-        held_t = np.zeros((L, L), np.int64)
-        held_m = np.zeros((L, L), np.int64)
-        if rows.size:                                  # per target: a sum over its ∂ rows
-            last = np.r_[run_starts(rows)[1:], rows.size] - 1
-            inside = member[cols]                      # [nnz, L]: v ∈ L_i
-            for w, held in ((t, held_t), (m, held_m)):
-                acc = np.cumsum(inside * w[cols, None], axis=0)[last]
-                acc[1:] -= acc[:-1].copy()
-                held[rows[last]] = acc
-        cached = fam.cache["transition_table"] = (
-            key, (sub, fam.t_bnd[:, None] - held_t, fam.m_bnd[:, None] - held_m))
+        L = fam.num_sets
+        member = fam.members(t.size)                   # [n, L]: v ∈ L_i
+        ptr, cols, tw, mw = _boundary_rows(fam, t, m)
+        tdt = np.empty((L, L), np.int64)
+        tdm = np.empty((L, L), np.int64)
+        tdt[:] = fam.t_bnd[:, None]
+        tdm[:] = fam.m_bnd[:, None]
+        rows = np.repeat(np.arange(L), np.diff(ptr))
+        rank = np.arange(cols.size) - ptr[rows]        # position within its state's row
+        for k in range(int(rank.max(initial=-1)) + 1):  # the k-th ∂ node of every target
+            sel = rank == k
+            inside = member[cols[sel]]                 # [targets, L]: v ∈ L_i
+            tdt[rows[sel]] -= inside * tw[sel, None]
+            tdm[rows[sel]] -= inside * mw[sel, None]
+        cached = fam.cache["transition_table"] = (key, (sub, tdt, tdm))
     return cached[1]
 
 
