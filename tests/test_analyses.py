@@ -78,3 +78,28 @@ def test_levels_by_cuts_equal_kahn_waves():
             continue
         vals = rng.integers(0, 6, n) * (rng.random(n) < 0.3)
         assert np.array_equal(_by_cuts(s, d, vals), _waves(s, d, vals)), trial
+
+
+@pytest.mark.parametrize("work", [0, 40, 1 << 21])
+def test_levels_relaxation_rounds_then_waves(work, monkeypatch):
+    """:func:`_waves` relaxes all edges at once for up to ``RELAX_WORK`` edge visits and lets
+    Kahn waves finish: any split gives the waves' values, ids in any order, 2-D values too."""
+    from planner.analyses import levels as lv
+
+    rng = np.random.default_rng(11)
+    cases = []
+    for trial in range(200):
+        n = int(rng.integers(2, 50))
+        s = rng.integers(0, n - 1, int(rng.integers(1, 3 * n)))
+        d = s + rng.integers(1, n, s.size)
+        s, d = s[d < n], d[d < n]
+        perm = rng.permutation(n)                      # ids no longer topological
+        vals = rng.integers(0, 6, (n, 2)) if trial % 3 == 0 else rng.integers(0, 6, n)
+        cases.append((perm[s], perm[d], vals))
+    want = []
+    monkeypatch.setattr(lv, "RELAX_WORK", 0)              # one round, then waves
+    for s, d, vals in cases:
+        want.append(lv._waves(s, d, vals))
+    monkeypatch.setattr(lv, "RELAX_WORK", work)
+    for (s, d, vals), w in zip(cases, want):
+        assert np.array_equal(lv._waves(s, d, vals), w)

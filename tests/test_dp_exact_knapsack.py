@@ -235,3 +235,31 @@ def test_ckpt_ceiling_counts_each_successor_once():
         assert np.array_equal(search.cmax, single.cmax)
         checked += want is not None
     assert checked >= 2
+
+
+def test_ratio_order_is_the_exact_comparison_sort():
+    """The knapsack's item order sorts by float t/m and re-sorts runs of equal floats with the
+    exact integer comparison: the same order as sorting every pair exactly (m = 0 first, ties
+    stable), with huge sizes and ratios that differ below a float's precision."""
+    from functools import cmp_to_key
+
+    from planner.dp.knapsack import _ratio_order
+
+    def exact(m, t, items):
+        def before(a, b):
+            ma, mb = int(m[a]), int(m[b])
+            if ma == 0 or mb == 0:
+                return (mb == 0) - (ma == 0)
+            return int(t[b]) * ma - int(t[a]) * mb
+        return sorted(items.tolist(), key=cmp_to_key(before))
+
+    rng = np.random.default_rng(4)
+    for trial in range(2000):
+        n = int(rng.integers(1, 50))
+        m = rng.integers(0, 5, n) * rng.choice([1, 3, 10**9, 2**40], n)
+        t = rng.integers(0, 4, n) * rng.choice([1, 3, 10**9], n)
+        items = np.sort(rng.choice(n, int(rng.integers(0, n + 1)), replace=False))
+        assert _ratio_order(m, t, items).tolist() == exact(m, t, items), trial
+    m = np.array([10**15 + 1, 10**15, 3, 6, 0])            # 0 and 1: one float, 1 is larger
+    t = np.array([10**15 + 2, 10**15 + 1, 1, 2, 0])
+    assert _ratio_order(m, t, np.arange(5)).tolist() == exact(m, t, np.arange(5)) == [4, 1, 0, 2, 3]

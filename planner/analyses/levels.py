@@ -29,15 +29,32 @@ __all__ = ["BlockLevels", "levels", "level_graph"]
 _NEG = -(1 << 60)
 
 
+#: :func:`_waves` first relaxes every edge at once, round after round, while the rounds done
+#: times the edges stay under this many (densenet's 645 edges and 568 levels: 6 ms against
+#: 22 ms of Kahn waves, whose step costs ~20 NumPy calls to the round's four).
+RELAX_WORK = 1 << 21
+
+
 def _waves(src: np.ndarray, dst: np.ndarray, vals: np.ndarray) -> np.ndarray:
-    """``max(vals, vals[u] + 1)`` propagated along every path of the edges (local ids), one
-    NumPy step per Kahn wave (``vals``: [size] or [size, columns])."""
+    """``max(vals, vals[u] + 1)`` propagated along every path of the edges (local ids)
+    (``vals``: [size] or [size, columns]).
+
+    Small edge sets are relaxed all at once until nothing changes (one round per level);
+    past :data:`RELAX_WORK`, one NumPy step per Kahn wave finishes from where the rounds
+    stopped (their values lie between the start and the fixpoint, so the waves reach the
+    same fixpoint)."""
     size = vals.shape[0]
+    vals = vals.copy()
+    for _ in range(max(1, RELAX_WORK // max(1, src.size))):
+        new = vals.copy()
+        np.maximum.at(new, dst, vals[src] + 1)
+        if np.array_equal(new, vals):
+            return vals
+        vals = new
     order = np.argsort(src, kind="stable")
     src, dst = src[order], dst[order]
     ptr = np.searchsorted(src, np.arange(size + 1))
     indeg = np.bincount(dst, minlength=size)
-    vals = vals.copy()
     frontier = np.flatnonzero(indeg == 0)
     while frontier.size:
         starts, stops = ptr[frontier], ptr[frontier + 1]

@@ -43,6 +43,7 @@ from functools import cmp_to_key
 
 import numpy as np
 
+from planner.arrays import run_starts
 from planner.threads import map_ordered
 
 __all__ = ["KnapsackBound", "KNAPSACK_BLOCK_CELLS", "UPPER_GRID", "checkpoint_room",
@@ -71,7 +72,19 @@ def _ratio_order(m: np.ndarray, t: np.ndarray, items: np.ndarray) -> np.ndarray:
             return (mb == 0) - (ma == 0)        # m = 0 first
         return int(t[b]) * ma - int(t[a]) * mb   # < 0: a's ratio is larger
 
-    return np.array(sorted(items.tolist(), key=cmp_to_key(before)), dtype=np.int64)
+    # A stable sort by the float ratio orders every pair whose floats differ as the exact
+    # comparison does (rounding is monotone); only runs of equal floats are re-sorted exactly.
+    items = np.asarray(items, dtype=np.int64)
+    mm, tt = m[items], t[items]
+    key = np.where(mm == 0, -np.inf, -(tt / np.maximum(mm, 1)))
+    order = items[np.argsort(key, kind="stable")]
+    key = np.sort(key, kind="stable")
+    starts = run_starts(key)
+    stops = np.r_[starts[1:], key.size]
+    tied = (stops - starts > 1) & (key[starts] > -np.inf)
+    for a, b in zip(starts[tied].tolist(), stops[tied].tolist()):
+        order[a:b] = sorted(order[a:b].tolist(), key=cmp_to_key(before))
+    return order
 
 
 def _item_order(g) -> np.ndarray:
