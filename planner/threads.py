@@ -22,11 +22,10 @@ Example::
 from __future__ import annotations
 
 import os
-from concurrent.futures import ThreadPoolExecutor
 
 __all__ = ["workers", "map_ordered"]
 
-_pool: ThreadPoolExecutor | None = None
+_pool = None                # a concurrent.futures.ThreadPoolExecutor, imported on first use
 
 
 def workers() -> int:
@@ -40,11 +39,14 @@ def workers() -> int:
         return os.cpu_count() or 1
 
 
-def _executor() -> ThreadPoolExecutor:
+def _executor():
     """The process's pool, made on first use (and again in a forked child: threads do not
-    survive a fork, so a child never reuses its parent's)."""
+    survive a fork, so a child never reuses its parent's). Imported then too: a small plan
+    that runs every job inline never loads ``concurrent.futures`` (and ``logging``)."""
     global _pool
     if _pool is None:
+        from concurrent.futures import ThreadPoolExecutor
+
         _pool = ThreadPoolExecutor(max_workers=workers(), thread_name_prefix="hgraph")
     return _pool
 

@@ -263,3 +263,20 @@ def test_ratio_order_is_the_exact_comparison_sort():
     m = np.array([10**15 + 1, 10**15, 3, 6, 0])            # 0 and 1: one float, 1 is larger
     t = np.array([10**15 + 2, 10**15 + 1, 1, 2, 0])
     assert _ratio_order(m, t, np.arange(5)).tolist() == exact(m, t, np.arange(5)) == [4, 1, 0, 2, 3]
+
+
+def test_root_knapsack_is_the_tables_answer_at_the_empty_set():
+    """:func:`root_knapsack` (one cumulative sum) answers what :class:`KnapsackBound` answers
+    for ∅ at every capacity, past ``m(V)`` too."""
+    from planner.dp.knapsack import root_knapsack
+
+    for seed in range(40):
+        g = _random_graph(900 + seed)
+        fam = exact_family(g)
+        kb = KnapsackBound(fam, g)
+        total = int(g.m.sum())
+        caps = np.unique(np.r_[0, 1, total // 3, total // 2, total - 1, total,
+                               np.random.default_rng(seed).integers(0, total + 1, 8)])
+        want = kb(np.zeros(caps.size, np.int64), np.minimum(caps, total)).tolist()
+        assert [root_knapsack(g, int(c)) for c in caps] == want, seed
+        assert root_knapsack(g, 5 * total) == want[-1]

@@ -47,7 +47,7 @@ from planner.arrays import run_starts
 from planner.threads import map_ordered
 
 __all__ = ["KnapsackBound", "KNAPSACK_BLOCK_CELLS", "UPPER_GRID", "checkpoint_room",
-           "root_split_ratio"]
+           "root_split_ratio", "root_knapsack"]
 
 
 def checkpoint_room(g, budget: int) -> int:
@@ -95,17 +95,39 @@ def _item_order(g) -> np.ndarray:
     return _ratio_order(g.m, g.t, np.flatnonzero(has_succ))
 
 
+def _root_split(g, cap: int):
+    """``(order, at, m, t)``: the items in ratio order, the position of the item the root's
+    fractional knapsack (from ∅) splits at ``cap`` (``order.size``: every item fits) and the
+    ``m`` and ``t`` of the whole items before it."""
+    order = _item_order(g)
+    cm = np.cumsum(g.m[order])
+    at = int(np.searchsorted(cm, cap, side="right"))
+    before = (int(cm[at - 1]), int(g.t[order[:at]].sum())) if at else (0, 0)
+    return order, at, *before
+
+
 def root_split_ratio(g, cap: int) -> float:
     """The ``t/m`` of the item the fractional knapsack over every checkpointable node
     (the root's, from ∅) splits at capacity ``cap`` (0.0 where every item fits): its own
     optimal price on memory, around which :mod:`planner.dp.chain_bound` prices its
     relaxation. Reads no per-state tables."""
-    order = _item_order(g)
-    at = int(np.searchsorted(np.cumsum(g.m[order]), cap, side="right"))
+    order, at, _, _ = _root_split(g, cap)
     if at >= order.size:
         return 0.0
     v = order[at]
     return int(g.t[v]) / max(int(g.m[v]), 1)
+
+
+def root_knapsack(g, cap: int) -> int:
+    """The fractional knapsack from ∅ at ``cap`` (floored): what :class:`KnapsackBound`
+    answers for state ∅, in one cumulative sum over the items instead of every state's
+    tables (the approximate DP's first bound needs only this one value)."""
+    cap = max(0, min(int(cap), int(g.m.sum())))
+    order, at, cm, ct = _root_split(g, cap)
+    if at >= order.size:
+        return ct
+    v = order[at]
+    return ct + (cap - cm) * int(g.t[v]) // max(int(g.m[v]), 1)
 
 
 #: Dense cells (states × items) per block while the tables are built: bounds the transient

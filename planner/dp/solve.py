@@ -245,11 +245,11 @@ def objective_bounded(fam, g, b_units: int, strategy: str) -> Fronts:
 def recompute_lower_bound(fam, g, b_units: int) -> int:
     """Least recompute any plan at ``b_units`` can have: ``T − knapsack(∅, cap0)`` with the
     checkpoints' room ``cap0 = B − 2·m(sink)`` (:mod:`planner.dp.knapsack`); ``T`` when no
-    checkpoint fits. Dense families only (the knapsack's tables read the sets)."""
-    from planner.dp.knapsack import KnapsackBound, checkpoint_room
+    checkpoint fits. (``fam``: the family it bounds; the value depends only on the graph.)"""
+    from planner.dp.knapsack import checkpoint_room, root_knapsack
 
     T = int(g.t.sum())
     cap0 = checkpoint_room(g, b_units)
     if cap0 < 0:
         return T
-    return T - int(KnapsackBound(fam, g, cap0)(np.zeros(1, np.int64), np.array([cap0]))[0])
+    return T - root_knapsack(g, cap0)
