@@ -162,7 +162,7 @@ def _table_loop(fam, t, m, budget: int, window, front_cap, lam, max_recompute,
     sub = subset_table(fam, t.size)
     member = fam.members(t.size)
     bp, bv, tw, mw = _boundary_rows(fam, t, m)
-    bp = bp.tolist()
+    bp, bvl, twl, mwl = bp.tolist(), bv.tolist(), tw.tolist(), mw.tolist()
     t_bnd, m_bnd = fam.t_bnd.tolist(), fam.m_bnd.tolist()
     fronts = Fronts.empty(L)
     fronts.span = span
@@ -195,7 +195,11 @@ def _table_loop(fam, t, m, budget: int, window, front_cap, lam, max_recompute,
         n = fronts.size
         stops = fronts.glob[:n].searchsorted(base[src] + thr, "right")
         a, b = bp[j], bp[j + 1]
-        if a == b:                                 # no boundary: nothing held by any source
+        if b - a == 1:                             # one boundary node v: held by L_i or not
+            inside = member[bvl[a]][src]
+            dt = np.where(inside, t_bnd[j] - twl[a], t_bnd[j])
+            dm = np.where(inside, m_bnd[j] - mwl[a], m_bnd[j])
+        elif a == b:                               # no boundary: nothing held by any source
             dt = np.full(src.size, t_bnd[j], np.int64)
             dm = np.full(src.size, m_bnd[j], np.int64)
         else:                                      # t/m of ∂L_j minus what L_i holds of it
