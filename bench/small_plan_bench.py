@@ -47,19 +47,21 @@ HEAVY = ("ray", "matplotlib", "rich", "torch", "scipy", "cupy", "pandas", "grpc"
 PYC_PREFIX = None
 
 
-def _env():
+def _env(blas=None):
     env = dict(os.environ, PYTHONPATH=str(ROOT), RAY_AUTH_MODE="disabled",
                RAY_USAGE_STATS_ENABLED="0")
+    if blas is not None:
+        env["OPENBLAS_NUM_THREADS"] = blas
     if PYC_PREFIX is not None:
         env.pop("PYTHONDONTWRITEBYTECODE", None)
         env["PYTHONPYCACHEPREFIX"] = PYC_PREFIX
     return env
 
 
-def timed(cmd) -> tuple[float, float, int, str]:
+def timed(cmd, blas=None) -> tuple[float, float, int, str]:
     """(wall s, child CPU s, exit code, stderr tail) of one child process."""
     t0 = time.perf_counter()
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=_env(),
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=_env(blas),
                             cwd=str(ROOT))
     err = proc.stderr.read()
     _, status, usage = os.wait4(proc.pid, 0)
@@ -68,8 +70,8 @@ def timed(cmd) -> tuple[float, float, int, str]:
     return wall, usage.ru_utime + usage.ru_stime, proc.returncode, err.decode()[-300:]
 
 
-def best(cmd, repeat: int):
-    runs = [timed(cmd) for _ in range(repeat)]
+def best(cmd, repeat: int, blas=None):
+    runs = [timed(cmd, blas) for _ in range(repeat)]
     return min(r[0] for r in runs), min(r[1] for r in runs), runs[-1][2], runs[-1][3]
 
 
@@ -129,8 +131,10 @@ def main(argv=None) -> int:
           f"(PYTHONDONTWRITEBYTECODE={os.environ.get('PYTHONDONTWRITEBYTECODE', '')!r})")
     w, c, _, _ = best([py, "-c", "pass"], args.repeat)
     print(f"floor: bare python3 {w:.3f} s wall, {c:.3f} s CPU")
-    w, c, _, _ = best([py, "-c", "import numpy"], args.repeat)
-    print(f"floor: python3 -c 'import numpy' {w:.3f} s wall, {c:.3f} s CPU")
+    for blas in ("1", None):          # the command's default (jobs.cli), then NumPy's own
+        w, c, _, _ = best([py, "-c", "import numpy"], args.repeat, blas=blas)
+        print(f"floor: python3 -c 'import numpy' {w:.3f} s wall, {c:.3f} s CPU "
+              f"(OPENBLAS_NUM_THREADS={blas or os.environ.get('OPENBLAS_NUM_THREADS', 'unset')})")
     print(f"{'graph':10} {'nodes':>5} {'budget':9} {'wall_s':>7} {'cpu_s':>7} {'ref_s':>7} "
           f"{'wall/ref':>8}  {'<= 0.5 s':8} {'schedule':12}")
     first_cmd = None

@@ -16,6 +16,12 @@ job does:
 
 Errors a user can cause are :class:`hgraph.errors.HGraphError`; they print as one line and exit
 non-zero, never with a traceback.
+
+A command runs NumPy's BLAS on one thread unless ``OPENBLAS_NUM_THREADS`` says otherwise (as
+Ray's workers run OpenMP on one): hgraph's array work never reaches BLAS (its matrix products
+are integer ones) and runs side by side on its own threads (:mod:`planner.threads`), so the
+BLAS pool only takes cores from them — and starting and stopping it costs a command ~30 ms
+(``bench/small_plan_bench.py`` prints ``import numpy`` both ways).
 """
 
 from __future__ import annotations
@@ -23,6 +29,7 @@ from __future__ import annotations
 import argparse
 import functools
 import importlib
+import os
 import sys
 from typing import Sequence
 
@@ -201,6 +208,7 @@ def list_jobs() -> list[tuple[str, str]]:
 
 
 def main(argv: list[str] | None = None) -> int:
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")       # before NumPy loads (docstring)
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.command == "jobs":
