@@ -6,9 +6,11 @@ solve (:func:`planner.dp.solve.solve_family`) records the passes it makes — th
 :func:`planner.dp.loop.run_dp` with their objective bounds (one under 512 sets, the deepening's
 one to three from 512). Then those same calls run with this tree's ``run_dp`` and with the
 ``run_dp`` of ``planner/dp/loop.py`` at git revision ``--against`` (loaded beside this tree's,
-on the same family), alternately, ``--repeat`` times each. Printed per row: the passes, the
-best seconds of each side and their ratio, and whether every pass's fronts are identical entry
-for entry (saved, ckpt, predecessor, state, pointers); the bench exits 1 if any differ.
+on the same family), alternately, ``--repeat`` times each; a side whose ``run_dp`` takes
+``resume`` gets the pass before it, as the solve passes it. Printed per row: the passes, the
+best seconds of each side (in ``run_dp`` only) and their ratio, and whether every pass's
+fronts are identical entry for entry (saved, ckpt, predecessor, state, pointers: a digest of
+each taken right after the pass); the bench exits 1 if any differ.
 
 The family is built once per graph and scaling ratio and kept, as one command builds it once
 (the other revision's loop builds its own tables on the family's cache on its first pass;
@@ -22,7 +24,9 @@ from __future__ import annotations
 
 import argparse
 import csv
+import hashlib
 import importlib.util
+import inspect
 import subprocess
 import sys
 import tempfile
@@ -54,11 +58,12 @@ def load_loop(rev: str):
 
 
 def recorded_passes(fam, dg, budget: int) -> list[dict]:
-    """The keyword arguments of every ``run_dp`` call one time-centric solve makes."""
+    """The options of every ``run_dp`` call one time-centric solve makes (``resume`` left
+    out: :func:`passes` passes it on where a side takes it)."""
     calls, real = [], solve.run_dp
 
     def spy(*args, **kw):
-        calls.append(kw)
+        calls.append({k: v for k, v in kw.items() if k != "resume"})
         return real(*args, **kw)
 
     solve.run_dp = spy
@@ -69,10 +74,28 @@ def recorded_passes(fam, dg, budget: int) -> list[dict]:
     return calls
 
 
-def same_fronts(a, b) -> bool:
-    return a.size == b.size and np.array_equal(a.ptr, b.ptr) and all(
-        np.array_equal(getattr(a, k)[:a.size], getattr(b, k)[:b.size])
-        for k in ("s", "c", "pred", "state"))
+def passes(fn, fam, dg, budget: int, calls: list[dict]):
+    """(seconds in ``fn``, a digest of each pass's fronts taken right after it): the passes in
+    order, each after the first resuming the one before where ``fn`` takes ``resume`` (as
+    :func:`planner.dp.solve.objective_bounded` does; a resumed pass reuses its arrays)."""
+    takes = "resume" in inspect.signature(fn).parameters
+    seconds, digests, prev = 0.0, [], None
+    for kw in calls:
+        if takes and prev is not None:
+            kw = dict(kw, resume=prev)
+        t0 = time.perf_counter()
+        fronts = fn(fam, dg.t, dg.m, budget, **kw)
+        seconds += time.perf_counter() - t0
+        digests.append(digest(fronts))
+        prev = (fronts, kw.get("max_recompute"))
+    return seconds, digests
+
+
+def digest(f) -> str:
+    h = hashlib.sha256(f.ptr.tobytes())
+    for k in ("s", "c", "pred", "state"):
+        h.update(getattr(f, k)[:f.size].tobytes())
+    return h.hexdigest()
 
 
 def main(argv=None) -> int:
@@ -106,16 +129,14 @@ def main(argv=None) -> int:
             calls = recorded_passes(fam, dg, u.budget)
             best = [float("inf"), float("inf")]
             same = True
-            for rep in range(args.repeat + 1):
+            for rep in range(args.repeat + 1):      # the first round warms both up
+                mine = None
                 for side, fn in enumerate((loop.run_dp, other.run_dp)):
-                    t0 = time.perf_counter()
-                    fronts = [fn(fam, dg.t, dg.m, u.budget, **kw) for kw in calls]
-                    if rep:                                 # the first round warms both up
-                        best[side] = min(best[side], time.perf_counter() - t0)
-                    if side == 0:
-                        mine = fronts
-                    else:
-                        same &= all(same_fronts(a, b) for a, b in zip(mine, fronts))
+                    sec, dig = passes(fn, fam, dg, u.budget, calls)
+                    if rep:
+                        best[side] = min(best[side], sec)
+                    same &= mine is None or dig == mine
+                    mine = dig
             bad += not same
             total[0] += best[0]
             total[1] += best[1]

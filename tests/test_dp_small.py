@@ -121,3 +121,23 @@ def test_distinct_and_run_starts():
         starts = run_starts(s)
         assert s[starts].tolist() == np.unique(a).tolist()
         assert (np.diff(np.r_[starts, s.size]) > 0).all()
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_resumed_pass_is_the_fresh_pass(seed):
+    """A deeper pass that resumes a failed one (``run_dp(resume=(fronts, bound))``: the states
+    before the first with t(L) > bound kept, arrays reused) gives the fresh pass's fronts entry
+    for entry, deeper bounds and the unbounded pass alike."""
+    g = _case(seed, n=30 + 5 * seed)
+    total, T = int(g.m.sum()), int(g.t.sum())
+    skipped = 0
+    for budget in (total // 2, total, 3 * total):
+        for first, second in ((0, 3), (2, 9), (T // 4, T // 2), (T // 3, None), (5, 5)):
+            fam = approx_family(g)
+            done = run_dp(fam, g.t, g.m, budget, max_recompute=first)
+            skipped = max(skipped, int(np.argmax(np.r_[fam.tL, T + 1] > first)))
+            want = _fronts(run_dp(fam, g.t, g.m, budget, max_recompute=second))
+            got = run_dp(fam, g.t, g.m, budget, max_recompute=second, resume=(done, first))
+            assert got is done                                   # the arrays were reused
+            assert _fronts(got) == want, (budget, first, second)
+    assert skipped > 2                                           # states were kept, not redone

@@ -216,7 +216,8 @@ def objective_bounded(fam, g, b_units: int, strategy: str) -> Fronts:
     fails, and after :data:`APPROX_DEEPENING_PASSES` failed passes the unpruned loop runs
     (where the budget, not the bound, keeps the fronts small: cheaper than deepening further).
     Otherwise the bound starts small and grows 4×. At the largest bound nothing is pruned, so
-    an empty V front there is IMPOSSIBLE.
+    an empty V front there is IMPOSSIBLE. A pass after a failed one keeps the states that one
+    held exactly (``resume`` of :func:`~planner.dp.loop.run_dp`).
     """
     if strategy == "time":
         top = int(g.t.sum())
@@ -225,12 +226,15 @@ def objective_bounded(fam, g, b_units: int, strategy: str) -> Fronts:
                 APPROX_DEEPENING_GROWTH, APPROX_DEEPENING_PASSES
         else:
             bound, grow, passes = 16, 4, None
+        done = None                  # the last failed pass, whose exact states the next keeps
         while True:
             if passes == 0:
                 bound = top
-            fronts = run_dp(fam, g.t, g.m, b_units, max_recompute=bound if bound < top else None)
+            fronts = run_dp(fam, g.t, g.m, b_units, max_recompute=bound if bound < top else None,
+                            resume=done)
             if has_end(fronts) or bound >= top:
                 return fronts
+            done = (fronts, bound)
             bound = min(top, int(bound * grow))
             passes = None if passes is None else passes - 1
     top = int(g.m.sum())
