@@ -98,7 +98,9 @@ def test_deepening_keeps_the_plan(seed, passes, growth, monkeypatch):
     fam = approx_family(g)
     total = int(g.m.sum())
     seen = set()
-    for frac in (0.3, 0.5, 0.8, 1.2, 2.0, 5.0):
+    # one family throughout, budgets up, down and close together: each solve starts from the
+    # optima found before it (lower bounds from larger budgets, upper ones from smaller)
+    for frac in (0.3, 0.5, 0.8, 1.2, 2.0, 5.0, 0.79, 0.5, 0.505, 1.19, 0.31):
         budget = int(frac * total)
         want = _unpruned_plan(fam, g, budget, "time")
         r = solve_family(fam, g, budget, strategy="time")
@@ -141,3 +143,35 @@ def test_resumed_pass_is_the_fresh_pass(seed):
             assert got is done                                   # the arrays were reused
             assert _fronts(got) == want, (budget, first, second)
     assert skipped > 2                                           # states were kept, not redone
+
+
+def test_known_optima_start_the_bound(monkeypatch):
+    """A time-centric re-solve on the same family starts from the optima found before: at a
+    budget already solved, or between two solved budgets with equal optima, it takes one pass
+    (the first solve deepened), and its plan is the unpruned loop's."""
+    monkeypatch.setattr(solve, "APPROX_SEARCH_SETS", (0, 4096))
+    calls = []
+    real = solve.run_dp
+    monkeypatch.setattr(solve, "run_dp", lambda *a, **k: calls.append(k) or real(*a, **k))
+    deepened = 0
+    for seed in range(8):
+        g = _case(seed, n=30)
+        fam = approx_family(g)
+        total = int(g.m.sum())
+        for lo, hi in ((0.5, 0.52), (0.8, 0.81), (1.2, 1.25)):
+            calls.clear()
+            a = solve_family(fam, g, int(hi * total), strategy="time")
+            deepened += len(calls) > 1
+            b = solve_family(fam, g, int(lo * total), strategy="time")
+            if a.impossible or b.impossible:
+                continue
+            calls.clear()
+            again = solve_family(fam, g, int(hi * total), strategy="time")
+            assert len(calls) == 1 and again.chain_ids == a.chain_ids
+            if a.saved == b.saved:                          # equal optima around a budget
+                calls.clear()
+                mid = solve_family(fam, g, int((lo + hi) / 2 * total), strategy="time")
+                assert len(calls) == 1 and mid.saved == a.saved
+            want = _unpruned_plan(fam, g, int(lo * total), "time")
+            assert (b.chain_ids, b.saved, b.ckpt_bytes) == want
+    assert deepened                                         # some first solves took passes
