@@ -13,6 +13,11 @@ The ``schedule`` column is the start of the SHA-256 of the schedule the command 
 run the bench on two trees (``--labels all``, each ``--strategy``) and compare the columns to
 check that a change kept every plan.
 
+``--units bytes`` runs the command as a user does by default instead: exact bytes, ``--budget``
+the label's percentage of the simulated no-recomputation peak (``20%act`` → ``20%``; labels
+without one are skipped), where a plan is fitted to the byte (two or three DP solves a little
+below the budget; ``planner.api``).
+
 ``--imports`` then runs the first command once under ``python3 -X importtime`` and prints the
 modules it imports by cumulative time, each with the chain of modules that imported it, and
 which of the heavy optional packages (ray, matplotlib, rich, torch, scipy, cupy, ...) were
@@ -20,6 +25,7 @@ loaded at all: what to make lazy, and where.
 
     python3 bench/small_plan_bench.py                        # 50%act, every graph < 1,000 nodes
     python3 bench/small_plan_bench.py --labels 20%act,50%act,unlimited --repeat 3 --imports
+    python3 bench/small_plan_bench.py --labels all --units bytes
 """
 
 from __future__ import annotations
@@ -108,6 +114,11 @@ def main(argv=None) -> int:
     ap.add_argument("--solver", choices=sorted(REF_SOLVER), default="approx")
     ap.add_argument("--strategy", choices=["time", "memory"], default="time")
     ap.add_argument("--repeat", type=int, default=3, help="runs per row, best kept (default 3)")
+    ap.add_argument("--units", choices=["reference", "bytes"], default="reference",
+                    help="reference (default): the row's budget_bytes in the reference's units; "
+                         "bytes: the command's default units, budget the label's percentage "
+                         "(20%%act -> --budget 20%%; other labels skipped), the plan fitted to "
+                         "the byte; ref_s is then the reference's time at that label")
     ap.add_argument("--progress", choices=["off", "auto"], default="off",
                     help="the command's --progress (auto: as a user runs it, summary table "
                          "included; default off)")
@@ -151,8 +162,13 @@ def main(argv=None) -> int:
             r = ref.get((name, REF_SOLVER[args.solver], args.strategy, label))
             if r is None:
                 continue
+            budget = r["budget_bytes"]
+            if args.units == "bytes":            # the label's share of the simulated baseline
+                if not label.endswith("%act"):
+                    continue
+                budget = label[:-3]
             cmd = [py, "-m", "jobs", "submit", "plan", "--graph", str(path), "--runtime",
-                   "local", "--budget", r["budget_bytes"], "--units", "reference", "--solver",
+                   "local", "--budget", budget, "--units", args.units, "--solver",
                    args.solver, "--strategy", args.strategy, "--out", str(work / "s.txt"),
                    "--progress", args.progress]
             first_cmd = first_cmd or cmd
