@@ -77,8 +77,8 @@ def _ratio_order(m: np.ndarray, t: np.ndarray, items: np.ndarray) -> np.ndarray:
     items = np.asarray(items, dtype=np.int64)
     mm, tt = m[items], t[items]
     key = np.where(mm == 0, -np.inf, -(tt / np.maximum(mm, 1)))
-    order = items[np.argsort(key, kind="stable")]
-    key = np.sort(key, kind="stable")
+    by_key = np.argsort(key, kind="stable")
+    order, key = items[by_key], key[by_key]
     starts = run_starts(key)
     stops = np.r_[starts[1:], key.size]
     tied = (stops - starts > 1) & (key[starts] > -np.inf)

@@ -30,7 +30,7 @@ from __future__ import annotations
 import numpy as np
 
 from hgraph.progress import current as current_progress
-from planner.arrays import distinct
+from planner.arrays import csr, distinct
 from planner.bitsets import unpack
 from planner.dp.fronts import (INF, Fronts, best_per_saved, expand_fronts, pareto_mask,
                                  run_starts)
@@ -111,20 +111,22 @@ def run_dp(fam, t: np.ndarray, m: np.ndarray, budget: int, *, window: int | None
         if cand is None:
             fronts.ptr[j + 1] = fronts.size
             continue
-        ns, nc, e = best_per_saved(*cand)
-        keep = pareto_mask(nc)
-        ns, nc, e = ns[keep], nc[keep], e[keep]
-        if front_cap is not None and ns.size > front_cap:
-            ns, nc, e = _thinned(ns, nc, e, front_cap, lam)
-        fronts.append(j, ns, nc, e)
-        key[j] = int(nc[0]) - int(two_mL[j])
+        _close_state(fronts, key, j, *best_per_saved(*cand), int(two_mL[j]), front_cap, lam)
     return fronts
 
 
-def _thinned(ns, nc, e, front_cap: int, lam):
-    k = (thin(nc, front_cap) if lam is None or front_cap < 4
-         else thin_lagrange(ns, nc, front_cap, lam))
-    return ns[k], nc[k], e[k]
+def _close_state(fronts, key, j: int, ns, nc, e, two_mL_j: int, front_cap, lam) -> None:
+    """State ``j``'s front from its best entry per saved (``ns`` ascending): the Pareto cut,
+    thinned to ``front_cap`` where one is set, appended; ``key[j]`` its least ckpt − 2·m(L)."""
+    keep = pareto_mask(nc)
+    if not keep.all():
+        ns, nc, e = ns[keep], nc[keep], e[keep]
+    if front_cap is not None and ns.size > front_cap:
+        k = (thin(nc, front_cap) if lam is None or front_cap < 4
+             else thin_lagrange(ns, nc, front_cap, lam))
+        ns, nc, e = ns[k], nc[k], e[k]
+    fronts.append(j, ns, nc, e)
+    key[j] = int(nc[0]) - two_mL_j
 
 
 #: The table loop's bucket row (one cell per ``saved`` value, 0..T) is used up to this width;
@@ -187,7 +189,6 @@ def _table_loop(fam, t, m, budget: int, window, front_cap, lam, max_recompute,
     else:                                          # keep the states before the first t(L) > g
         fronts, done_bound = resume
         first = max(1, int(np.argmax(np.r_[fam.tL, np.iinfo(np.int64).max] > done_bound)))
-        first = min(first, L)
         fronts.size = int(fronts.ptr[first])
         full = np.flatnonzero(fronts.ptr[1:first + 1] > fronts.ptr[:first])
         key[full] = fronts.c[fronts.ptr[full]] - two_mL[full]
@@ -259,18 +260,7 @@ def _table_loop(fam, t, m, budget: int, window, front_cap, lam, max_recompute,
         ns = (best != INF).nonzero()[0] if scan else distinct(ns)
         packed = best[ns]
         best[ns] = INF
-        nc, e = np.divmod(packed, E)
-        if ns.size > 1:                            # Pareto: cheaper than every larger saved
-            later = np.minimum.accumulate(nc[::-1])[::-1]
-            keep = np.empty(ns.size, bool)
-            keep[-1] = True
-            np.less(nc[:-1], later[1:], out=keep[:-1])
-            if not keep.all():
-                ns, nc, e = ns[keep], nc[keep], e[keep]
-        if front_cap is not None and ns.size > front_cap:
-            ns, nc, e = _thinned(ns, nc, e, front_cap, lam)
-        fronts.append(j, ns, nc, e)
-        key[j] = int(nc[0]) - int(two_mL[j])
+        _close_state(fronts, key, j, ns, *np.divmod(packed, E), int(two_mL[j]), front_cap, lam)
     return fronts
 
 
@@ -295,8 +285,7 @@ def _boundary_rows(fam, t: np.ndarray, m: np.ndarray):
     """``(ptr, nodes, t, m)``: the boundary ``∂L_j`` of every state as CSR rows
     (``nodes[ptr[j]:ptr[j + 1]]``), with each node's ``t`` and ``m``."""
     rows, cols = np.nonzero(unpack(fam.bnd, t.size))     # v = cols ∈ ∂L_rows
-    ptr = np.zeros(fam.num_sets + 1, np.int64)
-    np.cumsum(np.bincount(rows, minlength=fam.num_sets), out=ptr[1:])
+    ptr, cols = csr(rows, cols, fam.num_sets)
     return ptr, cols, t[cols], m[cols]
 
 

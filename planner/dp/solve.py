@@ -257,7 +257,7 @@ def objective_bounded(fam, g, b_units: int, strategy: str) -> Fronts:
                     known[b_units] = top - int(fronts.s[end_entry(fronts, "time")])
                 return fronts
             done = (fronts, bound)
-            bound = min(top, max(bound + 1, int(bound * grow)), ceiling if bound < ceiling else top)
+            bound = min(ceiling, max(bound + 1, int(bound * grow)))    # ceiling ≤ top
             passes = None if passes is None else passes - 1
     top = int(g.m.sum())
     bound = 0
