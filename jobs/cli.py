@@ -20,8 +20,8 @@ non-zero, never with a traceback.
 A command runs NumPy's BLAS on one thread unless ``OPENBLAS_NUM_THREADS`` says otherwise (as
 Ray's workers run OpenMP on one): hgraph's array work never reaches BLAS (its matrix products
 are integer ones) and runs side by side on its own threads (:mod:`planner.threads`), so the
-BLAS pool only takes cores from them — and starting and stopping it costs a command ~30 ms
-(``bench/small_plan_bench.py`` prints ``import numpy`` both ways).
+BLAS pool only takes cores from them — and starting and stopping it costs a command CPU time
+on every core (``bench/small_plan_bench.py`` prints ``import numpy`` both ways).
 """
 
 from __future__ import annotations
