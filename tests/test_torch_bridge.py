@@ -79,15 +79,6 @@ def test_apply_is_bitwise_equal_to_eager_and_keeps_the_plan():
         n.name for n in out[:4] if n is not None}
 
 
-def test_unsupported_op_names_op_and_file():
-    torch.manual_seed(0)
-    m = nn.Sequential(nn.Linear(4, 4), nn.Dropout(0.5)).double()
-    with pytest.raises(HGraphError) as err:
-        pt.graph(m, torch.randn(2, 4, dtype=torch.float64), source="my_model.py")
-    msg = str(err.value)
-    assert "my_model.py" in msg and "unsupported op" in msg and "\n" not in msg
-
-
 def test_cli_graph_torch_writes_a_plannable_graph(tmp_path, capsys):
     spec = tmp_path / "m.py"
     spec.write_text("import torch\n"

@@ -16,11 +16,18 @@ from dataclasses import dataclass
 import torch
 from functorch.compile import aot_function
 
-__all__ = ["Step", "make_step", "capture", "cse", "decompositions", "default_loss"]
+from hgraph.errors import HGraphError
+
+__all__ = ["Step", "make_step", "loss_slots", "capture", "cse", "decompositions", "default_loss",
+           "untraceable", "fresh_inputs"]
 
 
 def default_loss(out):
     """The issue's default: the output if it is a scalar, else its mean."""
+    if not isinstance(out, torch.Tensor):
+        kind = type(out).__name__
+        raise HGraphError(f"the model returns a {kind}, not a tensor: pass loss=FN that turns "
+                          f"its output into a scalar loss (e.g. loss=lambda out: out[0].mean())")
     return out if out.dim() == 0 else out.mean()
 
 
@@ -34,18 +41,82 @@ def decompositions(decompose: bool):
     return select_decomp_table()
 
 
+class _Slot:
+    """Where a tensor the loss function reads lives outside its arguments: a closure cell, a
+    global or an entry of a dict or list that the loss closes over. The step reads it afresh on
+    every call (a label reassigned before each step is that step's label)."""
+
+    _CELL = object()
+
+    def __init__(self, holder, key=_CELL):
+        self.holder, self.key = holder, key
+
+    def get(self):
+        return self.holder.cell_contents if self.key is self._CELL else self.holder[self.key]
+
+    def set(self, value):
+        if self.key is self._CELL:
+            self.holder.cell_contents = value
+        else:
+            self.holder[self.key] = value
+
+
+def _code_names(code) -> set:
+    """Global names a function's code (and the functions, lambdas and comprehensions nested in
+    it) may read."""
+    names = set(code.co_names)
+    for c in code.co_consts:
+        if hasattr(c, "co_names"):
+            names |= _code_names(c)
+    return names
+
+
+def loss_slots(loss_fn) -> list:
+    """Every place outside its arguments where ``loss_fn`` reads a tensor: closure cells and
+    globals holding a tensor, and tensor entries of a dict or list held by one of them."""
+    if loss_fn is default_loss:
+        return []
+    fn = getattr(loss_fn, "__func__", loss_fn)
+    holders = []
+    for cell in getattr(fn, "__closure__", None) or ():
+        try:
+            holders.append((cell, _Slot._CELL, cell.cell_contents))
+        except ValueError:          # an empty cell (a name assigned later)
+            continue
+    code, glob = getattr(fn, "__code__", None), getattr(fn, "__globals__", {})
+    for name in sorted(_code_names(code)) if code is not None else ():
+        if name in glob:
+            holders.append((glob, name, glob[name]))
+    slots = []
+    for holder, key, value in holders:
+        if isinstance(value, torch.Tensor):
+            slots.append(_Slot(holder, key))
+        elif isinstance(value, dict):
+            slots += [_Slot(value, k) for k, v in value.items() if isinstance(v, torch.Tensor)]
+        elif isinstance(value, list):
+            slots += [_Slot(value, i) for i, v in enumerate(value) if isinstance(v, torch.Tensor)]
+    return slots
+
+
 @dataclass
 class Step:
     """The functional training step of a model: ``fn(params, buffers, consts, *inputs) -> loss``.
 
-    ``consts``: tensors the loss function closes over (labels, targets); they enter the traced
-    graph as inputs (AOTAutograd traces with fake tensors and refuses captured real ones).
+    ``slots``: where the tensors the loss function reads besides the model's output live
+    (labels, targets, masks: :func:`loss_slots`); they enter the traced graph as inputs
+    (AOTAutograd traces with fake tensors and refuses captured real ones) and are read afresh
+    on every call (:attr:`consts`).
     """
 
     fn: object
     params: list
     buffers: list
-    consts: list
+    slots: list
+
+    @property
+    def consts(self) -> list:
+        """The tensors the loss reads now (a label reassigned since the last step is new)."""
+        return [s.get() for s in self.slots]
 
     def args(self, inputs, params=None, buffers=None):
         """The flat argument tuple of ``fn`` for ``inputs``."""
@@ -58,25 +129,36 @@ def make_step(model, loss=None) -> Step:
     names = [n for n, _ in model.named_parameters()]
     bnames = [n for n, _ in model.named_buffers()]
     loss_fn = loss or default_loss
-    cells = [c for c in (getattr(loss_fn, "__closure__", None) or ())
-             if isinstance(c.cell_contents, torch.Tensor)]
-    consts = [c.cell_contents for c in cells]
+    slots = loss_slots(loss_fn)
 
     def fn(params, buffers, traced_consts, *inputs):
         state = dict(zip(names, params))
         state.update(zip(bnames, buffers))
         out = torch.func.functional_call(model, state, inputs)
-        saved = [c.cell_contents for c in cells]
-        for c, t in zip(cells, traced_consts):
-            c.cell_contents = t
+        saved = [s.get() for s in slots]
+        for s, t in zip(slots, traced_consts):
+            s.set(t)
         try:
             return loss_fn(out)
         finally:
-            for c, t in zip(cells, saved):
-                c.cell_contents = t
+            for s, t in zip(slots, saved):
+                s.set(t)
 
     return Step(fn, [p for _, p in model.named_parameters()],
-                [b for _, b in model.named_buffers()], consts)
+                [b for _, b in model.named_buffers()], slots)
+
+
+def untraceable(err: BaseException) -> HGraphError | None:
+    """One line for a step the capture cannot follow: the model or loss reads a real tensor
+    that is not an input, a parameter or buffer, nor one the loss reaches by a closure, a global
+    or a dict/list entry (found as fake-tensor tracing failing on a real tensor)."""
+    text = f"{type(err).__name__}: {err}"
+    if "fake" not in text.lower() and "FakeTensor" not in text:
+        return None
+    return HGraphError("the step reads a tensor the capture cannot follow (not a model input, "
+                       "parameter or buffer, nor a tensor the loss function holds in a closure "
+                       "variable, a global, or a dict or list entry of one): keep labels and "
+                       "masks in such a variable, or pass them to the model as inputs")
 
 
 def cse(joint):
@@ -115,8 +197,23 @@ def traced(step: Step, partition_fn, decompose: bool):
                         partition_fn=partition_fn, decompositions=decompositions(decompose))
 
 
+def fresh_inputs(inputs) -> tuple:
+    """Copies of the tensors in ``inputs`` (same values, ``requires_grad`` and strides), so a
+    model that writes to its input in place leaves the caller's tensor as it was."""
+    out = []
+    for x in inputs:
+        if isinstance(x, torch.Tensor):
+            y = x.detach().clone()
+            out.append(y.requires_grad_(x.requires_grad))
+        else:
+            out.append(x)
+    return tuple(out)
+
+
 def capture(model, inputs, loss=None, decompose: bool = True):
-    """(joint GraphModule, num_fwd_outputs) of one training step; runs the step once on copies."""
+    """(joint GraphModule, num_fwd_outputs) of one training step; runs the step once on copies
+    (of the parameters, buffers, inputs and the tensors the loss reads: planning never writes
+    to the caller's tensors)."""
     from torch._functorch.partitioners import default_partition
 
     got = {}
@@ -128,7 +225,18 @@ def capture(model, inputs, loss=None, decompose: bool = True):
     step = make_step(model, loss)
     params = [p.detach().clone().requires_grad_(p.requires_grad) for p in step.params]
     buffers = [b.detach().clone() for b in step.buffers]
-    out = traced(step, grab, decompose)(*step.args(inputs, params, buffers))
+    params, buffers, consts, *xs = step.args(fresh_inputs(inputs), params, buffers)
+    try:
+        out = traced(step, grab, decompose)(params, buffers, list(fresh_inputs(consts)), *xs)
+    except HGraphError:
+        raise
+    except Exception as err:
+        one_line = untraceable(err)
+        if one_line is None:
+            raise
+        raise one_line from None
     if out.dim() != 0:
-        raise ValueError(f"the loss must be a scalar, got shape {tuple(out.shape)}")
+        raise HGraphError(f"the loss must be a scalar, got a tensor of shape "
+                          f"{tuple(out.shape)}: pass loss=FN returning a scalar "
+                          f"(e.g. loss=lambda out: out.mean())")
     return got["joint"], got["n_out"]

@@ -78,7 +78,9 @@ def compile_model(model, budget="100%", loss=None, **plan_kwargs):
 
     part = HGraphPartitioner(budget, **plan_kwargs)
     loss_fn = loss or cap.default_loss
-    compiled = torch.compile(lambda *xs: loss_fn(model(*xs)))
+    # static shapes: a new input shape recompiles, and the partitioner plans that shape afresh
+    # (with symbolic sizes the joint graph carries SymInts no plan can size)
+    compiled = torch.compile(lambda *xs: loss_fn(model(*xs)), dynamic=False)
 
     import torch._functorch.config as functorch_config
 

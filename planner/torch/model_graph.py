@@ -35,11 +35,12 @@ from planner import cg
 from planner.torch import capture as cap
 from planner.torch import costs as costs_mod
 
-__all__ = ["TorchGraph", "import_model", "from_joint", "is_view", "UnsupportedOp", "seq_lookup"]
+__all__ = ["TorchGraph", "import_model", "from_joint", "is_view", "is_random", "UnsupportedOp",
+           "seq_lookup"]
 
 
 class UnsupportedOp(HGraphError):
-    """An op the bridge cannot plan (random or mutating ops: recomputation would change them)."""
+    """An op the bridge cannot plan (a mutating op: recomputation would change its input)."""
 
 
 @dataclass
@@ -87,15 +88,20 @@ def _dropout_p(node):
     return node.args[i] if i < len(node.args) else schema.arguments[i].default_value
 
 
+def is_random(node) -> bool:
+    """A seeded random op (dropout, ``rand_like``, Inductor's ``inductor_seeds``, attention with
+    ``dropout_p > 0``): running it again draws new numbers unless its RNG state is replayed
+    (:func:`planner.torch.partition.functionalize_rng`)."""
+    tags = getattr(node.target, "tags", ())
+    return torch.Tag.nondeterministic_seeded in tags and _dropout_p(node) != 0
+
+
 def _check_supported(node, source):
-    t = node.target
-    tags = getattr(t, "tags", ())
-    schema = getattr(t, "_schema", None)
-    random = torch.Tag.nondeterministic_seeded in tags and _dropout_p(node) != 0
-    mutating = schema is not None and schema.is_mutable
-    if random or mutating:
-        why = "random ops cannot be recomputed exactly" if random else "it mutates its input"
-        raise UnsupportedOp(f"{source or 'model'}: unsupported op {t} (node {node.name}): {why}")
+    schema = getattr(node.target, "_schema", None)
+    if schema is not None and schema.is_mutable:
+        raise UnsupportedOp(f"{source or 'model'}: unsupported op {node.target} (node "
+                            f"{node.name}): it mutates its input, so recomputing it would "
+                            f"change the step; make the op out of place (e.g. inplace=False)")
 
 
 def _op_name(target) -> str:

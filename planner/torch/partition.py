@@ -29,10 +29,10 @@ from torch._functorch.partitioners import (_extract_fwd_bwd_modules,
 from hgraph.errors import HGraphError
 from planner.torch import capture as cap
 from planner.torch.episodes import follow_episodes
-from planner.torch.model_graph import is_view
+from planner.torch.model_graph import is_random, is_view
 
 __all__ = ["kept_vars", "saved_nodes", "partition", "apply_plan", "apply_keep", "plan_capture",
-           "keep_names"]
+           "keep_names", "functionalize_rng", "rng_state_bytes"]
 
 
 def kept_vars(g, schedule) -> set:
@@ -79,11 +79,39 @@ def _tag(n):
     return n.meta.get("partitioner_tag", "")
 
 
+def rng_state_bytes(node) -> int:
+    """Bytes of the generator state that replays ``node``'s random numbers (the CPU generator's
+    Mersenne-Twister state; a CUDA generator's seed and offset)."""
+    val = node.meta.get("val")
+    vals = val if isinstance(val, (tuple, list)) else (val,)
+    cuda = any(isinstance(v, torch.Tensor) and v.device.type == "cuda" for v in vals)
+    return 16 if cuda else int(torch.get_rng_state().numel())
+
+
+def _out_bytes(node) -> int:
+    val = node.meta.get("val")
+    vals = val if isinstance(val, (tuple, list)) else (val,)
+    return sum(int(v.numel()) * int(v.element_size()) for v in vals
+               if isinstance(v, torch.Tensor))
+
+
+def _saved_random(node) -> bool:
+    """A random op the backward reads through a recomputation is saved when its output is no
+    larger than the RNG state that would replay it (Inductor's ``inductor_seeds``: a few int64
+    seeds, from which each dropout's mask is recomputed exactly); a larger one, or one with
+    several outputs (``native_dropout``: a tuple is no saveable value), is recomputed with the
+    forward's RNG state (:func:`functionalize_rng`)."""
+    return (is_random(node) and isinstance(node.meta.get("val"), torch.Tensor)
+            and _out_bytes(node) <= rng_state_bytes(node))
+
+
 def saved_nodes(joint, keep: set) -> list:
     """Forward nodes to save: the kept ones (and inputs) that the backward reaches.
 
     Walks back from every forward value a backward op reads: a kept node or a placeholder is
-    saved, anything else is recomputed in the backward, so its own inputs are walked too.
+    saved, anything else is recomputed in the backward, so its own inputs are walked too. A
+    random op is never drawn anew: a small one is saved (:func:`_saved_random`), a larger one
+    replayed from the forward's RNG state (:func:`functionalize_rng`).
     """
     saved, seen = {}, set()
     stack = []
@@ -96,12 +124,79 @@ def saved_nodes(joint, keep: set) -> list:
         if n in seen:
             continue
         seen.add(n)
-        if n.op == "placeholder" or (n.name in keep and not is_view(n)):
+        if n.op == "placeholder" or (n.name in keep and not is_view(n)) or _saved_random(n):
             saved[n] = None
         else:
             stack.extend(n.all_input_nodes)
     order = {n: i for i, n in enumerate(joint.graph.nodes)}
     return sorted(saved, key=order.__getitem__)
+
+
+def _fake_rng_state(node):
+    """A fake tensor shaped like the generator state of ``node``'s device (for ``meta["val"]``)."""
+    from torch._guards import detect_fake_mode
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    mode = detect_fake_mode() or FakeTensorMode()
+    real = torch.empty(rng_state_bytes(node), dtype=torch.uint8)
+    return mode.from_tensor(real)
+
+
+def functionalize_rng(fw, bw) -> int:
+    """Replay the forward's random numbers wherever the backward recomputes a random op.
+
+    As torch's partitioner does for checkpointed regions (``functionalize_rng_ops``): the
+    forward runs each such op through ``run_and_save_rng_state`` and hands the state it ran
+    with to the backward (one more saved value, :func:`rng_state_bytes`); every copy of the op
+    in the backward, one per recompute episode (``meta["recompute_of"]``), runs through
+    ``run_with_rng_state`` with that state, so it draws exactly the forward's numbers and leaves
+    the generator where it was. Returns the number of ops rewritten.
+    """
+    import operator
+
+    from torch._prims.rng_prims import run_and_save_rng_state, run_with_rng_state
+
+    fw_random = {n.name: n for n in fw.graph.nodes if n.op == "call_function" and is_random(n)}
+    copies = {}
+    for n in bw.graph.nodes:
+        origin = n.meta.get("recompute_of", n.name)
+        if n.op == "call_function" and origin in fw_random and is_random(n):
+            copies.setdefault(origin, []).append(n)
+    if not copies:
+        return 0
+    out = next(iter(fw.graph.find_nodes(op="output")))
+    tangent = next((n for n in bw.graph.find_nodes(op="placeholder") if "tangent" in n.name),
+                   None)
+    if tangent is None:
+        raise HGraphError("cannot replay random ops: the backward graph has no tangent input")
+    states = []
+    for k, (name, bw_nodes) in enumerate(copies.items()):
+        node = fw_random[name]
+        with fw.graph.inserting_before(node):
+            both = fw.graph.call_function(run_and_save_rng_state, (node.target, *node.args),
+                                          dict(node.kwargs))
+            state = fw.graph.call_function(operator.getitem, (both, 0))
+            state.meta["val"] = _fake_rng_state(node)
+            value = fw.graph.call_function(operator.getitem, (both, 1))
+            value.meta = dict(node.meta)
+        node.replace_all_uses_with(value)
+        fw.graph.erase_node(node)
+        states.append(state)
+        with bw.graph.inserting_before(tangent):
+            ph = bw.graph.placeholder(f"rng_state_{k}")
+            ph.meta["val"] = state.meta["val"]
+        for b in bw_nodes:
+            with bw.graph.inserting_before(b):
+                again = bw.graph.call_function(run_with_rng_state, (ph, b.target, *b.args),
+                                               dict(b.kwargs))
+                again.meta = dict(b.meta)
+            b.replace_all_uses_with(again)
+            bw.graph.erase_node(b)
+    outs = list(out.args[0])
+    out.args = (tuple(outs + states),)     # saved values end the outputs (no symbolic sizes)
+    fw.recompile()
+    bw.recompile()
+    return len(copies)
 
 
 def snapshot_inputs(joint, names) -> set:
@@ -147,6 +242,7 @@ def partition(joint, num_fwd_outputs: int, keep: set, snapshot=(), plan=None):
     bw = reordering_to_mimic_autograd_engine(bw)
     if plan is not None:
         follow_episodes(bw, joint, plan.graph, plan.schedule)
+    functionalize_rng(fw, bw)
     return fw, bw
 
 
@@ -188,11 +284,39 @@ def apply_keep(model, keep: set, decompose: bool, loss=None, plan=None):
         return fw, bw
 
     fn = cap.traced(step, partition_fn, decompose)
+    fixed = {}
 
     def run(*xs):
-        out = fn(*step.args(xs))
+        args = step.args(xs)
+        shapes = _signature([*args[2], *xs])
+        if "shapes" not in fixed:
+            fixed["shapes"] = shapes
+        elif shapes != fixed["shapes"]:
+            raise HGraphError(f"this step was planned for inputs {_show(fixed['shapes'])} and "
+                              f"got {_show(shapes)}: a planned step is fixed to its shapes; "
+                              f"plan again for the new shapes, or use planner.torch.compile, "
+                              f"which re-plans when shapes change")
+        try:
+            out = fn(*args)
+        except HGraphError:
+            raise
+        except Exception as err:
+            one_line = cap.untraceable(err)
+            if one_line is None:
+                raise
+            raise one_line from None
         out.backward()
         return out.detach()
 
     run.partition = info
     return run
+
+
+def _signature(tensors) -> tuple:
+    return tuple((tuple(t.shape), t.dtype, t.device.type) if isinstance(t, torch.Tensor)
+                 else type(t).__name__ for t in tensors)
+
+
+def _show(sig) -> str:
+    return "(" + ", ".join("x".join(map(str, s[0])) or "scalar" if isinstance(s, tuple) else s
+                           for s in sig) + ")"

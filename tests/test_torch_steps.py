@@ -1,0 +1,242 @@
+"""Training steps that must not be silently wrong (issue 28): random ops replayed, not redrawn,
+when recomputed; labels read afresh on every step; planning leaves the caller's tensors alone;
+the step's limits said in one line."""
+
+import copy
+
+import pytest
+
+torch = pytest.importorskip("torch", reason="the torch extra is not installed")
+nn = torch.nn
+
+import torch._functorch.config as functorch_config  # noqa: E402
+import torch._inductor.config as inductor_config  # noqa: E402
+from torch._inductor.custom_graph_pass import CustomPartitionerFn  # noqa: E402
+
+import planner.torch as pt  # noqa: E402
+from hgraph.errors import HGraphError  # noqa: E402
+from planner.torch.partition import apply_keep, partition  # noqa: E402
+
+
+def dropout_mlp():
+    torch.manual_seed(0)
+    layers = [nn.Linear(16, 32)]
+    for _ in range(2):
+        layers += [nn.GELU(), nn.Dropout(0.3), nn.Linear(32, 32)]
+    return nn.Sequential(*layers, nn.Linear(32, 1)).double(), torch.randn(8, 16,
+                                                                        dtype=torch.float64)
+
+
+def grad_gap(a, b) -> float:
+    """Largest parameter-gradient difference, relative to the gradient's scale."""
+    return max(float((p.grad - q.grad).abs().max() / q.grad.abs().max())
+               for p, q in zip(a.parameters(), b.parameters()))
+
+
+class KeepNothing(CustomPartitionerFn):
+    """hgraph's partition with nothing kept: the backward recomputes every forward value it
+    reads, dropout's random numbers included (the case that redrew them)."""
+
+    def __init__(self):
+        self.parts = []
+
+    def __call__(self, gm, joint_inputs, **kwargs):
+        fw, bw = partition(gm, kwargs["num_fwd_outputs"], set())
+        self.parts.append(bw)
+        return fw, bw
+
+    def uuid(self):
+        return None
+
+
+def test_recomputed_dropout_under_compile_equals_torch_compile():
+    m, x = dropout_mlp()
+    ours, theirs = copy.deepcopy(m), copy.deepcopy(m)
+    part = KeepNothing()
+    ca = torch.compile(lambda v: ours(v).mean(), dynamic=False)
+    cb = torch.compile(lambda v: theirs(v).mean(), dynamic=False)
+    with inductor_config.patch(custom_partitioner_fn=part, fx_graph_cache=False), \
+            functorch_config.patch(enable_autograd_cache=False):
+        torch.manual_seed(1)
+        la = ca(x)
+        la.backward()
+    torch.manual_seed(1)
+    lb = cb(x)
+    lb.backward()
+    code = part.parts[0].code
+    # the masks are recomputed from the forward's seeds, which are saved, never drawn again
+    assert "prims.inductor_random" in code and "prims.inductor_seeds" not in code
+    assert la.item() == lb.item()
+    assert grad_gap(ours, theirs) == 0.0
+
+
+@pytest.mark.parametrize("how", ["keep nothing", "tightest plan"])
+def test_recomputed_dropout_under_apply_equals_eager(how):
+    m, x = dropout_mlp()
+    ours, eager = copy.deepcopy(m), copy.deepcopy(m)
+    if how == "keep nothing":
+        step = apply_keep(ours, set(), decompose=False)
+    else:
+        tg = pt.graph(m, x, decompose=False)
+        p = pt.plan(tg, _smallest(tg))
+        assert p.recompute_cost > 0
+        step = pt.apply(ours, p, x)
+    for seed in (1, 2):         # two steps: the generator advances as eager's does
+        torch.manual_seed(seed)
+        la = step(x)
+        torch.manual_seed(seed)
+        lb = eager(x).mean()
+        lb.backward()
+        assert la.item() == lb.item()
+        assert grad_gap(ours, eager) == 0.0
+    if how == "keep nothing":
+        assert "run_with_rng_state" in step.partition["backward"].code
+
+
+def _smallest(tg):
+    from hgraph.errors import InfeasibleError
+
+    try:
+        return pt.plan(tg, 1).peak_bytes
+    except InfeasibleError as err:
+        return err.min_budget_bytes
+
+
+def test_compiled_dropout_step_equals_torch_compile():
+    m, x = dropout_mlp()
+    ours, theirs = copy.deepcopy(m), copy.deepcopy(m)
+    step = pt.compile(ours, budget=1)       # the lowest peak it reaches
+    ref = torch.compile(lambda v: theirs(v).mean())
+    torch.manual_seed(3)
+    la = step(x)
+    torch.manual_seed(3)
+    lb = ref(x)
+    lb.backward()
+    assert la.item() == lb.item() and grad_gap(ours, theirs) == 0.0
+
+
+def test_compile_replans_when_shapes_change():
+    torch.manual_seed(0)
+    m = nn.Sequential(nn.Linear(8, 16), nn.Tanh(), nn.Linear(16, 4)).double()
+    ours, theirs = copy.deepcopy(m), copy.deepcopy(m)
+    step = pt.compile(ours, budget="60%")
+    for batch in (4, 6, 9):
+        x = torch.randn(batch, 8, dtype=torch.float64)
+        la = step(x)
+        lb = theirs(x).mean()
+        lb.backward()
+        assert la.item() == pytest.approx(lb.item(), rel=1e-12)
+        assert grad_gap(ours, theirs) < 1e-12
+    assert len(step.partitioner.plans) == 3
+
+
+def labelled():
+    torch.manual_seed(0)
+    m = nn.Sequential(nn.Linear(8, 16), nn.Tanh(), nn.Linear(16, 4)).double()
+    xs = [torch.randn(6, 8, dtype=torch.float64) for _ in range(3)]
+    ys = [torch.randint(0, 4, (6,)) for _ in range(3)]
+    return m, xs, ys
+
+
+LABEL = None          # a global label, reassigned before each step
+
+
+def test_apply_reads_labels_afresh_every_step():
+    global LABEL
+    m, xs, ys = labelled()
+    y = ys[0]
+    batch = {"y": ys[0]}
+
+    def by_closure(out):
+        return nn.functional.cross_entropy(out, y)
+
+    def by_dict(out):
+        return nn.functional.cross_entropy(out, batch["y"])
+
+    def by_global(out):
+        return nn.functional.cross_entropy(out, LABEL)
+
+    LABEL = ys[0]
+    for loss in (by_closure, by_dict, by_global):
+        ours, eager = copy.deepcopy(m), copy.deepcopy(m)
+        tg = pt.graph(ours, xs[0], loss=loss, decompose=False)
+        step = pt.apply(ours, pt.plan(tg, "100%"), xs[0], loss=loss)
+        for x, label in zip(xs, ys):
+            y, batch["y"], LABEL = label, label, label
+            la = step(x)
+            lb = nn.functional.cross_entropy(eager(x), label)
+            lb.backward()
+            assert la.item() == lb.item(), loss.__name__
+            assert grad_gap(ours, eager) == 0.0, loss.__name__
+
+
+def test_planning_leaves_callers_tensors_unchanged():
+    class WritesItsInput(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = nn.Linear(4, 4)
+
+        def forward(self, x):
+            x.mul_(2)
+            return self.lin(x)
+
+    torch.manual_seed(0)
+    x = torch.randn(3, 4)
+    target = torch.randn(3, 4)
+    before, target_before = x.clone(), target.clone()
+    model = WritesItsInput()
+    params = [p.detach().clone() for p in model.parameters()]
+    pt.graph(model, x, loss=lambda out: ((out - target) ** 2).mean())
+    assert torch.equal(x, before) and torch.equal(target, target_before)
+    assert all(torch.equal(p, q) for p, q in zip(model.parameters(), params))
+
+
+def _one_line(err) -> str:
+    msg = str(err.value)
+    assert "\n" not in msg and "Traceback" not in msg
+    return msg
+
+
+def test_apply_says_it_is_fixed_to_its_shapes():
+    m, xs, _ = labelled()
+    step = pt.apply(m, pt.plan(pt.graph(m, xs[0], decompose=False)), xs[0])
+    step(xs[0])
+    with pytest.raises(HGraphError) as err:
+        step(torch.randn(7, 8, dtype=torch.float64))
+    msg = _one_line(err)
+    assert "6x8" in msg and "7x8" in msg and "fixed to its shapes" in msg
+
+
+def test_tuple_output_without_loss_is_one_line():
+    class Two(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = nn.Linear(3, 3)
+
+        def forward(self, x):
+            y = self.lin(x)
+            return y.sin(), y.cos()
+
+    with pytest.raises(HGraphError) as err:
+        pt.graph(Two(), torch.randn(2, 3))
+    assert "returns a tuple" in _one_line(err) and "loss=" in str(err.value)
+
+
+def test_non_scalar_loss_is_one_line():
+    m, xs, _ = labelled()
+    with pytest.raises(HGraphError) as err:
+        pt.graph(m, xs[0], loss=lambda out: out * 2)
+    assert "scalar" in _one_line(err) and "(6, 4)" in str(err.value)
+
+
+def test_loss_reading_an_attribute_is_one_line():
+    m, xs, ys = labelled()
+
+    class Holder:
+        pass
+
+    h = Holder()
+    h.y = ys[0]
+    with pytest.raises(HGraphError) as err:
+        pt.graph(m, xs[0], loss=lambda out: nn.functional.cross_entropy(out, h.y))
+    assert "cannot follow" in _one_line(err)
