@@ -3,9 +3,14 @@
 * no address and no ``RAY_ADDRESS``: start an embedded local Ray with laptop settings — no
   dashboard unless asked, a bounded object store (:data:`EMBEDDED_OBJECT_STORE_BYTES`), quiet
   logs, token auth off (``RAY_AUTH_MODE=disabled`` unless the environment says otherwise: a
-  cluster with token auth needs ``RAY_AUTH_MODE=token`` and its token in the environment). Its
-  session folder is a fresh short one (``RAY_TMPDIR`` or ``/tmp``; Unix-socket paths are
-  limited to 107 bytes), removed when the process exits unless :data:`KEEP_LOGS_ENV` is set;
+  cluster with token auth needs ``RAY_AUTH_MODE=token`` and its token in the environment). It
+  **binds loopback only** (``127.0.0.1``): the GCS, the raylet and object manager, the
+  dashboard and its agents, the driver's and the workers' gRPC servers all listen on
+  127.0.0.1, never on every interface — with auth off, a port reachable from the network
+  would let anyone there run code as you (Ray's own default listens on ``*``; see
+  :func:`_stay_on_loopback`). Its session folder is a fresh short one (``RAY_TMPDIR`` or
+  ``/tmp``; Unix-socket paths are limited to 107 bytes), removed when the process exits unless
+  :data:`KEEP_LOGS_ENV` is set;
 * ``address="HOST:PORT"`` (a GCS address), ``"auto"`` or ``RAY_ADDRESS``: join that cluster;
 * ``address="http://HOST:8265"`` is a cluster's dashboard, not a GCS: the engine cannot join it
   (:func:`is_dashboard_address` tells the two apart for callers that submit work there).
@@ -123,11 +128,21 @@ def ensure_ray(address: str | None = None, *, num_cpus: int | None = None,
 
 
 def _start_embedded(ray, *, num_cpus: int | None, dashboard: bool) -> None:
-    """A local Ray in a session folder of its own, cleaned up when this process exits."""
+    """A local Ray bound to loopback, in a session folder of its own, cleaned up when this
+    process exits.
+
+    Loopback needs more than ``_node_ip_address``: without Ray's switch, Ray rewrites a
+    loopback node address to the network one, and its servers (GCS, raylet, object manager,
+    agents, the driver's and the workers' gRPC servers) listen on ``*`` (measured with
+    ``ss -ltn``; ``tests/test_ray_loopback.py``). The switch goes into the environment before
+    ``ray.init``, so every Ray process started from here (raylet, agents, workers) inherits it.
+    """
+    _stay_on_loopback(ray)
     temp_dir = tempfile.mkdtemp(prefix="hgr", dir=os.environ.get("RAY_TMPDIR") or "/tmp")
     try:
         ray.init(address="local", num_cpus=num_cpus or max(4, os.cpu_count() or 1),
-                 include_dashboard=dashboard, log_to_driver=False, logging_level="ERROR",
+                 include_dashboard=dashboard, dashboard_host=LOOPBACK,
+                 _node_ip_address=LOOPBACK, log_to_driver=False, logging_level="ERROR",
                  object_store_memory=EMBEDDED_OBJECT_STORE_BYTES, _temp_dir=temp_dir)
     except BaseException as err:
         shutil.rmtree(temp_dir, ignore_errors=True)
@@ -151,7 +166,8 @@ def _stop_embedded(ray, temp_dir: str) -> None:
 
 #: Ray's switch that keeps a process's Ray on 127.0.0.1 instead of the machine's network address.
 LOOPBACK_ONLY_ENV = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
-LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
+LOOPBACK = "127.0.0.1"
+LOOPBACK_HOSTS = (LOOPBACK, "localhost", "::1")
 
 
 def _network_address() -> str | None:
@@ -182,9 +198,11 @@ def _loopback_only(host: str, port: int) -> bool:
 
 
 def _stay_on_loopback(ray) -> None:
-    """Join a loopback-bound cluster as a loopback node: Ray would otherwise rewrite 127.0.0.1 to
-    the network address, where nothing listens, and retry for minutes. Ray reads the switch at
-    import, so the already-imported constant is set too."""
+    """Keep this process's Ray on 127.0.0.1: an embedded Ray then listens on loopback only, and
+    a loopback-bound cluster is joined as a loopback node (Ray would otherwise rewrite 127.0.0.1
+    to the network address, where nothing listens, and retry for minutes). Ray reads the switch
+    at import, so the already-imported constant is set too; Ray processes started afterwards
+    inherit the environment variable."""
     os.environ[LOOPBACK_ONLY_ENV] = "0"
     constants = getattr(getattr(ray, "_private", None), "ray_constants", None)
     if constants is not None and hasattr(constants, "ENABLE_RAY_CLUSTER"):
