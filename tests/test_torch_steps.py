@@ -240,3 +240,16 @@ def test_loss_reading_an_attribute_is_one_line():
     with pytest.raises(HGraphError) as err:
         pt.graph(m, xs[0], loss=lambda out: nn.functional.cross_entropy(out, h.y))
     assert "cannot follow" in _one_line(err)
+
+
+def test_each_compile_plans_its_own_budget():
+    """Dynamo would reuse one compile for another model of the same structure (same lambda
+    code, modules inlined), partition, plan and budget included."""
+    torch.manual_seed(0)
+    m = nn.Sequential(nn.Linear(8, 32), nn.Tanh(), nn.Linear(32, 32), nn.Tanh(),
+                      nn.Linear(32, 1)).double()
+    x = torch.randn(16, 8, dtype=torch.float64)
+    a, b = pt.compile(copy.deepcopy(m), budget="100%"), pt.compile(copy.deepcopy(m), budget=1)
+    a(x)
+    b(x)
+    assert len(a.partitioner.plans) == 1 and len(b.partitioner.plans) == 1

@@ -8,6 +8,9 @@ fits the budget from the plan front (:mod:`planner.torch.front`) and splits the 
 
 from __future__ import annotations
 
+import itertools
+import types
+
 import torch
 import torch._inductor.custom_graph_pass  # noqa: F401  (CustomPartitionerFn)
 
@@ -16,7 +19,19 @@ from planner.torch import front as front_mod
 from planner.torch.model_graph import from_joint
 from planner.torch.partition import partition
 
-__all__ = ["HGraphPartitioner", "compile_model"]
+__all__ = ["HGraphPartitioner", "compile_model", "fresh_function"]
+
+_compiles = itertools.count()
+
+
+def fresh_function(fn):
+    """``fn`` with a code object of its own. Dynamo caches compiled code per code object, and
+    with modules inlined its guards accept another model of the same structure: a second
+    ``torch.compile`` of the same lambda would reuse the first one's partition (its plan, its
+    budget) without asking the partitioner again."""
+    code = fn.__code__.replace(co_name=f"{fn.__code__.co_name}_hgraph_{next(_compiles)}")
+    return types.FunctionType(code, fn.__globals__, code.co_name, fn.__defaults__,
+                              fn.__closure__)
 
 
 class HGraphPartitioner(torch._inductor.custom_graph_pass.CustomPartitionerFn):
@@ -80,7 +95,7 @@ def compile_model(model, budget="100%", loss=None, **plan_kwargs):
     loss_fn = loss or cap.default_loss
     # static shapes: a new input shape recompiles, and the partitioner plans that shape afresh
     # (with symbolic sizes the joint graph carries SymInts no plan can size)
-    compiled = torch.compile(lambda *xs: loss_fn(model(*xs)), dynamic=False)
+    compiled = torch.compile(fresh_function(lambda *xs: loss_fn(model(*xs))), dynamic=False)
 
     import torch._functorch.config as functorch_config
 

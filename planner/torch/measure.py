@@ -15,7 +15,7 @@ import time
 
 import torch
 
-__all__ = ["measure_step", "recompute_flops", "step_flops", "predict_step_peak",
+__all__ = ["measure_step", "allocator_peak", "recompute_flops", "step_flops", "predict_step_peak",
            "predict_saved_bytes", "grads_of", "same_grads"]
 
 
@@ -70,6 +70,35 @@ def measure_step(step, model, inputs) -> dict:
     seconds = time.perf_counter() - t0
     return dict(measured_peak_bytes=int(peak), measured_saved_bytes=int(sum(saved.values())),
                 step_seconds=seconds, peak_measured_by=how)
+
+
+def allocator_peak(step, inputs) -> tuple:
+    """(peak bytes, meter name) of one run of ``step(*inputs)`` at the allocator, above what was
+    allocated when it started: every allocation the step makes, kernel scratch and Inductor's
+    buffers included (MemTracker follows only tensors that pass the dispatcher).
+
+    On CUDA ``torch.cuda.max_memory_allocated`` after ``reset_peak_memory_stats``; on CPU the
+    allocator's ``[memory]`` events recorded by ``torch.profiler`` (``profile_memory=True``),
+    summed in time order.
+    """
+    if any(isinstance(x, torch.Tensor) and x.is_cuda for x in inputs):
+        torch.cuda.synchronize()
+        base = torch.cuda.memory_allocated()
+        torch.cuda.reset_peak_memory_stats()
+        step(*inputs)
+        torch.cuda.synchronize()
+        return int(torch.cuda.max_memory_allocated() - base), "cuda.max_memory_allocated"
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        step(*inputs)
+    events = [e for e in prof.profiler.kineto_results.events() if e.name() == "[memory]"
+              and e.device_type() == torch.autograd.DeviceType.CPU]
+    live = peak = 0
+    for e in sorted(events, key=lambda e: e.start_ns()):
+        live += e.nbytes()
+        peak = max(peak, live)
+    return int(peak), "torch.profiler memory events (CPU allocator)"
 
 
 def recompute_flops(joint, backward) -> int:
