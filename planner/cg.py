@@ -1,6 +1,6 @@
 """Computational graphs in the NeurIPS'19 reference text format (``cg_*.txt``).
 
-The format (spec: ``../shared/reference/FORMAT.md`` §1) is a header ``N M``, N variable lines
+The format (spec: ``docs/FORMAT.md`` §1) is a header ``N M``, N variable lines
 ``<id> <bytes> <name>`` and M function blocks: the first M/2 are ``forward`` blocks, block
 ``i + M/2`` is the ``backward`` block of forward block ``i``. Each block is
 

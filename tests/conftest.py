@@ -1,4 +1,9 @@
-"""Shared fixtures: one Ray instance per test session, paths to the shared data."""
+"""Shared fixtures: one Ray instance per test session, paths to the test data.
+
+The oracle data live in the repository (``tests/data``: the reference's graphs, its results.csv
+and the schedules it emitted; the format is ``docs/FORMAT.md``), so a clone alone runs every
+test. ResNet-50's graph is the one the package ships (``jobs/data/cg_resnet50.txt``).
+"""
 
 from __future__ import annotations
 
@@ -14,19 +19,23 @@ os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 os.environ.setdefault("RAY_memory_monitor_refresh_ms", "0")
 
 ROOT = Path(__file__).resolve().parents[1]
-SHARED = ROOT.parent / "shared"
+DATA = ROOT / "tests" / "data"
+#: Graphs the package ships (``jobs/data``) are not copied into ``tests/data``.
+SHIPPED_GRAPHS = ROOT / "jobs" / "data"
 
 #: Seconds any ray.get in a test may wait.
 RAY_TIMEOUT = 120
 
 
-def shared_path(*parts: str) -> Path:
-    """A file under ../shared; missing data fails under CI and skips elsewhere."""
-    path = SHARED.joinpath(*parts)
+def data_path(*parts: str) -> Path:
+    """A file of the test data, ``data_path("graphs", "cg_vgg19.txt")`` or
+    ``data_path("reference", "results.csv")``; graphs the package ships are read from there.
+    Missing data is an error, never a skip."""
+    path = DATA.joinpath(*parts)
+    if not path.exists() and parts[:1] == ("graphs",):
+        path = SHIPPED_GRAPHS.joinpath(*parts[1:])
     if not path.exists():
-        if os.environ.get("CI"):
-            pytest.fail(f"shared data missing: {path}")
-        pytest.skip(f"shared data missing: {path}")
+        raise FileNotFoundError(f"test data missing: {DATA.joinpath(*parts)}")
     return path
 
 

@@ -10,7 +10,7 @@ from planner.activation_graph import ActivationGraph
 from planner.analyses.levels import levels
 from planner.analyses.local_stats import local_stats
 from planner.dp_families import DPGraph, approx_family
-from tests.conftest import shared_path
+from tests.conftest import data_path
 from tests.family_oracle import family_arrays, stats_arrays, topological_levels
 
 MATRIX = [dict(tasks=1, blocks=1, mode="push"), dict(tasks=2, blocks=2, mode="pull"),
@@ -18,7 +18,7 @@ MATRIX = [dict(tasks=1, blocks=1, mode="push"), dict(tasks=2, blocks=2, mode="pu
 
 
 def _dpgraph(name):
-    ag = ActivationGraph.from_cg(cg.read(shared_path("graphs", f"cg_{name}.txt")))
+    ag = ActivationGraph.from_cg(cg.read(data_path("graphs", f"cg_{name}.txt")))
     return DPGraph(m=ag.bytes, t=ag.t, src=ag.src, dst=ag.dst)
 
 

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from conftest import shared_path
+from conftest import data_path
 from planner import arena, cg
 from planner.execute import executor, export, plans, zoo
 
@@ -46,7 +46,7 @@ def test_zoo_arena_within_5pct(name):
 
 @pytest.mark.parametrize("name", ["vgg19", "unet", "resnet50", "googlenet", "densenet"])
 def test_reference_arena_within_5pct(name):
-    g = cg.read(shared_path("graphs", f"cg_{name}.txt"))
+    g = cg.read(data_path("graphs", f"cg_{name}.txt"))
     from planner import chen, emit
     s = emit.emit(g, chen.solve(g).chain)
     for recycle in (False, True):

@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import shared_path
+from conftest import data_path
 from hgraph.errors import InputError
 from planner import cg
 
@@ -26,7 +26,7 @@ TABLE = {
 
 @pytest.mark.parametrize("name", GRAPHS)
 def test_reference_graphs_round_trip_and_match_the_table(name, tmp_path):
-    path = shared_path("graphs", f"cg_{name}.txt")
+    path = data_path("graphs", f"cg_{name}.txt")
     g = cg.read(path)
     assert cg.dumps(g) == path.read_text()
     cg.write(g, tmp_path / "out.txt")
@@ -116,7 +116,7 @@ def test_crlf_is_rejected():
 
 @pytest.mark.parametrize("name", ["vgg19", "googlenet"])
 def test_fast_path_equals_line_by_line_parser(name, monkeypatch):
-    path = shared_path("graphs", f"cg_{name}.txt")
+    path = data_path("graphs", f"cg_{name}.txt")
     text = path.read_text()
     head = text.index("\n")
     n, m = map(int, text[:head].split())

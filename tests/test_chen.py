@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import csv
 
-from conftest import shared_path
+from conftest import data_path
 from planner import cg, chen, emit, simulate
 
 COLUMNS = ["blocks", "model_recompute_cost", "model_peak_bytes", "ckpt_bytes", "n_lower_sets",
@@ -16,12 +16,12 @@ K_SELECTED = {"vgg19": (6, 8), "unet": (3, 4), "resnet50": (6, 8), "googlenet": 
 
 
 def test_every_chen_row_matches():
-    rows = [r for r in csv.DictReader(open(shared_path("reference", "results.csv")))
+    rows = [r for r in csv.DictReader(open(data_path("reference", "results.csv")))
             if r["solver"] == "Chen"]
     assert len(rows) == 47
     graphs = {}
     for row in rows:
-        g = graphs.setdefault(row["graph"], cg.read(shared_path("graphs", f"cg_{row['graph']}.txt")))
+        g = graphs.setdefault(row["graph"], cg.read(data_path("graphs", f"cg_{row['graph']}.txt")))
         plan = chen.solve(g, int(row["budget_bytes"]), units="reference")
         sim = simulate.replay(g, emit.emit(g, plan.chain))
         got = dict(blocks=plan.blocks, model_recompute_cost=plan.model_recompute_cost,

@@ -27,7 +27,7 @@ import functools
 import numpy as np
 import pytest
 
-from conftest import shared_path
+from conftest import data_path
 from hgraph.errors import HGraphError
 from planner import cg
 from planner.activation_graph import ActivationGraph
@@ -44,13 +44,13 @@ PUBLISHED = {"approx": "DP2", "exact": "DP"}
 
 @functools.lru_cache(maxsize=None)
 def _rows():
-    with open(shared_path("reference", "results.csv")) as f:
+    with open(data_path("reference", "results.csv")) as f:
         return list(csv.DictReader(f))
 
 
 @functools.lru_cache(maxsize=None)
 def _graph(name):
-    return cg.read(shared_path("graphs", f"cg_{name}.txt"))
+    return cg.read(data_path("graphs", f"cg_{name}.txt"))
 
 
 @functools.lru_cache(maxsize=None)
@@ -86,12 +86,8 @@ def _ids(rows):
 
 
 def _select(graphs=None, solvers=("DP2fix", "DPfix"), labels=None, slow=False):
-    try:
-        rows = _rows()
-    except BaseException:                          # collected without shared data: one skip
-        return [pytest.param(None, id="no-shared-data")]
     out = []
-    for r in rows:
+    for r in _rows():
         if r["solver"] not in solvers or (graphs and r["graph"] not in graphs):
             continue
         if labels and r["budget_label"] not in labels:
@@ -115,15 +111,11 @@ def _slow_rows():
 
 @pytest.mark.parametrize("row", _fast_rows())
 def test_results_csv_row(row):
-    if row is None:
-        shared_path("reference", "results.csv")
     _check_row(row)
 
 
 @pytest.mark.parametrize("row", _slow_rows())
 def test_results_csv_row_slow(row):
-    if row is None:
-        shared_path("reference", "results.csv")
     _check_row(row)
 
 

@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 import planner
-from conftest import shared_path
+from conftest import data_path
 from hgraph.errors import InfeasibleError
 from planner import api, cg
 from planner.dp.min_budget import min_budget
@@ -69,7 +69,7 @@ def test_known_feasible_bound_is_kept():
 
 @functools.lru_cache(maxsize=None)
 def _graph(name):
-    return cg.read(shared_path("graphs", f"cg_{name}.txt"))
+    return cg.read(data_path("graphs", f"cg_{name}.txt"))
 
 
 #: Shared graphs under 1,000 nodes; True where the bisection is run itself (≤ ~0.7 s each

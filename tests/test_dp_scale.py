@@ -20,7 +20,7 @@ from planner.dp.loop import run_dp
 from planner.dp.solve import solve_family
 from planner.dp_families import DPGraph, approx_family
 from planner.solver import Solver
-from tests.conftest import shared_path
+from tests.conftest import data_path
 from tests.family_oracle import family_arrays, stats_arrays, topological_levels
 
 MATRIX = [dict(tasks=1, blocks=1, mode="push"), dict(tasks=2, blocks=2, mode="pull"),
@@ -32,7 +32,7 @@ def _dg(name):
     if name.startswith("synth"):
         g = synth.build(layers=int(name[5:]), heads=3)
     else:
-        g = cg.read(shared_path("graphs", f"cg_{name}.txt"))
+        g = cg.read(data_path("graphs", f"cg_{name}.txt"))
     ag = ActivationGraph.from_cg(g)
     return g, DPGraph(m=ag.bytes, t=ag.t, src=ag.src, dst=ag.dst)
 

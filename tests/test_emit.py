@@ -7,7 +7,7 @@ import csv
 import numpy as np
 import pytest
 
-from conftest import shared_path
+from conftest import data_path
 from planner import cg, chen, emit, simulate
 from planner.activation_graph import ActivationGraph
 from planner.reference_order import hoist_forgets
@@ -137,9 +137,9 @@ def recover_chain(g, schedule, ag: ActivationGraph | None = None, search: bool =
 
 
 def _runs():
-    rows = list(csv.DictReader(open(shared_path("reference", "results.csv"))))
+    rows = list(csv.DictReader(open(data_path("reference", "results.csv"))))
     index = {(r["graph"], r["solver"], r["strategy"], r["budget_label"]): r for r in rows}
-    for path in sorted(shared_path("reference", "schedules").glob("*.txt")):
+    for path in sorted(data_path("reference", "schedules").glob("*.txt")):
         graph, solver, strategy, label = path.stem.split("_", 3)
         yield path, index[(graph, solver, strategy, label.replace("pct", "%"))]
 
@@ -149,7 +149,7 @@ _GRAPHS = {}
 
 def _graph(name):
     if name not in _GRAPHS:
-        g = cg.read(shared_path("graphs", f"cg_{name}.txt"))
+        g = cg.read(data_path("graphs", f"cg_{name}.txt"))
         _GRAPHS[name] = (g, ActivationGraph.from_cg(g))
     return _GRAPHS[name]
 

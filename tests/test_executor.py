@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from conftest import shared_path
+from conftest import data_path
 from planner import cg, chen, emit, simulate
 from planner.execute import backend, executor, export, plans, replay, zoo
 from planner.schedule import Schedule
@@ -87,7 +87,7 @@ def _reference_schedules(g, name):
 
 @pytest.mark.parametrize("name", REFERENCE_GRAPHS)
 def test_replay_measures_the_predicted_peak(name):
-    g = cg.read(shared_path("graphs", f"cg_{name}.txt"))
+    g = cg.read(data_path("graphs", f"cg_{name}.txt"))
     schedules = _reference_schedules(g, name)
     assert len(schedules) == 3
     for label, s in schedules:
@@ -101,8 +101,8 @@ def test_replay_measures_the_predicted_peak(name):
 
 
 def test_replay_of_reference_emitted_schedule():
-    g = cg.read(shared_path("graphs", "cg_resnet50.txt"))
-    s = Schedule.read(shared_path("reference", "schedules", "resnet50_DP2_time_60pctact.txt"))
+    g = cg.read(data_path("graphs", "cg_resnet50.txt"))
+    s = Schedule.read(data_path("reference", "schedules", "resnet50_DP2_time_60pctact.txt"))
     assert replay.replay(g, s, backend=NP).measured_peak_bytes == simulate.replay(g, s).peak_bytes
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from conftest import shared_path
+from conftest import data_path
 from planner import cg
 from planner.activation_graph import ActivationGraph
 from planner.dp_families import DPGraph, approx_family
@@ -51,7 +51,7 @@ def test_set_helpers_on_a_diamond():
 
 @pytest.mark.parametrize("name", list(REFERENCE))
 def test_lower_set_counts_and_dfs_ids(name):
-    ag = ActivationGraph.from_cg(cg.read(shared_path("graphs", f"cg_{name}.txt")))
+    ag = ActivationGraph.from_cg(cg.read(data_path("graphs", f"cg_{name}.txt")))
     count, id_v = REFERENCE[name]
     dfs = all_lower_sets(ag, order="dfs")
     assert len(dfs) == count
@@ -70,6 +70,6 @@ def test_lower_set_counts_and_dfs_ids(name):
 
 def test_limit_is_enforced():
     from hgraph.errors import HGraphError
-    ag = ActivationGraph.from_cg(cg.read(shared_path("graphs", "cg_googlenet.txt")))
+    ag = ActivationGraph.from_cg(cg.read(data_path("graphs", "cg_googlenet.txt")))
     with pytest.raises(HGraphError, match="lower sets"):
         all_lower_sets(ag, limit=1000)

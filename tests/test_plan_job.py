@@ -17,7 +17,7 @@ from jobs.cli import main
 from hgraph.errors import HGraphError, InfeasibleError
 from planner import cg, simulate
 from planner.schedule import Schedule
-from tests.conftest import ROOT, shared_path
+from tests.conftest import ROOT, data_path
 
 SAMPLE = ROOT / "jobs" / "data" / "cg_resnet50.txt"
 REPORT_KEYS = {"graph", "nodes", "solver", "strategy", "budget_bytes", "peak_bytes",
@@ -54,7 +54,7 @@ def test_plan_job_writes_schedule_report_and_plot(tmp_path, capsys):
 
 @pytest.mark.parametrize("solver", ["approx", "exact", "chen"])
 def test_plans_identical_for_tasks_and_modes(solver):
-    g = cg.read(shared_path("graphs", "cg_vgg19.txt"))
+    g = cg.read(data_path("graphs", "cg_vgg19.txt"))
     runs = [planner.plan(g, budget="80%", solver=solver, tasks=t, blocks=b, mode=m)
             for t, b, m in [(1, 1, "hybrid"), (2, 1, "push"), (2, 2, "pull"), (4, 1, "hybrid"),
                             (4, 2, "push")]]
@@ -93,10 +93,10 @@ def test_infeasible_budget_gives_the_smallest_feasible_one():
 
 
 def test_reference_units_match_results_csv():
-    rows = [r for r in csv.DictReader(open(shared_path("reference", "results.csv")))
+    rows = [r for r in csv.DictReader(open(data_path("reference", "results.csv")))
             if r["graph"] == "resnet50" and r["solver"] == "DP2fix" and r["status"] == "OK"]
     assert rows
-    g = cg.read(shared_path("graphs", "cg_resnet50.txt"))
+    g = cg.read(data_path("graphs", "cg_resnet50.txt"))
     for row in rows[:4]:
         p = planner.plan(g, budget=int(row["budget_bytes"]), strategy=row["strategy"],
                          units="reference", tasks=2)
@@ -148,7 +148,7 @@ def test_errors_are_one_line_and_keep_old_outputs(tmp_path):
 
 
 def test_plan_survives_a_worker_failure():
-    g = cg.read(shared_path("graphs", "cg_vgg19.txt"))
+    g = cg.read(data_path("graphs", "cg_vgg19.txt"))
     clean = planner.plan(g, budget="80%", tasks=2)
     hurt = planner.plan(g, budget="80%", tasks=2, checkpoint_every=2, inject_failure=3)
     assert hurt.schedule.dumps() == clean.schedule.dumps()

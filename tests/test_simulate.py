@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import shared_path
+from conftest import data_path
 from planner import cg, simulate
 from planner.activation_graph import ActivationGraph
 from planner.schedule import Op, Schedule
@@ -17,9 +17,9 @@ BAD = Path(__file__).parent / "badinput"
 
 
 def _reference_runs():
-    rows = list(csv.DictReader(open(shared_path("reference", "results.csv"))))
+    rows = list(csv.DictReader(open(data_path("reference", "results.csv"))))
     index = {(r["graph"], r["solver"], r["strategy"], r["budget_label"]): r for r in rows}
-    for path in sorted(shared_path("reference", "schedules").glob("*.txt")):
+    for path in sorted(data_path("reference", "schedules").glob("*.txt")):
         graph, solver, strategy, label = path.stem.split("_", 3)
         yield path, index[(graph, solver, strategy, label.replace("pct", "%"))]
 
@@ -29,7 +29,7 @@ def test_every_reference_schedule_reproduces_its_row():
     runs = list(_reference_runs())
     assert len(runs) == 47
     for path, row in runs:
-        g = graphs.setdefault(row["graph"], cg.read(shared_path("graphs", f"cg_{row['graph']}.txt")))
+        g = graphs.setdefault(row["graph"], cg.read(data_path("graphs", f"cg_{row['graph']}.txt")))
         sched = Schedule.read(path)
         assert sched.dumps() == path.read_text()
         r = simulate.replay(g, sched)

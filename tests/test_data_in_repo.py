@@ -1,0 +1,42 @@
+"""A clone alone runs every test: the oracle data are in the repository, not in ../shared.
+
+``tests/data`` holds the reference's graphs (ResNet-50's is the one ``jobs/data`` ships), its
+results.csv and the schedules it emitted; ``docs/FORMAT.md`` specifies their formats. No test
+reads outside the repository, and no test skips for missing data.
+"""
+
+from __future__ import annotations
+
+import csv
+import re
+
+from tests.conftest import DATA, ROOT, data_path
+
+
+def test_every_graph_and_schedule_of_results_csv_is_here():
+    rows = list(csv.DictReader(open(data_path("reference", "results.csv"))))
+    graphs = {r["graph"] for r in rows}
+    assert graphs == {"densenet", "googlenet", "resnet50", "unet", "vgg19"}
+    for name in graphs:
+        assert data_path("graphs", f"cg_{name}.txt").stat().st_size > 0
+    schedules = sorted((DATA / "reference" / "schedules").glob("*.txt"))
+    assert len(schedules) == 47
+    assert {p.name.split("_")[0] for p in schedules} == graphs
+
+
+def test_the_shipped_graph_is_not_copied():
+    assert not (DATA / "graphs" / "cg_resnet50.txt").exists()
+    assert data_path("graphs", "cg_resnet50.txt") == ROOT / "jobs" / "data" / "cg_resnet50.txt"
+
+
+def test_no_test_reads_outside_the_repository():
+    pattern = re.compile(r"ROOT\.parent|\.\./shared|parents\[2\]")
+    offenders = [p.name for p in sorted((ROOT / "tests").glob("*.py"))
+                 if p.name != "test_data_in_repo.py" and pattern.search(p.read_text())]
+    assert not offenders
+
+
+def test_the_format_spec_is_in_docs():
+    text = (ROOT / "docs" / "FORMAT.md").read_text()
+    assert "## 1. Graph file format" in text
+    assert "docs/FORMAT.md" in (ROOT / "README.md").read_text()
