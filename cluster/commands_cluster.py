@@ -2,13 +2,25 @@
 
 ``up`` starts one ``ray start --head --block`` and N-1 ``ray start --address HEAD --block``
 processes, each as the leader of a new session (``setsid``), with a private Ray temp folder, and
-records their pids and session ids in a state file. ``down`` signals exactly those sessions —
-SIGTERM, then SIGKILL for anything still alive after a short grace period (a ``ray start``
-node "drains" for up to 30 s on SIGTERM; a throwaway cluster need not wait for that) — so it
-stops the Ray processes it started and nothing else. It never runs ``ray stop``, which kills every Ray
-process on the machine, including other people's. Then it removes what ``up`` left in the state
-folder (the node logs ``node-*.log`` and Ray's temp folder ``r/``) unless ``--keep-logs``; an
-``up`` that fails keeps them, since its error names the node log to read.
+records their pids, session ids, start times and command lines in a state file. ``down`` signals
+exactly those sessions — SIGTERM, then SIGKILL for anything still alive after a short grace
+period (a ``ray start`` node "drains" for up to 30 s on SIGTERM; a throwaway cluster need not
+wait for that) — so it stops the Ray processes it started and nothing else. It never runs ``ray
+stop``, which kills every Ray process on the machine, including other people's. Then it removes
+what ``up`` left in the state folder (the node logs ``node-*.log`` and Ray's temp folder ``r/``)
+unless ``--keep-logs``; an ``up`` that fails keeps them, since its error names the node log to
+read.
+
+**The state folder and the pids in it.** The state folder (default ``$XDG_RUNTIME_DIR/hgc``
+when that folder is private, else ``~/.cache/hgc``; ``--state-dir`` or ``$HGRAPH_CLUSTER_DIR``
+choose another) is created mode 0700; one that exists but is not a folder of yours with no
+group/other permissions is refused, whatever the command. Node logs are opened without following
+symbolic links (a link at a log's path is an error, its target untouched) and created mode 0600.
+A recorded pid may have been reused since ``up`` (the cluster died, the machine rebooted):
+``down`` ends a node's session only when the pid still exists with the start time recorded at
+``up`` (same boot) and a ``ray start`` command line; any other recorded pid is left alone, in one
+line on stderr. When a node's ``ray start`` has gone but processes of its session remain, only
+those that are Ray's are ended.
 
 **What it exposes.** By default every node binds to loopback (``127.0.0.1``): the GCS, the
 raylets, the object stores, the agents and the dashboard (Ray Jobs) are reachable from this
@@ -32,15 +44,16 @@ Example::
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import shutil
+import stat
 import sys
 import time
-from pathlib import Path
+from pathlib import Path, PurePath
 
 from hgraph.errors import HGraphError
-from hgraph.fileio import write_text
 from hgraph.runtime.ray_connect import probe
 
 NAME = "cluster"
@@ -56,8 +69,57 @@ LOOPBACK_ONLY_ENV = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
 
 
 def default_state_dir() -> Path:
-    """Short (Unix-socket paths are limited to 107 bytes), per user."""
-    return Path(os.environ.get("HGRAPH_CLUSTER_DIR") or f"/tmp/hgc-{os.getuid()}")
+    """``$HGRAPH_CLUSTER_DIR``, else ``hgc`` in ``$XDG_RUNTIME_DIR`` when that is a private folder
+    of this user, else ``~/.cache/hgc``: per user, in no shared folder where another user could
+    make it first, and short (Ray's Unix-socket paths inside it are limited to 107 bytes)."""
+    chosen = os.environ.get("HGRAPH_CLUSTER_DIR")
+    if chosen:
+        return Path(chosen)
+    runtime = os.environ.get("XDG_RUNTIME_DIR")
+    if runtime and os.path.isabs(runtime) and _private_folder(runtime):
+        return Path(runtime) / "hgc"
+    return Path.home() / ".cache" / "hgc"
+
+
+def _private_folder(path) -> bool:
+    """A folder (links followed) owned by this user, with no group/other permissions."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return False
+    return stat.S_ISDIR(st.st_mode) and st.st_uid == os.geteuid() and not st.st_mode & 0o077
+
+
+def state_folder(state_dir, *, create: bool) -> Path | None:
+    """``state_dir`` once checked private: made (mode 0700, its parents as usual) when missing and
+    ``create``, else None when missing. A path that is a symbolic link, not a folder, another
+    user's, or open to group/others is refused in one line — another user could have made it,
+    or read and plant files in it."""
+    path = Path(state_dir)
+    if create:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            os.mkdir(path, 0o700)
+            os.chmod(path, 0o700)          # the umask may have taken some of the owner's bits
+        except FileExistsError:
+            pass
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return None
+    where = f"cluster state folder {path}"
+    if stat.S_ISLNK(st.st_mode):
+        raise HGraphError(f"{where} is a symbolic link: refusing to use it; pick another with "
+                          "--state-dir")
+    if not stat.S_ISDIR(st.st_mode):
+        raise HGraphError(f"{where} is not a folder; pick another with --state-dir")
+    if st.st_uid != os.geteuid():
+        raise HGraphError(f"{where} belongs to uid {st.st_uid}, not to you (uid {os.geteuid()}): "
+                          "refusing to use it; pick another with --state-dir")
+    if st.st_mode & 0o077:
+        raise HGraphError(f"{where} is open to group/others (mode {stat.S_IMODE(st.st_mode):04o}): "
+                          f"refusing to use it; `chmod 700 {path}` or pick another with --state-dir")
+    return path
 
 
 def add_arguments(parser) -> None:
@@ -76,8 +138,9 @@ def add_arguments(parser) -> None:
                              "unless token auth is on (Ray's default, kept unless RAY_AUTH_MODE is "
                              "set; on loopback RAY_AUTH_MODE defaults to disabled)")
     parser.add_argument("--state-dir", default=None,
-                        help="where the state file and Ray's temp folder live (default "
-                             "$HGRAPH_CLUSTER_DIR or /tmp/hgc-UID)")
+                        help="where the state file, the node logs and Ray's temp folder live, "
+                             "a folder of yours with mode 0700 (made so if missing; default "
+                             "$HGRAPH_CLUSTER_DIR, else $XDG_RUNTIME_DIR/hgc, else ~/.cache/hgc)")
     parser.add_argument("--keep-logs", action="store_true",
                         help="down: keep the node logs and Ray's temp folder (default: removed)")
 
@@ -106,7 +169,7 @@ def main(args) -> int:
     if state is None:
         print("no cluster recorded")
         return 1
-    alive = sum(_alive(p["pid"]) for p in state["processes"])
+    alive = sum(_alive(p["pid"]) and _identify(p)[0] for p in state["processes"])
     print(f"{alive}/{len(state['processes'])} node processes alive; GCS {state['gcs_address']}"
           + (f"; Ray Jobs {state['jobs_address']}" if state.get("jobs_address") else ""))
     return 0
@@ -121,10 +184,145 @@ def state_path(state_dir: Path) -> Path:
 
 
 def read_state(state_dir: Path) -> dict | None:
-    path = state_path(state_dir)
-    if not path.exists():
+    """The state ``up`` recorded in ``state_dir`` (checked private), None when there is none."""
+    if state_folder(state_dir, create=False) is None:
         return None
-    return json.loads(path.read_text())
+    try:
+        fd = os.open(state_path(state_dir), os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return None
+    except OSError as err:
+        if err.errno == errno.ELOOP:
+            raise HGraphError(f"{state_path(state_dir)} is a symbolic link: refusing to read it")
+        raise
+    with os.fdopen(fd, "rb") as handle:
+        return json.loads(handle.read())
+
+
+def _write_state(state_dir: Path, state: dict) -> None:
+    """Atomically (a 0600 temporary file renamed over it): a link at the path is replaced, not
+    followed."""
+    import tempfile
+
+    fd, tmp = tempfile.mkstemp(prefix=".cluster.", suffix=".tmp", dir=state_dir)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(json.dumps(state, indent=1))
+        os.replace(tmp, state_path(state_dir))
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _open_log(path: Path) -> int:
+    """A node log opened for appending without following a link at its path (an error instead:
+    the link's target is never written), made 0600 if new; only a regular file of this user's."""
+    flags = (os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC
+             | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0))     # a FIFO there must not block
+    try:
+        fd = os.open(path, flags, 0o600)
+    except OSError as err:
+        if err.errno == errno.ELOOP:
+            raise HGraphError(f"node log {path} is a symbolic link: refusing to write through "
+                              "it; remove it") from None
+        raise HGraphError(f"cannot open node log {path}: {err.strerror}") from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid():
+            raise HGraphError(f"node log {path} is not a regular file of yours: refusing to "
+                              "write it; remove it")
+        if st.st_mode & 0o077:
+            os.fchmod(fd, 0o600)
+        os.set_blocking(fd, True)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _read_log(path: Path) -> str:
+    """A node log's text, not through a link ('' while it cannot be read)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
+    except OSError:
+        return ""
+    with os.fdopen(fd, "rb") as handle:
+        return handle.read().decode(errors="replace")
+
+
+def _boot_id() -> str | None:
+    try:
+        return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    except OSError:
+        return None
+
+
+def _proc_info(pid: int) -> dict | None:
+    """What identifies process ``pid`` now — start time (clock ticks after boot, Linux's
+    ``/proc/PID/stat`` field 22), boot id, command line, zombie — or None when there is none
+    (or no ``/proc`` to ask)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except (OSError, IndexError):
+        return None
+    return {"create_time": int(fields[19]), "boot_id": _boot_id(), "zombie": fields[0] == "Z",
+            "cmdline": [a.decode(errors="replace") for a in raw.rstrip(b"\0").split(b"\0")]
+            if raw.strip(b"\0") else []}
+
+
+def _ray_start_command(cmdline: list[str]) -> bool:
+    """``python -m cluster.ray_node start ...`` or ``[python] .../ray start ...`` — the command
+    :func:`up` starts a node with."""
+    for a, b, c in zip(cmdline, cmdline[1:], cmdline[2:] + [""]):
+        if (a, b, c) == ("-m", "cluster.ray_node", "start") or (PurePath(a).name == "ray"
+                                                                  and b == "start"):
+            return True
+    return False
+
+
+def _ray_package_dir() -> str | None:
+    """The installed ``ray`` package's folder, found without importing it."""
+    from importlib.util import find_spec
+
+    try:
+        spec = find_spec("ray")
+    except (ImportError, ValueError):
+        return None
+    locations = list(getattr(spec, "submodule_search_locations", None) or [])
+    return os.path.realpath(locations[0]) if locations else None
+
+
+def _ray_process(cmdline: list[str], ray_dir: str | None = None) -> bool:
+    """A process of a Ray node: its ``ray start``, a binary or script of the installed ``ray``
+    package (gcs_server, raylet, dashboard, monitors, agents), ``python -m ray.*``, or a process
+    that names itself ``ray::...`` (workers, agents) or ``ray-dashboard-...``."""
+    if not cmdline:
+        return False
+    if _ray_start_command(cmdline) or cmdline[0].startswith(("ray::", "ray-dashboard-")):
+        return True
+    for a, b in zip(cmdline, cmdline[1:]):
+        if a == "-m" and (b == "ray" or b.startswith("ray.")):
+            return True
+    ray_dir = ray_dir or _ray_package_dir()
+    return ray_dir is not None and any(
+        os.path.isabs(a) and os.path.realpath(a).startswith(ray_dir + os.sep) for a in cmdline[:3])
+
+
+def _identify(record: dict) -> tuple[bool, str]:
+    """Whether ``record``'s pid is still the process ``up`` started: (True, "") when it exists
+    with the recorded start time (same boot) and a ``ray start`` command line (or has exited
+    and awaits reaping: the pid is still it); else (False, why)."""
+    info = _proc_info(record["pid"])
+    if info is None:
+        return False, "no such process"
+    if record.get("create_time") is None:
+        return False, "no start time was recorded for it"
+    if (info["create_time"], info["boot_id"]) != (record["create_time"], record.get("boot_id")):
+        return False, "it started at another time than the recorded node"
+    if not info["zombie"] and not _ray_start_command(info["cmdline"]):
+        return False, "its command line is not `ray start`"
+    return True, ""
 
 
 def _alive(pid: int) -> bool:
@@ -179,12 +377,21 @@ def _env(host: str) -> dict:
 
 
 def _spawn(argv: list[str], log: Path, env: dict) -> dict:
+    """Start ``argv`` in a new session, output to ``log``; its record, with what identifies the
+    process later (start time, boot id, command line: :func:`_identify`)."""
     import subprocess   # here and below, not at the top: every `hgraph` command loads this module
 
-    with open(log, "ab") as handle:
-        proc = subprocess.Popen(argv, stdout=handle, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+    fd = _open_log(log)
+    try:
+        proc = subprocess.Popen(argv, stdout=fd, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                 env=env, start_new_session=True)
-    return {"pid": proc.pid, "sid": proc.pid, "argv": argv, "log": str(log)}
+    finally:
+        os.close(fd)
+    # Popen returns once the child has exec'd: /proc shows the node's own command line.
+    info = _proc_info(proc.pid) or {}
+    return {"pid": proc.pid, "sid": proc.pid, "argv": argv, "log": str(log),
+            "create_time": info.get("create_time"), "boot_id": info.get("boot_id"),
+            "cmdline": info.get("cmdline")}
 
 
 def up(state_dir: Path, *, nodes: int = 3, cpus_per_node: int = 2, port: int = 6390,
@@ -195,13 +402,13 @@ def up(state_dir: Path, *, nodes: int = 3, cpus_per_node: int = 2, port: int = 6
         raise HGraphError(f"--nodes must be >= 1, got {nodes}")
     state_dir = Path(state_dir)
     existing = read_state(state_dir)
-    if existing and any(_alive(p["pid"]) for p in existing["processes"]):
+    if existing and any(_alive(p["pid"]) and _identify(p)[0] for p in existing["processes"]):
         raise HGraphError(f"a cluster from {state_path(state_dir)} is still running; "
                           "`hgraph cluster down` first")
     for what, p in (("GCS", port), ("dashboard", dashboard_port)):
         if p is not None and _port_open(p, _reach(listen)):
             raise HGraphError(f"port {p} ({what}) is already in use on this machine; pick another")
-    state_dir.mkdir(parents=True, exist_ok=True)
+    state_folder(state_dir, create=True)
     temp_dir = state_dir / "r"
     start = _ray_start(listen)
     bind = [f"--node-ip-address={listen}"]
@@ -225,7 +432,7 @@ def up(state_dir: Path, *, nodes: int = 3, cpus_per_node: int = 2, port: int = 6
                                         f"--num-cpus={cpus_per_node}", "--disable-usage-stats", *bind]
             argv = argv + _agent_port_flags(head=i == 0)
             state["processes"].append(_spawn(argv, state_dir / f"node-{i}.log", env))
-            write_text(state_path(state_dir), json.dumps(state, indent=1))
+            _write_state(state_dir, state)
             _wait_started(i, state)
         if dashboard_port is not None:
             _wait_port(dashboard_port, state, "the dashboard", reach)
@@ -287,7 +494,7 @@ def _wait_started(i: int, state: dict) -> None:
     """Until node ``i``'s `ray start --block` says it is up (it logs that it now blocks)."""
     log = Path(state["processes"][i]["log"])
     deadline = time.monotonic() + START_TIMEOUT_S
-    while "block forever" not in log.read_text(errors="replace"):
+    while "block forever" not in _read_log(log):
         _check_running(state)
         if time.monotonic() > deadline:
             raise HGraphError(f"Ray node {i} did not start within {START_TIMEOUT_S:g} s; see {log}")
@@ -302,41 +509,82 @@ def _zombie(proc: Path) -> bool:
         return True
 
 
-def _session_members(sids: set[int]) -> list[int]:
-    """Pids of live processes in the sessions we created (children of `ray start` included)."""
+def _session_members(sids: set[int], ray_only: dict | None = None) -> list[int]:
+    """Pids of live processes in the sessions we created (children of `ray start` included).
+    ``ray_only`` maps some of ``sids`` to a node's record: of those sessions, only Ray's
+    processes (:func:`_ray_process`) started after that node (same boot) count."""
     pids = []
+    ray_dir = _ray_package_dir() if ray_only else None
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
         pid = int(entry.name)
         try:
-            if os.getsid(pid) in sids and not _zombie(entry):
+            sid = os.getsid(pid)
+            if sid in sids and not _zombie(entry):
+                if ray_only and sid in ray_only and not _started_by(pid, ray_only[sid], ray_dir):
+                    continue
                 pids.append(pid)
         except (ProcessLookupError, PermissionError):
             continue
     return pids
 
 
+def _started_by(pid: int, record: dict, ray_dir: str | None) -> bool:
+    """Whether ``pid`` is a Ray process that started with or after ``record``'s node."""
+    info = _proc_info(pid)
+    return (info is not None and record.get("create_time") is not None
+            and info["boot_id"] == record.get("boot_id")
+            and info["create_time"] >= record["create_time"]
+            and _ray_process(info["cmdline"], ray_dir))
+
+
+def _say(line: str) -> None:
+    print(f"hgraph: {line}", file=sys.stderr)
+
+
 def down(state_dir: Path, *, keep_logs: bool = False) -> int | None:
-    """Stop every process in the sessions recorded by :func:`up`, then remove their logs and
+    """Stop every process in the sessions recorded by :func:`up` whose node is still the process
+    it recorded (:func:`_identify`; a pid that is not is left alone, in one line on stderr; of a
+    session whose ``ray start`` has gone, only Ray's processes), then remove their logs and
     Ray's temp folder unless ``keep_logs``; None when no cluster is recorded."""
     import signal
 
     state = read_state(Path(state_dir))
     if state is None:
         return None
-    sids = {p["sid"] for p in state["processes"]}
+    sids: set[int] = set()
+    orphans: dict[int, dict] = {}     # sessions whose `ray start` has gone: Ray's processes only
+    for i, p in enumerate(state["processes"]):
+        ours, why = _identify(p)
+        if ours:
+            sids.add(p["sid"])
+        elif why == "no such process":
+            if p.get("create_time") is not None and p["sid"] == p["pid"]:
+                sids.add(p["sid"])
+                orphans[p["sid"]] = p
+        else:
+            _say(f"cluster down: not stopping pid {p['pid']} (node {i}): {why}; left alone")
+    stopped = sids - set(orphans)
+    for sid, p in orphans.items():
+        for pid in sorted(set(_session_members({sid})) - set(_session_members({sid}, orphans))):
+            _say(f"cluster down: not stopping pid {pid} (in the session of node "
+                 f"{state['processes'].index(p)}, whose `ray start` has gone): not a Ray process "
+                 "started since; left alone")
     # Workers first, the head last: the head's GCS should see its nodes leave.
     for p in reversed(state["processes"]):
-        for pid in _session_members({p["sid"]}):
+        if p["sid"] not in sids:
+            continue
+        for pid in _session_members({p["sid"]}, orphans):
+            stopped.add(p["sid"])
             try:
                 os.kill(pid, signal.SIGTERM)
             except ProcessLookupError:
                 pass
     deadline = time.monotonic() + STOP_GRACE_S
-    while _session_members(sids) and time.monotonic() < deadline:
+    while _session_members(sids, orphans) and time.monotonic() < deadline:
         time.sleep(0.2)
-    for pid in _session_members(sids):
+    for pid in _session_members(sids, orphans):
         try:
             os.kill(pid, signal.SIGKILL)
         except ProcessLookupError:
@@ -344,17 +592,19 @@ def down(state_dir: Path, *, keep_logs: bool = False) -> int | None:
     deadline = time.monotonic() + STOP_GRACE_S
     while time.monotonic() < deadline:
         for p in state["processes"]:  # reap our direct children, if this process started them
+            if p["sid"] not in sids or p["sid"] in orphans:
+                continue
             try:
                 os.waitpid(p["pid"], os.WNOHANG)
             except ChildProcessError:
                 pass
-        if not _session_members(sids):
+        if not _session_members(sids, orphans):
             break
         time.sleep(0.1)
     state_path(Path(state_dir)).unlink(missing_ok=True)
     if not keep_logs:
         _remove_logs(Path(state_dir), state)
-    return len(sids)
+    return len(stopped)
 
 
 def _remove_logs(state_dir: Path, state: dict) -> None:
