@@ -87,15 +87,21 @@ def test_the_embedded_rays_logs_are_kept_when_asked_and_named(ray_tmpdir):
 def _recorded_cluster(state_dir: Path) -> subprocess.Popen:
     """What ``cluster up`` leaves in its state folder — a node process in its own session, its
     log, Ray's temp folder ``r/`` and the state file — with a stand-in for the node."""
-    state_dir.mkdir()
+    state_dir.mkdir(mode=0o700)        # `down` refuses a state folder open to others
     (state_dir / "r" / "session_x" / "logs").mkdir(parents=True)
     (state_dir / "r" / "session_x" / "logs" / "raylet.out").write_text("ray log\n")
     log = state_dir / "node-0.log"
+    # `down` ends only what `up` recorded: a `ray start` command line, and its start time
+    argv = [sys.executable, "-c", "import time; time.sleep(300)", "-m", "cluster.ray_node",
+            "start"]
     with open(log, "w") as handle:
-        node = subprocess.Popen(["sleep", "300"], stdout=handle, start_new_session=True)
+        node = subprocess.Popen(argv, stdout=handle, start_new_session=True)
+    info = commands_cluster._proc_info(node.pid)
     state = {"gcs_address": "127.0.0.1:1", "listen": "127.0.0.1", "auth_mode": "disabled",
              "jobs_address": None, "temp_dir": str(state_dir / "r"),
-             "processes": [{"pid": node.pid, "sid": node.pid, "argv": ["sleep"], "log": str(log)}]}
+             "processes": [{"pid": node.pid, "sid": node.pid, "argv": argv, "log": str(log),
+                            "create_time": info["create_time"], "boot_id": info["boot_id"],
+                            "cmdline": info["cmdline"]}]}
     commands_cluster.state_path(state_dir).write_text(json.dumps(state))
     return node
 
