@@ -30,8 +30,8 @@ sys.path.insert(0, str(ROOT))
 import numpy as np  # noqa: E402
 
 from planner.execute import executor, export, rows_exec, zoo  # noqa: E402
-from planner.execute.ops import OPS  # noqa: E402
 from planner.fixed_schedules import forward_order  # noqa: E402
+from planner.ops import OPS  # noqa: E402
 from planner.rows import plan as rows_plan  # noqa: E402
 
 

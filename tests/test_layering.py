@@ -9,7 +9,15 @@ module's package). The rules (ARCHITECTURE.md, "Layout"):
 * the planner imports neither ``ray`` nor ``jobs`` nor ``cluster``;
 * ``cluster`` imports nothing of ``jobs`` (the application sits on top of it);
 * no import cycle between modules: the module graph's strongly connected components are single
-  modules.
+  modules;
+* no import cycle between packages either: inside every package, its direct children (modules
+  and subpackages, a subpackage standing for every module below it) and its own ``__init__``
+  import each other without a cycle — ``planner.rows`` and ``planner.execute`` may not lean on
+  each other even through different modules. The package graph is read off the same imports
+  (module level and inside functions: a lazy import is still a dependency, and the usual way a
+  cycle hides);
+* the op table (``planner.ops``) sits below ``planner.rows`` and ``planner.execute``: it imports
+  neither, and the rows import nothing of ``planner.execute``.
 """
 
 from __future__ import annotations
@@ -87,6 +95,38 @@ def module_graph() -> dict[str, set[str]]:
             target = _resolve(name)
             if target is not None and target != module:
                 graph[module].add(target)
+    return graph
+
+
+def package_edge(importer: str, imported: str) -> tuple[str, str]:
+    """The edge an import ``importer -> imported`` makes between siblings of one package.
+
+    Below the two modules' deepest common package each is represented by the child of that
+    package it lies in (``planner.rows.plan -> planner.execute.ops`` is ``planner.rows ->
+    planner.execute``); a module that is itself that package (its ``__init__``) is the node
+    ``PACKAGE.__init__`` (``planner.rows.with_dp -> planner`` is ``planner.rows ->
+    planner.__init__``). Top-level packages are the children of the root.
+    """
+    a, b = importer.split("."), imported.split(".")
+    common = 0
+    while common < min(len(a), len(b)) and a[common] == b[common]:
+        common += 1
+
+    def node(parts: list[str], name: str) -> str:
+        return f"{name}.__init__" if common == len(parts) else ".".join(parts[:common + 1])
+
+    return node(a, importer), node(b, imported)
+
+
+def package_graph(modules: dict[str, set[str]]) -> dict[str, set[str]]:
+    """The sibling graph of every package, all levels in one graph (node names do not collide
+    across levels), from a module graph."""
+    graph: dict[str, set[str]] = {}
+    for importer, targets in modules.items():
+        for imported in targets:
+            a, b = package_edge(importer, imported)
+            graph.setdefault(a, set()).add(b)
+            graph.setdefault(b, set())
     return graph
 
 
@@ -177,6 +217,56 @@ def test_cluster_imports_no_jobs():
 
 def test_no_import_cycles():
     assert strongly_connected(module_graph()) == []
+
+
+def _cycle_imports(component: list[str]) -> list[str]:
+    """The module imports that make the package edges of one component (the message's detail)."""
+    members = set(component)
+    return [f"{importer} -> {imported}" for importer, targets in sorted(module_graph().items())
+            for imported in sorted(targets) if set(package_edge(importer, imported)) <= members]
+
+
+def test_no_package_cycles():
+    cycles = strongly_connected(package_graph(module_graph()))
+    assert cycles == [], [(c, _cycle_imports(c)) for c in cycles]
+
+
+def _within(name: str, package: str) -> bool:
+    return name == package or name.startswith(package + ".")
+
+
+def imports_from(package: str, targets: tuple[str, ...]) -> list[str]:
+    """Imports, in any module of ``package``, of anything under one of ``targets``."""
+    return [f"{MODULES[m].relative_to(ROOT)}:{line} imports {name}"
+            for m in MODULES if _within(m, package)
+            for name, line in imports_of(m) if any(_within(name, t) for t in targets)]
+
+
+def test_op_table_sits_below_rows_and_execute():
+    assert "planner.ops" in MODULES
+    assert imports_from("planner.ops", ("planner.rows", "planner.execute")) == []
+    assert imports_from("planner.rows", ("planner.execute",)) == []
+
+
+@pytest.mark.parametrize("importer, imported, edge", [
+    ("planner.rows.plan", "planner.execute.ops", ("planner.rows", "planner.execute")),
+    ("planner.rows.plan", "planner.ops", ("planner.rows", "planner.ops")),
+    ("planner.rows.plan", "planner.rows.walk", ("planner.rows.plan", "planner.rows.walk")),
+    ("planner.rows.with_dp", "planner", ("planner.rows", "planner.__init__")),
+    ("planner", "planner.rows.plan", ("planner.__init__", "planner.rows")),
+    ("planner.rows", "planner.rows.plan", ("planner.rows.__init__", "planner.rows.plan")),
+    ("jobs.plan", "planner.api", ("jobs", "planner")),
+])
+def test_package_edges(importer, imported, edge):
+    assert package_edge(importer, imported) == edge
+
+
+def test_the_package_graph_finds_a_cycle_through_different_modules():
+    modules = {"p.rows.layers": {"p.execute.ops"}, "p.execute.rows_exec": {"p.rows.walk"},
+               "p.execute.ops": set(), "p.rows.walk": set()}
+    assert strongly_connected(package_graph(modules)) == [["p.execute", "p.rows"]]
+    modules["p.rows.layers"] = {"p.ops"}
+    assert strongly_connected(package_graph(modules)) == []
 
 
 @pytest.mark.parametrize("graph, cycles", [

@@ -9,8 +9,8 @@ import pytest
 
 from planner import cg
 from planner.execute import export, zoo
-from planner.execute.ops import OPS
 from planner.execute.trace import Tracer
+from planner.ops import OPS
 
 RNG = np.random.default_rng(0)
 

@@ -2,13 +2,15 @@
 
 * :mod:`~planner.execute.backend`   -- choose CuPy or NumPy (``HGRAPH_BACKEND`` forces one)
 * :mod:`~planner.execute.trace`     -- define-by-run tracer (records ops, shapes, bytes, FLOPs)
-* :mod:`~planner.execute.ops`       -- forward kernels and hand-written VJPs, written against ``xp``
 * :mod:`~planner.execute.zoo`       -- mlp, resnet, unet, transformer; ``hgraph graph zoo``
 * :mod:`~planner.execute.export`    -- traced model -> cg.txt (forward + backward blocks)
 * :mod:`~planner.execute.allocator` -- one tracked allocator: naive, pool, static arena
 * :mod:`~planner.execute.executor`  -- run a schedule (lazy allocation, recycling, recomputation)
 * :mod:`~planner.execute.replay`    -- any cg.txt with stand-in kernels (the reference graphs)
 * :mod:`~planner.execute.plans`     -- DP schedules at feasible budgets (checks and benches)
+
+The kernels (forward and hand-written VJPs, written against ``xp``) are the op table's,
+:mod:`planner.ops`, which :mod:`planner.rows` reads too.
 
 The Ray actor that runs the executor on a cluster GPU belongs to the application on top, not
 here: the planner never imports Ray.

@@ -14,7 +14,7 @@ a size and a half-open lifetime ``[start, end)`` in schedule steps.
 
 :func:`run` then executes the timeline through one :class:`TrackedAllocator` (naive, pool or
 static: the static arena is planned from this same timeline), with the real kernels of
-:mod:`planner.execute.ops` when the graph's details carry op arguments (graphs exported by the
+:mod:`planner.ops` when the graph's details carry op arguments (graphs exported by the
 zoo) or with stand-in kernels otherwise (:mod:`planner.execute.replay`).
 
 What is measured: ``measured_peak_bytes`` is the exact peak of bytes held by the buffers the
@@ -45,10 +45,10 @@ from hgraph.errors import HGraphError
 from planner import arena as arena_mod
 from planner.execute import backend as backend_mod
 from planner.execute.allocator import TrackedAllocator
-from planner.execute.ops import OPS
 from planner.execute.standin import run_standin
 from planner.fixed_schedules import (checkpoint_schedule, forward_order, loss_outputs,  # noqa: F401
                                      plain_schedule)
+from planner.ops import OPS
 from planner.schedule import Op
 
 

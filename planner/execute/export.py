@@ -17,8 +17,8 @@ from __future__ import annotations
 import json
 
 from planner import cg
-from planner.execute.ops import BACKWARD_FLOPS_FACTOR, OPS
 from planner.execute.trace import Tracer
+from planner.ops import BACKWARD_FLOPS_FACTOR, OPS
 
 
 def details(t: Tracer, node) -> dict:

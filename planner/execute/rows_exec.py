@@ -1,7 +1,7 @@
 """Run a row-centric training step (a :class:`planner.rows.plan.RowPlan`) for real.
 
 The plan's step list (:mod:`planner.rows.walk`) is executed with the kernels of
-:mod:`planner.execute.ops` on NumPy or CuPy: whole-tensor ops as the plain executor runs them,
+:mod:`planner.ops` on NumPy or CuPy: whole-tensor ops as the plain executor runs them,
 region ops on one band of rows at a time. A band kernel is the whole kernel on a slice: the input
 rows the band reads are cut out of the producer's band (or whole) value, the rows outside the map
 are padded as the whole map's padding (zeros, or -inf before a max pool) and the op runs with
@@ -30,7 +30,7 @@ from hgraph.errors import HGraphError
 from planner.execute import backend as backend_mod
 from planner.execute import executor
 from planner.execute.allocator import TrackedAllocator
-from planner.execute.ops import OPS, norm_statistics
+from planner.ops import OPS, norm_statistics
 from planner.rows import layers as L
 from planner.rows import walk as walk_mod
 

@@ -2,7 +2,7 @@
 
 Like SINGA's graph mode (operation buffering), calling an op on a :class:`Tensor` only appends a
 :class:`Node` to the :class:`Tracer`: shapes and dtypes are inferred, byte sizes and FLOP costs
-attached. The recorded forward plus the VJPs of :mod:`planner.execute.ops` is the whole training
+attached. The recorded forward plus the VJPs of :mod:`planner.ops` is the whole training
 step; :mod:`planner.execute.export` writes it as cg.txt.
 
 >>> t = Tracer()
@@ -20,7 +20,7 @@ import math
 
 import numpy as np
 
-from planner.execute.ops import OPS
+from planner.ops import OPS
 
 
 @dataclasses.dataclass

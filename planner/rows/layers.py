@@ -38,7 +38,7 @@ import json
 import numpy as np
 
 from hgraph.errors import HGraphError
-from planner.execute.ops import OPS
+from planner.ops import OPS
 
 #: Row geometry kinds (the ``kind`` column of the engine programs).
 BARRIER, SAME, WINDOW, UPSAMPLE = 0, 1, 2, 3

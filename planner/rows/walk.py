@@ -43,7 +43,7 @@ import math
 
 import numpy as np
 
-from planner.execute.ops import OPS
+from planner.ops import OPS
 
 
 @dataclasses.dataclass

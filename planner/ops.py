@@ -1,4 +1,8 @@
-"""Operator definitions: shape rule, FLOPs, forward kernel and hand-written VJP.
+"""The op table: each operator's shape rule, FLOPs, forward kernel and hand-written VJP.
+
+It sits below :mod:`planner.rows` (row geometry, FLOPs of a row plan) and
+:mod:`planner.execute` (tracer, exporter, executors), which both read it and never each
+other for it.
 
 Every kernel is written against an array module ``xp`` (NumPy or CuPy), so the same code runs on
 both. An op's backward reads only what its :class:`OpDef` says it saves (``saves_inputs``,
