@@ -27,10 +27,11 @@ class SSSP(hgraph.VertexProgram):
 
     def init(self, block):
         is_source = block.ids == self.source
-        return np.where(is_source, 0.0, np.inf), is_source
+        return np.where(is_source, 0.0, np.inf), is_source          # values, responding
 
     def update(self, ctx, block, values, inbox, has_message):
         better = has_message & (inbox < values)
+        # the vertices that improved send next; the others vote to halt
         return hgraph.Update(np.where(better, inbox, values), respond=better,
                              aggregates={"improved": int(better.sum())})
 

@@ -64,34 +64,19 @@ def run(program, graph, tasks: int = 1, blocks: int = 1, mode: str = "hybrid",
     naming the worker and the superstep instead of replaying forever. ``progress`` is called with each superstep's stats row. ``timeout`` bounds every
     wait on a Ray worker (seconds).
 
-    Example — single-source shortest paths::
+    Example — single-source shortest paths with :class:`hgraph.algorithms.SSSP` (the protocol
+    it implements: :mod:`hgraph.program`):
 
-        import numpy as np
-        import hgraph
-
-        class SSSP(hgraph.VertexProgram):
-            value_dtype = message_dtype = np.float64
-            combiner = np.minimum
-
-            def __init__(self, source):
-                self.source = source
-
-            def init(self, block):
-                values = np.where(block.ids == self.source, 0.0, np.inf)
-                return values, block.ids == self.source        # values, responding
-
-            def update(self, ctx, block, values, inbox, has_message):
-                better = has_message & (inbox < values)
-                return hgraph.Update(np.where(better, inbox, values), respond=better)
-
-            def message(self, src_values, weights):
-                return src_values + weights
-
-        g = hgraph.Graph.from_edges([0, 0, 1], [1, 2, 2], weights=[4.0, 1.0, 2.0])
-        result = hgraph.run(SSSP(0), g, tasks=2, blocks=2, mode="hybrid")
-        result.values                 # array([0., 4., 1.])
-        result.stats[0]["mode"]       # 'pull' (hybrid starts pulling, then follows the costs)
-        [row["bytes"] for row in result.stats]   # bytes that crossed workers per superstep
+    >>> import hgraph
+    >>> from hgraph.algorithms import SSSP
+    >>> g = hgraph.Graph.from_edges([0, 0, 1], [1, 2, 2], weights=[4.0, 1.0, 2.0])
+    >>> result = hgraph.run(SSSP(0), g, tasks=2, blocks=2, mode="hybrid")
+    >>> result.values
+    array([0., 4., 1.])
+    >>> result.stats[0]["mode"]          # hybrid starts pulling, then follows the costs
+    'pull'
+    >>> [row["bytes"] for row in result.stats]   # bytes that crossed workers per superstep
+    [116, 0, 0]
     """
     if mode not in MODES:
         raise HGraphError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")

@@ -16,36 +16,9 @@ This mirrors GraphX's ``pregel(vprog, sendMsg, mergeMsg)`` and HybridGraph's dec
 Values and messages may have a trailing shape (``value_shape``/``message_shape``), e.g. a bitset
 of ``k`` uint64 words per vertex combined with ``np.bitwise_or``.
 
-Example — single-source shortest paths::
-
-    import numpy as np
-    import hgraph
-
-    class SSSP(hgraph.VertexProgram):
-        value_dtype = message_dtype = np.float64
-        combiner = np.minimum
-
-        def __init__(self, source):
-            self.source = source
-
-        def init(self, block):
-            values = np.full(block.size, np.inf)
-            is_source = block.ids == self.source
-            values[is_source] = 0.0
-            return values, is_source                       # values, responding
-
-        def update(self, ctx, block, values, inbox, has_message):
-            better = has_message & (inbox < values)
-            new = np.where(better, inbox, values)
-            return hgraph.Update(new, respond=better)      # the others vote to halt
-
-        def message(self, src_values, weights):
-            return src_values + weights
-
-    g = hgraph.Graph.from_edges([0, 0, 1], [1, 2, 2], weights=[4.0, 1.0, 2.0])
-    result = hgraph.run(SSSP(0), g, tasks=2, blocks=2, mode="hybrid")
-    result.values        # array([0., 4., 1.])
-    result.stats[0]      # {'superstep': 0, 'mode': 'pull', 'active': 1, 'messages': ..., ...}
+Example: :class:`hgraph.algorithms.SSSP` — single-source shortest paths, the engine's own
+program (the ``sssp`` job, the tests and the benchmarks run it) — is the protocol's worked
+example, every method in a few lines; :func:`hgraph.run` shows it run.
 """
 
 from __future__ import annotations
