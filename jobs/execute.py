@@ -55,21 +55,28 @@ def add_arguments(parser) -> None:
     rows_flags.add_arguments(parser, execute=True)
 
 
-def load_inputs(args):
-    """(graph, schedule) from the flags."""
+def load_graph(args, dtype: str | None = None):
+    """The graph of ``--graph`` or ``--model`` (its sizes, ``dtype``; None: the model's)."""
     from planner import cg
-    from planner.execute import executor, export, zoo
-    from planner.schedule import Schedule
+    from planner.execute import export, zoo
 
     if args.model:
         g = export.to_cg(zoo.build(args.model, batch=args.batch, width=args.width, depth=args.depth,
-                                   image=args.image, seq=args.seq))
+                                   image=args.image, seq=args.seq, dtype=dtype))
         if args.graph and cg.dumps(cg.read(args.graph)) != cg.dumps(g):
             raise HGraphError(f"{args.graph}: not the graph of --model {args.model} with these sizes")
-    elif args.graph:
-        g = cg.read(args.graph)
-    else:
-        raise HGraphError("execute needs --graph cg.txt or --model NAME")
+        return g
+    if args.graph:
+        return cg.read(args.graph)
+    raise HGraphError("execute needs --graph cg.txt or --model NAME")
+
+
+def load_inputs(args):
+    """(graph, schedule) from the flags."""
+    from planner.execute import executor
+    from planner.schedule import Schedule
+
+    g = load_graph(args, getattr(args, "dtype", None))
     schedule = Schedule.read(args.schedule) if args.schedule else executor.plain_schedule(g)
     if schedule.impossible:
         raise HGraphError(f"{args.schedule}: the schedule is IMPOSSIBLE (no plan fits the budget)")
@@ -77,6 +84,9 @@ def load_inputs(args):
 
 
 def main(args) -> int:
+    if rows_flags.wanted(args):          # row plans: jobs.rows_flags (refuses what they cannot use)
+        return rows_flags.execute_main(args, load_graph)
+    rows_flags.refuse_without_rows(args)
     if args.torch:                       # the PyTorch bridge: a separate job body
         from jobs import execute_torch
 
@@ -84,8 +94,6 @@ def main(args) -> int:
     from planner import cg
     from planner.execute import executor
 
-    if rows_flags.wanted(args):
-        return rows_flags.execute_main(args)
     g, schedule = load_inputs(args)
     allocators = ALLOCATORS if args.allocator == "all" else (args.allocator,)
     recycle = {"auto": None, "last-use": True, "schedule": False}[args.free]

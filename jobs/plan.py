@@ -72,15 +72,15 @@ def main(args) -> int:
     from planner import report
     from planner.budget import Budget
 
+    for flag in ("max_supersteps", "stats"):
+        if getattr(args, flag, None) is not None:
+            raise HGraphError(f"--{flag.replace('_', '-')} does not apply to the plan job "
+                              f"(its analyses run to completion)")
     if rows_flags.wanted(args):
         return rows_flags.plan_main(args)
     if args.budget is None:
         raise HGraphError("--budget is required (or --rows R for a row plan)")
     budget = Budget.parse(args.budget)          # bad values fail before any work
-    for flag in ("max_supersteps", "stats"):
-        if getattr(args, flag, None) is not None:
-            raise HGraphError(f"--{flag.replace('_', '-')} does not apply to the plan job "
-                              f"(its analyses run to completion)")
     for flag in ("dp_window", "dp_front_cap"):
         if getattr(args, flag) is not None and getattr(args, flag) < 0:
             raise HGraphError(f"--{flag.replace('_', '-')} must be >= 0, got {getattr(args, flag)}")

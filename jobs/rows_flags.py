@@ -1,5 +1,11 @@
 """``--rows R --row-policy overlap|share|auto`` for the plan and execute jobs (LR-CNN row plans).
 
+The flags and the printing only: the plan is :func:`planner.rows_api.plan_rows` and the run
+:func:`planner.rows_api.execute_rows`, with the same engine flags as a recomputation plan
+(``--tasks --blocks --mode`` for the row analyses, ``--runtime --address`` where they run,
+``--checkpoint-every --inject-failure`` for each engine run, ``--progress``). A flag the row path
+cannot use is refused in one line (exit 2), never dropped.
+
 ``hgraph submit plan --graph cg.txt --rows 8 --row-policy share --report r.json`` writes the
 row plan's report (:meth:`planner.rows.plan.RowPlan.report`: predicted peak, extra FLOPs over a
 plain step, halo overhead per layer, bands, what is kept between the passes); ``--row-policy
@@ -26,10 +32,30 @@ import sys
 
 from hgraph.errors import HGraphError
 from hgraph.fileio import write_text
+from jobs import common
 
 POLICIES = ("overlap", "share", "auto")
-#: Largest relative gradient error of a row step against a plain step that still counts as equal.
-TOLERANCE = {"float64": 1e-10, "float32": 1e-4}
+
+#: Plan-job flags a row plan has no use for: (flag's dest, its value when not given, why).
+PLAN_ONLY = (
+    ("out", None, "a row plan has no recomputation schedule to write; use --report"),
+    ("plot", None, "a row plan has no schedule timeline to plot; the report has its peaks"),
+    ("execute", False, "run the row plan with hgraph submit execute --rows R"),
+    ("solver", "approx", "rows + DP runs the approximate DP"),
+    ("strategy", "time", "rows + DP is time-centric (least extra FLOPs)"),
+    ("units", "bytes", "row plans count exact bytes"),
+    ("max_lower_sets", None, "rows + DP runs the approximate DP, not the exact one"),
+    ("fallback", False, "rows + DP runs the approximate DP, not the exact one"),
+    ("dp_window", None, "rows + DP runs the DP with its default window"),
+    ("dp_front_cap", None, "rows + DP runs the DP with its default front cap"),
+)
+#: Execute-job flags a row step has no use for.
+EXECUTE_ONLY = (
+    ("schedule", None, "the row plan is the schedule"),
+    ("torch", None, "the PyTorch bridge runs recomputation schedules, not row plans"),
+    ("allocator", "pool", "the row step runs on the pool allocator"),
+    ("free", "auto", "the row step frees each buffer after its last use in its walk"),
+)
 
 
 def add_arguments(parser, execute: bool = False) -> None:
@@ -37,52 +63,58 @@ def add_arguments(parser, execute: bool = False) -> None:
                         help="row-centric (LR-CNN) plan with R row bands through the convolution stack")
     parser.add_argument("--row-policy", choices=POLICIES, default=None,
                         help="rows shared by neighbouring bands: overlap (recompute the halo, "
-                             "default), share (compute once, keep for the next band), auto")
+                             "default), share (compute once, keep for the next band), auto "
+                             "(R and the policy chosen for --budget)")
     if execute:
         parser.add_argument("--budget", default=None,
                             help="with --rows: memory budget (bytes, a size, or a percentage of the "
                                  "plain step's peak); rows + recomputation DP when rows alone exceed it")
-        parser.add_argument("--dtype", choices=["float32", "float64"], default="float32",
-                            help="--model with --rows: precision of the zoo model (default float32)")
+        parser.add_argument("--dtype", choices=["float32", "float64"], default=None,
+                            help="--model: precision of the zoo model (with --rows default float32, "
+                                 "else the model's)")
 
 
 def wanted(args) -> bool:
     return getattr(args, "rows", None) is not None or getattr(args, "row_policy", None) is not None
 
 
-def _policy(args) -> str:
-    policy = args.row_policy or "overlap"
-    if policy != "auto" and args.rows is None:
-        raise HGraphError(f"--row-policy {policy} needs --rows R")
-    if args.rows is not None and args.rows < 1:
-        raise HGraphError(f"--rows must be >= 1, got {args.rows}")
-    return policy
+def _refuse(args, flags) -> None:
+    """One line for the first flag in ``flags`` given a value the row path cannot honour."""
+    from planner.dp_families import DEFAULT_MAX_LOWER_SETS
+
+    for dest, unset, why in flags:
+        value = getattr(args, dest, unset)
+        if dest == "max_lower_sets" and value == DEFAULT_MAX_LOWER_SETS:
+            value = None
+        if value != unset:
+            shown = "" if value is True else f" {value}"
+            raise HGraphError(f"--{dest.replace('_', '-')}{shown} does not apply with --rows: {why}")
 
 
-def _plain_peak(g) -> int:
-    from planner.execute import executor
+def refuse_without_rows(args) -> None:
+    """The execute job without ``--rows``: ``--budget`` is a row option there (plan a schedule
+    with ``hgraph submit plan --budget``), ``--dtype`` builds a ``--model``."""
+    if getattr(args, "budget", None) is not None:
+        raise HGraphError("--budget applies to execute with --rows R (a recomputation schedule is "
+                          "planned with hgraph submit plan --budget, then run with --schedule)")
+    _check_dtype(args)
 
-    return int(executor.timeline(g, executor.plain_schedule(g), recycle=True).live_peak())
+
+def _check_dtype(args) -> None:
+    if getattr(args, "dtype", None) is not None and not getattr(args, "model", None):
+        raise HGraphError("--dtype applies to --model (a cg.txt has its own sizes)")
 
 
-def row_plan(args, g, budget_text=None):
-    """The row plan the flags ask for (``auto``: chosen for the budget)."""
-    from planner.analyses.engine import EngineOptions
-    from planner.rows import plan as rows_plan
+def _plan(args, graph):
+    """The row plan the flags ask for (:func:`planner.rows_api.plan_rows`)."""
+    from planner.rows_api import plan_rows
 
-    from planner.budget import Budget
-    from planner.rows import with_dp
-
-    policy = _policy(args)
-    opts = EngineOptions(tasks=getattr(args, "tasks", 1) or 1, blocks=getattr(args, "blocks", 1) or 1,
-                         mode=getattr(args, "mode", "hybrid") or "hybrid")
-    budget = None if budget_text is None else Budget.parse(budget_text).resolve(_plain_peak(g))
-    if policy == "auto":
-        if budget is None:
-            raise HGraphError("--row-policy auto needs --budget")
-        return rows_plan.choose(g, budget, opts)
-    p = rows_plan.plan(g, args.rows, policy, opts)
-    return p if budget is None else with_dp.combine(p, budget, opts)
+    return plan_rows(graph, rows=args.rows, policy=args.row_policy, budget=args.budget,
+                     tasks=getattr(args, "tasks", 1), blocks=getattr(args, "blocks", 1),
+                     mode=getattr(args, "mode", "hybrid"), runtime=common.runtime_of(args),
+                     address=getattr(args, "address", None),
+                     checkpoint_every=getattr(args, "checkpoint_every", None),
+                     inject_failure=getattr(args, "inject_failure", None))
 
 
 def _emit(report: dict, path) -> None:
@@ -94,70 +126,43 @@ def _emit(report: dict, path) -> None:
 
 
 def plan_main(args) -> int:
-    """The plan job with ``--rows``: write the row plan's report."""
-    from planner import cg
+    """The plan job with ``--rows``: write the row plan's report and print its result line."""
+    from hgraph.progress import tracking
 
-    if args.out:
-        raise HGraphError("--out: a row plan has no recomputation schedule to write; use --report")
-    if args.execute:
-        raise HGraphError("--execute with --rows: run the row plan with hgraph submit execute --rows R")
-    g = cg.read(args.graph)
-    p = row_plan(args, g, args.budget)
-    report = p.report()
-    report["graph"] = args.graph
-    report["plain_peak_bytes"] = _plain_peak(g)
-    plain_act = report["plain_peak_bytes"] - p.param_grad_bytes
-    report["plain_activation_peak_bytes"] = plain_act
+    _refuse(args, PLAN_ONLY)
+    with tracking(args.progress or "auto"):
+        r = _plan(args, args.graph)
+    p, report = r.plan, r.report
     _emit(report, args.report)
     dp = (f" + DP recomputing {len(p.recompute)} whole ops and sweeping {len(p.resweep)} regions again"
-          if p.recompute or p.resweep else "")
+          if r.combined_with_dp else "")
     print(f"rows {p.bands} {p.policy}{dp}: {p.num_regions} regions, predicted peak "
-          f"{p.predicted_peak_bytes:,} B (plain {report['plain_peak_bytes']:,} B), activations "
+          f"{p.predicted_peak_bytes:,} B (plain {r.plain_peak_bytes:,} B), activations "
           f"{report['predicted_activation_peak_bytes']:,} B = "
-          f"{report['predicted_activation_peak_bytes'] / max(plain_act, 1):.3f} x plain, extra FLOPs "
-          f"{report['extra_flops']:,} ({100 * report['extra_flops_ratio']:.1f}%)",
+          f"{report['predicted_activation_peak_bytes'] / max(r.plain_activation_peak_bytes, 1):.3f} "
+          f"x plain, extra FLOPs {report['extra_flops']:,} ({100 * report['extra_flops_ratio']:.1f}%)",
           file=sys.stdout if args.report and args.report != "-" else sys.stderr)  # a result line
     return 0
 
 
-def execute_main(args) -> int:
-    """The execute job with ``--rows``: run the row plan and a plain step, report both."""
-    from planner import cg
-    from planner.execute import backend as backend_mod
-    from planner.execute import executor, export, rows_exec, zoo
+def execute_main(args, load_graph) -> int:
+    """The execute job with ``--rows``: run the row plan and a plain step, report both.
+    ``load_graph(args, dtype)``: the execute job's ``--graph``/``--model`` loader."""
+    from planner.rows_api import execute_rows
 
-    if args.schedule:
-        raise HGraphError("--schedule does not apply with --rows (the row plan is the schedule)")
-    if args.model:
-        g = export.to_cg(zoo.build(args.model, batch=args.batch, width=args.width, depth=args.depth,
-                                   image=args.image, seq=args.seq, dtype=args.dtype))
-    elif args.graph:
-        g = cg.read(args.graph)
-    else:
-        raise HGraphError("execute needs --graph cg.txt or --model NAME")
-    p = row_plan(args, g, getattr(args, "budget", None))
-    be = backend_mod.get(args.backend)
-    r = rows_exec.run(g, p, backend=be, seed=args.seed)
-    plain = executor.run(g, executor.plain_schedule(g), backend=be, recycle=True, seed=args.seed)
-    err = rows_exec.relative_error(r.param_grads, plain.param_grads)
-    dtype = next(iter(r.param_grads.values())).dtype.name if r.param_grads else "float32"
-    fl = p.flops()
-    report = {"graph": args.graph or f"zoo:{args.model}", "rows": p.bands, "row_policy": p.policy,
-              "measured_peak_bytes": r.measured_peak_bytes, "predicted_peak_bytes": r.predicted_peak_bytes,
-              "peak_within_prediction": r.measured_peak_bytes <= r.predicted_peak_bytes,
-              "activation_peak_bytes": r.activation_peak_bytes, "param_grad_bytes": r.param_grad_bytes,
-              "device_peak_bytes": r.device_peak_bytes, "backend": r.backend,
-              "gradients_match": err <= TOLERANCE.get(dtype, 1e-4), "max_relative_error": err,
-              "loss": r.loss, "plain_loss": plain.loss, "loss_identical": r.loss == plain.loss,
-              "extra_flops": fl["extra_flops"], "plain_flops": fl["plain_flops"],
-              "combined_with_dp": bool(p.recompute or p.resweep), "dp_recomputed_ops": list(p.recompute),
-              "dp_reswept_regions": list(p.resweep),
-              "plain_peak_bytes": plain.measured_peak_bytes,
-              "plain_activation_peak_bytes": plain.measured_peak_bytes - r.param_grad_bytes,
-              "seconds": round(r.seconds, 6), "plain_seconds": round(plain.seconds, 6)}
+    _refuse(args, EXECUTE_ONLY)
+    _check_dtype(args)
+    g = load_graph(args, args.dtype or "float32")
+    r = _plan(args, g)
+    if r.engine.runtime == "ray":
+        print("hgraph: the row analyses ran on Ray; the row step runs here (a GPU actor runs "
+              "schedules, not row plans)", file=sys.stderr)
+    run = execute_rows(r, backend=args.backend, seed=args.seed)
+    report = run.report(args.graph or f"zoo:{args.model}")
     _emit(report, args.report)
-    print(f"rows {p.bands} {p.policy} {r.backend}: measured {r.measured_peak_bytes:,} B "
-          f"(predicted {r.predicted_peak_bytes:,} B), activations {r.activation_peak_bytes:,} B vs plain "
+    m = run.rows
+    print(f"rows {r.bands} {r.policy} {m.backend}: measured {m.measured_peak_bytes:,} B "
+          f"(predicted {m.predicted_peak_bytes:,} B), activations {m.activation_peak_bytes:,} B vs plain "
           f"{report['plain_activation_peak_bytes']:,} B, gradients_match={report['gradients_match']}",
           file=sys.stderr)
-    return 0 if report["peak_within_prediction"] and report["gradients_match"] else 1
+    return 0 if run.ok else 1

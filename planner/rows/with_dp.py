@@ -100,14 +100,15 @@ def idle_at_peak(q: RowPlan) -> list:
     return sorted(set(out))
 
 
-def _move(q: RowPlan, kind: str, u: int) -> RowPlan | None:
-    """``q`` after one move of :func:`idle_at_peak` (None when the re-plan refuses it)."""
+def _move(q: RowPlan, kind: str, u: int, opts=None) -> RowPlan | None:
+    """``q`` after one move of :func:`idle_at_peak` (None when the re-plan refuses it; ``opts``:
+    how its engine analyses run)."""
     dp = {"search": "walk", "candidates": 0}
     if kind != "open":
         return with_recompute(q, q.recompute + ((u,) if kind == "op" else ()), dp=dp,
                               resweep=q.resweep + ((u,) if kind == "region" else ()))
     try:
-        n = plan(q.graph, q.bands, q.policy, prune=q.prune, open_stages=q.open_stages + (u,))
+        n = plan(q.graph, q.bands, q.policy, opts, prune=q.prune, open_stages=q.open_stages + (u,))
     except HGraphError:
         return None
     swept = np.flatnonzero(q.outputs & np.isin(q.region, q.resweep))
@@ -115,15 +116,15 @@ def _move(q: RowPlan, kind: str, u: int) -> RowPlan | None:
     return with_recompute(n, [i for i in q.recompute if n.region[i] < 0], dp=dp, resweep=regions)
 
 
-def walk_search(p: RowPlan, rounds: int = 12) -> list:
+def walk_search(p: RowPlan, rounds: int = 12, opts=None) -> list:
     """Greedy search on the exact walk: from ``p``, make the move of :func:`idle_at_peak` that
     lowers the predicted peak most; repeat while one does. Returns every plan on the way (each
-    lower than the last)."""
+    lower than the last). ``opts``: how the re-plans' engine analyses run (EngineOptions)."""
     out, q = [], p
     for _ in range(rounds):
         best = None
         for kind, u in idle_at_peak(q):
-            c = _move(q, kind, u)
+            c = _move(q, kind, u, opts)
             if c is not None and c.predicted_peak_bytes < (best or q).predicted_peak_bytes:
                 best = c
         if best is None:
@@ -153,7 +154,7 @@ def candidates(p: RowPlan, opts=None) -> list:
         found.append(with_recompute(p, ops, resweep=regions,
                                     dp={"search": "dp", "dp_budget_bytes": int(fraction * remaining),
                                         "remaining_bytes": remaining, "candidates": 0}))
-    return found + walk_search(p)
+    return found + walk_search(p, opts=opts)
 
 
 def choose(p: RowPlan, found: list, budget_bytes: int) -> RowPlan:
