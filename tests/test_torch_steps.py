@@ -253,3 +253,25 @@ def test_each_compile_plans_its_own_budget():
     a(x)
     b(x)
     assert len(a.partitioner.plans) == 1 and len(b.partitioner.plans) == 1
+
+
+def test_a_front_planned_in_one_compile_serves_another():
+    """A front reused from an earlier compile (``fronts=``) holds that compile's joint graph;
+    the partition must split the graph of the compile at hand (other fake tensors)."""
+    from planner.torch.compiled import HGraphPartitioner, fresh_function
+
+    torch.manual_seed(0)
+    m = nn.Sequential(nn.Linear(8, 32), nn.Tanh(), nn.Linear(32, 1)).double()
+    x = torch.randn(16, 8, dtype=torch.float64)
+    fronts, losses = {}, []
+    for budget in ("100%", 1):
+        net = copy.deepcopy(m)
+        part = HGraphPartitioner(budget, fronts=fronts)
+        step = torch.compile(fresh_function(lambda v: net(v).mean()), dynamic=False)
+        with inductor_config.patch(custom_partitioner_fn=part, fx_graph_cache=False), \
+                functorch_config.patch(enable_autograd_cache=False):
+            out = step(x)
+        out.backward()
+        losses.append(out.item())
+        assert len(part.plans) == 1
+    assert len(fronts) == 1 and losses[0] == losses[1]
