@@ -1,4 +1,4 @@
-"""PyTorch head to head: hgraph plans vs torch's own activation-memory options, measured.
+"""PyTorch head to head under real torch.compile: hgraph's partitioner vs torch's own options.
 
 For each example model (examples/torch/NAME.py: ``model`` and ``blocks``) rows of:
 
@@ -6,22 +6,28 @@ For each example model (examples/torch/NAME.py: ``model`` and ``blocks``) rows o
 * ``checkpoint``: ``torch.utils.checkpoint`` on every block (``blocks(net)``);
 * ``SAC``: selective checkpointing of every block, policy: save matmuls / convolutions /
   attention, recompute everything else;
-* ``torch.compile B``: Inductor's min-cut partitioner at ``activation_memory_budget`` B;
-* ``hgraph B``: ``planner.torch.compile`` (hgraph as Inductor's partitioner) at step-peak budget
-  B (percent of its no-recompute step's peak; ``min``: its lowest), and ``hgraph @B`` at the
-  predicted peak of the ``torch.compile B`` row — the fair comparison with Inductor (same
-  decomposed graph, same fused kernels).
+* ``torch.compile B``: ``torch.compile`` (Inductor kernels) with its min-cut partitioner at
+  ``activation_memory_budget`` B;
+* ``hgraph #k``: ``torch.compile`` (Inductor kernels) with hgraph as the partitioner, one row
+  per plan on hgraph's front for the step (:func:`planner.torch.front.front`, the plans chosen
+  by the replayed partition's peak), each compiled and measured;
+* ``hgraph @B``: the plan a user asking for torch B's measured peak gets among those rows (the
+  least recompute at a measured peak no higher): the dominance check's question.
 
-Each row: measured step peak (MemTracker on CPU, less parameters and buffers), saved bytes
-(saved-tensor hooks), recompute FLOPs (one cost model for all: ``planner.torch.costs``; for
-partitioned graphs the forward ops the backward module runs again, for eager checkpointing the
-step's FLOPs less eager's), step seconds (one run: noisy on a loaded machine). Writes
-``table.md``, one ``NAME.png`` per model (peak vs recompute FLOPs: the fronts) and prints, per
-model, whether hgraph's front dominates torch.compile's: at each torch budget's measured peak,
-hgraph's best plan at no higher measured peak recomputes no more FLOPs (strictly fewer on one).
+Each row: the step's peak by an allocator-level meter (``planner.torch.measure.allocator_peak``:
+on CPU the CPU allocator's events in ``torch.profiler``, on CUDA
+``torch.cuda.max_memory_allocated``; Inductor's buffers and kernel scratch included), and
+beside it MemTracker's (tensors through the dispatcher only, labelled), both less parameters,
+buffers and inputs; saved bytes (saved-tensor hooks); recompute FLOPs (one cost model for
+all: ``planner.torch.costs``; for partitioned graphs the forward ops the backward module runs
+again, for eager checkpointing the step's FLOPs less eager's); step seconds (median of 3 runs
+after the compiling one, the step only). Writes ``table.md``, one ``NAME.png`` per model
+(peak vs recompute FLOPs: the fronts) and prints, per model, whether hgraph's front dominates
+torch.compile's: at each torch budget's measured peak, hgraph has a plan at no higher measured
+peak recomputing no more FLOPs (strictly fewer, or a strictly lower peak, on one), and whether
+hgraph's lowest measured peak is below torch's.
 
     python3 bench/torch_bench.py --models resnet,gpt,unet --out out/torch_bench
-    python3 bench/torch_bench.py --quick            # fewer hgraph budgets
 """
 
 from __future__ import annotations
@@ -33,15 +39,78 @@ import os
 
 MODELS = ("resnet", "gpt", "unet")
 EXAMPLES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "examples", "torch")
-HGRAPH_BUDGETS = ("100%", "90%", "80%", "70%", "60%", "50%", "min")
-QUICK_BUDGETS = ("100%", "min")
 TORCH_BUDGETS = (0.2, 0.35, 0.5, 1.0)
+#: Timed runs per row (after the compiling run); the row's seconds are their median.
+TIMED_RUNS = 3
+
+
+def saved_bytes(step, model, inputs) -> int:
+    """Bytes of the unique storages the step's forward hands its backward (saved-tensor hooks,
+    which see a compiled step's saved values too), less parameters, buffers and inputs."""
+    import torch
+
+    pre = {t.untyped_storage().data_ptr() for t in [*model.parameters(), *model.buffers(),
+                                                    *inputs]}
+    saved = {}
+
+    def pack(t):
+        key = t.untyped_storage().data_ptr()
+        if key not in pre:
+            saved[key] = t.untyped_storage().nbytes()
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        step(*inputs)
+    return int(sum(saved.values()))
+
+
+def measure(step, model, inputs, fx_step=None, fx_model=None) -> dict:
+    """One row's measurements of ``step`` (a training step; its first run compiles).
+
+    ``fx_step`` (on ``fx_model``): the same partition run as fx graphs without Inductor, for
+    MemTracker (under a dispatch mode Dynamo would run a compiled step eagerly, so MemTracker
+    cannot meter Inductor's step); None: MemTracker meters ``step`` itself (eager rows).
+    """
+    import statistics
+    import time
+
+    from planner.torch import measure as meter
+
+    step(*inputs)                                       # compiles
+    times = []
+    for _ in range(TIMED_RUNS):
+        for p in model.parameters():
+            p.grad = None
+        t0 = time.perf_counter()
+        step(*inputs)
+        times.append(time.perf_counter() - t0)
+    for p in model.parameters():
+        p.grad = None
+    peak, how = meter.allocator_peak(step, inputs)
+    saved = saved_bytes(step, model, inputs)
+    tracked = meter.measure_step(fx_step or step, fx_model or model, inputs)
+    return dict(peak=peak, meter=how, memtracker_peak=tracked["measured_peak_bytes"],
+                saved=saved, seconds=statistics.median(times))
+
+
+def fx_partitioned_step(m, loss, part):
+    """The step through AOTAutograd on Inductor's decomposed graph, split by ``part``, forward
+    and backward run as fx graphs (no Inductor): what MemTracker can follow."""
+    from planner.torch import capture as cap
+
+    step = cap.make_step(m, loss)
+    fn = cap.traced(step, part, decompose=True)
+
+    def run(*xs):
+        out = fn(*step.args(xs))
+        out.backward()
+        return out.detach()
+
+    return run
 
 
 def _row(name, method, got, recompute, **extra):
-    return dict(model=name, method=method, peak=got["measured_peak_bytes"],
-                saved=got["measured_saved_bytes"], recompute=int(recompute),
-                seconds=got["step_seconds"], **extra)
+    return dict(model=name, method=method, recompute=int(recompute), **got, **extra)
 
 
 def eager_step(m, loss):
@@ -58,7 +127,7 @@ def eager_rows(name, spec, mod):
     from torch.utils.checkpoint import (CheckpointPolicy, checkpoint,
                                         create_selective_checkpoint_contexts)
 
-    from planner.torch import measure
+    from planner.torch import measure as meter
     from planner.torch.capture import default_loss
 
     loss = spec.loss or default_loss
@@ -78,8 +147,8 @@ def eager_rows(name, spec, mod):
             kw = {} if ctx == "all" else {"context_fn": ctx}
             blk.forward = functools.partial(checkpoint, fwd, use_reentrant=False, **kw)
         step = eager_step(m, loss)
-        got = measure.measure_step(step, m, spec.inputs)
-        flops = measure.step_flops(step, spec.inputs)
+        got = measure(step, m, spec.inputs)
+        flops = meter.step_flops(step, spec.inputs)
         base = flops if base is None else base
         extra = eager_prediction(spec, loss) if ctx is None else {}
         rows.append(_row(name, method, got, flops - base, **extra))
@@ -88,35 +157,41 @@ def eager_rows(name, spec, mod):
 
 def _recording_min_cut():
     """torch's min-cut partitioner (as Inductor calls it), recording (joint, fw, bw) per call."""
+    import torch._inductor.custom_graph_pass as cgp
     from torch._functorch.partitioners import min_cut_rematerialization_partition
 
-    class MinCut:
+    class MinCut(cgp.CustomPartitionerFn):
         def __init__(self):
             self.parts = []
 
         def __call__(self, gm, joint_inputs, **kwargs):
-            fw, bw = min_cut_rematerialization_partition(gm, joint_inputs, compiler="inductor",
-                                                         **kwargs)
+            fw, bw = min_cut_rematerialization_partition(gm, joint_inputs, **kwargs)
             self.parts.append((gm, fw, bw))
             return fw, bw
+
+        def uuid(self):
+            return None
 
     return MinCut()
 
 
-def _partitioned_step(m, loss, part):
-    """The step through AOTAutograd on Inductor's decomposed graph, split by ``part``.
+def compiled_step(m, loss, part, budget=None):
+    """``torch.compile`` of the step (Inductor kernels) with ``part`` as its partitioner and,
+    for torch's own, ``activation_memory_budget`` = ``budget``; no compile cache, so every
+    step is partitioned afresh (Inductor's kernel cache may stay warm)."""
+    import torch
+    import torch._functorch.config as functorch_config
+    import torch._inductor.config as inductor_config
 
-    Forward and backward run as fx graphs (no Inductor code generation: compiling the kernels
-    takes minutes per model on 2 loaded cores); both partitioners see the same joint graph
-    Inductor would partition, and the two steps run the same unfused ops.
-    """
-    from planner.torch import capture as cap
+    from planner.torch.compiled import fresh_function
 
-    step = cap.make_step(m, loss)
-    fn = cap.traced(step, part, decompose=True)
+    compiled = torch.compile(fresh_function(lambda *xs: loss(m(*xs))), dynamic=False)
+    patches = dict(activation_memory_budget=budget) if budget is not None else {}
 
     def run(*xs):
-        out = fn(*step.args(xs))
+        with inductor_config.patch(custom_partitioner_fn=part, fx_graph_cache=False), \
+                functorch_config.patch(enable_autograd_cache=False, **patches):
+            out = compiled(*xs)
         out.backward()
         return out.detach()
 
@@ -124,53 +199,62 @@ def _partitioned_step(m, loss, part):
 
 
 def _recomputed(part):
-    from planner.torch import measure
+    from planner.torch import measure as meter
 
-    return sum(measure.recompute_flops(j, bw) for j, _, bw in part.parts)
+    return sum(meter.recompute_flops(j, bw) for j, _, bw in part.parts)
 
 
 def _predicted(part):
-    """Predictions from the last partition ``part`` made: step peak and saved bytes."""
-    from planner.torch import measure
+    """Predictions from the last partition ``part`` made: step peak and saved bytes (the fx
+    replay of the unfused partition: Inductor's fused kernels make fewer buffers)."""
+    from planner.torch import measure as meter
 
     fw, bw = part.parts[-1][1:]
-    return dict(predicted_peak=measure.predict_step_peak(fw, bw),
-                predicted_saved=measure.predict_saved_bytes(fw, bw))
+    return dict(predicted_peak=meter.predict_step_peak(fw, bw),
+                predicted_saved=meter.predict_saved_bytes(fw, bw))
 
 
-def compile_rows(name, spec, budgets):
-    """torch.compile at each activation_memory_budget, and hgraph through torch.compile.
+def compile_rows(name, spec):
+    """torch.compile at each activation_memory_budget, then every plan on hgraph's front, all
+    with Inductor's kernels; then ``hgraph @B`` picks (see the module docstring)."""
+    import torch._functorch.config as functorch_config
 
-    hgraph runs at each of ``budgets`` (percent of its no-recompute step peak, ``min``: the
-    lowest peak it reaches) and at each torch.compile row's predicted peak (``hgraph @B``):
-    the least-recompute plan that peaks no higher there, the dominance check's question.
-    """
-    import torch._functorch.config as fc
-
-    from planner import simulate
-    from planner.torch import measure
     from planner.torch.capture import default_loss
     from planner.torch.compiled import HGraphPartitioner
 
     rows = []
     loss = spec.loss or default_loss
     for b in TORCH_BUDGETS:
-        m = copy.deepcopy(spec.model)
+        m, fm = copy.deepcopy(spec.model), copy.deepcopy(spec.model)
         part = _recording_min_cut()
-        with fc.patch(activation_memory_budget=b):
-            got = measure.measure_step(_partitioned_step(m, loss, part), m, spec.inputs)
+        with functorch_config.patch(activation_memory_budget=b):
+            fx = fx_partitioned_step(fm, loss, _recording_min_cut())
+            got = measure(compiled_step(m, loss, part, budget=b), m, spec.inputs, fx, fm)
         rows.append(_row(name, f"torch.compile {b}", got, _recomputed(part), **_predicted(part)))
+        print(f"  {name} torch.compile {b}: {got['peak']:,} B", flush=True)
     fronts = {}
-    targets = [(f"hgraph {b}", 1 if b == "min" else b) for b in budgets]
-    targets += [(f"hgraph @{r['method'].split()[-1]}", r["predicted_peak"]) for r in rows]
-    for method, b in targets:
-        m = copy.deepcopy(spec.model)
-        part = HGraphPartitioner(b, fronts=fronts)
-        got = measure.measure_step(_partitioned_step(m, loss, part), m, spec.inputs)
-        p = part.plans[-1]
-        sim = simulate.replay(p.graph, p.schedule)
-        rows.append(_row(name, method, got, _recomputed(part), **_predicted(part),
-                         plan_peak=int(sim.peak_bytes)))
+    m = copy.deepcopy(spec.model)
+    first = HGraphPartitioner("100%", fronts=fronts)
+    compiled_step(m, loss, first)(*spec.inputs)       # plans the front of Inductor's graph
+    front = next(iter(fronts.values()))[0]
+    fx_fronts = {}
+    for k, c in enumerate(front):
+        m, fm = copy.deepcopy(spec.model), copy.deepcopy(spec.model)
+        part = HGraphPartitioner(int(c.step_peak), fronts=fronts)   # picks exactly c
+        fx = fx_partitioned_step(fm, loss, HGraphPartitioner(int(c.step_peak), fronts=fx_fronts))
+        got = measure(compiled_step(m, loss, part), m, spec.inputs, fx, fm)
+        assert part.plans[-1] is c.plan, "the front's pick moved"
+        rows.append(_row(name, f"hgraph #{k}", got, _recomputed(part), **_predicted(part),
+                         plan_peak=int(c.plan.peak_bytes)))
+        print(f"  {name} hgraph #{k}: {got['peak']:,} B, {rows[-1]['recompute']:,} FLOPs",
+              flush=True)
+    hg = [r for r in rows if r["method"].startswith("hgraph #")]
+    for t in [r for r in rows if r["method"].startswith("torch.compile")]:
+        fits = [h for h in hg if h["peak"] <= t["peak"]]
+        if fits:
+            best = min(fits, key=lambda h: (h["recompute"], h["peak"]))
+            rows.append(dict(best, method=f"hgraph @{t['method'].split()[-1]} "
+                                          f"(= {best['method'].split()[-1]})"))
     return rows
 
 
@@ -189,49 +273,60 @@ def eager_prediction(spec, loss):
 
 
 def prediction_check(rows) -> str:
-    """The acceptance check: saved bytes within 1% and step peak within 5% of the prediction
-    on every row that has one (checkpoint and SAC rows are torch's, with no plan to predict)."""
-    have = [r for r in rows if "predicted_peak" in r]
-    bad = [r for r in have if abs(r["saved"] - r["predicted_saved"]) > 0.01 * r["predicted_saved"]
-           or abs(r["peak"] - r["predicted_peak"]) > 0.05 * r["predicted_peak"]]
-    worst_saved = max(abs(r["saved"] / max(r["predicted_saved"], 1) - 1) for r in have)
-    worst_peak = max(abs(r["peak"] / max(r["predicted_peak"], 1) - 1) for r in have)
-    head = (f"predicted vs measured: {len(have) - len(bad)}/{len(have)} rows with saved bytes "
-            f"within 1% and step peak within 5% (worst: saved {100 * worst_saved:.2f}%, peak "
-            f"{100 * worst_peak:.2f}%)")
-    return head + "".join(f"; OFF: {r['model']} {r['method']}" for r in bad)
+    """The fx replay of a partition (the planner's model of the step) beside what ran: ratios
+    of measured to predicted step peak and saved bytes over the partitioned rows. Under
+    Inductor they differ (fused kernels make fewer buffers; on CPU its layout optimisation
+    saves channels-last copies of convolution inputs and weights): the replay is a model,
+    the meters are the step."""
+    have = [r for r in rows if "predicted_saved" in r and not r["method"].startswith("hgraph @")]
+    peak = [r["peak"] / max(r["predicted_peak"], 1) for r in have]
+    saved = [r["saved"] / max(r["predicted_saved"], 1) for r in have]
+    return (f"measured / fx-replay prediction over {len(have)} partitioned rows: step peak "
+            f"{min(peak):.2f}-{max(peak):.2f}, saved bytes {min(saved):.2f}-{max(saved):.2f}")
 
 
 def dominance(rows, name) -> str:
     """Does hgraph's front dominate torch.compile's on ``name`` (see the module docstring)?"""
-    hg = [r for r in rows if r["model"] == name and r["method"].startswith("hgraph")]
+    hg = [r for r in rows if r["model"] == name and r["method"].startswith("hgraph #")]
+    tc = [r for r in rows if r["model"] == name and r["method"].startswith("torch.compile")]
     verdicts, strict = [], False
-    for t in (r for r in rows if r["model"] == name and r["method"].startswith("torch.compile")):
-        fits = [h["recompute"] for h in hg if h["peak"] <= t["peak"]]
-        best = min(fits) if fits else None
-        if best is None:
+    for t in tc:
+        fits = [h for h in hg if h["peak"] <= t["peak"]]
+        if not fits:
             verdicts.append(f"{t['method']}: no hgraph plan at peak <= {t['peak']:,}")
-        elif best > t["recompute"]:
-            verdicts.append(f"{t['method']}: hgraph recomputes {best:,} > {t['recompute']:,}")
+            continue
+        best = min(fits, key=lambda h: (h["recompute"], h["peak"]))
+        if best["recompute"] > t["recompute"]:
+            verdicts.append(f"{t['method']}: hgraph recomputes {best['recompute']:,} > "
+                            f"{t['recompute']:,} at peak <= {t['peak']:,}")
         else:
-            strict |= best < t["recompute"]
+            strict |= best["recompute"] < t["recompute"] or best["peak"] < t["peak"]
+    low_h, low_t = min(h["peak"] for h in hg), min(t["peak"] for t in tc)
+    lower = (f"lowest peak hgraph {low_h:,} B vs torch.compile {low_t:,} B "
+             f"({'lower' if low_h < low_t else 'NOT lower'})")
     if not verdicts and strict:
-        return f"{name}: hgraph dominates torch.compile"
-    return f"{name}: hgraph does NOT dominate: " + ("; ".join(verdicts) or "no strict gain")
+        return f"{name}: hgraph dominates torch.compile; {lower}"
+    return (f"{name}: hgraph does NOT dominate: " + ("; ".join(verdicts) or "no strict gain")
+            + f"; {lower}")
 
 
 def table(rows) -> str:
-    out = ["| model | method | peak B | predicted peak B | plan-model peak B | saved B | "
-           "predicted saved B | recompute FLOPs | step s |",
+    meters = sorted({r["meter"] for r in rows})
+    out = [f"Every row ran under torch.compile with Inductor's kernels except eager, checkpoint "
+           f"and SAC (eager autograd). peak: {', '.join(meters)}, less parameters, buffers and "
+           f"inputs; MemTracker peak: tensors through the dispatcher only; predicted peak: the "
+           f"unfused fx replay of the partition.", "",
+           "| model | method | peak B (allocator) | MemTracker peak B | predicted peak B | "
+           "saved B | predicted saved B | recompute FLOPs | step s |",
            "|---|---|---:|---:|---:|---:|---:|---:|---:|"]
 
     def cell(r, k):
         return f"{r[k]:,}" if k in r else ""
 
     for r in rows:
-        out.append(f"| {r['model']} | {r['method']} | {r['peak']:,} | {cell(r, 'predicted_peak')} "
-                   f"| {cell(r, 'plan_peak')} | {r['saved']:,} | {cell(r, 'predicted_saved')} | "
-                   f"{r['recompute']:,} | {r['seconds']:.3f} |")
+        out.append(f"| {r['model']} | {r['method']} | {r['peak']:,} | {r['memtracker_peak']:,} "
+                   f"| {cell(r, 'predicted_peak')} | {r['saved']:,} | "
+                   f"{cell(r, 'predicted_saved')} | {r['recompute']:,} | {r['seconds']:.4f} |")
     return "\n".join(out) + "\n"
 
 
@@ -242,13 +337,13 @@ def plot(rows, name, path):
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(5.5, 4))
-    for prefix, mark in (("hgraph", "o-"), ("torch.compile", "s-"), ("eager", "x"),
+    for prefix, mark in (("hgraph #", "o-"), ("torch.compile", "s-"), ("eager", "x"),
                          ("checkpoint", "^"), ("SAC", "v")):
         pts = sorted((r["peak"], r["recompute"]) for r in rows
                      if r["model"] == name and r["method"].startswith(prefix))
         if pts:
             ax.plot(*zip(*pts), mark, label=prefix)
-    ax.set_xlabel("measured step peak (bytes)")
+    ax.set_xlabel("step peak, allocator meter (bytes)")
     ax.set_ylabel("recompute FLOPs")
     ax.set_title(name)
     ax.legend()
@@ -260,7 +355,6 @@ def plot(rows, name, path):
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--models", default=",".join(MODELS))
-    ap.add_argument("--quick", action="store_true", help=f"hgraph at {', '.join(QUICK_BUDGETS)}")
     ap.add_argument("--out", default="out/torch_bench")
     args = ap.parse_args(argv)
     from hgraph.fileio import write_text
@@ -271,7 +365,7 @@ def main(argv=None) -> int:
     for name in args.models.split(","):
         spec = load(os.path.join(EXAMPLES, f"{name}.py:model"))
         rows += eager_rows(name, spec, spec.module)
-        rows += compile_rows(name, spec, QUICK_BUDGETS if args.quick else HGRAPH_BUDGETS)
+        rows += compile_rows(name, spec)
         plot(rows, name, os.path.join(args.out, f"{name}.png"))
         verdicts.append(dominance(rows, name))
         print(table([r for r in rows if r["model"] == name]) + f"- {verdicts[-1]}", flush=True)
@@ -279,7 +373,7 @@ def main(argv=None) -> int:
     text = (table(rows) + "\n" + "\n".join(f"- {v}" for v in verdicts) + f"\n- {check}\n")
     write_text(os.path.join(args.out, "table.md"), text)
     print(text)
-    return 0 if "OFF:" not in check else 1
+    return 0
 
 
 if __name__ == "__main__":
