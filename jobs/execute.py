@@ -52,6 +52,11 @@ def add_arguments(parser) -> None:
     parser.add_argument("--torch", default=None, metavar="FILE.py:FUNC",
                         help="run this PyTorch model's real training step under --schedule "
                              "(jobs.execute_torch)")
+    parser.add_argument("--eager", action="store_true", default=None,
+                        help="with --torch: run the undecomposed capture ('hgraph graph torch "
+                             "--eager''s graph); default: the capture 'graph torch' writes by "
+                             "default (or the eager one where the schedule is its), or the one "
+                             "--graph was made with")
     rows_flags.add_arguments(parser, execute=True)
 
 

@@ -7,11 +7,27 @@ backward keeps exactly the schedule's tensors) and reports predicted against mea
 ``plan_model_peak_bytes`` (the planner's own model of the schedule: it keeps every block
 boundary until the backward, where torch frees what no backward op reads), ``predicted_saved_bytes``
 / ``measured_saved_bytes``, ``recompute_flops`` (the plan's recomputation in the graph's
-costs), ``step_seconds`` and ``gradients_match`` (bitwise, against the plain eager step).
+costs), ``step_seconds`` and ``gradients_match``.
 
-The schedule belongs to the graph ``hgraph graph torch FILE.py:FUNC --eager`` writes; the graph
-is re-imported here (``--graph g.txt`` checks it is the same one). Without ``--schedule`` the
-step keeps everything (the no-recomputation baseline).
+One capture for every path: the step run is the graph ``hgraph graph torch FILE.py:FUNC``
+writes with the same flags — Inductor's decomposition by default, the aten graph eager autograd
+runs with ``--eager`` — so ``graph torch``, ``submit plan`` and ``execute --torch`` round-trip
+(without ``--eager``, a schedule that is not the default graph's but the ``--eager`` one's
+runs that capture; ``capture`` in the report says which ran). With ``--graph g.txt`` the
+capture is the one that file was made with (its details' ``capture``) and the re-imported graph
+must be the same one. Without ``--schedule`` the step keeps everything (the no-recomputation
+baseline, default capture unless ``--eager``).
+
+``gradients_match``: the planned step's gradients equal, bit for bit, those of the same capture
+keeping everything (recomputation changes nothing) — for the eager capture, those of the plain
+eager step itself when they are equal (``gradients_reference`` says which).
+``eager_gradients_max_rel_diff``: the largest difference from the plain eager step's gradients,
+relative to their largest entry (0.0: bitwise equal; an Inductor capture rounds differently,
+and draws other random numbers than eager where the model has dropout). Every step (plain,
+planned, keep-all) starts from the same random state.
+
+Errors raised in the model file are one line naming its file and line
+(:func:`planner.torch.model_file.user_errors`).
 """
 
 from __future__ import annotations
@@ -24,62 +40,145 @@ from hgraph.errors import HGraphError
 from hgraph.fileio import write_text
 
 
-def run(spec_text: str, schedule_path: str | None, graph_path: str | None) -> dict:
-    """The report dict (see the module docstring)."""
+def _structure(g) -> tuple:
+    """What a schedule depends on: the blocks' reads and writes, the vars' sizes and names."""
+    return ([(f.direction, list(f.inputs), list(f.outputs)) for f in g.functions],
+            [int(b) for b in g.var_bytes], list(g.var_names))
+
+
+def _import_flags(spec_text: str, decompose: bool) -> str:
+    return f"'hgraph graph torch {spec_text}{'' if decompose else ' --eager'}'"
+
+
+def _max_rel_diff(a: list, b: list) -> float | None:
+    """Largest ``|x - y|`` over the gradients, relative to the largest entry of ``b``'s (a
+    gradient that is zero up to rounding, like a conv bias before batch norm's, does not
+    count as a difference of 100%); None where they do not compare (a gradient missing on one
+    side, another shape)."""
+    gap = scale = 0.0
+    if len(a) != len(b):
+        return None
+    for x, y in zip(a, b):
+        if x is None and y is None:
+            continue
+        if x is None or y is None or x.shape != y.shape:
+            return None
+        if y.numel():
+            gap = max(gap, float((x - y).abs().max()))
+            scale = max(scale, float(y.abs().max()))
+    return gap / scale if scale else (0.0 if gap == 0 else None)
+
+
+def _same_random(fn):
+    """``fn`` run from the random state of now on every call: the plain step, the planned step
+    (traced, then measured) and the keep-all step draw the same dropout masks."""
+    import torch
+
+    cpu = torch.get_rng_state()
+    cuda = torch.cuda.get_rng_state_all() if torch.cuda.is_initialized() else None
+
+    def call(*args):
+        torch.set_rng_state(cpu)
+        if cuda is not None:
+            torch.cuda.set_rng_state_all(cuda)
+        return fn(*args)
+
+    return call
+
+
+def run(spec_text: str, schedule_path: str | None, graph_path: str | None,
+        eager: bool | None = None) -> dict:
+    """The report dict (see the module docstring). ``eager``: True runs the undecomposed
+    capture (``graph torch --eager``), False Inductor's decomposition; None (not said) the
+    default capture, or the eager one where the schedule is that graph's; with ``graph_path``
+    the graph's own capture decides."""
     from planner.torch import require_torch
 
     require_torch()
+    from planner.torch.model_file import load, user_errors
+
+    spec = load(spec_text)
+    with user_errors(spec):
+        return _run(spec, spec_text, schedule_path, graph_path, eager)
+
+
+def _run(spec, spec_text, schedule_path, graph_path, eager) -> dict:
     import planner.torch as pt
     from planner import cg, simulate
     from planner.api import baseline_schedule
     from types import SimpleNamespace
 
     from planner.schedule import Schedule
+    from planner.torch import capture as cap
     from planner.torch import measure
-    from planner.torch.model_file import load
     from planner.torch.model_graph import KEEP
     from planner.torch.partition import apply_keep, keep_names, plan_capture, saved_nodes
 
-    spec = load(spec_text)
-    decompose = False
-    if graph_path:
-        decompose = plan_capture(cg.read(graph_path)) == "inductor"
-        if decompose:
-            raise HGraphError(f"{graph_path}: captured for Inductor; execute --torch runs the "
-                              f"eager step: import with 'hgraph graph torch --eager'")
-    model0 = copy.deepcopy(spec.model)
-    tg = pt.graph(spec.model, *spec.inputs, loss=spec.loss, decompose=decompose,
-                  source=spec.source)
-    g = tg.cg
+    want = None
     if graph_path:
         want = cg.read(graph_path)
-        if [f.inputs for f in want.functions] != [f.inputs for f in g.functions] or \
-                list(want.var_bytes) != list(g.var_bytes):
-            raise HGraphError(f"{graph_path}: not the graph of {spec_text} (re-import it)")
-    schedule = Schedule.read(schedule_path) if schedule_path else baseline_schedule(g)
-    if schedule.impossible:
+        decompose = plan_capture(want) == "inductor"
+        if eager and decompose:
+            raise HGraphError(f"{graph_path}: captured for Inductor, not --eager (drop --eager: "
+                              f"execute runs the capture the graph was made with)")
+        tries = [decompose]
+    elif eager is None:         # graph torch's default; a schedule of its --eager graph also runs
+        tries = [True, False]
+    else:
+        tries = [not eager]
+    model0 = copy.deepcopy(spec.model)
+    schedule = Schedule.read(schedule_path) if schedule_path else None
+    if schedule is not None and schedule.impossible:
         raise HGraphError(f"{schedule_path}: the schedule is IMPOSSIBLE (no plan fits the budget)")
-    sim = simulate.replay(g, schedule)
-    if sim.violations:
-        raise HGraphError(f"{schedule_path}: not a valid schedule for {spec_text}: "
-                          f"{sim.violations[0]}")
-    if schedule_path:
-        keep = keep_names(g, schedule)
-    else:                           # keep everything: the no-recomputation step
-        keep = {g.var_names[v] for v in g.activations} - {KEEP}
+    first = None
+    for decompose in tries:
+        capture = "inductor" if decompose else "eager"
+        tg = pt.graph(copy.deepcopy(model0), *spec.inputs, loss=spec.loss, decompose=decompose,
+                      source=spec.source)
+        g = tg.cg
+        if want is not None and _structure(want) != _structure(g):
+            raise HGraphError(f"{graph_path}: not the {capture} graph of {spec_text} (re-import "
+                              f"it with {_import_flags(spec_text, decompose)})")
+        if schedule is None:
+            schedule = baseline_schedule(g)
+        sim = simulate.replay(g, schedule)
+        if not sim.violations:
+            break
+        first = first or (capture, decompose, sim.violations[0])
+    else:
+        capture, decompose, violation = first
+        hint = (f"; plan on {graph_path} itself" if want is not None else
+                f"; plan on the graph {_import_flags(spec_text, decompose)} writes, or pass "
+                f"the planned graph with --graph")
+        raise HGraphError(f"{schedule_path}: not a valid schedule for the {capture} capture of "
+                          f"{spec_text}" + (" (nor for the eager one)" if len(tries) > 1 else "")
+                          + f": {violation}{hint}")
+    everything = {g.var_names[v] for v in g.activations} - {KEEP}
+    keep = keep_names(g, schedule) if schedule_path else everything
     var_of_name = {name: v for v, name in enumerate(g.var_names)}
     saved = {n.name for n in saved_nodes(tg.joint, keep) if n.op != "placeholder"}
     predicted_saved = sum(int(g.var_bytes[var_of_name[n]]) for n in saved if n in var_of_name)
 
     plain = copy.deepcopy(model0)
-    loss_fn = spec.loss or (lambda out: out if out.dim() == 0 else out.mean())
-    loss_fn(plain(*spec.inputs)).backward()
+    loss_fn = spec.loss or cap.default_loss
+    same_random = _same_random(lambda f, *xs: f(*xs))
+    same_random(lambda: loss_fn(plain(*spec.inputs)).backward())
+    eager_grads = measure.grads_of(plain)
     planned = copy.deepcopy(model0)
     order = SimpleNamespace(graph=g, schedule=schedule) if schedule_path else None
     step = apply_keep(planned, keep, decompose, loss=spec.loss, plan=order)
-    got = measure.measure_step(step, planned, spec.inputs)
+    got = measure.measure_step(lambda *xs: same_random(step, *xs), planned, spec.inputs)
+    grads = measure.grads_of(planned)
     recomputed = measure.recompute_flops(tg.joint, step.partition["backward"])
-    report = dict(model=spec_text, schedule=schedule_path or "keep-all", capture="eager",
+    if not decompose and measure.same_grads(grads, eager_grads):
+        match, reference = True, "eager"
+    elif not schedule_path:
+        match, reference = True, "keep-all"     # the step run is the keep-all step
+    else:                   # the same capture keeping everything: what the plan could change
+        whole = copy.deepcopy(model0)
+        same_random(apply_keep(whole, everything, decompose, loss=spec.loss), *spec.inputs)
+        match, reference = measure.same_grads(grads, measure.grads_of(whole)), "keep-all"
+    report = dict(model=spec_text, schedule=schedule_path or "keep-all", capture=capture,
                   predicted_peak_bytes=measure.predict_step_peak(step.partition["forward"],
                                                                  step.partition["backward"]),
                   plan_model_peak_bytes=int(sim.peak_bytes),
@@ -88,14 +187,14 @@ def run(spec_text: str, schedule_path: str | None, graph_path: str | None) -> di
                   measured_saved_bytes=got["measured_saved_bytes"],
                   predicted_recompute_flops=int(sim.recompute_cost),
                   recompute_flops=int(recomputed), step_seconds=got["step_seconds"],
-                  gradients_match=measure.same_grads(measure.grads_of(planned),
-                                                     measure.grads_of(plain)),
+                  gradients_match=bool(match), gradients_reference=reference,
+                  eager_gradients_max_rel_diff=_max_rel_diff(grads, eager_grads),
                   peak_measured_by=got["peak_measured_by"])
     return report
 
 
 def main(args) -> int:
-    report = run(args.torch, args.schedule, args.graph)
+    report = run(args.torch, args.schedule, args.graph, getattr(args, "eager", None))
     text = json.dumps(report, indent=2) + "\n"
     if args.report:
         write_text(args.report, text)

@@ -2,12 +2,17 @@
 
 ``FUNC()`` returns ``(model, inputs)`` or ``(model, inputs, loss_fn)``. The joint
 forward+backward graph is captured through AOTAutograd, decomposed as Inductor sees it (or
-``--eager``: the aten graph eager autograd runs, for ``planner.torch.apply``), with FLOP costs
-(``--cost measured``: timed on this machine). Plan it with ``hgraph submit plan --graph g.txt``.
+``--eager``: the aten graph eager autograd runs, op for op), with FLOP costs
+(``--cost measured``: timed on this machine). Plan it with ``hgraph submit plan --graph g.txt``
+and run the plan with ``hgraph submit execute --torch FILE.py:FUNC --schedule s.txt`` (the same
+``--eager`` flag, or ``--graph g.txt``: execute runs the capture this command wrote). An error
+raised in the model file is one line naming its file and line.
 
 Example::
 
     hgraph graph torch examples/torch/gpt.py:model --out cg_gpt.txt
+    hgraph submit plan --graph cg_gpt.txt --budget 80% --out s.txt
+    hgraph submit execute --torch examples/torch/gpt.py:model --schedule s.txt
 """
 
 from __future__ import annotations
@@ -25,7 +30,8 @@ def add_arguments(parser) -> None:
     parser.add_argument("--cost", choices=("flops", "measured"), default="flops",
                         help="per-op cost: FLOPs (default) or measured nanoseconds")
     parser.add_argument("--eager", action="store_true",
-                        help="capture the undecomposed aten graph (what planner.torch.apply runs)")
+                        help="capture the undecomposed aten graph eager autograd runs (then "
+                             "execute --torch with --eager too)")
 
 
 def main(args) -> int:
@@ -34,11 +40,12 @@ def main(args) -> int:
 
     require_torch()
     import planner.torch as pt
-    from planner.torch.model_file import load
+    from planner.torch.model_file import load, user_errors
 
     spec = load(args.spec)
-    tg = pt.graph(spec.model, *spec.inputs, loss=spec.loss, decompose=not args.eager,
-                  costs=args.cost, source=spec.source)
+    with user_errors(spec):
+        tg = pt.graph(spec.model, *spec.inputs, loss=spec.loss, decompose=not args.eager,
+                      costs=args.cost, source=spec.source)
     cg.write(tg.cg, args.out)
     print(f"{args.out}: {spec.source}, {tg.info['forward_ops']} forward ops, "
           f"{tg.info['activations']} activations, {tg.info['activation_bytes']:,} activation "

@@ -7,10 +7,17 @@ Inductor's own table (batch norm becomes var_mean + elementwise, max-pool its lo
 prims): the graph the compiler partitions, so a plan made on it keeps values the compiler keeps.
 With ``decompose=False`` it is the aten graph eager autograd runs, op for op (bitwise equal
 gradients when applied).
+
+Recurrent modules (``nn.LSTM``, ``nn.GRU``, ``nn.RNN``) are traced as the per-timestep aten ops of
+their native CPU/CUDA implementation: on CPU a float32 LSTM would otherwise trace as oneDNN's
+opaque ``mkldnn_rnn_layer``, whose saved workspace AOTAutograd cannot hand to the backward (an
+``AssertionError`` deep in its runtime) and which no plan could split. Only the tracing runs with
+oneDNN off (:func:`native_rnn`); the traced forward and backward run with the caller's setting.
 """
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import torch
@@ -19,15 +26,20 @@ from functorch.compile import aot_function
 from hgraph.errors import HGraphError
 
 __all__ = ["Step", "make_step", "loss_slots", "capture", "cse", "decompositions", "default_loss",
-           "untraceable", "fresh_inputs"]
+           "untraceable", "fresh_inputs", "has_rnn", "native_rnn", "LossError"]
+
+
+class LossError(HGraphError):
+    """The loss is not a scalar tensor (an HGraphError: one line; the CLI names the loss
+    function's line in the model file, :func:`planner.torch.model_file.user_errors`)."""
 
 
 def default_loss(out):
     """The issue's default: the output if it is a scalar, else its mean."""
     if not isinstance(out, torch.Tensor):
         kind = type(out).__name__
-        raise HGraphError(f"the model returns a {kind}, not a tensor: pass loss=FN that turns "
-                          f"its output into a scalar loss (e.g. loss=lambda out: out[0].mean())")
+        raise LossError(f"the model returns a {kind}, not a tensor: pass loss=FN that turns "
+                        f"its output into a scalar loss (e.g. loss=lambda out: out[0].mean())")
     return out if out.dim() == 0 else out.mean()
 
 
@@ -112,6 +124,7 @@ class Step:
     params: list
     buffers: list
     slots: list
+    rnn: bool = False       # the model holds a recurrent module (traced by native_rnn)
 
     @property
     def consts(self) -> list:
@@ -145,7 +158,34 @@ def make_step(model, loss=None) -> Step:
                 s.set(t)
 
     return Step(fn, [p for _, p in model.named_parameters()],
-                [b for _, b in model.named_buffers()], slots)
+                [b for _, b in model.named_buffers()], slots, has_rnn(model))
+
+
+def has_rnn(model) -> bool:
+    """True if ``model`` holds an ``nn.LSTM`` / ``nn.GRU`` / ``nn.RNN`` (``nn.RNNBase``)."""
+    return any(isinstance(m, torch.nn.RNNBase) for m in model.modules())
+
+
+#: The caller's oneDNN setting while :func:`native_rnn` traces with it off (None: not tracing).
+_CALLER_MKLDNN = [None]
+
+
+@contextmanager
+def native_rnn():
+    """Trace with oneDNN off, so ``aten.lstm`` takes its native path (per-timestep mm, sigmoid,
+    tanh ...) instead of ``mkldnn_rnn_layer``; the compiled forward and backward modules run
+    with the caller's setting (:func:`_boxed`)."""
+    if _CALLER_MKLDNN[0] is not None:       # nested: already off
+        yield
+        return
+    was = torch._C._get_mkldnn_enabled()
+    _CALLER_MKLDNN[0] = was
+    torch._C._set_mkldnn_enabled(False)
+    try:
+        yield
+    finally:
+        torch._C._set_mkldnn_enabled(was)
+        _CALLER_MKLDNN[0] = None
 
 
 def untraceable(err: BaseException) -> HGraphError | None:
@@ -185,16 +225,32 @@ def _boxed(gm, _inputs):
     gm.recompile()
 
     def run(args):
-        return gm(args)
+        caller = _CALLER_MKLDNN[0]
+        if caller is None:
+            return gm(args)
+        torch._C._set_mkldnn_enabled(caller)    # traced by native_rnn: run as the caller would
+        try:
+            return gm(args)
+        finally:
+            torch._C._set_mkldnn_enabled(False)
 
     run._boxed_call = True
     return run
 
 
 def traced(step: Step, partition_fn, decompose: bool):
-    """``aot_function`` of the step with ``partition_fn``; forward/backward run as traced."""
-    return aot_function(step.fn, fw_compiler=_boxed, bw_compiler=_boxed,
-                        partition_fn=partition_fn, decompositions=decompositions(decompose))
+    """``aot_function`` of the step with ``partition_fn``; forward/backward run as traced (a
+    step with a recurrent module traces under :func:`native_rnn`)."""
+    fn = aot_function(step.fn, fw_compiler=_boxed, bw_compiler=_boxed,
+                      partition_fn=partition_fn, decompositions=decompositions(decompose))
+    if not step.rnn:
+        return fn
+
+    def call(*args):
+        with native_rnn():
+            return fn(*args)
+
+    return call
 
 
 def fresh_inputs(inputs) -> tuple:
@@ -235,8 +291,12 @@ def capture(model, inputs, loss=None, decompose: bool = True):
         if one_line is None:
             raise
         raise one_line from None
+    if not isinstance(out, torch.Tensor):
+        kind = "several values" if isinstance(out, (tuple, list)) else type(out).__name__
+        raise LossError(f"the loss must be a scalar tensor, got {kind}: pass loss=FN "
+                        f"returning one (e.g. loss=lambda out: out.mean())")
     if out.dim() != 0:
-        raise HGraphError(f"the loss must be a scalar, got a tensor of shape "
-                          f"{tuple(out.shape)}: pass loss=FN returning a scalar "
-                          f"(e.g. loss=lambda out: out.mean())")
+        raise LossError(f"the loss must be a scalar, got a tensor of shape "
+                        f"{tuple(out.shape)}: pass loss=FN returning a scalar "
+                        f"(e.g. loss=lambda out: out.mean())")
     return got["joint"], got["n_out"]
