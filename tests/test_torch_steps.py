@@ -275,3 +275,15 @@ def test_a_front_planned_in_one_compile_serves_another():
         losses.append(out.item())
         assert len(part.plans) == 1
     assert len(fronts) == 1 and losses[0] == losses[1]
+
+
+def test_meters_follow_a_replayed_random_op():
+    """MemTracker and the FLOP counter (TorchDispatchModes) meter a step whose backward replays
+    dropout through the RNG operators."""
+    from planner.torch import measure
+
+    m, x = dropout_mlp()
+    step = apply_keep(m, set(), decompose=False)
+    got = measure.measure_step(step, m, (x,))
+    assert got["measured_peak_bytes"] > 0 and got["peak_measured_by"] == "MemTracker"
+    assert measure.step_flops(step, (x,)) > 0

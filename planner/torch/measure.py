@@ -61,6 +61,9 @@ def measure_step(step, model, inputs) -> dict:
     else:
         from torch.distributed._tools.mem_tracker import MemTracker
 
+        from planner.torch.partition import replay_under
+
+        replay_under(MemTracker)
         mt = MemTracker()
         mt.track_external(model)
         with mt, torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
@@ -143,6 +146,9 @@ def step_flops(step, inputs) -> int:
                 total[0] += op_flops(func, *meta, out)
             return out
 
+    from planner.torch.partition import replay_under
+
+    replay_under(Count)
     with Count():
         step(*inputs)
     return total[0]

@@ -32,7 +32,7 @@ from planner.torch.episodes import follow_episodes
 from planner.torch.model_graph import is_random, is_view
 
 __all__ = ["kept_vars", "saved_nodes", "partition", "apply_plan", "apply_keep", "plan_capture",
-           "keep_names", "functionalize_rng", "rng_state_bytes"]
+           "keep_names", "functionalize_rng", "rng_state_bytes", "replay_under"]
 
 
 def kept_vars(g, schedule) -> set:
@@ -140,6 +140,29 @@ def _fake_rng_state(node):
     mode = detect_fake_mode() or FakeTensorMode()
     real = torch.empty(rng_state_bytes(node), dtype=torch.uint8)
     return mode.from_tensor(real)
+
+
+def replay_under(mode_cls) -> None:
+    """Let the RNG replay operators of :func:`functionalize_rng` run under a
+    ``TorchDispatchMode`` of type ``mode_cls`` (a meter: MemTracker, a FLOP counter).
+
+    A higher-order operator needs a rule per dispatch mode and torch has none for these
+    meters; this one runs the operator's own kernel with the mode active, so the meter sees
+    the random op (its allocations, its FLOPs) as it sees any other.
+    """
+    from torch._C import DispatchKey
+    from torch._prims.rng_prims import run_and_save_rng_state, run_with_rng_state
+
+    for hop in (run_and_save_rng_state, run_with_rng_state):
+        if mode_cls in hop.python_key_table:
+            continue
+        kernel = hop.py_kernels[DispatchKey.BackendSelect]
+
+        def under_mode(mode, *args, _kernel=kernel, **kwargs):
+            with mode:
+                return _kernel(*args, **kwargs)
+
+        hop.py_impl(mode_cls)(under_mode)
 
 
 def functionalize_rng(fw, bw) -> int:
