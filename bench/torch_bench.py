@@ -313,9 +313,11 @@ def dominance(rows, name) -> str:
 def table(rows) -> str:
     meters = sorted({r["meter"] for r in rows})
     out = [f"Every row ran under torch.compile with Inductor's kernels except eager, checkpoint "
-           f"and SAC (eager autograd). peak: {', '.join(meters)}, less parameters, buffers and "
-           f"inputs; MemTracker peak: tensors through the dispatcher only; predicted peak: the "
-           f"unfused fx replay of the partition.", "",
+           f"and SAC (eager autograd). peak: {', '.join(meters)}, above what was allocated when "
+           f"the step started (parameters, buffers, inputs; gradients are made by the step); "
+           f"MemTracker peak: the same partitioner's fx graphs run without Inductor, tensors "
+           f"through the dispatcher only; predicted peak: the unfused fx replay of the "
+           f"partition.", "",
            "| model | method | peak B (allocator) | MemTracker peak B | predicted peak B | "
            "saved B | predicted saved B | recompute FLOPs | step s |",
            "|---|---|---:|---:|---:|---:|---:|---:|---:|"]
