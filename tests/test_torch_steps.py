@@ -287,3 +287,25 @@ def test_meters_follow_a_replayed_random_op():
     got = measure.measure_step(step, m, (x,))
     assert got["measured_peak_bytes"] > 0 and got["peak_measured_by"] == "MemTracker"
     assert measure.step_flops(step, (x,)) > 0
+
+
+def test_recomputed_dropout_with_fallback_random_equals_eager():
+    """With ``fallback_random`` Inductor draws as eager does; the replayed random ops keep that."""
+    from planner.torch.compiled import fresh_function
+
+    m, x = dropout_mlp()
+    ours, eager = copy.deepcopy(m), copy.deepcopy(m)
+    part = KeepNothing()
+    with inductor_config.patch(fallback_random=True, custom_partitioner_fn=part,
+                               fx_graph_cache=False), \
+            functorch_config.patch(enable_autograd_cache=False):
+        step = torch.compile(fresh_function(lambda v: ours(v).mean()), dynamic=False)
+        torch.manual_seed(1)
+        la = step(x)
+        la.backward()
+    torch.manual_seed(1)
+    lb = eager(x).mean()
+    lb.backward()
+    assert "run_with_rng_state" in part.parts[0].code       # the backward replays the draw
+    assert la.item() == pytest.approx(lb.item(), rel=1e-12)
+    assert grad_gap(ours, eager) < 1e-12
