@@ -118,8 +118,8 @@ def version() -> str:
 
 
 class _VersionAction(argparse.Action):
-    """``--version``: the version is looked up only when asked (importlib.metadata costs ~25 ms,
-    a tenth of a small plan)."""
+    """``--version``: the version is looked up only when asked (importing importlib.metadata
+    is a noticeable share of a small plan; bench/NOTES_scale.md)."""
 
     def __call__(self, parser, namespace, values, option_string=None):
         print(f"hgraph {version()}")          # stdout, as argparse's own version action

@@ -3,7 +3,8 @@ the indices of many ranges at once.
 
 :func:`distinct` is ``np.unique(a)`` without its cost on a short command: NumPy 2's
 ``np.unique`` (without ``return_index``/``return_inverse``) asks ``np.ma.is_masked``, which
-imports ``numpy.ma`` — ~20 ms, a tenth of planning a small graph from the command line.
+imports ``numpy.ma`` — a noticeable share of planning a small graph from the command line
+(bench/NOTES_scale.md).
 
 Example::
 

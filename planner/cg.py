@@ -582,7 +582,7 @@ def _check_structure(g: ComputationalGraph, path, cols: FunctionColumns) -> None
         np.zeros(0, dtype=np.int64)
     _, first = np.unique(out_fw, return_index=True)
     repeated = np.ones(limit, dtype=bool)       # the blocks that are not a var's first producer
-    repeated[first] = False                     # (np.setdiff1d would import numpy.ma: ~15 ms)
+    repeated[first] = False                     # (np.setdiff1d would import numpy.ma)
     again = np.flatnonzero(repeated)
     if again.size:
         i = int(again[0])

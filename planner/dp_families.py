@@ -48,7 +48,8 @@ __all__ = ["DEFAULT_MAX_LOWER_SETS", "DPGraph", "Family", "approx_family", "exac
            "SUBSET_MATRIX_MAX_BYTES"]
 
 
-#: Largest inclusion matrix :meth:`Family.subset_matrix` builds (GoogLeNet's is 94 MB).
+#: Largest inclusion matrix :meth:`Family.subset_matrix` builds (GoogLeNet's fits well under
+#: it; its size: bench/NOTES_scale.md).
 SUBSET_MATRIX_MAX_BYTES = 512 * 2**20
 
 _ONE = np.uint64(1)
@@ -197,7 +198,7 @@ def _subset_matrix(size: np.ndarray, low: np.ndarray, tgt: np.ndarray) -> np.nda
     L_low ∪ {v}``): ``sub(L) = {L} ∪ ⋃ sub(L \\ {v})``. Rows are OR-reduced per set a size
     level at a time, so the whole matrix costs one pass over the covers (~|family| · width),
     not a test per pair. The covers are the ones :func:`exact_family` found while listing the
-    sets (cnn29: 0.34–0.7 s, where finding them again by row keys took 1.25 s)."""
+    sets (finding them again by row keys cost more than building the whole matrix)."""
     L = size.size
     sub = np.zeros((L, (L + 63) // 64), np.uint64)
     ids = np.arange(L)
@@ -253,7 +254,7 @@ def _lower_set_levels(g: DPGraph, limit: int):
     is *free* in ``L``). The free nodes are carried from parent to child: a child ``L ∪ {v}``
     has its parent's free nodes but ``v``, plus the successors of ``v`` whose predecessors
     all lie in it — one test of a packed predecessor mask per (cover, out-edge), where
-    testing every edge against every set of a level cost ~5× more on cnn29. The children's
+    testing every edge against every set of a level cost several times more. The children's
     rows are then sorted word by word and deduplicated.
     """
     W = g.words

@@ -1,6 +1,7 @@
 """The summary table as plain text, laid out exactly as rich lays it out, for logs and pipes.
 
-rich costs ~0.1 s to import, a fifth of a small plan's whole run; where nobody sees colours (a
+rich is slow to import, a large share of a small plan's whole run (bench/NOTES_scale.md);
+where nobody sees colours (a
 pipe, a log, a file) :class:`PlainTable` draws the same box characters, widths, justification
 and centred title as ``rich.console.Console(width=...).print(rich.table.Table(...))`` for the
 tables :func:`planner.report.summary_table` builds (no header, two or more columns, one line

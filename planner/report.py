@@ -114,7 +114,7 @@ def build(g, ag, groups, sim, *, solver, strategy, units, budget, budget_bytes, 
 def dumps(report: dict) -> str:
     """The report as JSON: indented, except that each of the ``decisions`` (one per activation,
     10^6 of them on big graphs) is one compact line — written by the C encoder (``indent``
-    would run the pure-Python one, ~10× slower) and still one object per line to read."""
+    would run the pure-Python one, far slower) and still one object per line to read."""
     rest = {k: v for k, v in report.items() if k != "decisions"}
     text = json.dumps(rest, indent=1)
     if "decisions" not in report:

@@ -33,8 +33,9 @@ __all__ = ["Solver", "MIN_BUDGET_MAX_SETS"]
 
 #: Exact families up to this many sets get their smallest feasible budget in one pass
 #: (:meth:`Solver.min_budget`); bigger ones are bisected over :meth:`Solver.feasible`.
-#: GoogLeNet's 27,358 sets hold 82M pairs under the peak test at its smallest budget: the
-#: pass takes 20 s there, the bisection 12 s (33 memory-centric searches; 55 s time-centric).
+#: On a family as big as GoogLeNet's the one pass forms too many pairs under the peak test at
+#: its smallest budget and is slower than bisecting with memory-centric searches (figures:
+#: bench/NOTES_scale.md, "Figures formerly quoted in docstrings").
 MIN_BUDGET_MAX_SETS = 4096
 
 
@@ -136,8 +137,9 @@ class Solver:
 
         Without a window or front cap every strategy's search keeps each reachable state's
         least-ckpt entry, so all reach V at the same budgets; the memory-centric one keeps
-        only that entry (:meth:`~planner.dp.exact_search.ExactSearch.lexmin`: GoogLeNet's
-        exact family, bisected, 12 s against 55 s time-centric). Chen's chain and the scale
+        only that entry (:meth:`~planner.dp.exact_search.ExactSearch.lexmin`: on GoogLeNet's
+        exact family several times cheaper to bisect than the time-centric search;
+        bench/NOTES_scale.md). Chen's chain and the scale
         path (whose time-centric passes may find chains the memory-centric pass thins away)
         ask :meth:`solve` itself."""
         if self.solver == "chen" or self.scale:

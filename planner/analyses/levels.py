@@ -30,8 +30,8 @@ _NEG = -(1 << 60)
 
 
 #: :func:`_waves` first relaxes every edge at once, round after round, while the rounds done
-#: times the edges stay under this many (densenet's 645 edges and 568 levels: 6 ms against
-#: 22 ms of Kahn waves, whose step costs ~20 NumPy calls to the round's four).
+#: times the edges stay under this many (a Kahn wave's step costs ~20 NumPy calls to the
+#: round's four, which tells on deep graphs such as densenet; figures: bench/NOTES_scale.md).
 RELAX_WORK = 1 << 21
 
 

@@ -2,10 +2,10 @@
 
 Why: the checkpoint knapsack (:mod:`planner.dp.knapsack`) lets a plan save any set of nodes
 that fits, but a plan's checkpoints are the boundaries of a chain of lower sets, and a cut
-through parallel branches saves every branch it crosses — low ``t/m`` nodes included. On
-cnn29 (29,252 lower sets) at 20 % the knapsack puts the root at 703 where the optimum is 749;
-this bound puts it at 747 (at 30 %: 401 → 428, optimum 429), and the pass that reaches V
-holds 363k entries instead of the 1.4M the knapsack alone lets through at 749.
+through parallel branches saves every branch it crosses — low ``t/m`` nodes included. On the
+generated CNNs this bound puts the root much nearer the optimum than the knapsack does, and
+the pass that reaches V holds a fraction of the entries the knapsack alone lets through
+(figures: bench/NOTES_scale.md, "Figures formerly quoted in docstrings").
 
 The bound is a longest path in a relaxation of the DP. States are the lower sets; a pair
 ``k → l`` (``L_k ⊊ L_l``) is allowed when its peak test passes at the least ckpt any entry of
@@ -16,7 +16,8 @@ adding ``δ`` ckpt has ``δ ≤ cap0 − c`` (all checkpoints fit in ``cap0``) a
 so ``Q·σ − p·δ ≤ P_λ(k)`` and ``σ ≤ (P_λ(k) + p·(cap0 − c)) / Q`` — for every ``λ ≥ 0``; the
 bound is the least over a few prices. Integers throughout, so the rounding never helps a bound.
 
-Speed: the relaxation has every feasible pair (cnn29 at 20 %: 133M); most are dominated. For a
+Speed: the relaxation has every feasible pair (on big families, far too many); most are
+dominated. For a
 pair ``k → l`` and a node ``v ∈ L_l`` that ``L_k`` can add alone (its predecessors are in
 ``L_k``) with ``w(v) = Q·t(v) − p·m(v) ≥ 0``, the path ``k → k∪{v} → l`` is worth at least as
 much: it saves what ``k → l`` saves plus ``v`` when ``l`` closes ``v`` (the weights differ by
@@ -25,9 +26,8 @@ much: it saves what ``k → l`` saves plus ``v`` when ``l`` closes ``v`` (the we
 price, where fewest are nonnegative, so one pair set serves every price) and ``U(k)`` the
 largest lower set without them (every node not a descendant of ``Pos(k)``), the longest path
 only needs the covers ``k → k∪{v}``, ``v ∈ Pos(k)``, and the pairs with ``L_l ⊆ U(k)``: one
-bit of the inclusion matrix's row ``U(k)`` per cell (cnn29 at 20 %: 4.8M pairs instead of
-133M, every longest path the same — ``tests/test_dp_chain_bound.py`` checks that against all
-pairs; ~1 s).
+bit of the inclusion matrix's row ``U(k)`` per cell (a small fraction of the pairs, every
+longest path the same — ``tests/test_dp_chain_bound.py`` checks that against all pairs).
 
 Example (a chain: each block's cut saves one node, which the knapsack cannot see)::
 
@@ -59,9 +59,9 @@ __all__ = ["ChainBound", "chain_bound", "PRICES", "PRICE_SPAN"]
 
 #: Prices (``λ``) the bound is computed at, geometric over ``[λ0, PRICE_SPAN·λ0]`` with ``λ0``
 #: the root knapsack's split ratio (its own optimal price; the boundaries it ignores make
-#: memory dearer, so the chain's best price lies at or above it: cnn29 λ0 at 20 %, ~1.2·λ0 at
-#: 30 %). The pair set is pruned at the largest price (a span of 2 kept 14M pairs on cnn29 at
-#: 20 %, 3× those of 1.3, for a root no better); twelve prices over the span bettered no pass.
+#: memory dearer, so the chain's best price lies at or above it). The pair set is pruned at
+#: the largest price (a wider span kept several times the pairs for a root no better); more
+#: prices over the span bettered no pass (figures: bench/NOTES_scale.md).
 PRICES = 6
 PRICE_SPAN = 1.3
 #: A path value below this is "no path to V".
@@ -70,7 +70,7 @@ NEG = -(1 << 60)
 
 def _state_ids(fam, rows: np.ndarray) -> np.ndarray:
     """The state id of each bitset row (−1: none), by a 64-bit hash of the words checked
-    against the rows themselves (sorting the rows' bytes as keys costs ~10× more)."""
+    against the rows themselves (sorting the rows' bytes as keys costs far more)."""
     if "row_hash" not in fam.cache:
         mult = np.random.default_rng(0).integers(1, 1 << 63, fam.sets.shape[1], dtype=np.uint64) | 1
         h = (fam.sets * mult).sum(axis=1, dtype=np.uint64)

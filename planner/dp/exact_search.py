@@ -1,8 +1,10 @@
 """The exact family's DP at one budget, computing only what the strategy's plan can depend on.
 
-Speed, exact family (every lower set; GoogLeNet: 27,358 sets, 121M inclusion pairs, where the
-unpruned DP would expand ~10^10 entries). :class:`ExactSearch` computes only what the
-strategy's plan can depend on, and keeps the reference's plan and tie-breaks exactly:
+Speed, exact family (every lower set: on GoogLeNet tens of thousands of sets, and an unpruned
+DP would expand orders of magnitude more entries than the search keeps; the measured figures of
+this module's docstrings are in bench/NOTES_scale.md, "Figures formerly quoted in docstrings").
+:class:`ExactSearch` computes only what the strategy's plan can depend on, and keeps the
+reference's plan and tie-breaks exactly:
 
 * Time-centric: A*-style pruning by an admissible lower bound on the final recompute. The last
   block holds a sink, so all checkpoints together fit in ``cap0 = B − 2·m(sink)``; an entry
@@ -18,14 +20,14 @@ strategy's plan can depend on, and keeps the reference's plan and tie-breaks exa
   c_min + dm)`` with the knapsack's tangent upper bound drops the pair or cuts the source
   front to a suffix of large enough ``saved``; the exact knapsack is read for the Pareto
   fronts' entries only (testing every candidate, even by the tangent bound, costs more than
-  the per-saved minimum it would spare: cnn12 at 20 %, 20M candidates). ``g`` starts at the root's
+  the per-saved minimum it would spare). ``g`` starts at the root's
   bound and grows until V is reached — doubling steps while the passes are small, then
   steps sized to multiply the entries by about 4, since the pass that reaches V overshoots
   the optimum by up to one step and dominates the cost. Beside the knapsack, the
   Lagrangian chain bound (:mod:`planner.dp.chain_bound`: a longest path over chains of
   lower sets, so it sees that a cut through parallel branches saves them all) is built
-  with it, before the first pass, and every bound is the least of the two (cnn29 at 20 %:
-  the root's bound is 747 where the knapsack's is 703, optimum 749).
+  with it, before the first pass, and every bound is the least of the two (on the generated
+  CNNs its root lies much nearer the optimum than the knapsack's).
 * Memory-centric: the plan is V's least-ckpt entry (most saved among those). Feasibility
   reads only ``c`` and both quantities add along a chain, so one entry per state — the
   lexicographic minimum of ``(c, −saved)``, ties to the least source id — reproduces it
@@ -80,8 +82,8 @@ __all__ = ["ExactSearch", "DEEPENING_GROWTH", "outside_rho"]
 
 #: Time-centric deepening: once passes are big, each failed pass's successor aims at this
 #: many times its entries (:meth:`ExactSearch._next_step`). The growth per unit of bound
-#: slows as the bound rises, so a pass lands short of the aim (×1.5–2.5 for an aim of 4;
-#: an aim of 2 took 10 passes to densenet's optimum at 40 %, 0.9 s more than 4).
+#: slows as the bound rises, so a pass lands short of the aim; an aim of 2 took more passes,
+#: and more time, than 4 (figures: bench/NOTES_scale.md, "Figures formerly quoted in docstrings").
 DEEPENING_GROWTH = 4.0
 #: Time-centric deepening: a failed pass whose fronts grew less than this runs the lexmin pass.
 LEXMIN_STALL = 1.25
@@ -89,8 +91,8 @@ LEXMIN_STALL = 1.25
 
 #: Least cells (targets × sources) of a :meth:`ExactSearch.lexmin` relaxation worth a part
 #: of its own on a thread (:func:`_parts`): below it a part's Python steps cost more than
-#: it spares. (The time-centric passes' chunks, cut the same way at 2k–32k pairs a part,
-#: ran no faster: their many small steps hold the GIL.)
+#: it spares. (The time-centric passes' chunks, cut the same way, ran no faster: their many
+#: small steps hold the GIL.)
 PART_CELLS = 1 << 15
 
 
@@ -103,7 +105,8 @@ def _parts(cells: int, size: int) -> list:
 
 
 def _nonzero2(mask: np.ndarray):
-    """``np.nonzero`` of a 2-D mask, by one flat scan (2–3× faster than the 2-D form)."""
+    """``np.nonzero`` of a 2-D mask, by one flat scan (faster than the 2-D form, which scans
+    per axis)."""
     flat = np.flatnonzero(mask)
     return np.divmod(flat, mask.shape[1])
 
@@ -232,8 +235,8 @@ class ExactSearch:
     # --------------------------------------------------------------- per-state quantities
     def deltas(self, tgt: np.ndarray, src: np.ndarray):
         """``(dt, dm)`` of each pair ``L_src → L_tgt``: ``t``, ``m`` of ``∂L_tgt \\ L_src``
-        (:meth:`_bnd_deltas`: on GoogLeNet's time-centric pairs 4× the speed of the
-        weighted-popcount tables it replaced, on cnn12 6×)."""
+        (:meth:`_bnd_deltas`, faster than the weighted-popcount tables it replaced; figures
+        in bench/NOTES_scale.md)."""
         if self.pairs is not None:                          # approximate family
             return self.pairs(tgt, src)[1:]
         dt, dm = self._bnd_deltas(tgt, src)
@@ -277,8 +280,8 @@ class ExactSearch:
         """Per pair, its entry in the boundary tables (``K ≤`` :data:`BOUNDARY_TABLE_MAX`):
         ``tgt·2^K`` plus the mask of ``∂L_tgt``'s slots that ``L_src`` holds. One index
         serves ``dt`` and ``dm`` alike. Slot by slot (one gather of the slot's node, one
-        membership byte, OR-ed into a ``uint8`` mask): half the time of one ``[pairs, K]``
-        lookup on cnn29, whose temporaries do not stay cached."""
+        membership byte, OR-ed into a ``uint8`` mask): cheaper than one ``[pairs, K]``
+        lookup on big families, whose temporaries do not stay cached."""
         node, member, _tables, _wts = self.bnodes
         K, n = node.shape[1], self.g.n
         slots = self.fam.cache["boundary_slots"]
@@ -332,9 +335,9 @@ class ExactSearch:
         """(row, column) of ``ok`` [targets, live] where ``L_live[column] ⊆ L_target``; the
         targets are ``rows``, a slice or an ascending id array.
 
-        With the inclusion matrix: where ``ok`` holds few cells (the peak test keeps ~6 % of
-        them on cnn29 at 20 %), its cells are listed first and each one's bit read (5× the
-        speed of a whole-grid read there); otherwise the grid is read — whole prefix rows
+        With the inclusion matrix: where ``ok`` holds few cells (the peak test often keeps a
+        small fraction), its cells are listed first and each one's bit read (cheaper than a
+        whole-grid read there); otherwise the grid is read — whole prefix rows
         unpacked where ``live`` is dense in them, else one byte per cell. Without the matrix
         the ``ok`` pairs' bitsets are tested."""
         if self.sub is not None and 4 * np.count_nonzero(ok) > ok.size:
@@ -383,9 +386,9 @@ class ExactSearch:
 
         Every bound the passes read is the least of the two where the chain bound exists
         (exact families with an inclusion matrix). Built before the first pass, not once
-        passes grow: its walk (cnn29 at 20 %: 4.8M pairs, 0.5–1 s) costs less than the
-        passes it spares — the deepening starts at its root (cnn29 at 20 %: 747 where the
-        knapsack's is 703, optimum 749). Filters over pairs read one price per state (the
+        passes grow: its walk costs less than the passes it spares — the deepening starts at
+        its root, which on the generated CNNs lies much nearer the optimum than the
+        knapsack's (figures: bench/NOTES_scale.md). Filters over pairs read one price per state (the
         least at its largest room, :meth:`ChainBound.one_price`); the exact test of the
         fronts' entries reads them all."""
         if self.knapsack is None:
@@ -426,17 +429,17 @@ class ExactSearch:
 
     def _least_cap(self, states: np.ndarray, req: np.ndarray) -> np.ndarray:
         """A capacity below which no entry of ``states`` still saves ``req``: the chain
-        bound's where there is one — alone, as the knapsack's inverse beside it cut 0.5 % more
-        candidates for a third of the pass's time (cnn29 at 20 %, the pass at 749:
-        1.96 → 1.49 s) — else the knapsack's."""
+        bound's where there is one — alone, as the knapsack's inverse beside it cut few more
+        candidates for much more of the pass's time (figures: bench/NOTES_scale.md) — else
+        the knapsack's."""
         if self.chain:
             return self.chain.least_cap_one(states, req)
         return self._bound_tables().least_cap_lower(states, req)
 
     def _reaches(self, states: np.ndarray, cap: np.ndarray, req: np.ndarray) -> np.ndarray:
         """Whether both bounds let an entry with ``cap0 − c = cap`` still save ``req``: the
-        chain bound first, as it is the cheaper and cuts more (cnn29 at 20 %, the pass at
-        749: 568k entries, 373k left by the chain, 467k by the knapsack, 363k by both)."""
+        chain bound first, as it is the cheaper and, on the generated CNNs, cuts more
+        (figures: bench/NOTES_scale.md)."""
         if not self.chain:
             return self._bound_tables().reaches(states, cap, req)
         ok = self.chain.reaches(states, cap, req)
@@ -465,9 +468,9 @@ class ExactSearch:
         ``saved``; at the source's top corner (every entry has ``s ≤ s_max``) the bound cuts
         it to ``c ≤ cap0 − dm − least_cap(T − bound − s_max − dt)``, the least capacity
         bounded from below by :meth:`KnapsackBound.least_cap_lower` (the knapsack's inverse
-        read off the grid and its tangents; the exact inverse searched the rows at 12 % of
-        cnn29's pass at 30 % for 0.5 % fewer candidates) (cnn29 at 30 %, 160M
-        candidates → 117M); the feasible prefix (``c ≤ room``, and ``c + dm ≤ cap0``) is cut as in
+        read off the grid and its tangents; the exact inverse searched the rows, a sizeable
+        share of the pass, for only slightly fewer candidates; figures: bench/NOTES_scale.md); the
+        feasible prefix (``c ≤ room``, and ``c + dm ≤ cap0``) is cut as in
         :func:`planner.dp.loop.run_dp`. Sources are first filtered per target by
         ``ks_bnd`` (:meth:`_bound_tables`). The exact bound is applied to the Pareto fronts
         only: an entry a dropped one dominates (``s`` no larger, ``c`` no smaller) has a
@@ -528,8 +531,8 @@ class ExactSearch:
         # (state, saved) as one key, its pair part repeated (no per-candidate pair index
         # and gathers); keys run over the saved values each target can get — its pairs'
         # [cut, s_max + dt], packed back to back — so best_per_saved's buckets stay dense
-        # where a chunk's targets are many and their candidates few (cnn29 at 30 %: a third
-        # of its chunks took the sort before)
+        # where a chunk's targets are many and their candidates few (such chunks took the
+        # sort before; bench/NOTES_scale.md)
         live = cnt > 0
         pt, cnt_l, dt_l = tgt[live], cnt[live], dt[live]
         p_lo = np.clip(s_lo[live] - dt_l, 0, T + 1) + dt_l
@@ -604,12 +607,12 @@ class ExactSearch:
         (which overshoots the optimum by up to one step) dominates the cost. While passes
         are small (under one entry per state) the step doubles; past that it is sized so
         the next pass holds about :data:`DEEPENING_GROWTH` times the entries, at the growth
-        per unit of bound the last two passes showed (cnn5 at 30 %: ×1.2–1.5 per unit,
-        where doubling steps overshot 16k-entry passes to 66k) — never more than doubling.
+        per unit of bound the last two passes showed (doubling steps overshot big passes
+        several-fold) — never more than doubling.
         The first pass, from the root's bound, moves it by ``step`` when small (under half
-        an entry per state); a bigger one says the bound is tight, and moves it by 1 (cnn29
-        at 20 %: 10.5k entries at 747, then 749, the optimum, skipping 748; at 100 %: 29k at
-        1, then 2, the optimum, with 58k entries where a step of 2 took 88k to 3).
+        an entry per state); a bigger one says the bound is tight, and moves it by 1, so
+        the last pass does not overshoot the optimum (figures of both cases:
+        bench/NOTES_scale.md, "Figures formerly quoted in docstrings").
         """
         if last is None:
             return step if 2 * size < self.L else 1
@@ -644,10 +647,10 @@ class ExactSearch:
         The band's end: the ``k``-th least estimate (running best of a target, ``m(∂L)``
         of a state that is none yet), ``k = min(band, known / 8)``, and — once a pass has
         run — at most the last pass's span scaled to settle about ``band`` states (doubled
-        while passes settle fewer than ``band / 2``). Values crowd near V's (GoogLeNet at
-        min_DP: most states it settles lie within 5 % of it) while few are known, so the
-        ``k``-th estimate alone would jump past V in one pass that settles (and pairs from)
-        half the family: 7.7 s there, 1.4 s with the cap. ``band``: default :attr:`band`.
+        while passes settle fewer than ``band / 2``). Values can crowd near V's (GoogLeNet
+        at min_DP) while few are known, so the ``k``-th estimate alone would jump past V in
+        one pass that settles (and pairs from) much of the family, several times slower than
+        with the cap (figures: bench/NOTES_scale.md). ``band``: default :attr:`band`.
         """
         L, end = self.L, self.end
         band = self.band if band is None else band
@@ -777,8 +780,8 @@ class ExactSearch:
         Cells are cut before the inclusion test by the peak test and by ``c_i`` above the
         target's running best (``dm ≥ 0``: such a pair can neither win nor tie); ``dt`` is
         computed only for the pairs that reach the least ``c``. (A bound on ``dm`` before
-        computing it — ``c_i + m(∂L_j) − min(m(∂L_i), m(∂L_j))`` — cut under 1 % of the
-        pairs on GoogLeNet and the generated CNNs, less than it cost.)
+        computing it — ``c_i + m(∂L_j) − min(m(∂L_i), m(∂L_j))`` — cut too few pairs on
+        GoogLeNet and the generated CNNs to pay for itself; bench/NOTES_scale.md.)
         """
         bc = best[0]
         ok = keyc[None, src] <= self.thr[tgt, None]          # the peak test

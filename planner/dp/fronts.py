@@ -110,11 +110,11 @@ def best_per_saved(ns, nc, e):
 
     Returns the winners sorted by ``ns``. Dense buckets over the ``ns`` range when it is
     narrow (saved values are bounded by T(V)) and the input not tiny, a lexsort otherwise; both
-    give the same winners. Buckets are ~3× faster from a few hundred candidates on (densenet's
-    DP at 50 %: 0.03 s against 0.09 s), tiny inputs cost the same either way. Where ``nc`` and
+    give the same winners. Buckets are faster from a few hundred candidates on, tiny inputs
+    cost the same either way (figures: bench/NOTES_scale.md). Where ``nc`` and
     ``e`` pack into one int64 (``(nc − min)·E + (e − min)`` orders as ``(nc, e)``) the buckets
     take one ``minimum.at`` of the packed values, which spares a second scatter and the gather
-    that finds each bucket's winners (the exact search's cnn29 at 30 %: 117M candidates).
+    that finds each bucket's winners (the exact search's biggest inputs on big families).
     """
     lo, hi = int(ns.min()), int(ns.max())
     width = hi - lo + 1

@@ -13,15 +13,14 @@ Tables: per state, the nodes outside it in exact ``t/m`` order with their runnin
 ``t`` sums — only the nodes outside (those inside add nothing) and only up to the first one
 whose running ``m`` passes ``cap_max`` (the largest capacity a budget asks for; nothing past
 it is read). They are built in blocks of states (:data:`KNAPSACK_BLOCK_CELLS` dense cells at a
-time) into flat ragged arrays, so every family size gets per-state tables: cnn29's 29,252
-states × 1,410 nodes would be 41M cells dense (~1 GB as int64 sums); ragged and truncated at
-20 % of the activations they are 18M entries of int32 running ``m``, int16 running ``t`` and
-int16 item ids (~150 MB, ~1.5 s to build on one core). The blocks are built side by side on
-every core (:mod:`planner.threads`), each straight into its region of the arrays (room for
-every item outside its states; row ``j`` is ``[start[j], stop[j])``, what a block does not
-keep is never written): no second copy to concatenate — on cnn29 at 20 % the solve's peak
-resident memory fell from ~820 MB to ~670 MB, its system time (page faults, costly on this
-VM) from 0.85–1.6 s to ~0.7 s.
+time) into flat ragged arrays, so every family size gets per-state tables: dense, states ×
+nodes of int64 sums would not fit on big families; ragged and truncated they are int32
+running ``m``, int16 running ``t`` and int16 item ids, a fraction of that (sizes and build
+times: bench/NOTES_scale.md, "Figures formerly quoted in docstrings"). The blocks are built
+side by side on every core (:mod:`planner.threads`), each straight into its region of the
+arrays (room for every item outside its states; row ``j`` is ``[start[j], stop[j])``, what
+a block does not keep is never written): no second copy to concatenate, which lowers the
+solve's peak resident memory and its page faults (figures: bench/NOTES_scale.md).
 
 Example::
 
@@ -410,7 +409,7 @@ class KnapsackBound:
         split item's ratio ``r`` stretched on. So no capacity under ``cm + (req − ct) / r``
         (nor ``x_{g−1} + 1``) reaches ``req``. The two agree until the answer passes the
         split item; a cut by this bound is a little weaker, at a fraction of the work
-        (cnn29 at 30 %: the search's largest per-pair cost)."""
+        (the exact inverse had been the search's largest per-pair cost)."""
         out, pos, st, r, gi = self._first_grid_reaching(states, req)
         if pos is None:
             return out

@@ -145,7 +145,7 @@ def _table_loop(fam, t, m, budget: int, window, front_cap, lam, max_recompute,
 
     A state's transition terms are computed for its sources only, from its few boundary
     nodes (:func:`_boundary_rows`): cheaper, for a pass or three, than the full ``L × L``
-    tables of :func:`transition_table` (densenet: ~4 ms a pass against ~20 ms to build them).
+    tables of :func:`transition_table` (bench/NOTES_scale.md has densenet's figures).
 
     Why the shortcuts keep the result:
 
@@ -162,8 +162,7 @@ def _table_loop(fam, t, m, budget: int, window, front_cap, lam, max_recompute,
     * ``resume``: an entry of ``L_j`` recomputes at most ``t(L_j)``, and a source's ``t(L)``
       is at most its target's, so a pass bounded by ``g`` leaves the states before the first
       with ``t(L_j) > g`` exactly as an unbounded pass would — entries, positions and
-      predecessors — and any deeper pass keeps them and starts there (densenet: 23–44 % of
-      the states of the deepening's second and third passes).
+      predecessors — and any deeper pass keeps them and starts there.
     """
     L = fam.num_sets
     msum, T = int(m.sum()), int(t.sum())

@@ -1,7 +1,7 @@
 """The smallest budget at which the DP on a family has a plan, computed directly (no bisection).
 
 Why: an infeasible budget's error names the smallest feasible one. Found by bisection it
-costs ~34 full DP solves (resnet50 at its ``min_DP`` label: 0.5 s of a 0.6 s command);
+costs dozens of full DP solves, most of a small plan's command (bench/NOTES_scale.md);
 computed directly it is one DP over the family's transitions (run under a growing bound:
 a few walks, the last one exact).
 
@@ -62,10 +62,9 @@ from planner.dp.loop import transition_table
 __all__ = ["min_budget", "GROWTH"]
 
 #: How much the pruning bound ``U`` grows after a pass that does not reach V. Passes below
-#: the answer stop early, the one that reaches V costs more the further it overshoots; on the
-#: shared graphs under 1,000 nodes and two synthetic transformers (reference units) the seven
-#: searches took 0.43 s at ×2 and ×3, 0.53 s at ×1.5, 0.67 s at ×1.25, 1.05 s in one pass at
-#: ``2·m(V)``.
+#: the answer stop early, the one that reaches V costs more the further it overshoots; ×2 was
+#: as fast as any growth tried on the shared graphs under 1,000 nodes and two synthetic
+#: transformers, and faster than one pass at ``2·m(V)`` (figures: bench/NOTES_scale.md).
 GROWTH = 2.0
 
 

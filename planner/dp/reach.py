@@ -9,15 +9,14 @@ growth ``c → c + dm(i, k)``. So there is a largest ``c`` with which ``i`` can 
 and an entry of ``i``'s front with ``c > reach[i]`` is dead: no chain through it ends in V.
 Dropping dead entries leaves V's front as it is (the uncapped windowed DP gives the same
 plan), but a *capped* front then spends its ``K`` entries on the ckpt range that can still
-finish. On a 2,020-node synthetic transformer at 40 % the fronts are ~300 entries and the
-largest ckpt of a quarter-way front was the immediate room (~805 MB), while a chain that
-still has three quarters of the graph to checkpoint can finish only with much less; thinning
-over that whole range is what lost 8.7 % recompute against the uncapped DP (see
-``bench/quality_bench.py``).
+finish. On a synthetic transformer the largest ckpt of a quarter-way front was the
+immediate room, while a chain that still has three quarters of the graph to checkpoint can
+finish only with much less; thinning over that whole range is what lost recompute against the
+uncapped DP (see ``bench/quality_bench.py``; figures in bench/NOTES_scale.md).
 
 The recurrence runs backwards once over the ``(L, W)`` transition tables of
 :func:`planner.dp.subsets.window_transitions`, before the DP: ``W`` scalar steps per state
-(``~2 µs``; ~2–3 s at 10^6 states, against minutes for the DP itself), in chunks of rows so
+(a small fraction of the DP's own time), in chunks of rows so
 only a chunk is ever held as Python ints.
 
 Example::

@@ -19,15 +19,11 @@ reported approximations (``dp_window``, ``dp_front_cap`` in the plan's report):
   so the K entries cover the checkpoint range that can still finish.
 
 Which of the two costs quality (``bench/quality_bench.py``, replayed recompute against the
-uncapped DP; model recompute in brackets): on a 2,020-node synthetic transformer the window
-alone (8, no cap) gives the uncapped plan's model recompute at 40 %, 50 % and 70 % (1,108 /
-922 / 825); the cap alone (no window, 32) 1,155 at 40 %. The cap was the cause: cap 32
-without pruning 1,205 (8.7 % replayed); with pruning 1,119 (0.6 %), and cap 64 with pruning
-the uncapped model optimum at all three budgets (0 / 0 / 0.8 % replayed: the replay counts
-more than the model, and equal-model chains can replay differently). At 4,012 nodes and 70 %
-cap 64 still left 2.5 % (model 1,643 against the window-only 1,637), cap 128 0.8 % (model
-1,637), hence the default of 128. The README's Measured table has the rows for both
-generators.
+uncapped DP): on a synthetic transformer the window alone (8, no cap) gives the uncapped
+plan's model recompute; the cap alone does not. The cap was the cause, and the reach pruning
+closes most of its gap; on the larger transformer a cap of 64 still left a gap that 128
+closes, hence the default of 128 (the figures: bench/NOTES_scale.md, "Figures formerly quoted
+in docstrings"). The README's Measured table has the rows for both generators.
 
 Every chain the capped DP returns is still a chain of the approximate family whose every
 transition passed the reference's peak test, so the plan is valid and the replay checks it;
@@ -48,12 +44,13 @@ __all__ = ["EXACT_LIMIT", "DEFAULT_WINDOW", "DEFAULT_FRONT_CAP", "MEMORY_WINDOW"
            "thin_lagrange"]
 
 #: Graphs up to this many activations run the exact approximate DP (no window, no cap): the
-#: reference's own limit (MAX_N = 2500); the exact DP takes ~10 s there, ~2 min at 4,000.
+#: reference's own limit (MAX_N = 2500); past it the exact DP's quadratic time grows quickly
+#: (timings: bench/NOTES_scale.md, "Figures formerly quoted in docstrings").
 EXACT_LIMIT = 2500
 DEFAULT_WINDOW = 8
 #: 128, not 32 or 64: with pruning, the replayed recompute gap to the uncapped DP on the
-#: 4,012-node transformer was 1.1 % (40 %) with 32 and 2.5 % (70 %) with 64, 0.8 % with 128
-#: (``bench/quality_bench.py``); each doubling costs ~1.2–1.6× DP time per state.
+#: 4,012-node transformer was smallest with 128 (``bench/quality_bench.py``; figures in
+#: bench/NOTES_scale.md); each doubling costs DP time per state.
 DEFAULT_FRONT_CAP = 128
 #: Memory-centric plans want blocks as large as the budget allows: a wide window, thin fronts
 #: (synthetic transformer at 40 %: the exact chain at 2,000 nodes; 6 blocks at 8,000).
@@ -74,9 +71,9 @@ def plan_options(n: int, window=None, front_cap=None,
 def thin(nc: np.ndarray, cap: int) -> np.ndarray:
     """Indices of at most ~``cap`` entries of a front (``nc`` ascending), spread over its ckpt
     range: for each of ``cap`` levels the largest entry at or below it. Levels are denser
-    towards the large-ckpt (large-saved) end, where time-centric chains run (on a 2,000-node
-    synthetic transformer at 50 %: recompute 936 with window 32 / cap 128 against the exact
-    922; evenly spaced levels gave 1,036 at 32 / 64)."""
+    towards the large-ckpt (large-saved) end, where time-centric chains run (on a synthetic
+    transformer they came nearer the exact recompute than evenly spaced levels;
+    bench/NOTES_scale.md)."""
     x = np.linspace(0.0, 1.0, cap) ** 0.5          # denser towards the largest-saved end
     levels = int(nc[0]) + x * (int(nc[-1]) - int(nc[0]))
     idx = np.searchsorted(nc, levels, side="right") - 1

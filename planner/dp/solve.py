@@ -40,8 +40,8 @@ from planner.dp_families import approx_family
 #: Bounded passes after which a time-centric approximate solve of a dense family runs the
 #: plain loop (:func:`objective_bounded`).
 APPROX_DEEPENING_PASSES = 3
-#: How much the bound of a time-centric approximate solve grows after a failed pass (densenet:
-#: 1.5 keeps every budget label ≤ 0.17 s, where doubling overshoots the optimum at 20 %).
+#: How much the bound of a time-centric approximate solve grows after a failed pass (on
+#: densenet doubling overshoots the optimum at tight budgets; timings: bench/NOTES_scale.md).
 APPROX_DEEPENING_GROWTH = 1.5
 #: Approximate families from the first size run bounded: below it the plain loop is cheaper
 #: than finding a bound (unet, resnet50, googlenet); memory-centric, dense families up to the
@@ -169,8 +169,8 @@ def bounded_fronts(fam, g, b_units: int, strategy: str) -> Fronts:
     (knapsack-bounded fronts for time-centric plans, one entry per state for memory-centric
     ones), and so are dense approximate families of :data:`APPROX_SEARCH_SETS` sets,
     memory-centric. Smaller approximate families run the plain loop; bigger ones, and every
-    time-centric one from 512 sets, the loop bounded by :func:`objective_bounded` (densenet's
-    569 sets: 0.05–0.2 s where the search's deepening took 0.2–0.8 s). All keep the unpruned
+    time-centric one from 512 sets, the loop bounded by :func:`objective_bounded` (cheaper
+    than the search's deepening there; bench/NOTES_scale.md). All keep the unpruned
     DP's plan.
     """
     if fam.kind == "approx" and fam.num_sets < APPROX_SEARCH_SETS[0]:
@@ -214,8 +214,8 @@ def objective_bounded(fam, g, b_units: int, strategy: str) -> Fronts:
     ones the checkpoint memory, likewise. A DP that drops entries above a bound ``g`` therefore
     returns the exact optimum (with the reference's tie-breaks) as soon as it reaches V at all.
     Time-centric on a dense family the first bound is twice the knapsack lower bound
-    (:func:`recompute_lower_bound`; densenet: the optimum is 1.0–1.3× it from 40 % of the
-    activations up, 2–4× below), raised by :data:`APPROX_DEEPENING_GROWTH` after a pass that
+    (:func:`recompute_lower_bound`: near the optimum at loose budgets, further below it at
+    tight ones), raised by :data:`APPROX_DEEPENING_GROWTH` after a pass that
     fails, and after :data:`APPROX_DEEPENING_PASSES` failed passes the unpruned loop runs
     (where the budget, not the bound, keeps the fronts small: cheaper than deepening further).
     Otherwise the bound starts small and grows 4×. At the largest bound nothing is pruned, so
@@ -228,7 +228,7 @@ def objective_bounded(fam, g, b_units: int, strategy: str) -> Fronts:
     — and one at a smaller budget an upper bound, which the bound never passes (a pass there
     reaches V). A plan fitted to the byte (``planner.api``) re-solves a little below the
     budget two or three times: each re-solve is then one pass near its optimum instead of the
-    whole deepening again (densenet at 20 %: 565 → 566 → 567).
+    whole deepening again.
     """
     if strategy == "time":
         top = ceiling = int(g.t.sum())

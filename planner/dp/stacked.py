@@ -13,8 +13,8 @@ time. Here the ``P`` passes walk the states together, several states a step:
 * the last ``W`` states' fronts live in a ring of dense ``(W, P·K)`` blocks (ckpt ``INF``
   in unused slots), so candidates are one comparison and one ``nonzero``;
 * states are taken in *batches*: runs of consecutive states none of which has a transition
-  from another of the run (:func:`_batches`; its sources' fronts are all final), ~1.8
-  states a step on the synthetic transformer, ~1.3 on the CNN. A batch member's pass is a
+  from another of the run (:func:`_batches`; its sources' fronts are all final), a few
+  states a step on the synthetic graphs. A batch member's pass is a
   *segment*, and saved carries its segment (``segment·span_s + saved``), so one stable
   sort of one int64 key (segment and saved ascending, ckpt descending, latest arrival
   first) and one strict suffix minimum over ``segment·span + ckpt`` give every segment's
@@ -175,7 +175,7 @@ def _batches(limit: np.ndarray) -> list:
     """Bounds of the runs of consecutive states the loop takes in one step: a run ends before
     a state that has a transition from a state of the run (``limit ≥ 0``: the fronts it
     reads must be final), and holds at most ``W`` states (each writes its own ring slot).
-    On the synthetic transformer ~1.8 states a run, on the CNN ~1.3."""
+    (Runs' lengths on the synthetic graphs: bench/NOTES_scale.md.)"""
     L, W = limit.shape
     if L <= 1:
         return []
