@@ -17,11 +17,14 @@ job does:
 Errors a user can cause are :class:`hgraph.errors.HGraphError`; they print as one line and exit
 non-zero, never with a traceback.
 
-A command runs NumPy's BLAS on one thread unless ``OPENBLAS_NUM_THREADS`` says otherwise (as
-Ray's workers run OpenMP on one): hgraph's array work never reaches BLAS (its matrix products
-are integer ones) and runs side by side on its own threads (:mod:`planner.threads`), so the
-BLAS pool only takes cores from them — and starting and stopping it costs a command CPU time
-on every core (``bench/small_plan_bench.py`` prints ``import numpy`` both ways).
+A command that only plans runs NumPy's BLAS on one thread unless ``OPENBLAS_NUM_THREADS`` says
+otherwise (as Ray's workers run OpenMP on one): hgraph's array work never reaches BLAS (its
+matrix products are integer ones) and runs side by side on its own threads
+(:mod:`planner.threads`), so the BLAS pool only takes cores from them — and starting and
+stopping it costs a command CPU time on every core (``bench/small_plan_bench.py`` prints
+``import numpy`` both ways). A command that executes a training step (``submit execute``,
+``plan --execute``: :func:`runs_kernels`) keeps BLAS's default, every core, for its matrix
+products and convolutions.
 """
 
 from __future__ import annotations
@@ -207,8 +210,20 @@ def list_jobs() -> list[tuple[str, str]]:
     return rows
 
 
+def runs_kernels(words: list[str]) -> bool:
+    """Whether the command line runs a training step's kernels (``submit execute``, ``plan
+    --execute``): those keep BLAS's every core, where a plan alone runs it on one (docstring).
+
+    >>> runs_kernels(["submit", "execute", "--model", "mlp"]), runs_kernels(["submit", "plan"])
+    (True, False)
+    """
+    words = [w for w in words if w.startswith("-") or w in JOBS or w == "submit"]
+    return "--execute" in words or words[:2] == ["submit", "execute"]
+
+
 def main(argv: list[str] | None = None) -> int:
-    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")       # before NumPy loads (docstring)
+    if not runs_kernels(list(sys.argv[1:] if argv is None else argv)):
+        os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")   # before NumPy loads (docstring)
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.command == "jobs":

@@ -477,3 +477,15 @@ def test_engine_bench_small_run(ray_session, tmp_path, capsys):
     assert record["graph"]["edges"] == 30000 and record["graph"]["reachable"] > 1000
     for key in ("ratio_inprocess_over_scipy", "ratio_ray_over_inprocess"):
         assert record[key] > 0
+
+
+@pytest.mark.parametrize("argv, one_thread", [
+    (["submit", "plan", "--graph", "no_such_graph.txt"], True),
+    (["submit", "plan", "--graph", "no_such_graph.txt", "--execute"], False),
+    (["submit", "execute", "--graph", "no_such_graph.txt"], False),
+])
+def test_only_planning_commands_pin_blas_to_one_thread(argv, one_thread, monkeypatch):
+    """An execute runs real matrix products and convolutions: it keeps BLAS's every core."""
+    monkeypatch.delenv("OPENBLAS_NUM_THREADS", raising=False)
+    assert main(argv) == 2                                      # the missing graph: one line
+    assert (os.environ.get("OPENBLAS_NUM_THREADS") == "1") is one_thread
