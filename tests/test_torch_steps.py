@@ -105,7 +105,7 @@ def _smallest(tg):
 def test_compiled_dropout_step_equals_torch_compile():
     m, x = dropout_mlp()
     ours, theirs = copy.deepcopy(m), copy.deepcopy(m)
-    step = pt.compile(ours, budget=1)       # the lowest peak it reaches
+    step = pt.compile(ours, budget="min")   # the lowest peak it reaches
     ref = torch.compile(lambda v: theirs(v).mean())
     torch.manual_seed(3)
     la = step(x)
@@ -119,7 +119,7 @@ def test_compile_replans_when_shapes_change():
     torch.manual_seed(0)
     m = nn.Sequential(nn.Linear(8, 16), nn.Tanh(), nn.Linear(16, 4)).double()
     ours, theirs = copy.deepcopy(m), copy.deepcopy(m)
-    step = pt.compile(ours, budget="60%")
+    step = pt.compile(ours, budget="min")
     for batch in (4, 6, 9):
         x = torch.randn(batch, 8, dtype=torch.float64)
         la = step(x)
@@ -249,7 +249,7 @@ def test_each_compile_plans_its_own_budget():
     m = nn.Sequential(nn.Linear(8, 32), nn.Tanh(), nn.Linear(32, 32), nn.Tanh(),
                       nn.Linear(32, 1)).double()
     x = torch.randn(16, 8, dtype=torch.float64)
-    a, b = pt.compile(copy.deepcopy(m), budget="100%"), pt.compile(copy.deepcopy(m), budget=1)
+    a, b = pt.compile(copy.deepcopy(m), budget="100%"), pt.compile(copy.deepcopy(m), budget="min")
     a(x)
     b(x)
     assert len(a.partitioner.plans) == 1 and len(b.partitioner.plans) == 1
@@ -264,7 +264,7 @@ def test_a_front_planned_in_one_compile_serves_another():
     m = nn.Sequential(nn.Linear(8, 32), nn.Tanh(), nn.Linear(32, 1)).double()
     x = torch.randn(16, 8, dtype=torch.float64)
     fronts, losses = {}, []
-    for budget in ("100%", 1):
+    for budget in ("100%", "min"):
         net = copy.deepcopy(m)
         part = HGraphPartitioner(budget, fronts=fronts)
         step = torch.compile(fresh_function(lambda v: net(v).mean()), dynamic=False)
@@ -309,3 +309,25 @@ def test_recomputed_dropout_with_fallback_random_equals_eager():
     assert "run_with_rng_state" in part.parts[0].code       # the backward replays the draw
     assert la.item() == pytest.approx(lb.item(), rel=1e-12)
     assert grad_gap(ours, eager) < 1e-12
+
+
+def test_a_budget_below_every_plan_is_refused_not_raised():
+    """A step budget no plan meets raises InfeasibleError (one line, the smallest reachable
+    peak), from plan_for_step and from the first call of a compiled step alike; a plan that
+    meets its budget says so."""
+    from hgraph.errors import InfeasibleError
+
+    torch.manual_seed(0)
+    m = nn.Sequential(nn.Linear(8, 32), nn.Tanh(), nn.Linear(32, 1)).double()
+    x = torch.randn(16, 8, dtype=torch.float64)
+    tg = pt.graph(m, x)
+    with pytest.raises(InfeasibleError) as err:
+        pt.plan_for_step(tg, 1)
+    assert "smallest step peak" in _one_line(err) and err.value.min_budget_bytes > 1
+    p = pt.plan_for_step(tg, err.value.min_budget_bytes)
+    assert p.report["within_budget"] and p.report["step_peak_bytes"] == err.value.min_budget_bytes
+    assert pt.plan_for_step(tg, "min").report["step_peak_bytes"] == err.value.min_budget_bytes
+    step = pt.compile(copy.deepcopy(m), budget=1)
+    with pytest.raises(InfeasibleError) as err:
+        step(x)
+    assert "smallest step peak" in _one_line(err)

@@ -57,9 +57,11 @@ def plan(tg, budget="100%", **kwargs):
 
 def plan_for_step(tg, budget="100%", **plan_kwargs):
     """The plan whose training step, as torch partitions and runs it, peaks within ``budget``
-    (bytes, or percent of the no-recompute step's peak) with the least recomputation, chosen
-    from the plan front (:mod:`planner.torch.front`); the lowest-peak plan where none fits.
-    Its report says ``step_peak_bytes`` and ``step_recompute_flops``."""
+    (bytes, percent of the no-recompute step's peak, or ``"min"``: the lowest reachable) with
+    the least recomputation, chosen from the plan front (:mod:`planner.torch.front`); a budget
+    below every plan's step peak raises :class:`hgraph.errors.InfeasibleError` naming the
+    smallest. Its report says ``step_peak_bytes``, ``step_recompute_flops``,
+    ``step_budget_bytes`` and ``within_budget`` (by the step's replayed peak)."""
     from planner.torch import front
 
     return front.pick(front.front(tg, **plan_kwargs), budget).plan

@@ -14,6 +14,7 @@ import types
 import torch
 import torch._inductor.custom_graph_pass  # noqa: F401  (CustomPartitionerFn)
 
+from hgraph.errors import HGraphError
 from planner.torch import capture as cap
 from planner.torch import front as front_mod
 from planner.torch.model_graph import from_joint
@@ -41,9 +42,9 @@ class HGraphPartitioner(torch._inductor.custom_graph_pass.CustomPartitionerFn):
     ``budget``: the step's peak, in bytes or percent of the no-recompute step's peak. The plan
     is chosen on the joint graph Inductor hands over (decomposed as it will compile it) from
     the plan front (:func:`planner.torch.front.front`): the least-recompute plan whose replayed
-    partition peak (``measure.predict_step_peak``, within 0.1% of the measured peak) fits, or
-    the lowest-peak plan where none fits (the report then says
-    ``budget_raised_to_smallest_feasible``: a compile must not fail over a budget).
+    partition peak (``measure.predict_step_peak``: the unfused fx graph, not Inductor's step)
+    fits; ``"min"``: the lowest; a budget below every plan's peak raises
+    :class:`hgraph.errors.InfeasibleError` naming the smallest reachable one.
     ``plan_kwargs`` go to the planner; ``fronts``: a dict shared between partitioners to reuse
     the front of a graph already planned (keyed by the graph's text). ``self.plans``: the plans
     used, their reports carrying ``step_peak_bytes`` / ``step_recompute_flops``;
@@ -111,7 +112,13 @@ def compile_model(model, budget="100%", loss=None, **plan_kwargs):
         # no cache: a cached compile of the same graph would skip the partitioner
         with inductor_config.patch(custom_partitioner_fn=part, fx_graph_cache=False), \
                 functorch_config.patch(enable_autograd_cache=False):
-            out = compiled(*xs)
+            try:
+                out = compiled(*xs)
+            except torch._dynamo.exc.BackendCompilerFailed as err:
+                inner = getattr(err, "inner_exception", None)
+                if isinstance(inner, HGraphError):      # the budget, said in one line
+                    raise inner from None
+                raise
         out.backward()
         return out.detach()
 

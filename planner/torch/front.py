@@ -36,7 +36,7 @@ from planner.torch import measure
 from planner.torch.partition import keep_names, partition
 
 __all__ = ["Candidate", "front", "choose", "measured_candidate", "union", "resolve_step_budget",
-           "pick", "POINTS", "SOLVERS", "EXACT_MAX_LOWER_SETS"]
+           "pick", "POINTS", "SOLVERS", "EXACT_MAX_LOWER_SETS", "LOWEST"]
 
 #: Budgets planned per solver, spread evenly from the smallest feasible to keep-everything.
 POINTS = 12
@@ -131,11 +131,18 @@ def union(fronts: list) -> list:
     return out
 
 
+#: The budget that asks for the lowest step peak the front reaches.
+LOWEST = "min"
+
+
 def resolve_step_budget(fr: list, budget) -> int:
-    """A budget (bytes, ``"60%"``, ``"2MB"``) as a step peak in bytes; percent of the keep-all
-    step's replayed peak (the front's last point: it recomputes nothing)."""
+    """A budget (bytes, ``"60%"``, ``"2MB"``, or :data:`LOWEST`) as a step peak in bytes;
+    percent of the keep-all step's replayed peak (the front's last point: it recomputes
+    nothing)."""
     from planner.budget import Budget
 
+    if isinstance(budget, str) and budget.strip().lower() == LOWEST:
+        return min(c.step_peak for c in fr)
     return Budget.parse(budget).resolve(max(c.step_peak for c in fr))
 
 
@@ -149,12 +156,28 @@ def choose(fr: list, step_peak: int) -> Candidate:
 
 
 def pick(fr: list, budget) -> Candidate:
-    """:func:`choose` for ``budget`` (bytes or percent, :func:`resolve_step_budget`); the plan's
-    report gains ``step_peak_bytes``, ``step_recompute_flops``, ``step_budget_bytes`` and
-    ``budget_raised_to_smallest_feasible`` (no plan's step fits: the lowest-peak one)."""
+    """:func:`choose` for ``budget`` (bytes, percent, or ``"min"``: :func:`resolve_step_budget`);
+    the plan's report gains ``step_peak_bytes``, ``step_recompute_flops``, ``step_budget_bytes``
+    and sets ``within_budget`` by the step's replayed peak against that budget.
+
+    A budget below every plan's step peak raises :class:`hgraph.errors.InfeasibleError` (one
+    line naming the smallest reachable step peak, ``err.min_budget_bytes``): a budget is a
+    promise, never silently raised.
+    """
+    from hgraph.errors import InfeasibleError
+    from planner.budget import format_bytes
+
     target = resolve_step_budget(fr, budget)
+    lowest = min(c.step_peak for c in fr)
+    if target < lowest:
+        top = max(c.step_peak for c in fr)
+        err = InfeasibleError(
+            f"step budget {format_bytes(target)} is below the smallest step peak hgraph reaches, "
+            f"{format_bytes(lowest)} ({100 * lowest / top:.1f}% of the keep-all step; budget "
+            f"'{LOWEST}' asks for it)")
+        err.min_budget_bytes = lowest
+        raise err
     c = choose(fr, target)
     c.plan.report.update(step_peak_bytes=c.step_peak, step_recompute_flops=c.recompute_flops,
-                         step_budget_bytes=target,
-                         budget_raised_to_smallest_feasible=c.step_peak > target)
+                         step_budget_bytes=target, within_budget=c.step_peak <= target)
     return c
