@@ -99,11 +99,12 @@ def stages(path: str, tasks: int, runtime: str, budget: str) -> dict:
     from planner.analyses.engine import EngineOptions
     from planner.analyses.levels import levels
     from planner.analyses.local_stats import local_stats
-    from planner.api import lower_bound_bytes
+    from planner.api import Plan, lower_bound_bytes
     from planner.budget import parse_budget
     from planner.dp import scale
     from planner.dp.solve import solve_family
     from planner.dp_families import DPGraph, approx_family
+    from planner.solver import ModelStats
 
     out = {}
     page = os.sysconf("SC_PAGE_SIZE")
@@ -146,15 +147,13 @@ def stages(path: str, tasks: int, runtime: str, budget: str) -> dict:
             sim = simulate.replay(g, s)
         with piece("lower_bound"):
             lb = lower_bound_bytes(g)
-        model = dict(blocks=r.blocks, model_recompute_cost=r.model_recompute_cost,
-                     model_peak_bytes=r.model_peak_bytes, n_lower_sets=r.n_lower_sets,
-                     comp_ratio=1, family=r.family, fell_back=False)
         with piece("report"):
-            rep = report.build(g, ag, r.groups, sim, solver="approx", strategy="time",
-                               units="bytes", budget=budget, budget_bytes=b,
-                               baseline_peak=int(ag.bytes.sum()),
-                               baseline_kind="activation_sum", lower_bound=lb, model=model,
-                               depth=int(lv.max()) + 1, engine={}, seconds=0.0)
+            rep = Plan.from_replay(g, ag, s, r.groups, sim, solver="approx", strategy="time",
+                                   units="bytes", budget=budget, budget_bytes=b,
+                                   baseline_peak=int(ag.bytes.sum()),
+                                   baseline_kind="activation_sum", lower_bound=lb,
+                                   model=ModelStats.of_dp(r), depth=int(lv.max()) + 1,
+                                   engine={}, seconds=0.0).report
         with tempfile.TemporaryDirectory() as tmp, piece("write"):
             report.write_json(rep, os.path.join(tmp, "report.json"))
             s.write(os.path.join(tmp, "schedule.txt"))

@@ -10,17 +10,29 @@ recurrences run on the driver. The planner never imports Ray.
     (True, 25, 'compute 0')
 """
 
+from typing import TYPE_CHECKING
 
-def plan(graph_or_path, budget="100%", **kwargs):
-    """Plan a recomputation schedule; see :func:`planner.api.plan` (imported lazily)."""
-    from planner.api import plan as _plan
+if TYPE_CHECKING:                       # for readers' tools; at run time, __getattr__ below
+    from planner.api import Plan, plan
 
-    return _plan(graph_or_path, budget=budget, **kwargs)
+__all__ = ["plan", "Plan"]
+
+#: Names of :mod:`planner.api` that ``planner`` hands out as they are.
+_API = frozenset(__all__)
 
 
 def __getattr__(name):
-    if name == "Plan":
-        from planner.api import Plan
+    """``planner.plan`` / ``planner.Plan`` are :func:`planner.api.plan` and
+    :class:`planner.api.Plan` themselves (same objects, same signature), imported on first
+    use: ``import planner`` (which every ``planner.*`` import runs) stays light, so a CLI
+    command that never plans loads neither NumPy nor the solvers."""
+    if name in _API:
+        from planner import api
 
-        return Plan
+        value = globals()[name] = getattr(api, name)
+        return value
     raise AttributeError(f"module 'planner' has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted({*globals(), *_API})

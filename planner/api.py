@@ -29,7 +29,7 @@ keep everything (time-centric always; memory-centric when the DP's plan would no
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -45,7 +45,8 @@ from planner.dp.subsets import groups_to_chain
 from planner.dp_families import DEFAULT_MAX_LOWER_SETS, DPGraph
 from planner.emit import emit_groups
 from planner.fixed_schedules import checkpoint_schedule
-from planner.solver import Solver
+from planner.schedule import Schedule
+from planner.solver import ModelStats, Solver
 
 __all__ = ["Plan", "plan", "SOLVERS", "STRATEGIES", "UNITS", "baseline_schedule",
            "lower_bound_bytes", "BASELINE_SCHEDULE_LIMIT"]
@@ -60,31 +61,108 @@ BASELINE_SCHEDULE_LIMIT = 3000
 
 @dataclass
 class Plan:
-    """A planned schedule with its report fields (``plan.peak_bytes`` is ``plan.report["peak_bytes"]``).
+    """A planned schedule, what its replay measured and what the solver's model said of it.
 
-    ``timeline``/``baseline_timeline``: live bytes after each op of the plan / of the
-    no-recomputation schedule (None when the graph is too large for one); ``chain``: the lower
-    sets (activation-node index arrays) behind the schedule, ``groups`` the block of every node.
+    The fields are the report's (:mod:`planner.report`), typed; ``report`` is the JSON report
+    built from them (:func:`planner.report.build`) when the plan is made, a dict that jobs may
+    add to (``execute``, the PyTorch front's ``step_*``). ``graph`` is the planned
+    :mod:`planner.cg` graph (the report names it); ``model``: :class:`planner.solver.ModelStats`;
+    ``engine``: where the analyses ran (tasks, blocks, mode, runtime, supersteps);
+    ``decisions``: one dict per activation (:func:`planner.report.decisions`); ``groups``: the
+    block of every activation; ``timeline``/``baseline_timeline``: live bytes after each op of
+    the plan / of the no-recomputation schedule (None when the graph is too large for one).
     """
 
-    schedule: object
-    report: dict
-    graph: object = None
-    groups: np.ndarray | None = None
-    timeline: np.ndarray | None = None
+    schedule: Schedule
+    graph: object
+    nodes: int
+    variables: int
+    depth: int
+    solver: str
+    strategy: str
+    units: str
+    budget: str
+    budget_bytes: int
+    peak_bytes: int
+    baseline_peak_bytes: int
+    baseline_kind: str
+    lower_bound_bytes: int
+    recompute_cost: int
+    forward_cost: int
+    recomputed: int
+    ops: int
+    seconds: float
+    model: ModelStats
+    engine: dict
+    decisions: list
+    groups: np.ndarray
+    timeline: np.ndarray
     baseline_timeline: np.ndarray | None = None
+    report: dict = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self):
+        self.report = report_mod.build(self)
+
+    @classmethod
+    def from_replay(cls, g, ag, schedule, groups, sim, *, solver: str, strategy: str, units: str,
+                    budget, budget_bytes: int, baseline_peak: int, baseline_kind: str,
+                    lower_bound: int, model: ModelStats, depth: int, engine: dict,
+                    seconds: float, baseline_timeline=None) -> Plan:
+        """The plan of ``schedule`` (blocks ``groups``) on ``g``, from its replay ``sim``."""
+        return cls(schedule=schedule, graph=g, nodes=int(ag.n), variables=int(g.num_vars),
+                   depth=int(depth), solver=solver, strategy=strategy, units=units,
+                   budget=getattr(budget, "text", str(budget)), budget_bytes=int(budget_bytes),
+                   peak_bytes=int(sim.peak_bytes), baseline_peak_bytes=int(baseline_peak),
+                   baseline_kind=baseline_kind, lower_bound_bytes=int(lower_bound),
+                   recompute_cost=int(sim.recompute_cost), forward_cost=int(sim.forward_cost),
+                   recomputed=int(sim.recomputed), ops=int(len(sim.timeline)),
+                   seconds=float(seconds), model=model, engine=dict(engine),
+                   decisions=report_mod.decisions(g, ag, groups, sim), groups=groups,
+                   timeline=sim.timeline, baseline_timeline=baseline_timeline)
+
+    @property
+    def within_budget(self) -> bool:
+        """Whether the replayed peak fits the planner's budget."""
+        return self.peak_bytes <= self.budget_bytes
+
+    @property
+    def overhead(self) -> float:
+        """Recomputation over the forward pass's cost."""
+        return self.recompute_cost / self.forward_cost if self.forward_cost else 0.0
+
+    @property
+    def blocks(self) -> int:
+        return self.model.blocks
+
+    @property
+    def model_recompute_cost(self) -> int:
+        return self.model.model_recompute_cost
+
+    @property
+    def model_peak_bytes(self) -> int:
+        return self.model.model_peak_bytes
+
+    @property
+    def n_lower_sets(self) -> int:
+        return self.model.n_lower_sets
+
+    @property
+    def comp_ratio(self) -> int:
+        return self.model.comp_ratio
+
+    @property
+    def family(self) -> str:
+        return self.model.family
+
+    @property
+    def fell_back(self) -> bool:
+        return self.model.fell_back
 
     @property
     def chain(self) -> list:
         """The chain's lower sets, built when asked: they take O(nodes × blocks) memory (11 GiB
         at 100k nodes), so a plan keeps only ``groups``."""
-        return [] if self.groups is None else groups_to_chain(self.groups)
-
-    def __getattr__(self, name):
-        report = self.__dict__.get("report")
-        if report is not None and name in report:
-            return report[name]
-        raise AttributeError(name)
+        return groups_to_chain(self.groups)
 
 
 def baseline_schedule(g):
@@ -172,9 +250,7 @@ def _keep_everything(g, ag, schedule, check: bool):
     """(groups, model, schedule, sim) of the no-recomputation schedule: one block, nothing
     recomputed, every value freed after its last use."""
     sim = simulate.replay(g, schedule, check=check)
-    model = dict(blocks=1, model_recompute_cost=0, model_peak_bytes=int(sim.peak_bytes),
-                 n_lower_sets=0, comp_ratio=1, family="keep_everything", fell_back=False)
-    return np.zeros(ag.n, np.int64), model, schedule, sim
+    return np.zeros(ag.n, np.int64), ModelStats.keep_everything(sim.peak_bytes), schedule, sim
 
 
 def _smallest(ok, hi: int, top: int) -> int | None:
@@ -297,12 +373,10 @@ def plan(graph_or_path, budget="100%", solver: str = "approx", strategy: str = "
         err.min_budget_bytes = smallest
         raise err
     groups, model, schedule, sim = found
-    rep = report_mod.build(
-        g, ag, groups, sim, solver=solver, strategy=strategy, units=units, budget=b,
+    return Plan.from_replay(
+        g, ag, schedule, groups, sim, solver=solver, strategy=strategy, units=units, budget=b,
         budget_bytes=budget_bytes, baseline_peak=baseline_peak, baseline_kind=baseline_kind,
         lower_bound=lower_bound_bytes(g), model=model, depth=depth,
         engine=dict(tasks=opts.tasks, blocks=opts.blocks, mode=opts.mode, runtime=opts.runtime,
                     supersteps=s.engine_supersteps),
-        seconds=time.perf_counter() - t0)
-    return Plan(schedule=schedule, report=rep, graph=g,
-                groups=groups, timeline=sim.timeline, baseline_timeline=base_tl)
+        seconds=time.perf_counter() - t0, baseline_timeline=base_tl)

@@ -1,6 +1,6 @@
 """The plan's report: JSON fields, a short terminal summary table, a memory-timeline plot.
 
-:func:`build` turns a solved plan (its blocks) and its simulated replay into the report dict (keys below);
+:func:`build` reads a :class:`planner.api.Plan`'s fields into the report dict (keys below);
 :func:`write_json` / :func:`plot` write files atomically (temporary name, then rename);
 :func:`summary_table` renders the few numbers a user looks at first (rich), including what
 changes how to read them: the DP family actually used (``fell_back``), the scale approximations
@@ -73,41 +73,42 @@ def decisions(g, ag, groups, sim) -> list:
     return out
 
 
-def build(g, ag, groups, sim, *, solver, strategy, units, budget, budget_bytes, baseline_peak,
-          baseline_kind, lower_bound, model, depth, engine, seconds) -> dict:
-    """The report dict of a plan (see the module docstring for the keys)."""
-    forward = int(sim.forward_cost)
+def build(p) -> dict:
+    """The report dict of a plan (a :class:`planner.api.Plan`; see the module docstring for the
+    keys), read off its fields in this order: the JSON report's own."""
+    m = p.model
     return {
-        "graph": g.name,
-        "nodes": int(ag.n),
-        "variables": int(g.num_vars),
-        "depth": int(depth),
-        "solver": solver,
-        "strategy": strategy,
-        "units": units,
-        "budget": getattr(budget, "text", str(budget)),
-        "budget_bytes": int(budget_bytes),
-        "peak_bytes": int(sim.peak_bytes),
-        "within_budget": bool(sim.peak_bytes <= budget_bytes),
-        "baseline_peak_bytes": int(baseline_peak),
-        "baseline_kind": baseline_kind,
-        "lower_bound_bytes": int(lower_bound),
-        "recompute_cost": int(sim.recompute_cost),
-        "forward_cost": forward,
-        "overhead": float(sim.recompute_cost / forward) if forward else 0.0,
-        "recomputed": int(sim.recomputed),
-        "ops": int(len(sim.timeline)),
-        "seconds": float(seconds),
-        "blocks": int(model["blocks"]),
-        "model_recompute_cost": int(model["model_recompute_cost"]),
-        "model_peak_bytes": int(model["model_peak_bytes"]),
-        "comp_ratio": int(model["comp_ratio"]),
-        "n_lower_sets": int(model["n_lower_sets"]),
-        "family": model["family"],
-        "fell_back": bool(model["fell_back"]),
-        **{k: model[k] for k in ("dp_window", "dp_front_cap", "dp_exact") if k in model},
-        "engine": dict(engine),
-        "decisions": decisions(g, ag, groups, sim),
+        "graph": p.graph.name,
+        "nodes": p.nodes,
+        "variables": p.variables,
+        "depth": p.depth,
+        "solver": p.solver,
+        "strategy": p.strategy,
+        "units": p.units,
+        "budget": p.budget,
+        "budget_bytes": p.budget_bytes,
+        "peak_bytes": p.peak_bytes,
+        "within_budget": p.within_budget,
+        "baseline_peak_bytes": p.baseline_peak_bytes,
+        "baseline_kind": p.baseline_kind,
+        "lower_bound_bytes": p.lower_bound_bytes,
+        "recompute_cost": p.recompute_cost,
+        "forward_cost": p.forward_cost,
+        "overhead": p.overhead,
+        "recomputed": p.recomputed,
+        "ops": p.ops,
+        "seconds": p.seconds,
+        "blocks": m.blocks,
+        "model_recompute_cost": m.model_recompute_cost,
+        "model_peak_bytes": m.model_peak_bytes,
+        "comp_ratio": m.comp_ratio,
+        "n_lower_sets": m.n_lower_sets,
+        "family": m.family,
+        "fell_back": m.fell_back,
+        **({"dp_window": m.dp_window, "dp_front_cap": m.dp_front_cap, "dp_exact": m.dp_exact}
+           if m.on_scale_path else {}),
+        "engine": dict(p.engine),
+        "decisions": p.decisions,
     }
 
 

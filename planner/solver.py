@@ -19,6 +19,8 @@ Example::
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from hgraph.progress import current as current_progress
 from planner.activation_graph import ActivationGraph
 from planner.analyses.engine import EngineOptions
@@ -29,7 +31,7 @@ from planner.dp_families import DEFAULT_MAX_LOWER_SETS, DPGraph, approx_family, 
 from planner.emit import groups_of_chain
 from planner.units import ratio_windows, scale_units
 
-__all__ = ["Solver", "MIN_BUDGET_MAX_SETS"]
+__all__ = ["Solver", "ModelStats", "MIN_BUDGET_MAX_SETS"]
 
 #: Exact families up to this many sets get their smallest feasible budget in one pass
 #: (:meth:`Solver.min_budget`); bigger ones are bisected over :meth:`Solver.feasible`.
@@ -37,6 +39,60 @@ __all__ = ["Solver", "MIN_BUDGET_MAX_SETS"]
 #: its smallest budget and is slower than bisecting with memory-centric searches (figures:
 #: bench/NOTES_scale.md, "Figures formerly quoted in docstrings").
 MIN_BUDGET_MAX_SETS = 4096
+
+
+@dataclass(frozen=True)
+class ModelStats:
+    """What the solver's own model says of the chain it chose (memory in bytes: DP units ×
+    ``comp_ratio``); the report's ``blocks`` … ``dp_exact`` fields (:func:`planner.report.build`).
+
+    Made only by the constructors below, one per kind of chain: :meth:`of_dp` (a DP's result),
+    :meth:`of_chen` (Chen's chain), :meth:`keep_everything` (the no-recomputation schedule).
+    ``dp_window``/``dp_front_cap``/``dp_exact``: the approximate DP's scale options as used,
+    on the scale path only (``dp_exact`` is None off it, and the report then leaves the three
+    out; ``dp_window``/``dp_front_cap`` are None on it when off).
+    """
+
+    blocks: int
+    model_recompute_cost: int
+    model_peak_bytes: int
+    n_lower_sets: int
+    comp_ratio: int
+    family: str
+    fell_back: bool = False
+    dp_window: int | None = None
+    dp_front_cap: int | None = None
+    dp_exact: bool | None = None
+
+    @property
+    def on_scale_path(self) -> bool:
+        return self.dp_exact is not None
+
+    @classmethod
+    def of_dp(cls, r, scale: bool = False) -> ModelStats:
+        """Of a :class:`~planner.dp.solve.DPResult`; ``scale``: solved on the scale path (its
+        window and front cap, as ``r`` records them, go in)."""
+        extra = {}
+        if scale:
+            extra = dict(dp_window=r.window, dp_front_cap=r.front_cap,
+                         dp_exact=r.window is None and r.front_cap is None)
+        return cls(blocks=int(r.blocks), model_recompute_cost=int(r.model_recompute_cost),
+                   model_peak_bytes=int(r.model_peak_bytes), n_lower_sets=int(r.n_lower_sets),
+                   comp_ratio=int(r.comp_ratio), family=r.family, fell_back=bool(r.fell_back),
+                   **extra)
+
+    @classmethod
+    def of_chen(cls, p) -> ModelStats:
+        """Of a :class:`~planner.chen.ChenPlan`."""
+        return cls(blocks=int(p.blocks), model_recompute_cost=int(p.model_recompute_cost),
+                   model_peak_bytes=int(p.model_peak_bytes), n_lower_sets=int(p.n_lower_sets),
+                   comp_ratio=int(p.ratio), family="chen")
+
+    @classmethod
+    def keep_everything(cls, peak_bytes: int) -> ModelStats:
+        """Of the no-recomputation schedule: one block, nothing recomputed, its replayed peak."""
+        return cls(blocks=1, model_recompute_cost=0, model_peak_bytes=int(peak_bytes),
+                   n_lower_sets=0, comp_ratio=1, family="keep_everything")
 
 
 class Solver:
@@ -147,23 +203,13 @@ class Solver:
         return self.dp(budget_bytes, strategy="memory").status == "OK"
 
     def solve(self, budget_bytes: int):
-        """(status, block index of every node, model dict) at ``budget_bytes``."""
+        """(status, block index of every node, :class:`ModelStats`) at ``budget_bytes``."""
         if self.solver == "chen":
             from planner import chen
 
             with current_progress().stage("Chen's chain"):
                 p = chen.solve(self.g, budget=max(1, budget_bytes), units=self.units, ag=self.ag,
                                lower_set_limit=self.max_lower_sets)
-            grp = groups_of_chain(self.ag, p.chain)
-            model = dict(blocks=p.blocks, model_recompute_cost=p.model_recompute_cost,
-                         model_peak_bytes=p.model_peak_bytes, n_lower_sets=p.n_lower_sets,
-                         comp_ratio=p.ratio, family="chen", fell_back=False)
-            return "OK", grp, model
+            return "OK", groups_of_chain(self.ag, p.chain), ModelStats.of_chen(p)
         r = self.dp(budget_bytes)
-        model = dict(blocks=r.blocks, model_recompute_cost=r.model_recompute_cost,
-                     model_peak_bytes=r.model_peak_bytes, n_lower_sets=r.n_lower_sets,
-                     comp_ratio=r.comp_ratio, family=r.family, fell_back=r.fell_back)
-        if self.scale:
-            model.update(dp_window=self.window, dp_front_cap=self.front_cap,
-                         dp_exact=self.window is None and self.front_cap is None)
-        return r.status, r.groups, model
+        return r.status, r.groups, ModelStats.of_dp(r, scale=self.scale)
