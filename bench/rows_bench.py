@@ -7,17 +7,21 @@ DP (``planner.rows.with_dp.combine`` on the overlap plan: whole ops recomputed, 
 swept again and stage ends opened, from the DP's schedules and a greedy search on the exact step
 list, at the smallest of ``--dp-fractions`` x the rows-alone activation peak it reaches; the
 label counts them as ``Nr`` / ``Ns`` / ``No``; none when nothing lowers it),
-each beside the DP alone at that rows + DP peak. Per row: the executor's tracked peak and the
-activation peak (minus the parameter gradients, which no plan can touch), ``device_peak_bytes``
-where CuPy runs, extra FLOPs over the plain step, wall and CPU time (this process, all threads)
+each beside the DP alone at that rows + DP peak. Per row, two meters: the executor's tracked peak
+(``tracked_peak_bytes``: the plan's own count of its buffers) and the tracked activation peak
+(minus the parameter gradients, which no plan can touch); the measured peak
+(``measured_peak_bytes``, by a meter outside the plan: tracemalloc on NumPy, the CuPy pool's
+used bytes -- ``device_peak_bytes`` -- on CuPy; kernel temporaries included) and its ratio to
+the plain step's; extra FLOPs over the plain step, wall and CPU time (this process, all threads)
 as ratios to the plain step, and the gradients' relative error against the plain step (max
 |diff| / max |plain| and ||diff|| / ||plain|| per parameter, worst parameter) and, in float32,
 against a float64 step of the same model (||diff|| / ||float64||: the plain row's own figure
 there is what float32 rounding gives, ReLU / max-pool branches flipped by it included:
 ``bench/rows_precision.py --kinks``). The check is the norm-wise one <= 1e-4 against the
 plain step, or, where the plain float32 step is itself further from the float64 step, no
-further from the float64 step than twice that. Exit status 1 if a row plan's measured peak
-exceeds its prediction or a gradient check fails.
+further from the float64 step than twice that. Exit status 1 if a row plan's tracked peak
+exceeds its prediction or a gradient check fails (the measured peak is reported, not checked: the
+prediction counts plan buffers only).
 
     python3 bench/rows_bench.py                       # both models, 224x224, batch 1
     python3 bench/rows_bench.py --models vgg16 --bands 2,4 --image 64 --width 16   # quick
@@ -56,27 +60,33 @@ def _errors(grads, plain, ref=None):
 
 
 def _timed(fn, repeat):
-    """(result, wall seconds, CPU seconds of this process): the fastest of ``repeat`` runs.
+    """(result, wall seconds, CPU seconds of this process): the fastest of ``repeat`` runs of
+    ``fn(meter=False)`` (timed without tracemalloc, which slows Python-level work), and the result
+    of one more run, ``fn(meter=True)``, whose peaks the table shows.
 
     CPU seconds (all threads of this process) are what the step costs; on a machine shared with
     other jobs the wall time mostly measures the others."""
     best = None
     for _ in range(repeat):
         c0 = time.process_time()
-        r = fn()
+        r = fn(meter=False)
         cpu = time.process_time() - c0
         if best is None or r.seconds < best[1]:
-            best = (r, r.seconds, min(cpu, best[2]) if best else cpu)
-        elif cpu < best[2]:
-            best = (best[0], best[1], cpu)
-    return best
+            best = (r.seconds, min(cpu, best[1]) if best else cpu)
+        elif cpu < best[1]:
+            best = (best[0], cpu)
+    return (fn(meter=True), *best)
 
 
-def _row(label, peak, act, device, extra, timing, base, err, predicted=None):
+def _row(label, r, act, extra, timing, base, err, predicted=None):
+    """One table row for run ``r`` (an executor ``RunResult`` or a ``RowsResult``)."""
     err, norm_err, f64_err = err
     seconds, cpu = timing
-    return {"config": label, "measured_peak_bytes": int(peak), "activation_peak_bytes": int(act),
-            "device_peak_bytes": device, "predicted_peak_bytes": predicted, "extra_flops": extra,
+    measured = int(r.measured_peak_bytes)
+    return {"config": label, "tracked_peak_bytes": int(r.tracked_peak_bytes), "activation_peak_bytes": int(act),
+            "measured_peak_bytes": measured, "meter": r.meter,
+            "measured_ratio": round(measured / base["measured_peak_bytes"], 4),
+            "device_peak_bytes": r.device_peak_bytes, "predicted_peak_bytes": predicted, "extra_flops": extra,
             "seconds": round(seconds, 3), "time_ratio": round(seconds / base["seconds"], 3),
             "cpu_seconds": round(cpu, 3), "cpu_ratio": round(cpu / base["cpu_seconds"], 3),
             "activation_ratio": round(act / base["activation_peak_bytes"], 4), "max_relative_error": err,
@@ -139,24 +149,25 @@ def _dp_row(name, g, budget, be, repeat, plain, pgrad, base, ref, fallback=True)
     except HGraphError as err:
         print(f"{name}: DP at {budget}: {err}", file=sys.stderr)
         return None
-    r, wall, cpu = _timed(lambda: executor.run(g, p.schedule, backend=be, recycle=True), repeat)
+    r, wall, cpu = _timed(lambda **kw: executor.run(g, p.schedule, backend=be, recycle=True, **kw), repeat)
     extra = int((with_dp.recomputations(g, p.schedule) * rows_layers.read(g).flops).sum())
-    return _row(f"DP {p.report['budget_bytes'] / 2**20:.1f} MiB", r.measured_peak_bytes,
-                r.measured_peak_bytes - pgrad, r.device_peak_bytes, extra, (wall, cpu), base,
+    return _row(f"DP {p.report['budget_bytes'] / 2**20:.1f} MiB", r,
+                r.tracked_peak_bytes - pgrad, extra, (wall, cpu), base,
                 _errors(r.param_grads, plain, ref))
 
 
 def bench_model(name, args, be):
     g = export.to_cg(zoo.build(name, batch=args.batch, width=args.width, depth=zoo.REAL_DEPTH.get(name),
                                image=args.image, dtype=args.dtype))
-    plain, wall, cpu = _timed(lambda: executor.run(g, executor.plain_schedule(g), backend=be, recycle=True),
+    plain, wall, cpu = _timed(lambda **kw: executor.run(g, executor.plain_schedule(g), backend=be, recycle=True, **kw),
                               args.repeat)
     pgrad = sum(int(a.nbytes) for a in plain.param_grads.values())
-    base = {"seconds": wall, "cpu_seconds": cpu, "activation_peak_bytes": plain.measured_peak_bytes - pgrad}
+    base = {"seconds": wall, "cpu_seconds": cpu, "activation_peak_bytes": plain.tracked_peak_bytes - pgrad,
+            "measured_peak_bytes": plain.measured_peak_bytes}
     fl = rows_plan.plan(g, 2, "overlap", prune=False).flops()["plain_flops"]
     ok, (tol, ref) = True, _reference(name, args, be, plain)
-    rows = [_row("plain", plain.measured_peak_bytes, base["activation_peak_bytes"],
-                 plain.device_peak_bytes, 0, (wall, cpu), base, _errors(plain.param_grads, plain, ref))]
+    rows = [_row("plain", plain, base["activation_peak_bytes"], 0, (wall, cpu), base,
+                 _errors(plain.param_grads, plain, ref))]
     dp_row = _dp_row(name, g, args.budget, be, args.repeat, plain, pgrad, base, ref)
     rows += [dp_row] if dp_row else []
     for bands in args.bands:
@@ -177,13 +188,12 @@ def bench_model(name, args, be):
                 same = _dp_row(name, g, p.predicted_peak_bytes, be, args.repeat, plain, pgrad, base, ref,
                                fallback=False)
                 rows += [same] if same else []
-            r, wall, cpu = _timed(lambda: rows_exec.run(g, p, backend=be), args.repeat)
+            r, wall, cpu = _timed(lambda **kw: rows_exec.run(g, p, backend=be, **kw), args.repeat)
             err = _errors(r.param_grads, plain, ref)
-            good = r.measured_peak_bytes <= r.predicted_peak_bytes and _exact(r.param_grads, plain, tol, ref, args.dtype)
+            good = r.tracked_peak_bytes <= r.predicted_peak_bytes and _exact(r.param_grads, plain, tol, ref, args.dtype)
             ok &= good
-            rows.append(_row(label, r.measured_peak_bytes, r.activation_peak_bytes,
-                             r.device_peak_bytes, p.flops()["extra_flops"], (wall, cpu), base, err,
-                             r.predicted_peak_bytes))
+            rows.append(_row(label, r, r.activation_peak_bytes, p.flops()["extra_flops"], (wall, cpu),
+                             base, err, r.predicted_peak_bytes))
     return {"model": name, "batch": args.batch, "image": args.image, "width": args.width,
             "gradient_tolerance": tol,
             "plain_flops": fl, "param_grad_bytes": pgrad, "rows": rows}, ok
@@ -209,7 +219,9 @@ def main(argv=None) -> int:
     args.bands = [int(b) for b in args.bands.split(",") if b]
     args.dp_fractions = [float(f) for f in args.dp_fractions.split(",") if f]
     be = backend_mod.get(args.backend)
-    print(f"backend {be.name} ({be.device}); MiB; act = peak minus parameter gradients; ratios to plain")
+    print(f"backend {be.name} ({be.device}); MiB; tracked = the plan's count of its buffers, act = tracked "
+          f"minus parameter gradients; measured = {'the CuPy pool used bytes' if be.is_gpu else 'tracemalloc'} "
+          f"(kernel temporaries included); ratios to plain")
     results, ok = [], True
     for name in args.models.split(","):
         t0 = time.perf_counter()
@@ -218,14 +230,15 @@ def main(argv=None) -> int:
         results.append(res)
         print(f"\n{name} {args.image}x{args.image} batch {args.batch} width {args.width}: plain "
               f"{res['plain_flops'] / 1e9:.1f} GFLOP, parameter gradients {mib(res['param_grad_bytes'])} MiB")
-        print(f"{'config':26s} {'peak':>9s} {'act':>9s} {'act/plain':>9s} {'device':>9s} "
+        print(f"{'config':26s} {'tracked':>9s} {'act':>9s} {'act/plain':>9s} {'measured':>9s} {'m/plain':>7s} "
               f"{'extra FLOPs':>12s} {'wall':>7s} {'w/plain':>7s} {'cpu':>7s} {'c/plain':>7s} "
               f"{'max err':>8s} {'norm err':>8s} {'f64 err':>8s}")
         for r in res["rows"]:
             extra = r["extra_flops"]
             extra = f"{100 * extra / res['plain_flops']:+.1f}%" if isinstance(extra, int) else extra
-            print(f"{r['config']:26s} {mib(r['measured_peak_bytes'])} {mib(r['activation_peak_bytes'])} "
-                  f"{r['activation_ratio']:9.3f} {mib(r['device_peak_bytes'])} {extra:>12s} "
+            print(f"{r['config']:26s} {mib(r['tracked_peak_bytes'])} {mib(r['activation_peak_bytes'])} "
+                  f"{r['activation_ratio']:9.3f} {mib(r['measured_peak_bytes'])} {r['measured_ratio']:7.3f} "
+                  f"{extra:>12s} "
                   f"{r['seconds']:7.2f} {r['time_ratio']:7.2f} {r['cpu_seconds']:7.2f} {r['cpu_ratio']:7.2f} "
                   f"{r['max_relative_error']:8.1e} "
                   f"{r['norm_relative_error']:8.1e} "

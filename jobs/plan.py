@@ -116,7 +116,8 @@ def main(args) -> int:
 def _execute(p) -> dict:
     """Run the schedule as a user's training step would (lazy allocation, recycling after last
     use; stand-in kernels for reference graphs) and compare with the planned peak: the report's
-    ``execute`` object (``predicted_peak_bytes``, ``measured_peak_bytes``, ``recycle``,
+    ``execute`` object (``predicted_peak_bytes``, ``tracked_peak_bytes`` -- the plan's count --,
+    ``measured_peak_bytes`` by ``meter`` -- tracemalloc / the CuPy pool --, ``recycle``,
     ``peak_within_prediction`` …, :func:`planner.execute.executor.evaluate`)."""
     from planner.execute import executor
 

@@ -18,11 +18,13 @@ the DP's schedules or a greedy search on the exact step list choose); the report
 swept again (``dp_reswept_regions``).
 
 ``hgraph submit execute --model vgg16 --rows 8`` runs the row plan for real
-(:mod:`planner.execute.rows_exec`) beside a plain step and reports ``measured_peak_bytes``,
-``predicted_peak_bytes``, ``gradients_match`` (relative error within 1e-10 in float64, 1e-4 in
-float32), ``activation_peak_bytes`` (measured peak minus the parameter gradients) and
-``extra_flops``. The row plan covers the convolution stacks; the rest of the step runs on whole
-tensors, with the DP's recomputation when ``--budget`` asks for less than rows alone hold.
+(:mod:`planner.execute.rows_exec`) beside a plain step and reports ``predicted_peak_bytes``,
+``tracked_peak_bytes`` (the plan's own count of its buffers), ``measured_peak_bytes`` (a meter
+outside the plan, ``meter``: tracemalloc on NumPy, the CuPy pool on CuPy; kernel temporaries
+included), ``gradients_match`` (relative error within 1e-10 in float64, 1e-4 in float32),
+``activation_peak_bytes`` (tracked peak minus the parameter gradients) and ``extra_flops``. The
+row plan covers the convolution stacks; the rest of the step runs on whole tensors, with the DP's
+recomputation when ``--budget`` asks for less than rows alone hold.
 """
 
 from __future__ import annotations
@@ -161,8 +163,10 @@ def execute_main(args, load_graph) -> int:
     report = run.report(args.graph or f"zoo:{args.model}")
     _emit(report, args.report)
     m = run.rows
-    print(f"rows {r.bands} {r.policy} {m.backend}: measured {m.measured_peak_bytes:,} B "
-          f"(predicted {m.predicted_peak_bytes:,} B), activations {m.activation_peak_bytes:,} B vs plain "
-          f"{report['plain_activation_peak_bytes']:,} B, gradients_match={report['gradients_match']}",
-          file=sys.stderr)
+    print(f"rows {r.bands} {r.policy} {m.backend}: predicted {m.predicted_peak_bytes:,} B, tracked "
+          f"(plan's count) {m.tracked_peak_bytes:,} B, measured ({m.meter}) {m.measured_peak_bytes:,} B "
+          f"= {report['measured_over_predicted']:.2f}x predicted (plain: measured "
+          f"{report['plain_measured_peak_bytes']:,} B); tracked activations {m.activation_peak_bytes:,} B "
+          f"vs plain {report['plain_tracked_activation_peak_bytes']:,} B, "
+          f"gradients_match={report['gradients_match']}", file=sys.stderr)
     return 0 if run.ok else 1

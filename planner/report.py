@@ -200,9 +200,13 @@ def summary_table(report: dict, table=None):
         rows.append(("DP approximations", approx))
     ex = report.get("execute")
     if ex:
-        rows.append(("peak (executed)", f"{format_bytes(ex['measured_peak_bytes'])}  "
-                                        f"({ex.get('backend', '?')}, "
-                                        f"{'recycling after last use' if ex.get('recycle') else 'freed at forgets'})"))
+        how = (f"{ex.get('backend', '?')}, "
+               f"{'recycling after last use' if ex.get('recycle') else 'freed at forgets'}")
+        rows.append(("peak executed, tracked", f"{format_bytes(ex['tracked_peak_bytes'])}  "
+                                               f"(plan's count; {how})"))
+        rows.append(("peak executed, measured", f"{format_bytes(ex['measured_peak_bytes'])}  "
+                                                f"({ex.get('meter', '?')}; "
+                                                f"{ex['measured_over_predicted']:.2f}x predicted)"))
     rows.append(("seconds", f"{report['seconds']:.2f}"))
     for k, v in rows:
         tab.add_row(k, v)

@@ -1,4 +1,4 @@
-"""Executor acceptance: bitwise gradients under recomputation, measured vs predicted peaks, replay."""
+"""Executor acceptance: bitwise gradients under recomputation, tracked and measured vs predicted peaks, replay."""
 
 import json
 import subprocess
@@ -34,9 +34,9 @@ def test_zoo_gradients_bitwise_under_dp_schedules(zoo_graphs, name):
             r = executor.run(g, s, backend=NP, allocator=allocator)   # free after last use
             assert executor.gradients_equal(plain.param_grads, r.param_grads), (fraction, allocator)
             assert r.loss == plain.loss
-            assert r.measured_peak_bytes <= sim.peak_bytes
+            assert r.tracked_peak_bytes <= sim.peak_bytes
         exact = executor.run(g, s, backend=NP, recycle=False)                  # free at the schedule's forgets
-        assert exact.measured_peak_bytes == sim.peak_bytes
+        assert exact.tracked_peak_bytes == sim.peak_bytes
         assert executor.gradients_equal(plain.param_grads, exact.param_grads)
 
 
@@ -48,7 +48,7 @@ def test_zoo_memory_centric_schedules(zoo_graphs, name):
         sim = simulate.replay(g, s)
         r = executor.run(g, s, backend=NP, allocator="static")
         assert executor.gradients_equal(plain.param_grads, r.param_grads), fraction
-        assert r.measured_peak_bytes <= sim.peak_bytes
+        assert r.tracked_peak_bytes <= sim.peak_bytes
 
 
 def test_gradients_survive_heavy_recomputation(zoo_graphs):
@@ -96,14 +96,14 @@ def test_replay_measures_the_predicted_peak(name):
         for allocator in ("pool", "static"):
             r = replay.replay(g, s, backend=NP, allocator=allocator)
             assert r.kernels == "stand-in"
-            assert r.measured_peak_bytes == sim.peak_bytes, (label, allocator)
-            assert r.reserved_bytes >= r.measured_peak_bytes
+            assert r.tracked_peak_bytes == sim.peak_bytes, (label, allocator)
+            assert r.reserved_bytes >= r.tracked_peak_bytes
 
 
 def test_replay_of_reference_emitted_schedule():
     g = cg.read(data_path("graphs", "cg_resnet50.txt"))
     s = Schedule.read(data_path("reference", "schedules", "resnet50_DP2_time_60pctact.txt"))
-    assert replay.replay(g, s, backend=NP).measured_peak_bytes == simulate.replay(g, s).peak_bytes
+    assert replay.replay(g, s, backend=NP).tracked_peak_bytes == simulate.replay(g, s).peak_bytes
 
 
 def test_execute_job_report(tmp_path):
@@ -118,11 +118,16 @@ def test_execute_job_report(tmp_path):
                        capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
     rep = json.loads(report.read_text())
-    for key in ("predicted_peak_bytes", "measured_peak_bytes", "allocator", "backend", "seconds",
-                "gradients_match"):
+    for key in ("predicted_peak_bytes", "tracked_peak_bytes", "measured_peak_bytes", "meter", "allocator",
+                "backend", "seconds", "gradients_match", "peak_within_prediction", "tracked_within_prediction",
+                "measured_over_predicted"):
         assert key in rep
-    assert rep["gradients_match"] is True and rep["backend"] == "numpy"
-    assert rep["measured_peak_bytes"] <= rep["predicted_peak_bytes"]
+    assert rep["gradients_match"] is True and rep["backend"] == "numpy" and rep["meter"] == "tracemalloc"
+    assert rep["tracked_peak_bytes"] <= rep["predicted_peak_bytes"] and rep["tracked_within_prediction"]
+    assert rep["measured_peak_bytes"] > 0
+    assert rep["peak_within_prediction"] == all(a["measured_peak_bytes"] <= rep["predicted_peak_bytes"]
+                                                for a in rep["allocators"])
+    assert "tracked (plan's count)" in r.stderr and "measured (tracemalloc)" in r.stderr
     assert [a["allocator"] for a in rep["allocators"]] == ["naive", "pool", "static"]
     bad = tmp_path / "bad.txt"
     bad.write_text("compute 0\nfrobnicate\n")
@@ -142,7 +147,7 @@ def test_ray_worker_runs_the_executor_in_an_actor(ray_session):
                                      num_gpus=0, backend="numpy")
     assert rep["worker_pid"] != os.getpid()
     assert rep["gradients_match"] is True and rep["allocator"] == "static"
-    assert rep["measured_peak_bytes"] <= rep["predicted_peak_bytes"]
+    assert rep["tracked_peak_bytes"] <= rep["predicted_peak_bytes"] and rep["measured_peak_bytes"] > 0
     assert gpu_actor.cluster_gpus() == ray_session.cluster_resources().get("GPU", 0.0)
 
 
@@ -186,7 +191,8 @@ def test_execute_job_with_model_and_report(tmp_path, capsys):
                  "--allocator", "static", "--free", "schedule", "--report", str(out)]) == 0
     rep = json.loads(out.read_text())
     assert rep["graph"] == "zoo:unet" and rep["schedule"] == "plain" and rep["recycle"] is False
-    assert rep["measured_peak_bytes"] == rep["predicted_peak_bytes"] and rep["gradients_match"] is True
+    assert rep["tracked_peak_bytes"] == rep["predicted_peak_bytes"] and rep["gradients_match"] is True
+    assert rep["meter"] == "tracemalloc" and rep["measured_peak_bytes"] > 0
     assert rep["allocators"][0]["arena"]["gap_pct"] <= 5.0
 
 

@@ -119,7 +119,8 @@ def test_execute_measures_the_predicted_peak(tmp_path):
     assert main(["submit", "plan", "--graph", str(SAMPLE), "--budget", "2GB", "--execute",
                  "--report", str(rep), "--progress", "off"]) == 0
     ex = json.loads(rep.read_text())["execute"]
-    assert ex["measured_peak_bytes"] == ex["predicted_peak_bytes"]
+    assert ex["tracked_peak_bytes"] == ex["predicted_peak_bytes"]
+    assert ex["meter"] == "tracemalloc" and ex["measured_peak_bytes"] > 0
 
 
 def _run(*argv, cwd=None):
@@ -406,10 +407,13 @@ def test_execute_recycles_after_last_use_as_the_readme_says(tmp_path, capsys):
     assert main(_plan("--execute", "--report", rep)) == 0
     r = json.loads(rep.read_text())
     ex = r["execute"]
-    assert ex["recycle"] is True and ex["peak_within_prediction"] is True
+    assert ex["recycle"] is True and ex["tracked_within_prediction"] is True
     assert ex["predicted_peak_bytes"] == r["peak_bytes"]
-    assert 0 < ex["measured_peak_bytes"] <= ex["predicted_peak_bytes"]
-    assert "recycling after last use" in capsys.readouterr().out
+    assert 0 < ex["tracked_peak_bytes"] <= ex["predicted_peak_bytes"]
+    assert ex["meter"] == "tracemalloc" and ex["measured_peak_bytes"] > 0
+    assert ex["peak_within_prediction"] == (ex["measured_peak_bytes"] <= ex["predicted_peak_bytes"])
+    out = capsys.readouterr().out
+    assert "recycling after last use" in out and "plan's count" in out and "tracemalloc" in out
     readme = " ".join((ROOT / "README.md").read_text().split())
     assert 'report["execute"]' in readme and "`recycle: true`" in readme
     assert "adds `predicted_peak_bytes`/`measured_peak_bytes` to the report" not in readme

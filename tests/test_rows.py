@@ -34,7 +34,7 @@ def test_row_step_equals_plain_step(graphs, plain, name, policy, bands):
     assert r.loss == plain[name].loss
     assert rows_exec.relative_error(r.param_grads, plain[name].param_grads) <= 1e-10
     assert r.param_grads.keys() == plain[name].param_grads.keys()
-    assert r.measured_peak_bytes <= p.predicted_peak_bytes
+    assert r.tracked_peak_bytes <= p.predicted_peak_bytes
 
 
 def test_a_wrong_gradient_is_detected(graphs, plain):
@@ -127,7 +127,7 @@ def test_batch_norm_phases():
     assert p.phase_ranges[2, 1].tolist() == [[0, 2], [2, 4], [4, 6], [6, 8]]   # a seed owns rows
     ref = executor.run(g, executor.plain_schedule(g), recycle=False)
     r = rows_exec.run(g, p)
-    assert r.loss == ref.loss and r.measured_peak_bytes <= p.predicted_peak_bytes
+    assert r.loss == ref.loss and r.tracked_peak_bytes <= p.predicted_peak_bytes
     assert rows_exec.relative_error(r.param_grads, ref.param_grads) <= 1e-12
 
 
@@ -211,8 +211,10 @@ def test_plan_and_execute_jobs(tmp_path, capsys):
     assert not rep["combined_with_dp"]
     code, rep = code_e, rep_e
     assert code == 0 and rep["gradients_match"] and rep["loss_identical"]
-    assert rep["measured_peak_bytes"] <= rep["predicted_peak_bytes"]
-    assert {"activation_peak_bytes", "extra_flops"} <= rep.keys()
+    assert rep["tracked_peak_bytes"] <= rep["predicted_peak_bytes"] and rep["tracked_within_prediction"]
+    assert rep["meter"] == "tracemalloc" and rep["measured_peak_bytes"] >= rep["activation_peak_bytes"] > 0
+    assert rep["peak_within_prediction"] == (rep["measured_peak_bytes"] <= rep["predicted_peak_bytes"])
+    assert {"activation_peak_bytes", "extra_flops", "plain_measured_peak_bytes"} <= rep.keys()
 
 
 @pytest.mark.parametrize("argv,message", [
@@ -238,7 +240,7 @@ def test_rows_plus_dp_fits_below_rows_alone_and_stays_exact(graphs, plain, name,
     assert all(p.region[i] < 0 for i in q.recompute)
     assert q.flops()["extra_flops"] > p.flops()["extra_flops"]      # the DP's recompute is counted
     r = rows_exec.run(g, q)
-    assert r.measured_peak_bytes == q.predicted_peak_bytes
+    assert r.tracked_peak_bytes == q.predicted_peak_bytes
     assert r.loss == plain[name].loss
     if q.resweep:             # a region's outputs are dropped after the forward and swept again
         assert any(st.phase == "c" for st in q.walk.steps)
@@ -256,7 +258,7 @@ def test_jobs_combine_rows_with_the_dp(tmp_path, capsys):
     assert rep["predicted_peak_bytes"] <= 0.82 * rep["plain_peak_bytes"]
     assert rep["dp"]["rows_alone_peak_bytes"] > rep["predicted_peak_bytes"]
     assert code_e == 0 and rep_e["combined_with_dp"] and rep_e["gradients_match"]
-    assert rep_e["loss_identical"] and rep_e["measured_peak_bytes"] <= rep_e["predicted_peak_bytes"]
+    assert rep_e["loss_identical"] and rep_e["tracked_peak_bytes"] <= rep_e["predicted_peak_bytes"]
 
 
 def test_open_stages_run_exact_and_the_walk_search_opens_one():
@@ -271,7 +273,7 @@ def test_open_stages_run_exact_and_the_walk_search_opens_one():
         assert q.num_regions == rows_plan.plan(g, 4, policy).num_regions - 2
         assert not q.outputs[pools[:2]].any()                   # pool1, pool2 never whole
         r = rows_exec.run(g, q)
-        assert r.loss == ref.loss and r.measured_peak_bytes == q.predicted_peak_bytes
+        assert r.loss == ref.loss and r.tracked_peak_bytes == q.predicted_peak_bytes
         assert rows_exec.relative_error(r.param_grads, ref.param_grads) <= 1e-10
     # at 224 rows the stage-2 backward holds pool1 whole (value and gradient): the search opens it
     big = export.to_cg(zoo.build("vgg16", width=16, depth=3, image=224, batch=1))

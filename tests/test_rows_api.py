@@ -207,7 +207,9 @@ def test_execute_rows_returns_a_typed_result(paths):
     run = execute_rows(plan_rows(paths["tiny"], rows=4, policy="share"), backend="numpy")
     assert isinstance(run, RowsExecution) and run.ok and run.gradients_match
     rep = run.report("tiny")
-    assert rep["measured_peak_bytes"] == run.rows.measured_peak_bytes <= rep["predicted_peak_bytes"]
+    assert rep["tracked_peak_bytes"] == run.rows.tracked_peak_bytes <= rep["predicted_peak_bytes"]
+    assert rep["measured_peak_bytes"] == run.rows.measured_peak_bytes > 0 and rep["meter"] == "tracemalloc"
+    assert run.peak_within_prediction == (run.rows.measured_peak_bytes <= run.rows.predicted_peak_bytes)
 
 
 @pytest.mark.parametrize("options", [dict(rows=0), dict(rows=4, policy="share", budget=None, tasks=0),

@@ -16,6 +16,7 @@ def test_gpu_row_step_matches_plain_and_prediction(policy):
     p = rows_plan.plan(g, 4, policy)
     r = rows_exec.run(g, p, backend=gpu)
     plain = executor.run(g, executor.plain_schedule(g), backend=gpu, recycle=False)
-    assert r.backend == "cupy" and r.device_peak_bytes > 0
-    assert r.measured_peak_bytes <= r.predicted_peak_bytes
+    assert r.backend == "cupy" and r.device_peak_bytes > 0 and r.measured_peak_bytes == r.device_peak_bytes
+    assert r.tracked_peak_bytes <= r.predicted_peak_bytes
+    assert r.device_peak_bytes >= r.tracked_peak_bytes
     assert rows_exec.relative_error(r.param_grads, plain.param_grads) <= 1e-10

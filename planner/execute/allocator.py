@@ -7,11 +7,18 @@
   before the run.
 
 Whatever the strategy, the allocator records the exact peak of *live* bytes (bytes requested and
-not yet freed: the quantity the planner predicts) and the strategy's *reserved* bytes (what it
-holds from the system: all requests for naive, the pool's blocks, the arena). On CuPy,
-:meth:`TrackedAllocator.tracking` also routes every device allocation of the run, kernel
-workspace included, through ``cupy.cuda.using_allocator`` into a private memory pool and records
-that pool's peak (``device_peak_bytes``, rounded by CuPy to 512-byte units).
+not yet freed: the quantity the planner predicts; ``peak_bytes``, reported as
+``tracked_peak_bytes``: the plan's own count) and the strategy's *reserved* bytes (what it holds
+from the system: all requests for naive, the pool's blocks, the arena).
+
+:meth:`TrackedAllocator.tracking` also measures the step with a meter outside the plan
+(``measured_peak_bytes``, named by ``meter``): on NumPy the peak of ``tracemalloc`` over the block
+(NumPy reports its data allocations to it: plan buffers as the allocator holds them, kernel
+temporaries, Python objects; only what is allocated above what was traced when the block began),
+on CuPy the peak of the used bytes of a private memory pool through which
+``cupy.cuda.using_allocator`` routes every device allocation of the block, kernel workspace
+included (``device_peak_bytes``, rounded by CuPy to 512-byte units: on CuPy the two are the same
+figure).
 
 >>> import numpy as np
 >>> from planner.execute.backend import get
@@ -25,10 +32,47 @@ from __future__ import annotations
 
 import bisect
 import contextlib
+import tracemalloc
 
 from hgraph.errors import HGraphError
 
 STRATEGIES = ("naive", "pool", "static")
+
+#: How :attr:`TrackedAllocator.meter` names the independent meters.
+HOST_METER = "tracemalloc"
+DEVICE_METER = "cupy pool used bytes"
+
+
+class HostPeak:
+    """What :func:`host_meter` saw: ``peak_bytes`` (None until the block ends)."""
+
+    peak_bytes: int | None = None
+
+
+@contextlib.contextmanager
+def host_meter():
+    """``tracemalloc`` around a block: its peak of traced bytes above what was traced when the
+    block began (started here and stopped after when tracing was off; when it was already on, the
+    caller's tracing goes on but its peak is reset here).
+
+    >>> import numpy as np
+    >>> with host_meter() as m:
+    ...     a = np.empty(1 << 20, np.uint8); del a
+    >>> m.peak_bytes >= 1 << 20
+    True
+    """
+    out = HostPeak()
+    started = not tracemalloc.is_tracing()
+    if started:
+        tracemalloc.start()
+    try:
+        tracemalloc.reset_peak()
+        base = tracemalloc.get_traced_memory()[0]
+        yield out
+        out.peak_bytes = max(0, int(tracemalloc.get_traced_memory()[1]) - int(base))
+    finally:
+        if started:
+            tracemalloc.stop()
 
 
 def _round(n: int, alignment: int) -> int:
@@ -47,6 +91,7 @@ class TrackedAllocator:
         self.reserved_bytes = 0
         self.allocations = 0
         self.device_peak_bytes = None
+        self.host_peak_bytes = None
         self._live = {}            # buffer id -> (block, nbytes)
         self._graveyard = []       # naive: freed memory, kept so it is never reused
         self._free_sizes, self._free_blocks = [], []      # pool: free blocks sorted by size
@@ -104,11 +149,30 @@ class TrackedAllocator:
         return buf in self._live
 
     # ---------------------------------------------------------------- device hook
+    @property
+    def meter(self) -> str:
+        """The meter behind :attr:`measured_peak_bytes`."""
+        return DEVICE_METER if self.backend.is_gpu else HOST_METER
+
+    @property
+    def measured_peak_bytes(self) -> int | None:
+        """The independent meter's peak over :meth:`tracking` (None before a tracked block)."""
+        got = self.device_peak_bytes if self.backend.is_gpu else self.host_peak_bytes
+        return None if got is None else int(got)
+
     @contextlib.contextmanager
-    def tracking(self):
-        """On CuPy: every allocation inside goes through a private pool whose peak is recorded."""
-        if not self.backend.is_gpu:
+    def tracking(self, meter: bool = True):
+        """Measure the block with a meter outside the plan: on NumPy ``tracemalloc``
+        (:func:`host_meter`); on CuPy every allocation inside goes through a private pool whose
+        used-bytes peak is recorded. ``meter=False``: no meter (``measured_peak_bytes`` stays
+        None), for timing without tracemalloc's overhead."""
+        if not meter:
             yield self
+            return
+        if not self.backend.is_gpu:
+            with host_meter() as m:
+                yield self
+            self.host_peak_bytes = m.peak_bytes
             return
         cupy = self.xp
         pool = cupy.cuda.MemoryPool()
@@ -126,7 +190,8 @@ class TrackedAllocator:
         self.backend.synchronize()
 
     def stats(self) -> dict:
-        return {"allocator": self.strategy, "measured_peak_bytes": int(self.peak_bytes),
+        return {"allocator": self.strategy, "tracked_peak_bytes": int(self.peak_bytes),
+                "measured_peak_bytes": self.measured_peak_bytes, "meter": self.meter,
                 "reserved_bytes": int(self.reserved_bytes), "allocations": int(self.allocations),
                 "alignment": int(self.alignment),
                 "device_peak_bytes": None if self.device_peak_bytes is None else int(self.device_peak_bytes)}

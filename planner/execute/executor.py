@@ -17,20 +17,27 @@ static: the static arena is planned from this same timeline), with the real kern
 :mod:`planner.ops` when the graph's details carry op arguments (graphs exported by the
 zoo) or with stand-in kernels otherwise (:mod:`planner.execute.replay`).
 
-What is measured: ``measured_peak_bytes`` is the exact peak of bytes held by the buffers the
-schedule governs (forward values and gradients; parameters, inputs and the loss's ``ones`` are
-free, as in the reference's ``eval()``). A kernel's own temporaries (im2col columns, the result
-before it is copied into its buffer) are not buffers of the plan; on CuPy every device byte,
-temporaries included, also goes through the allocator hook and is reported as
-``device_peak_bytes``.
+Two peaks, by two meters. ``tracked_peak_bytes`` is the plan's own count: the exact peak of bytes
+held by the buffers the schedule governs (forward values and gradients; parameters, inputs and the
+loss's ``ones`` are free, as in the reference's ``eval()``), with the byte counts the prediction
+uses -- an accounting cross-check, equal to the prediction by construction when memory is freed at
+the schedule's forgets. ``measured_peak_bytes`` is what a meter outside the plan saw over the step
+(``meter``; :meth:`planner.execute.allocator.TrackedAllocator.tracking`): on NumPy the
+``tracemalloc`` peak of the step, on CuPy the used-bytes peak of the memory pool every device
+allocation of the step goes through (``device_peak_bytes``, the same figure). Both start after
+parameters and inputs are built, so neither counts them; the measured peak also counts what the
+plan does not: a kernel's own temporaries (im2col columns, the result before it is copied into
+its buffer), the allocator's rounding and the blocks a pool keeps for reuse.
 
 Example::
 
     >>> from planner.execute import zoo, export
     >>> g = export.to_cg(zoo.build("mlp"))
     >>> r = run(g, plain_schedule(g))
-    >>> r.measured_peak_bytes, r.kernels
-    (261288, 'real')
+    >>> r.tracked_peak_bytes, r.kernels, r.meter
+    (261288, 'real', 'tracemalloc')
+    >>> r.measured_peak_bytes >= r.tracked_peak_bytes
+    True
 """
 
 from __future__ import annotations
@@ -190,7 +197,9 @@ def timeline(g, schedule, recycle: bool = True) -> Timeline:
 # ---------------------------------------------------------------- running it
 @dataclasses.dataclass
 class RunResult:
-    measured_peak_bytes: int
+    tracked_peak_bytes: int            # the plan's count: peak of the plan's live buffers
+    measured_peak_bytes: int | None    # the independent meter's step peak (``meter``); None: run(meter=False)
+    meter: str                         # "tracemalloc" (NumPy) | "cupy pool used bytes" (CuPy)
     reserved_bytes: int
     device_peak_bytes: int | None
     allocator: str
@@ -243,23 +252,41 @@ def _init_array(xp, spec, shape, dtype, seed, vid):
 
 def leaves(g, xp, seed: int = 0) -> dict:
     """Parameters and inputs (var id -> array), built from the details' shapes and initialisers."""
+    return _leaves(g, xp, seed, {})
+
+
+def _leaves(g, xp, seed: int, given: dict) -> dict:
+    """:func:`leaves`, those in ``given`` (var id -> array) taken from it instead (converted,
+    not initialised)."""
     out = {}
     for f in g.forward:
         d = _details(f)
         for pos, (a, _) in enumerate(f.inputs):
             if not g.is_activation[a] and a not in out:
-                out[a] = _init_array(xp, d.get("init", {}).get(str(pos)), tuple(d["in_shapes"][pos]),
-                                     d["in_dtypes"][pos], seed, a)
+                shape, dtype = tuple(d["in_shapes"][pos]), d["in_dtypes"][pos]
+                if a in given:
+                    if tuple(given[a].shape) != shape:
+                        raise HGraphError(f"leaf_values: var {a} is not a parameter/input of shape "
+                                          f"{tuple(given[a].shape)} (its shape: {shape})")
+                    out[a] = xp.asarray(given[a], dtype=dtype)
+                else:
+                    out[a] = _init_array(xp, d.get("init", {}).get(str(pos)), shape, dtype, seed, a)
+    for a in given:
+        if a not in out:
+            raise HGraphError(f"leaf_values: var {a} is not a parameter/input")
     return out
 
 
 def run(g, schedule, *, allocator: str = "pool", backend=None, recycle: bool = True,
         kernels: str = "auto", seed: int = 0, touch: str | None = None, alignment: int | None = None,
-        leaf_values: dict | None = None) -> RunResult:
+        leaf_values: dict | None = None, meter: bool = True) -> RunResult:
     """Execute ``schedule`` on ``g``; real kernels when the graph carries op arguments.
 
     ``leaf_values`` (var id -> array) replaces initialised parameters or inputs (e.g. to check
-    gradients against finite differences).
+    gradients against finite differences). Parameters and inputs are built before the step is
+    measured (``measured_peak_bytes``) and timed (``seconds``). ``meter=False`` runs the step
+    without the independent meter (``measured_peak_bytes`` None): tracemalloc slows Python-level
+    work (about 2x on a small zoo model's step), so timings are taken without it.
     """
     be = backend if isinstance(backend, backend_mod.Backend) else backend_mod.get(backend)
     if kernels == "auto":
@@ -270,30 +297,30 @@ def run(g, schedule, *, allocator: str = "pool", backend=None, recycle: bool = T
     align = alignment or (256 if be.is_gpu else 64)
     plan = tl.arena(align) if allocator == "static" else None
     alloc = TrackedAllocator(be, allocator, arena=plan, alignment=align)
+    leaf = None
+    if kernels == "real":        # through the module's ``leaves`` (bench/kernels_bench.py swaps it)
+        leaf = _leaves(g, be.xp, seed, leaf_values) if leaf_values else leaves(g, be.xp, seed)
     t0 = time.perf_counter()
-    with alloc.tracking():
+    with alloc.tracking(meter):
         if kernels == "real":
-            loss, grads = _run_real(g, tl, alloc, be, seed, leaf_values)
+            loss, grads = _run_real(g, tl, alloc, be, leaf)
         else:
             loss, grads = None, None
             run_standin(g, tl, alloc, be, touch or ("full" if be.is_gpu else "page"))
         be.synchronize()
     seconds = time.perf_counter() - t0
-    return RunResult(int(alloc.peak_bytes), int(alloc.reserved_bytes),
+    if grads is not None:        # copied out after the step: the copies are not the step's memory
+        grads = {v: be.to_numpy(arr).copy() for v, arr in grads.items()}
+    return RunResult(int(alloc.peak_bytes), alloc.measured_peak_bytes, alloc.meter, int(alloc.reserved_bytes),
                      alloc.device_peak_bytes, allocator, be.name, seconds, recycle,
                      kernels, tl.num_buffers, loss, grads, plan.summary() if plan else None)
 
 
-def _run_real(g, tl: Timeline, alloc: TrackedAllocator, be, seed: int, leaf_values=None):
+def _run_real(g, tl: Timeline, alloc: TrackedAllocator, be, leaf: dict):
     xp = be.xp
     nf = len(g.forward)
     fwd = [_details(f) for f in g.forward]
     opdefs = [OPS[d["op"]] for d in fwd]
-    leaf = leaves(g, xp, seed)
-    for v, arr in (leaf_values or {}).items():
-        if v not in leaf or tuple(arr.shape) != tuple(leaf[v].shape):
-            raise HGraphError(f"leaf_values: var {v} is not a parameter/input of shape {leaf.get(v, arr).shape}")
-        leaf[v] = xp.asarray(arr, dtype=leaf[v].dtype)
     sinks = loss_outputs(g)
     arrays = {}                                  # buffer id -> typed array view
     values = {}                                  # var id -> buffer id of its live value
@@ -351,7 +378,7 @@ def _run_real(g, tl: Timeline, alloc: TrackedAllocator, be, seed: int, leaf_valu
     for b, arr in arrays.items():
         v = int(tl.var[b])
         if tl.grad[b] and g.var_names[v].startswith("/"):      # parameters are named by path
-            param_grads[v] = be.to_numpy(arr).copy()
+            param_grads[v] = arr          # the buffer itself: :func:`run` copies it out after the step
     return loss, param_grads
 
 
@@ -368,12 +395,19 @@ def evaluate(g, schedule, *, allocators=("pool",), backend=None, recycle=None, s
              touch: str | None = None) -> dict:
     """Run ``schedule`` on ``g`` with each allocator and compare with the planner's prediction.
 
-    The report holds ``predicted_peak_bytes`` (``planner.simulate``, reference accounting),
-    ``measured_peak_bytes``, ``allocator``, ``backend``, ``seconds`` of the first allocator, one
-    row per allocator under ``allocators``, and -- for graphs with real ops --
-    ``gradients_match``: parameter gradients bitwise equal to those of a plain run (no
-    recomputation, nothing freed). ``recycle=None`` frees after last use for real kernels and at
-    the schedule's forgets for stand-ins (so replay reproduces the prediction exactly).
+    The report holds ``predicted_peak_bytes`` (``planner.simulate``, reference accounting);
+    ``tracked_peak_bytes`` (the plan's own count of its buffers), ``measured_peak_bytes`` (the
+    independent meter named by ``meter``: tracemalloc on NumPy, the CuPy pool's used bytes on
+    CuPy), ``measured_over_predicted``, ``allocator``, ``backend``, ``seconds`` of the first
+    allocator; one row per allocator under ``allocators``; ``peak_within_prediction`` (every
+    allocator's *measured* peak at most the prediction: false whenever kernel temporaries,
+    rounding or a pool's kept blocks take the step above what the plan counts) and
+    ``tracked_within_prediction`` (every allocator's tracked peak at most the prediction: the
+    plan's accounting held); and -- for graphs with real ops -- ``gradients_match``: parameter
+    gradients bitwise equal to those of a plain run (no recomputation, nothing freed), whose two
+    peaks are ``plain_tracked_peak_bytes`` / ``plain_measured_peak_bytes``. ``recycle=None``
+    frees after last use for real kernels and at the schedule's forgets for stand-ins (so the
+    tracked peak of a replay reproduces the prediction exactly).
     """
     from planner import simulate
 
@@ -392,16 +426,21 @@ def evaluate(g, schedule, *, allocators=("pool",), backend=None, recycle=None, s
         results.append(r)
         rows.append(r.report())
     first = results[0]
-    report = {"predicted_peak_bytes": int(sim.peak_bytes), "measured_peak_bytes": first.measured_peak_bytes,
+    predicted = int(sim.peak_bytes)
+    report = {"predicted_peak_bytes": predicted, "tracked_peak_bytes": first.tracked_peak_bytes,
+              "measured_peak_bytes": first.measured_peak_bytes, "meter": first.meter,
+              "measured_over_predicted": round(first.measured_peak_bytes / max(predicted, 1), 4),
               "allocator": first.allocator, "backend": be.name, "device": be.device,
               "seconds": round(first.seconds, 6), "kernels": first.kernels, "recycle": free_early,
               "reserved_bytes": first.reserved_bytes, "device_peak_bytes": first.device_peak_bytes,
-              "peak_within_prediction": all(r.measured_peak_bytes <= sim.peak_bytes for r in results),
+              "peak_within_prediction": all(r.measured_peak_bytes <= predicted for r in results),
+              "tracked_within_prediction": all(r.tracked_peak_bytes <= predicted for r in results),
               "recompute_cost": int(sim.recompute_cost), "forward_cost": int(sim.forward_cost),
               "buffers": first.buffers, "allocators": rows}
     if real:
         plain = run(g, plain_schedule(g), allocator="pool", backend=be, recycle=False, seed=seed)
         report["loss"] = first.loss
         report["gradients_match"] = all(gradients_equal(plain.param_grads, r.param_grads) for r in results)
-        report["plain_peak_bytes"] = plain.measured_peak_bytes
+        report["plain_tracked_peak_bytes"] = plain.tracked_peak_bytes
+        report["plain_measured_peak_bytes"] = plain.measured_peak_bytes
     return report

@@ -9,15 +9,17 @@ output buffer (``touch="full"``: every byte, the default on a GPU; ``touch="page
 fresh allocation are never committed).
 
 By default replay frees memory exactly where the schedule says (``recycle=False``), so the
-measured peak of live bytes equals the planner's predicted peak (``planner.simulate`` in
-reference mode) byte for byte; allocator alignment shows only in ``reserved_bytes``.
+tracked peak of live bytes (``tracked_peak_bytes``, the plan's own count) equals the planner's
+predicted peak (``planner.simulate`` in reference mode) byte for byte; allocator alignment shows
+in ``reserved_bytes`` and, with what the pool keeps, in ``measured_peak_bytes`` (tracemalloc on
+NumPy, the CuPy pool on a GPU).
 
 >>> from planner import simulate
 >>> from planner.execute import zoo, export, executor
 >>> g = export.to_cg(zoo.build("mlp", depth=1))
 >>> s = executor.checkpoint_schedule(g, keep=[])
 >>> r = replay(g, s)
->>> r.kernels, r.measured_peak_bytes == simulate.replay(g, s).peak_bytes
+>>> r.kernels, r.tracked_peak_bytes == simulate.replay(g, s).peak_bytes
 ('stand-in', True)
 """
 

@@ -7,16 +7,18 @@ rows the band reads are cut out of the producer's band (or whole) value, the row
 are padded as the whole map's padding (zeros, or -inf before a max pool) and the op runs with
 padding 0 on the rows; its VJP's input gradient is cropped back and added at the rows it came
 from. Every buffer the plan names is allocated through one :class:`TrackedAllocator` at the step
-that first writes it and freed after its last use, so ``measured_peak_bytes`` is the real peak of
-what the plan holds (kernel temporaries are not plan buffers; on CuPy ``device_peak_bytes``
-counts them too).
+that first writes it and freed after its last use, so ``tracked_peak_bytes`` is the exact peak of
+what the plan holds, by the plan's own count (kernel temporaries are not plan buffers).
+``measured_peak_bytes`` is what a meter outside the plan saw over the step (``meter``): the
+``tracemalloc`` peak on NumPy, the CuPy pool's used-bytes peak (``device_peak_bytes``) on CuPy;
+both start after parameters and inputs are built and count kernel temporaries too.
 
 >>> from planner.execute import export, zoo
 >>> from planner.rows import plan as rows_plan
 >>> g = export.to_cg(zoo.build("vgg16", dtype="float64"))
 >>> r = run(g, rows_plan.plan(g, 4, "share"))
->>> r.measured_peak_bytes <= r.predicted_peak_bytes
-True
+>>> r.tracked_peak_bytes <= r.predicted_peak_bytes, r.meter
+(True, 'tracemalloc')
 """
 
 from __future__ import annotations
@@ -37,9 +39,11 @@ from planner.rows import walk as walk_mod
 
 @dataclasses.dataclass
 class RowsResult:
-    measured_peak_bytes: int
+    tracked_peak_bytes: int            # the plan's count: peak of the plan's live buffers
+    measured_peak_bytes: int | None    # the independent meter's step peak (``meter``); None: run(meter=False)
+    meter: str                         # "tracemalloc" (NumPy) | "cupy pool used bytes" (CuPy)
     predicted_peak_bytes: int
-    activation_peak_bytes: int
+    activation_peak_bytes: int         # tracked peak minus the parameter gradients
     param_grad_bytes: int
     device_peak_bytes: int | None
     backend: str
@@ -131,7 +135,7 @@ class _Run:
             for key in st.frees:
                 self.alloc.free(self.ids[key])
                 del self.arrays[key]
-        grads = {k[1]: self.be.to_numpy(a).copy() for k, a in self.arrays.items() if k[0] == "pg"}
+        grads = {k[1]: a for k, a in self.arrays.items() if k[0] == "pg"}   # copied out by run()
         return self.loss, grads
 
     def _arg(self, st, k):
@@ -303,21 +307,25 @@ def _param(g, v) -> bool:
     return g.var_names[v].startswith("/")
 
 
-def run(g, plan, *, backend=None, seed: int = 0, allocator: str = "pool") -> RowsResult:
-    """Execute row plan ``plan`` on zoo graph ``g``; the result carries the measured peak."""
+def run(g, plan, *, backend=None, seed: int = 0, allocator: str = "pool", meter: bool = True) -> RowsResult:
+    """Execute row plan ``plan`` on zoo graph ``g``; the result carries the tracked and the
+    measured peak (``meter=False``: no independent meter, ``measured_peak_bytes`` None -- for
+    timing without tracemalloc's overhead)."""
     be = backend if isinstance(backend, backend_mod.Backend) else backend_mod.get(backend)
     if not executor.has_real_ops(g):
         raise HGraphError("row execution needs a zoo graph (operator arguments in the details)")
     alloc = TrackedAllocator(be, allocator, alignment=256 if be.is_gpu else 64)
     leaf = executor.leaves(g, be.xp, seed)
     t0 = time.perf_counter()
-    with alloc.tracking():
+    with alloc.tracking(meter):
         r = _Run(g, plan, be, alloc, leaf)
         loss, grads = r.run()
         be.synchronize()
     seconds = time.perf_counter() - t0
+    grads = {v: be.to_numpy(a).copy() for v, a in grads.items()}   # after the step: not its memory
     peak = int(alloc.peak_bytes)
-    return RowsResult(peak, int(plan.predicted_peak_bytes), peak - int(plan.param_grad_bytes),
+    return RowsResult(peak, alloc.measured_peak_bytes, alloc.meter, int(plan.predicted_peak_bytes),
+                      peak - int(plan.param_grad_bytes),
                       int(plan.param_grad_bytes), alloc.device_peak_bytes, be.name, seconds, loss, grads)
 
 
