@@ -244,9 +244,11 @@ def executor_step(g, leaf: dict, backend):
 
     schedule = executor.plain_schedule(g)
 
-    def step():
+    def step(meter: bool = False):
+        # timed runs go without the executor's independent meter (tracemalloc slows Python-level
+        # work); one metered run gives the peak
         with _Prebuilt(g, leaf):
-            r = executor.run(g, schedule, backend=backend, allocator="pool")
+            r = executor.run(g, schedule, backend=backend, allocator="pool", meter=meter)
         backend.synchronize()
         return r
 
@@ -307,7 +309,6 @@ def _timed(fn, steps: int, before=None):
 
 
 def worker_executor(spec: dict) -> dict:
-    import tracemalloc
 
     import numpy as np
 
@@ -320,22 +321,13 @@ def worker_executor(spec: dict) -> dict:
     step = executor_step(g, leaf, be)
     step()                                                   # warm-up
     times, r = _timed(step, spec["steps"])
-    if be.is_gpu:
-        r = step()
-        peak, meter = r.device_peak_bytes, "CuPy allocator hook (device bytes)"
-    else:
-        tracemalloc.start()
-        tracemalloc.reset_peak()
-        base = tracemalloc.get_traced_memory()[0]
-        r = step()
-        peak = tracemalloc.get_traced_memory()[1] - base
-        tracemalloc.stop()
-        meter = "tracemalloc"
+    r = step(meter=True)            # the executor's independent meter: tracemalloc / CuPy pool
+    peak, meter = r.measured_peak_bytes, r.meter
     folder = Path(spec["dir"])
     for v, arr in r.param_grads.items():
         np.save(folder / f"{v}.npy", arr)
     return {"seconds": statistics.median(times), "times": times, "peak_bytes": int(peak),
-            "peak_meter": meter, "tracked_peak_bytes": int(r.measured_peak_bytes),
+            "peak_meter": meter, "tracked_peak_bytes": int(r.tracked_peak_bytes),
             "loss": r.loss, "backend": be.name, "device": be.device,
             "forward_flops": int(t.forward_flops)}
 
@@ -560,8 +552,8 @@ def main(argv=None) -> int:
               f"median of {args.steps} steps after one warm-up (the fastest in brackets; "
               f"ratio: of the medians); load average "
               f"{load0[0]:.2f} before, {load1[0]:.2f} after (other jobs share the CPU: timings "
-              f"are noisy). Peaks: executor by tracemalloc (CPU) or the CuPy allocator hook "
-              f"(CUDA), torch by its allocator (profiler memory events on CPU, "
+              f"are noisy). Peaks: executor by its independent meter (tracemalloc on CPU, the CuPy "
+              f"pool's used bytes on CUDA), torch by its allocator (profiler memory events on CPU, "
               f"cuda.max_memory_allocated on CUDA); above what existed when the step started. "
               f"step GFLOP: 3x the traced forward FLOPs. {gpu_line}.{busy}\n\n")
     text = header + table(rows)
