@@ -26,7 +26,7 @@ from functorch.compile import aot_function
 from hgraph.errors import HGraphError
 
 __all__ = ["Step", "make_step", "loss_slots", "capture", "cse", "decompositions", "default_loss",
-           "untraceable", "fresh_inputs", "has_rnn", "native_rnn", "LossError"]
+           "untraceable", "call_traced", "fresh_inputs", "has_rnn", "native_rnn", "LossError"]
 
 
 class LossError(HGraphError):
@@ -188,6 +188,20 @@ def native_rnn():
         _CALLER_MKLDNN[0] = None
 
 
+def call_traced(fn, *args):
+    """``fn(*args)`` for a traced step, where a tracing failure on a tensor the capture cannot
+    follow becomes its one line (:func:`untraceable`)."""
+    try:
+        return fn(*args)
+    except HGraphError:
+        raise
+    except Exception as err:
+        one_line = untraceable(err)
+        if one_line is None:
+            raise
+        raise one_line from None
+
+
 def untraceable(err: BaseException) -> HGraphError | None:
     """One line for a step the capture cannot follow: the model or loss reads a real tensor
     that is not an input, a parameter or buffer, nor one the loss reaches by a closure, a global
@@ -282,15 +296,8 @@ def capture(model, inputs, loss=None, decompose: bool = True):
     params = [p.detach().clone().requires_grad_(p.requires_grad) for p in step.params]
     buffers = [b.detach().clone() for b in step.buffers]
     params, buffers, consts, *xs = step.args(fresh_inputs(inputs), params, buffers)
-    try:
-        out = traced(step, grab, decompose)(params, buffers, list(fresh_inputs(consts)), *xs)
-    except HGraphError:
-        raise
-    except Exception as err:
-        one_line = untraceable(err)
-        if one_line is None:
-            raise
-        raise one_line from None
+    out = call_traced(traced(step, grab, decompose), params, buffers,
+                      list(fresh_inputs(consts)), *xs)
     if not isinstance(out, torch.Tensor):
         kind = "several values" if isinstance(out, (tuple, list)) else type(out).__name__
         raise LossError(f"the loss must be a scalar tensor, got {kind}: pass loss=FN "

@@ -67,8 +67,8 @@ class HGraphPartitioner(torch._inductor.custom_graph_pass.CustomPartitionerFn):
         n_out = kwargs["num_fwd_outputs"]
         tg = from_joint(gm, n_out, decompose=True)
         key = cg.dumps(tg.cg)
-        merged_gm = cap.cse(gm)
         if key not in self.fronts:       # the graph as traced, and with its subexpressions merged
+            merged_gm = cap.cse(gm)
             merged = from_joint(merged_gm, n_out, decompose=True)
             self.fronts[key] = (front_mod.union([front_mod.front(t, **self.plan_kwargs)
                                                  for t in (tg, merged)]), gm, merged_gm)
@@ -76,8 +76,11 @@ class HGraphPartitioner(torch._inductor.custom_graph_pass.CustomPartitionerFn):
         c = front_mod.pick(fr, self.budget)
         # a front planned in another compile holds that compile's joint graph, whose values are
         # another fake mode's: split this compile's own (same node names, same graph)
-        joint = gm if c.joint is traced_gm else merged_gm if c.joint is old_merged else c.joint
-        c = dataclasses.replace(c, joint=joint)
+        if gm is not traced_gm:
+            if c.joint is traced_gm:
+                c = dataclasses.replace(c, joint=gm)
+            elif c.joint is old_merged:
+                c = dataclasses.replace(c, joint=cap.cse(gm))
         p = c.plan
         self.plans.append(p)
         fw, bw = partition(c.joint, n_out, c.keep, plan=p)

@@ -88,21 +88,15 @@ def rng_state_bytes(node) -> int:
     return 16 if cuda else int(torch.get_rng_state().numel())
 
 
-def _out_bytes(node) -> int:
-    val = node.meta.get("val")
-    vals = val if isinstance(val, (tuple, list)) else (val,)
-    return sum(int(v.numel()) * int(v.element_size()) for v in vals
-               if isinstance(v, torch.Tensor))
-
-
 def _saved_random(node) -> bool:
     """A random op the backward reads through a recomputation is saved when its output is no
     larger than the RNG state that would replay it (Inductor's ``inductor_seeds``: a few int64
     seeds, from which each dropout's mask is recomputed exactly); a larger one, or one with
     several outputs (``native_dropout``: a tuple is no saveable value), is recomputed with the
     forward's RNG state (:func:`functionalize_rng`)."""
-    return (is_random(node) and isinstance(node.meta.get("val"), torch.Tensor)
-            and _out_bytes(node) <= rng_state_bytes(node))
+    val = node.meta.get("val")
+    return (is_random(node) and isinstance(val, torch.Tensor)
+            and val.numel() * val.element_size() <= rng_state_bytes(node))
 
 
 def saved_nodes(joint, keep: set) -> list:
@@ -319,15 +313,7 @@ def apply_keep(model, keep: set, decompose: bool, loss=None, plan=None):
                               f"got {_show(shapes)}: a planned step is fixed to its shapes; "
                               f"plan again for the new shapes, or use planner.torch.compile, "
                               f"which re-plans when shapes change")
-        try:
-            out = fn(*args)
-        except HGraphError:
-            raise
-        except Exception as err:
-            one_line = cap.untraceable(err)
-            if one_line is None:
-                raise
-            raise one_line from None
+        out = cap.call_traced(fn, *args)
         out.backward()
         return out.detach()
 
