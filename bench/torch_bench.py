@@ -45,26 +45,6 @@ TORCH_BUDGETS = (0.2, 0.35, 0.5, 1.0)
 TIMED_RUNS = 3
 
 
-def saved_bytes(step, model, inputs) -> int:
-    """Bytes of the unique storages the step's forward hands its backward (saved-tensor hooks,
-    which see a compiled step's saved values too), less parameters, buffers and inputs."""
-    import torch
-
-    pre = {t.untyped_storage().data_ptr() for t in [*model.parameters(), *model.buffers(),
-                                                    *inputs]}
-    saved = {}
-
-    def pack(t):
-        key = t.untyped_storage().data_ptr()
-        if key not in pre:
-            saved[key] = t.untyped_storage().nbytes()
-        return t
-
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-        step(*inputs)
-    return int(sum(saved.values()))
-
-
 def measure(step, model, inputs, fx_step=None, fx_model=None) -> dict:
     """One row's measurements of ``step`` (a training step; its first run compiles).
 
@@ -88,7 +68,7 @@ def measure(step, model, inputs, fx_step=None, fx_model=None) -> dict:
     for p in model.parameters():
         p.grad = None
     peak, how = meter.allocator_peak(step, inputs)
-    saved = saved_bytes(step, model, inputs)
+    saved = meter.saved_bytes(step, model, inputs)
     tracked = meter.measure_step(fx_step or step, fx_model or model, inputs)
     return dict(peak=peak, meter=how, memtracker_peak=tracked["measured_peak_bytes"],
                 saved=saved, seconds=statistics.median(times))

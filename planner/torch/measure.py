@@ -15,7 +15,7 @@ import time
 
 import torch
 
-__all__ = ["measure_step", "allocator_peak", "recompute_flops", "step_flops", "predict_step_peak",
+__all__ = ["measure_step", "saved_bytes", "allocator_peak", "recompute_flops", "step_flops", "predict_step_peak",
            "predict_saved_bytes", "grads_of", "same_grads"]
 
 
@@ -29,6 +29,30 @@ def _ref(name):
     return getattr(_MemRefType, name)
 
 
+def _saved_counter(model, inputs) -> tuple:
+    """(bytes by storage, pack hook): a saved-tensor hook that records each unique storage the
+    forward hands the backward, less the model's parameters and buffers and the inputs."""
+    pre = {_storage_key(t) for t in [*model.parameters(), *model.buffers(), *inputs]}
+    saved = {}
+
+    def pack(t):
+        k = _storage_key(t)
+        if k not in pre and k not in saved:
+            saved[k] = t.untyped_storage().nbytes()
+        return t
+
+    return saved, pack
+
+
+def saved_bytes(step, model, inputs) -> int:
+    """Bytes the forward of one run of ``step(*inputs)`` hands its backward (saved-tensor
+    hooks, which see a compiled step's saved values too), less parameters, buffers, inputs."""
+    saved, pack = _saved_counter(model, inputs)
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        step(*inputs)
+    return int(sum(saved.values()))
+
+
 def measure_step(step, model, inputs) -> dict:
     """Run ``step(*inputs)`` (a training step: forward + backward) and measure its second run.
 
@@ -39,15 +63,7 @@ def measure_step(step, model, inputs) -> dict:
     step(*inputs)
     for p in model.parameters():
         p.grad = None
-    pre = {_storage_key(t) for t in [*model.parameters(), *model.buffers(), *inputs]}
-    saved = {}
-
-    def pack(t):
-        k = _storage_key(t)
-        if k not in pre and k not in saved:
-            saved[k] = t.untyped_storage().nbytes()
-        return t
-
+    saved, pack = _saved_counter(model, inputs)
     cuda = any(x.is_cuda for x in inputs)
     t0 = time.perf_counter()
     if cuda:
