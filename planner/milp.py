@@ -1,0 +1,366 @@
+"""Checkmate's MILP (Jain et al., MLSys 2020) in the DP's own memory and cost model, on HiGHS.
+
+Why: the DP of Kusumoto et al. is optimal only over its family (chains of lower sets, each
+block's interior recomputed once before its backward). A MILP over per-stage recompute / keep
+decisions covers more schedules and proves optimality (or gives HiGHS's dual bound at the time
+limit), so it checks the DP (tests/test_milp.py) and certifies plans (:mod:`planner.certificate`).
+
+**Stages.** Stage ``t = 0 … T-1`` runs the backward of one block; stage 0 runs first (it holds
+the loss). ``D[t, v] = 1`` when node ``v``'s backward ran before stage ``t`` (``D[0] = 0``,
+``D[T] = 1``, non-decreasing in ``t``); the stage's block is ``P[t] = D[t+1] − D[t]`` and
+``L_t = {D[t] = 0}`` is the lower set still to do (``D[t, u] ≤ D[t, v]`` for each edge
+``u → v``: backward runs against the edges). Stage ``t`` is the DP's transition
+``L_{t+1} → L_t``; the stages of a solution are a chain of lower sets (``groups``), emitted by
+:func:`planner.emit.emit_groups`.
+
+**Checkmate's decisions,** on the nodes still to do (``v ∈ L_t``):
+
+* ``R[t, v]``: ``v`` is (re)computed in stage ``t`` (cost ``t_v`` each time; any node of
+  ``L_t``, not only the stage's own block, and it may be kept for later stages);
+* ``S[t, v]``: ``v``'s value is resident when stage ``t`` starts (``S[0]``: kept from the
+  forward pass); ``S[t+1, v] ≤ S[t, v] + R[t, v]`` — a value is kept or it was recomputed; a
+  value not kept is FREEd at the end of the stage (Checkmate's ``FREE``; here implicit);
+* the block's own values are present: ``P[t, v] ≤ S[t, v] + R[t, v]``; a recomputation reads
+  resident inputs: ``R[t, v] ≤ S[t, u] + R[t, u]`` for ``u → v``; the backward of a node
+  ``w ∈ A(L_t)`` reads every input ``u`` still to do: ``S[t, u] + R[t, u] ≥ a[t, w]``;
+* ``U[t]``: the stage's memory, Checkmate's ``U`` per stage in the DP's accounting
+  (FORMAT.md §4.2): resident values ``Σ m (S + R)`` over ``L_t`` (the checkpoints of the
+  blocks still to do, and the block's values), the block's gradients ``m(P[t])``, and
+  ``m(A(L_t)) + m(B(L_t))`` (``a``/``b``: continuous, ``a[t,w] ≥ D[t,w] − D[t,u]`` and
+  ``b[t,u] ≥ a[t,w] + D[t,u] − 1`` per edge ``u → w``; ``A ∩ B`` counted twice as the
+  reference does); ``U[t] ≤ budget``.
+
+Objective: ``Σ t_v R[t, v]`` (the DP's ``model_recompute_cost``). Stages are compacted (an
+empty stage only after empty ones), so stage 0 is non-empty and holds the loss.
+
+``family="chains"`` restricts it to the DP's family: ``c_v`` (binary) is 1 exactly when a
+successor's block runs before ``v``'s (``v ∈ ∂L_i ∩ V_i``); resident values are exactly the
+checkpoints (``S[t, v] = c_v`` on ``L_t``) and a node is recomputed only in its own stage when
+it is not one. Every chain then costs ``Σ t(V_i \\ ∂L_i)`` and peaks at ``ckpt + 2·m(V_i) +
+m(A) + m(B)``: the exact DP's optimum is this MILP's (tests/test_milp.py). ``family="all"``
+(default) is the unrestricted model, a superset: a chain's canonical schedule is one of its
+solutions (checkpoints resident in every stage up to their own, the interior recomputed in its
+stage), so its optimum is never above the DP's.
+
+``T = n`` stages cover every chain (a chain has at most ``n`` blocks); ``stages`` below ``n``
+restricts the model (fewer blocks) and is for the solver only, never for a bound.
+
+Example (a diamond; at 12 no chain fits, but forgetting the checkpoint 0 during the first
+stage and recomputing it for its own does)::
+
+    >>> import numpy as np
+    >>> from planner.dp_families import DPGraph
+    >>> g = DPGraph(m=np.array([4, 2, 2, 1]), t=np.array([10, 1, 1, 1]),
+    ...             src=np.array([0, 0, 1, 2]), dst=np.array([1, 2, 3, 3]))
+    >>> r = solve(g, 12)
+    >>> r.status, r.cost, r.optimal, r.groups.tolist(), r.peak
+    ('OK', 10, True, [0, 1, 1, 2], 12)
+    >>> solve(g, 12, family="chains").status, solve(g, 13, family="chains").cost
+    ('IMPOSSIBLE', 1)
+    >>> relaxation(g, 12).bound <= 10
+    True
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+__all__ = ["MILPResult", "LPBound", "build", "solve", "relaxation", "FAMILIES",
+           "DEFAULT_TIME_LIMIT"]
+
+FAMILIES = ("all", "chains")
+#: Seconds HiGHS may spend on one MILP (``--milp-time-limit``).
+DEFAULT_TIME_LIMIT = 60.0
+
+
+@dataclass
+class MILPResult:
+    """A solved (or not) MILP. ``status``: ``"OK"`` (a schedule; ``optimal`` says whether HiGHS
+    proved it), ``"IMPOSSIBLE"`` (proven infeasible) or ``"TIMEOUT"`` (no schedule within the
+    time limit). ``cost``: the schedule's ``Σ t R``; ``dual_bound``: HiGHS's bound on the
+    optimum (the cost itself when optimal; None when HiGHS gave none); ``groups``: chain
+    block of every node (0 = first in the forward, the last block holds the loss);
+    ``keep``/``recompute``/``retain``: what :func:`planner.emit.emit_groups` needs (per block
+    ``i``: nodes recomputed in its stage, nodes kept into the next stage, block ``i − 1``);
+    ``stage_peaks``: ``U`` per block (DP units)."""
+
+    status: str
+    family: str
+    stages: int
+    seconds: float
+    cost: int | None = None
+    optimal: bool = False
+    dual_bound: float | None = None
+    groups: np.ndarray | None = None
+    keep: np.ndarray | None = None
+    recompute: list = field(default_factory=list)
+    retain: list = field(default_factory=list)
+    stage_peaks: np.ndarray | None = None
+    variables: int = 0
+    constraints: int = 0
+
+    @property
+    def blocks(self) -> int:
+        return int(self.groups.max()) + 1 if self.groups is not None and self.groups.size else 0
+
+    @property
+    def peak(self) -> int:
+        return int(self.stage_peaks.max(initial=0)) if self.stage_peaks is not None else 0
+
+
+@dataclass
+class LPBound:
+    """The LP relaxation's optimum (``bound``, a lower bound on the MILP's optimum when
+    ``status == "OK"``), or why there is none (``"TIMEOUT"``, ``"IMPOSSIBLE"``: the relaxation
+    is infeasible, so is every schedule of the model)."""
+
+    status: str
+    bound: float | None
+    seconds: float
+    variables: int = 0
+    constraints: int = 0
+
+
+class _Layout:
+    """Where each variable block sits in the flat vector (row-major ``[t, v]``)."""
+
+    def __init__(self, n: int, T: int, chains: bool):
+        self.n, self.T = n, T
+        sizes = [("D", (T + 1) * n), ("S", T * n), ("R", T * n), ("a", T * n), ("b", T * n),
+                 ("U", T), ("c", n if chains else 0)]
+        self.start, pos = {}, 0
+        for name, size in sizes:
+            self.start[name] = pos
+            pos += size
+        self.size = pos
+
+    def __call__(self, name: str, t, v=None) -> np.ndarray:
+        """Indices of ``name[t, v]`` (broadcast), of ``U[t]`` or ``c[v]`` (one index array)."""
+        if name == "U":
+            return self.start["U"] + np.asarray(t)
+        if name == "c":
+            return self.start["c"] + np.asarray(t)
+        return self.start[name] + np.asarray(t) * self.n + np.asarray(v)
+
+
+class _Rows:
+    """Sparse constraint rows ``lo ≤ A x ≤ hi`` collected block by block (COO, vectorized)."""
+
+    def __init__(self):
+        self.r, self.c, self.v, self.lo, self.hi = [], [], [], [], []
+        self.count = 0
+
+    def add(self, cols, coefs, lo, hi) -> None:
+        """``len(cols)`` terms per row: ``cols[j]`` the j-th term's variable index per row (all
+        the same length K, or scalars), ``coefs[j]`` its coefficient (scalar or length K)."""
+        cols = [np.atleast_1d(np.asarray(c, dtype=np.int64)) for c in cols]
+        K = max(c.size for c in cols)
+        if K == 0:
+            return
+        rows = self.count + np.arange(K)
+        for c, a in zip(cols, coefs):
+            self.r.append(rows)
+            self.c.append(np.broadcast_to(c, (K,)))
+            self.v.append(np.broadcast_to(np.asarray(a, dtype=np.float64), (K,)))
+        self.lo.append(np.broadcast_to(np.asarray(lo, dtype=np.float64), (K,)))
+        self.hi.append(np.broadcast_to(np.asarray(hi, dtype=np.float64), (K,)))
+        self.count += K
+
+    def add_wide(self, cols, coefs, lo, hi) -> None:
+        """Rows with many terms each: ``cols``/``coefs`` are ``[K, terms]`` arrays."""
+        cols = np.asarray(cols, dtype=np.int64)
+        K = cols.shape[0]
+        self.r.append(np.repeat(self.count + np.arange(K), cols.shape[1]))
+        self.c.append(cols.ravel())
+        self.v.append(np.broadcast_to(np.asarray(coefs, np.float64), cols.shape).ravel())
+        self.lo.append(np.broadcast_to(np.asarray(lo, dtype=np.float64), (K,)))
+        self.hi.append(np.broadcast_to(np.asarray(hi, dtype=np.float64), (K,)))
+        self.count += K
+
+    def matrix(self, nvars: int):
+        from scipy import sparse
+
+        A = sparse.csr_matrix((np.concatenate(self.v), (np.concatenate(self.r),
+                                                        np.concatenate(self.c))),
+                              shape=(self.count, nvars))
+        return A, np.concatenate(self.lo), np.concatenate(self.hi)
+
+
+@dataclass
+class Model:
+    """One built model: objective ``cost``, ``integrality``, bounds, the constraint matrix."""
+
+    layout: _Layout
+    cost: np.ndarray
+    integrality: np.ndarray
+    lb: np.ndarray
+    ub: np.ndarray
+    A: object
+    lo: np.ndarray
+    hi: np.ndarray
+    family: str
+
+
+def build(g, budget: int, family: str = "all", stages: int | None = None) -> Model:
+    """The model of the module docstring for ``g`` (a :class:`planner.dp_families.DPGraph`:
+    memory ``m`` in the budget's units, cost ``t``) at ``budget`` with ``stages`` stages
+    (default ``n``: every chain), as sparse matrices built a constraint family at a time."""
+    if family not in FAMILIES:
+        raise ValueError(f"unknown MILP family {family!r}; expected one of {', '.join(FAMILIES)}")
+    n = int(g.n)
+    T = n if stages is None else max(1, min(int(stages), n))
+    chains = family == "chains"
+    L = _Layout(n, T, chains)
+    m = np.asarray(g.m, np.float64)
+    src, dst = np.asarray(g.src, np.int64), np.asarray(g.dst, np.int64)
+    E = src.size
+    rows = _Rows()
+    tt, vv = np.divmod(np.arange(T * n), n)              # every (stage, node)
+    te, ee = np.divmod(np.arange(T * E), E) if E else (np.zeros(0, np.int64),) * 2
+    eu, ew = src[ee], dst[ee]                            # every (stage, edge u -> w)
+    D, S, R, a, b = (lambda t, v, k=k: L(k, t, v) for k in "DSRab")
+    t_grid = np.repeat(np.arange(T), n).reshape(T, n)
+    v_grid = np.tile(np.arange(n), (T, 1))
+    # D non-decreasing; lower sets: D[t,u] <= D[t,w]
+    rows.add([D(tt, vv), D(tt + 1, vv)], [1, -1], -np.inf, 0)
+    rows.add([D(te, eu), D(te, ew)], [1, -1], -np.inf, 0)
+    # S, R only on nodes still to do; retention; the block's values; recomputation's inputs
+    rows.add([S(tt, vv), D(tt, vv)], [1, 1], -np.inf, 1)
+    rows.add([R(tt, vv), D(tt, vv)], [1, 1], -np.inf, 1)
+    keep = tt < T - 1
+    rows.add([S(tt[keep] + 1, vv[keep]), S(tt[keep], vv[keep]), R(tt[keep], vv[keep])],
+             [1, -1, -1], -np.inf, 0)
+    rows.add([D(tt + 1, vv), D(tt, vv), S(tt, vv), R(tt, vv)], [1, -1, -1, -1], -np.inf, 0)
+    rows.add([R(te, ew), S(te, eu), R(te, eu)], [1, -1, -1], -np.inf, 0)
+    # a valid cut (tightens the relaxation): a value not kept from the forward pass is
+    # recomputed at least once (its own stage needs it and S only carries R forward)
+    rows.add_wide(np.concatenate([S(0, np.arange(n))[:, None], R(t_grid, v_grid).T], axis=1),
+                  1.0, 1, np.inf)
+    # A(L_t) and B(L_t); inputs of A's backward still to do are resident
+    rows.add([D(te, ew), D(te, eu), a(te, ew)], [1, -1, -1], -np.inf, 0)
+    rows.add([a(te, ew), D(te, eu), b(te, eu)], [1, 1, -1], -np.inf, 1)
+    rows.add([a(te, ew), D(te, eu), S(te, eu), R(te, eu)], [1, -1, -1, -1], -np.inf, 0)
+    # U[t] = Σ m (S + R + D[t+1] − D[t] + a + b)
+    cols = np.concatenate([S(t_grid, v_grid), R(t_grid, v_grid), D(t_grid + 1, v_grid),
+                           D(t_grid, v_grid), a(t_grid, v_grid), b(t_grid, v_grid),
+                           L("U", np.arange(T))[:, None]], axis=1)
+    coefs = np.concatenate([m, m, m, -m, m, m, [-1.0]])
+    rows.add_wide(cols, coefs[None, :], 0, 0)
+    # compaction: stage t+1 non-empty only if stage t is (Σ P[t+1] <= n Σ P[t])
+    if T > 1:
+        t2 = np.repeat(np.arange(T - 1), n).reshape(T - 1, n)
+        v2 = np.tile(np.arange(n), (T - 1, 1))
+        rows.add_wide(np.concatenate([D(t2 + 2, v2), D(t2 + 1, v2), D(t2, v2)], axis=1),
+                      np.concatenate([np.ones(n), np.full(n, -1.0 - n), np.full(n, float(n))])
+                      [None, :], -np.inf, 0)
+    if chains:
+        c = lambda v: L("c", v)                                      # noqa: E731
+        # c_v >= [a successor's block runs first]; c_v <= Σ_w Σ_t (D[t,w] − D[t,v])
+        rows.add([D(te, ew), D(te, eu), c(eu)], [1, -1, -1], -np.inf, 0)
+        tw = np.arange(1, T)
+        k = np.repeat(np.arange(E), tw.size)
+        tk = np.tile(tw, E)
+        rows.r.append(rows.count + np.concatenate([np.arange(n), src[k], src[k]]))
+        rows.c.append(np.concatenate([c(np.arange(n)), D(tk, dst[k]), D(tk, src[k])]))
+        rows.v.append(np.concatenate([np.ones(n), -np.ones(k.size), np.ones(k.size)]))
+        rows.lo.append(np.full(n, -np.inf))
+        rows.hi.append(np.zeros(n))
+        rows.count += n
+        # resident values are the checkpoints: S[t,v] <= c_v, S[t,v] >= c_v − D[t,v];
+        # recomputation only in the own stage: R[t,v] <= D[t+1,v] − D[t,v]
+        rows.add([S(tt, vv), c(vv)], [1, -1], -np.inf, 0)
+        rows.add([c(vv), D(tt, vv), S(tt, vv)], [1, -1, -1], -np.inf, 0)
+        rows.add([R(tt, vv), D(tt + 1, vv), D(tt, vv)], [1, -1, 1], -np.inf, 0)
+    A, lo, hi = rows.matrix(L.size)
+
+    lb = np.zeros(L.size)
+    ub = np.ones(L.size)
+    ub[L("D", 0, np.arange(n))] = 0
+    lb[L("D", T, np.arange(n))] = 1
+    sinks = np.setdiff1d(np.arange(n), src)
+    if sinks.size == 1:                                  # compacted: the loss runs in stage 0
+        lb[L("D", 1, sinks)] = 1
+    ub[L("U", np.arange(T))] = float(budget)
+    cost = np.zeros(L.size)
+    cost[R(tt, vv)] = np.asarray(g.t, np.float64)[vv]
+    integrality = np.ones(L.size, np.uint8)
+    integrality[L.start["a"]:L.start["c"]] = 0           # a, b, U continuous
+    return Model(L, cost, integrality, lb, ub, A, lo, hi, family)
+
+
+def _highs(model: Model, integral: bool, time_limit: float):
+    from scipy.optimize import Bounds, LinearConstraint, milp
+
+    return milp(model.cost, integrality=model.integrality if integral else None,
+                bounds=Bounds(model.lb, model.ub),
+                constraints=LinearConstraint(model.A, model.lo, model.hi),
+                options={"time_limit": float(time_limit), "disp": False, "presolve": True})
+
+
+def solve(g, budget: int, family: str = "all", stages: int | None = None,
+          time_limit: float = DEFAULT_TIME_LIMIT) -> MILPResult:
+    """Solve the MILP with HiGHS (``scipy.optimize.milp``) within ``time_limit`` seconds."""
+    t0 = time.perf_counter()
+    model = build(g, budget, family, stages)
+    L = model.layout
+    res = _highs(model, True, time_limit)
+    out = MILPResult(status="TIMEOUT", family=family, stages=L.T, seconds=0.0,
+                     variables=L.size, constraints=model.A.shape[0])
+    bound = getattr(res, "mip_dual_bound", None)
+    out.dual_bound = None if bound is None or not np.isfinite(bound) else float(bound)
+    if res.status == 2:
+        out.status = "IMPOSSIBLE"
+    elif res.x is not None:
+        _read(out, res.x, L, g)
+        out.status, out.optimal = "OK", res.status == 0
+        if out.optimal:
+            out.dual_bound = float(out.cost)
+    out.seconds = time.perf_counter() - t0
+    return out
+
+
+def _read(out: MILPResult, x: np.ndarray, L: _Layout, g) -> None:
+    """The schedule of an integral solution ``x``: chain, keeps, recomputations, stage peaks."""
+    n, T = L.n, L.T
+    blk = lambda k, rows: np.rint(x[L.start[k]:L.start[k] + rows * n]).reshape(rows, n) > 0.5  # noqa: E731
+    D, S, R = blk("D", T + 1).astype(np.int64), blk("S", T), blk("R", T)
+    stage = (D[1:] - D[:-1]).argmax(axis=0)             # the stage of each node's backward
+    k = int(stage.max()) + 1                            # compacted: stages 0 … k−1 non-empty
+    out.groups = (k - 1 - stage).astype(np.int64)
+    out.keep = np.flatnonzero(S[0])
+    out.recompute = [np.flatnonzero(R[k - 1 - i]) for i in range(k)]
+    out.retain = [np.flatnonzero(S[k - i]) if k - i < T else np.zeros(0, np.int64)
+                  for i in range(k)]
+    out.cost = int(np.asarray(g.t, np.int64)[np.nonzero(R)[1]].sum())
+    out.stage_peaks = _stage_peaks(g, D[:k + 1], S[:k], R[:k])[::-1]
+
+
+def _stage_peaks(g, D, S, R) -> np.ndarray:
+    """Each stage's memory in the model (``U`` without slack in ``a``/``b``), by stage."""
+    m = np.asarray(g.m, np.int64)
+    todo = D[:-1] == 0                                   # [k, n]: L_t
+    vals = ((S | R) & todo) @ m + (D[1:] - D[:-1]) @ m
+    A = np.zeros_like(todo)
+    B = np.zeros_like(todo)
+    if g.src.size:
+        hit = ~todo[:, g.dst] & todo[:, g.src]           # edge u -> w with w done, u to do
+        tt, e = np.nonzero(hit)
+        A[tt, g.dst[e]] = True
+        tt, e = np.nonzero(A[:, g.dst] & ~todo[:, g.src])
+        B[tt, g.src[e]] = True
+    return vals + A @ m + B @ m
+
+
+def relaxation(g, budget: int, time_limit: float = DEFAULT_TIME_LIMIT,
+               family: str = "all") -> LPBound:
+    """The LP relaxation of the full model (``n`` stages, so every schedule of the model is a
+    point of it): its optimum is a lower bound on the MILP's, and on every chain's cost."""
+    t0 = time.perf_counter()
+    model = build(g, budget, family, None)
+    res = _highs(model, False, time_limit)
+    status = {0: "OK", 2: "IMPOSSIBLE"}.get(res.status, "TIMEOUT")
+    return LPBound(status, float(res.fun) if status == "OK" else None,
+                   time.perf_counter() - t0, model.layout.size, model.A.shape[0])
