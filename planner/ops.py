@@ -35,7 +35,8 @@ class OpDef:
     infer: Callable           # (in_shapes, in_dtypes, attrs) -> (shape, dtype)
     flops: Callable           # (in_shapes, out_shape, attrs) -> forward FLOPs
     forward: Callable         # (xp, xs, attrs) -> y
-    backward: Callable        # (xp, gy, saved, y, attrs, in_shapes, want) -> {pos: grad}
+    backward: Callable        # (xp, gy, saved, y, attrs, in_shapes, want) -> {pos: grad}; a grad
+                              # may be a view of gy (callers copy or add it into their buffers)
     saves_inputs: tuple = ()  # input positions the backward reads
     saves_output: bool = False
 
@@ -94,10 +95,10 @@ def _bias_fwd(xp, xs, a):
 def _bias_bwd(xp, gy, saved, y, a, in_shapes, want):
     out = {}
     if 0 in want:
-        out[0] = gy.copy()
+        out[0] = gy
     if 1 in want:
         axis = a["axis"] % gy.ndim
-        out[1] = gy.sum(axis=tuple(i for i in range(gy.ndim) if i != axis))
+        out[1] = _sums(gy, tuple(i for i in range(gy.ndim) if i != axis), keepdims=False)
     return out
 
 
@@ -105,17 +106,41 @@ _GELU_C = np.float32(math.sqrt(2.0 / math.pi))
 _GELU_A = np.float32(0.044715)
 
 
+def _gelu_tanh(xp, x):
+    """``tanh(c * (x + a x^3))``, in one temporary (in-place steps: each numpy op a pass over
+    ``x``'s size, no more)."""
+    t = x * x
+    t *= _GELU_A
+    t += np.float32(1)
+    t *= x
+    t *= _GELU_C
+    return xp.tanh(t, out=t)
+
+
 def _gelu_fwd(xp, xs, a):
     x = xs[0]
-    t = xp.tanh(_GELU_C * (x + _GELU_A * x * x * x))
-    return np.float32(0.5) * x * (np.float32(1) + t)
+    y = _gelu_tanh(xp, x)
+    y += np.float32(1)
+    y *= x
+    y *= np.float32(0.5)
+    return y
 
 
 def _gelu_bwd(xp, gy, saved, y, a, in_shapes, want):
+    """``gy * (0.5 (1 + t) + 0.5 x (1 - t^2) c (1 + 3 a x^2))`` with ``t`` the forward's tanh."""
     x = saved[0]
-    t = xp.tanh(_GELU_C * (x + _GELU_A * x * x * x))
-    dt = (np.float32(1) - t * t) * _GELU_C * (np.float32(1) + np.float32(3) * _GELU_A * x * x)
-    return {0: gy * (np.float32(0.5) * (np.float32(1) + t) + np.float32(0.5) * x * dt)}
+    t = _gelu_tanh(xp, x)
+    d = x * x
+    d *= np.float32(3) * _GELU_A
+    d += np.float32(1)
+    d *= _GELU_C
+    d *= x
+    d *= np.float32(1) - t * t
+    t += np.float32(1)
+    d += t
+    d *= np.float32(0.5)
+    d *= gy
+    return {0: d}
 
 
 # ---------------------------------------------------------------- convolution and pooling
@@ -139,51 +164,173 @@ def _pad(xp, x, p, fill=0.0):
     return xp.pad(x, ((0, 0), (0, 0), (p, p), (p, p)), mode="constant", constant_values=fill)
 
 
+def _as_strided(x, shape, strides):
+    """``as_strided`` of whichever array module ``x`` belongs to (NumPy or CuPy)."""
+    if isinstance(x, np.ndarray):
+        return np.lib.stride_tricks.as_strided(x, shape=shape, strides=strides)
+    from cupy.lib.stride_tricks import as_strided
+
+    return as_strided(x, shape=shape, strides=strides)
+
+
 def _window(xpad, i, j, s, ho, wo):
     return xpad[:, :, i:i + s * (ho - 1) + 1:s, j:j + s * (wo - 1) + 1:s]
 
 
-def _im2col(xp, x, k, s, p):
+#: Cap on a convolution kernel's workspace: the im2col columns of one tile (a group of images,
+#: or a band of output rows of one image when a single image's columns exceed it). The kernels
+#: allocate at most this (plus one padded input slab per tile) beyond their inputs and results,
+#: whatever the layer's size; :func:`conv_workspace_bytes` says how much a layer takes, for a plan
+#: that counts kernel temporaries. ``attrs["workspace"]`` overrides it for one op.
+CONV_WORKSPACE_BYTES = 32 << 20
+
+
+def _conv_tiles(n, ho, wo, k_cols, itemsize, cap):
+    """``(n0, n1, r0, r1)`` tiles of a convolution's output: images ``[n0, n1)``, rows
+    ``[r0, r1)``, each tile's im2col columns (``k_cols`` per output pixel) within ``cap`` bytes
+    (a single output row is the smallest tile). Fixed by the shapes alone, so a step's reduction
+    order, and its gradients, do not depend on anything else."""
+    per_row = max(1, k_cols * wo * itemsize)
+    if per_row * ho <= cap:
+        nb = max(1, cap // (per_row * ho))
+        return [(a, min(n, a + nb), 0, ho) for a in range(0, n, nb)]
+    rows = max(1, cap // per_row)
+    return [(i, i + 1, r, min(ho, r + rows)) for i in range(n) for r in range(0, ho, rows)]
+
+
+def conv_workspace_bytes(in_shape, w_shape, attrs, itemsize=4, cap=None) -> int:
+    """Bytes of the largest im2col tile the convolution kernels allocate for this layer
+    (forward and weight gradient; the input gradient's tile has ``out_channels / in_channels``
+    times as many columns). 0 for a 1x1, stride-1, unpadded convolution (no columns)."""
+    n, c, h, w = in_shape
+    k, s, p = w_shape[2], attrs["stride"], attrs["pad"]
+    if k == 1 and s == 1 and p == 0:
+        return 0
+    ho, wo = _out_hw(h, w, k, s, p)
+    cap = attrs.get("workspace", CONV_WORKSPACE_BYTES) if cap is None else cap
+    n0, n1, r0, r1 = _conv_tiles(n, ho, wo, c * k * k, itemsize, cap)[0]
+    return (n1 - n0) * c * k * k * (r1 - r0) * wo * itemsize
+
+
+def _slab(xp, x, n0, n1, a, b, p):
+    """Input rows ``[a, b)`` of images ``[n0, n1)`` (``a`` may be negative, ``b`` past the end),
+    zero-padded where they leave the map and by ``p`` columns each side: a view when nothing is
+    padded, else a copy of the slab only (never of the whole input)."""
+    h = x.shape[2]
+    if p == 0 and a >= 0 and b <= h:
+        return x[n0:n1, :, a:b]
+    slab = xp.zeros((n1 - n0, x.shape[1], b - a, x.shape[3] + 2 * p), dtype=x.dtype)
+    ra, rb = max(a, 0), min(b, h)
+    slab[:, :, ra - a:rb - a, p:p + x.shape[3]] = x[n0:n1, :, ra:rb]
+    return slab
+
+
+def _im2col_tiles(xp, x, k, s, p, cap):
+    """Yield ``(n0, n1, r0, r1, cols)`` over :func:`_conv_tiles`: ``cols`` ``(images, c*k*k,
+    rows*wo)`` holds the input windows of output rows ``[r0, r1)`` of images ``[n0, n1)``, in
+    one workspace reused by every tile (each tile is consumed before the next is built). A 1x1,
+    stride-1, unpadded convolution needs no columns: ``cols`` is then a view of ``x``."""
     n, c, h, w = x.shape
     ho, wo = _out_hw(h, w, k, s, p)
-    xpad = _pad(xp, x, p)
-    cols = xp.empty((n, c, k, k, ho, wo), dtype=x.dtype)
-    for i in range(k):
-        for j in range(k):
-            cols[:, :, i, j] = _window(xpad, i, j, s, ho, wo)
-    return cols.reshape(n, c * k * k, ho * wo), ho, wo
+    if k == 1 and s == 1 and p == 0:
+        yield 0, n, 0, ho, x.reshape(n, c, h * w)
+        return
+    tiles = _conv_tiles(n, ho, wo, c * k * k, x.dtype.itemsize, cap)
+    n0, n1, r0, r1 = tiles[0]
+    ws = xp.empty((n1 - n0) * c * k * k * (r1 - r0) * wo, dtype=x.dtype)
+    for n0, n1, r0, r1 in tiles:
+        nb, rows = n1 - n0, r1 - r0
+        slab = _slab(xp, x, n0, n1, r0 * s - p, (r1 - 1) * s - p + k, p)
+        sn, sc, sh, sw = slab.strides
+        windows = _as_strided(slab, (nb, c, k, k, rows, wo), (sn, sc, sh, sw, sh * s, sw * s))
+        cols = ws[:nb * c * k * k * rows * wo].reshape(nb, c, k, k, rows, wo)
+        cols[...] = windows
+        yield n0, n1, r0, r1, cols.reshape(nb, c * k * k, rows * wo)
+
+
+def _workspace(a):
+    return a.get("workspace", CONV_WORKSPACE_BYTES)
 
 
 def _conv_fwd(xp, xs, a):
+    """Convolution as tiled GEMMs: each tile's columns times the ``(out, c*k*k)`` weight matrix,
+    written straight into the NCHW result (one batched matmul per tile, BLAS / cuBLAS)."""
     x, w = xs
-    o, k = w.shape[0], w.shape[2]
-    cols, ho, wo = _im2col(xp, x, k, a["stride"], a["pad"])
-    y = xp.matmul(w.reshape(o, -1), cols)
-    return y.reshape(x.shape[0], o, ho, wo)
+    o, c, k, _ = w.shape
+    s, p = a["stride"], a["pad"]
+    n = x.shape[0]
+    ho, wo = _out_hw(x.shape[2], x.shape[3], k, s, p)
+    w2 = w.reshape(o, c * k * k)
+    y = xp.empty((n, o, ho, wo), dtype=x.dtype)
+    if k == 1 and p == 0 and s > 1:          # a strided 1x1: the subsampled input is the columns
+        x, s = xp.ascontiguousarray(x[:, :, ::s, ::s]), 1
+    for n0, n1, r0, r1, cols in _im2col_tiles(xp, x, k, s, p, _workspace(a)):
+        if r0 == 0 and r1 == ho:
+            xp.matmul(w2, cols, out=y[n0:n1].reshape(n1 - n0, o, ho * wo))
+        else:
+            y[n0:n1, :, r0:r1] = xp.matmul(w2, cols).reshape(n1 - n0, o, r1 - r0, wo)
+    return y
 
 
-def _col2im(xp, dcols, xshape, k, s, p, ho, wo):
-    n, c, h, w = xshape
-    dcols = dcols.reshape(n, c, k, k, ho, wo)
-    dxpad = xp.zeros((n, c, h + 2 * p, w + 2 * p), dtype=dcols.dtype)
+def _col2im_add(xp, dxpad, dcols, n0, n1, r0, k, s, ho_t, wo):
+    """Add a tile's column gradients ``(images, c*k*k, rows*wo)`` back onto the padded input
+    gradient at the windows they came from (one strided add per kernel tap)."""
+    nb, c = n1 - n0, dxpad.shape[1]
+    d6 = dcols.reshape(nb, c, k, k, ho_t, wo)
     for i in range(k):
         for j in range(k):
-            _window(dxpad, i, j, s, ho, wo)[...] += dcols[:, :, i, j]
-    return dxpad[:, :, p:p + h, p:p + w].copy() if p else dxpad
+            top = r0 * s + i
+            dxpad[n0:n1, :, top:top + s * (ho_t - 1) + 1:s, j:j + s * (wo - 1) + 1:s] += d6[:, :, i, j]
+
+
+def _conv_dx(xp, gy, w, xshape, s, p, cap):
+    """Input gradient. Stride 1 with no more output than input channels (most layers): a
+    convolution of the output gradient, padded by ``k - 1 - p``, with the flipped, transposed
+    kernel -- the forward's tiled GEMMs, copies instead of scattered adds. Otherwise (strided,
+    or widening, where that convolution's columns would outgrow the input's): tiled ``W^T @ g``
+    column gradients added back by :func:`_col2im_add`."""
+    n, c, h, wd = xshape
+    o, _, k, _ = w.shape
+    ho, wo = gy.shape[2], gy.shape[3]
+    if s == 1 and p <= k - 1 and o <= c:
+        wt = xp.ascontiguousarray(w.transpose(1, 0, 2, 3)[:, :, ::-1, ::-1])
+        return _conv_fwd(xp, [gy, wt], {"stride": 1, "pad": k - 1 - p, "workspace": cap})
+    w2t = w.reshape(o, c * k * k).T
+    if k == 1 and p == 0:
+        dx = xp.zeros(xshape, dtype=gy.dtype)
+        dx[:, :, ::s, ::s] = xp.matmul(w2t, gy.reshape(n, o, ho * wo)).reshape(n, c, ho, wo)
+        return dx
+    dxpad = xp.zeros((n, c, h + 2 * p, wd + 2 * p), dtype=gy.dtype)
+    for n0, n1, r0, r1 in _conv_tiles(n, ho, wo, c * k * k, gy.dtype.itemsize, cap):
+        g = gy[n0:n1, :, r0:r1].reshape(n1 - n0, o, (r1 - r0) * wo)
+        _col2im_add(xp, dxpad, xp.matmul(w2t, g), n0, n1, r0, k, s, r1 - r0, wo)
+    return dxpad[:, :, p:p + h, p:p + wd].copy() if p else dxpad
+
+
+def _conv_dw(xp, gy, x, wshape, s, p, cap):
+    """Weight gradient: the sum over tiles and images of ``cols @ g^T`` (``(c*k*k, out)`` per
+    image: the orientation OpenBLAS runs fastest here), in tile order."""
+    o, c, k, _ = wshape
+    n, _, ho, wo = gy.shape
+    if k == 1 and p == 0 and s > 1:
+        x, s = xp.ascontiguousarray(x[:, :, ::s, ::s]), 1
+    acc = None
+    for n0, n1, r0, r1, cols in _im2col_tiles(xp, x, k, s, p, cap):
+        g = gy[n0:n1, :, r0:r1].reshape(n1 - n0, o, (r1 - r0) * wo)
+        part = xp.matmul(cols, g.transpose(0, 2, 1))
+        part = part.sum(axis=0) if part.shape[0] > 1 else part[0]
+        acc = part if acc is None else xp.add(acc, part, out=acc)
+    return xp.ascontiguousarray(acc.T).reshape(wshape)
 
 
 def _conv_bwd(xp, gy, saved, y, a, in_shapes, want):
     x, w = saved.get(0), saved.get(1)
-    n, o, ho, wo = gy.shape
-    k, s, p = in_shapes[1][2], a["stride"], a["pad"]
-    g = gy.reshape(n, o, ho * wo)
+    s, p, cap = a["stride"], a["pad"], _workspace(a)
     out = {}
     if 1 in want:
-        cols, _, _ = _im2col(xp, x, k, s, p)
-        out[1] = xp.tensordot(g, cols, axes=([0, 2], [0, 2])).reshape(in_shapes[1])
+        out[1] = _conv_dw(xp, gy, x, tuple(in_shapes[1]), s, p, cap)
     if 0 in want:
-        dcols = xp.matmul(w.reshape(o, -1).T, g)
-        out[0] = _col2im(xp, dcols, in_shapes[0], k, s, p, ho, wo)
+        out[0] = _conv_dx(xp, gy, w, tuple(in_shapes[0]), s, p, cap)
     return out
 
 
@@ -215,30 +362,54 @@ def _maxpool_bwd(xp, gy, saved, y, a, in_shapes, want):
     ho, wo = gy.shape[2], gy.shape[3]
     xpad = _pad(xp, x, p, fill=-np.inf)
     dxpad = xp.zeros((n, c, h + 2 * p, w + 2 * p), dtype=gy.dtype)
-    taken = xp.zeros(gy.shape, dtype=bool)
+    left = xp.ones(gy.shape, dtype=bool)       # windows whose maximum is not yet found
+    hit = xp.empty(gy.shape, dtype=bool)
     for i in range(k):          # the first maximum of each window gets the gradient
         for j in range(k):
-            hit = (_window(xpad, i, j, s, ho, wo) == y) & ~taken
-            _window(dxpad, i, j, s, ho, wo)[...] += gy * hit
-            taken |= hit
+            xp.equal(_window(xpad, i, j, s, ho, wo), y, out=hit)
+            hit &= left
+            left ^= hit
+            target = _window(dxpad, i, j, s, ho, wo)
+            if s >= k:          # disjoint windows: each input element is written once
+                xp.multiply(gy, hit, out=target)
+            else:
+                target += gy * hit
     return {0: dxpad[:, :, p:p + h, p:p + w].copy() if p else dxpad}
 
 
 def _avgpool_fwd(xp, xs, a):
     x = xs[0]
     k, s = a["kernel"], a["stride"]
+    if x.shape[2] == k and x.shape[3] == k:        # a global pool: one contiguous reduction per map
+        n, c = x.shape[:2]
+        return (x.reshape(n, c, k * k).sum(axis=2) * np.float32(1.0 / (k * k))).reshape(n, c, 1, 1)
     ho, wo = _out_hw(x.shape[2], x.shape[3], k, s, 0)
-    y = xp.zeros((x.shape[0], x.shape[1], ho, wo), dtype=x.dtype)
+    y = _window(x, 0, 0, s, ho, wo).copy()
     for i in range(k):
         for j in range(k):
-            y += _window(x, i, j, s, ho, wo)
-    return y * np.float32(1.0 / (k * k))
+            if i or j:
+                y += _window(x, i, j, s, ho, wo)
+    y *= np.float32(1.0 / (k * k))
+    return y
+
+
+def _taps(x, k, s, ho, wo):
+    """``(n, c, ho, wo, k, k)`` view of the ``k x k`` windows of ``x`` at stride ``s`` (writable
+    when the windows are disjoint, ``s >= k``)."""
+    sn, sc, sh, sw = x.strides
+    return _as_strided(x, (x.shape[0], x.shape[1], ho, wo, k, k), (sn, sc, sh * s, sw * s, sh, sw))
 
 
 def _avgpool_bwd(xp, gy, saved, y, a, in_shapes, want):
     k, s = a["kernel"], a["stride"]
+    n, c, h, w = in_shapes[0]
     ho, wo = gy.shape[2], gy.shape[3]
     g = gy * np.float32(1.0 / (k * k))
+    if s >= k:         # disjoint windows (a global pool too): one broadcast write, no adds
+        covered = s == k and ho * k == h and wo * k == w
+        dx = (xp.empty if covered else xp.zeros)(in_shapes[0], dtype=gy.dtype)
+        _taps(dx, k, s, ho, wo)[...] = g[:, :, :, :, None, None]
+        return {0: dx}
     dx = xp.zeros(in_shapes[0], dtype=gy.dtype)
     for i in range(k):
         for j in range(k):
@@ -255,14 +426,21 @@ def _upsample_infer(s, d, a):
 def _upsample_fwd(xp, xs, a):
     x, f = xs[0], a["factor"]
     n, c, h, w = x.shape
-    y = xp.broadcast_to(x.reshape(n, c, h, 1, w, 1), (n, c, h, f, w, f))
+    y = xp.empty((n, c, h, f, w, f), dtype=x.dtype)
+    y[...] = x.reshape(n, c, h, 1, w, 1)
     return y.reshape(n, c, h * f, w * f)
 
 
 def _upsample_bwd(xp, gy, saved, y, a, in_shapes, want):
-    n, c, h, w = in_shapes[0]
+    """Sum of each ``f x f`` block: ``f * f`` strided adds (a reduction over two short,
+    non-contiguous axes is many times slower in NumPy)."""
     f = a["factor"]
-    return {0: gy.reshape(n, c, h, f, w, f).sum(axis=(3, 5))}
+    dx = gy[:, :, 0::f, 0::f].copy()
+    for i in range(f):
+        for j in range(f):
+            if i or j:
+                dx += gy[:, :, i::f, j::f]
+    return {0: dx}
 
 
 # ---------------------------------------------------------------- normalisation
@@ -279,19 +457,38 @@ def _norm_axes(ndim, axis):
     return tuple(i for i in range(ndim) if i != axis), axis
 
 
+def _sums(x, reduce_axes, keepdims=True):
+    """Sum of ``x`` over ``reduce_axes``. Over every axis but one (batch norm's per-channel sums)
+    it runs as two reductions of a ``(before, c, after)`` view, each over a contiguous or
+    outermost axis -- NumPy's fast paths -- instead of one reduction over strided axes."""
+    nd = x.ndim
+    kept = [i for i in range(nd) if i not in reduce_axes]
+    if len(kept) != 1 or nd < 2:
+        return x.sum(axis=reduce_axes, keepdims=keepdims)
+    axis = kept[0]
+    before, after = _numel(x.shape[:axis]), _numel(x.shape[axis + 1:])
+    x3 = x.reshape(before, x.shape[axis], after)
+    out = (x3.sum(axis=2) if after > 1 else x3[:, :, 0]).sum(axis=0)
+    return out.reshape(_bias_shape(x.shape, axis)) if keepdims else out
+
+
+def _centered(xp, x, a, reduce_axes):
+    """(x - mean, mean, 1 / sqrt(var + eps)) over ``reduce_axes``: the one computation of a
+    norm's statistics (forward, backward, and :func:`norm_statistics`)."""
+    m = _numel([x.shape[i] for i in reduce_axes])
+    mean = _sums(x, reduce_axes) / m
+    xc = x - mean
+    var = _sums(xc * xc, reduce_axes) / m
+    inv = np.float32(1) / xp.sqrt(var + np.float32(a.get("eps", 1e-5)))
+    return xc, mean, inv
+
+
 def norm_statistics(xp, x, a, reduce_axes):
     """(mean, 1 / sqrt(var + eps)) over ``reduce_axes`` (kept as size-1 axes): what normalising
     ``x`` needs; ``(x - mean) * inv`` is then the normalised value, bit for bit as the forward
     computes it (row-centric steps normalise row bands with statistics of the whole map)."""
-    mean = x.mean(axis=reduce_axes, keepdims=True)
-    xc = x - mean
-    var = (xc * xc).mean(axis=reduce_axes, keepdims=True)
-    return mean, np.float32(1) / xp.sqrt(var + np.float32(a.get("eps", 1e-5)))
-
-
-def _norm_stats(xp, x, a, reduce_axes):
-    mean, inv = norm_statistics(xp, x, a, reduce_axes)
-    return (x - mean) * inv, inv
+    _, mean, inv = _centered(xp, x, a, reduce_axes)
+    return mean, inv
 
 
 def _batchnorm_axes(x, a):
@@ -303,29 +500,52 @@ def _batchnorm_axes(x, a):
 
 
 def _norm_fwd(xp, xs, a):
+    """``(x - mean) * inv * gamma + beta``, evaluated in that order in place (the same bits as
+    the row-centric band kernel's expression)."""
     x, g, b = xs
     red, axis = _batchnorm_axes(x, a)
-    xhat, _ = _norm_stats(xp, x, a, red)
+    y, _, inv = _centered(xp, x, a, red)
     shape = _bias_shape(x.shape, axis)
-    return xhat * g.reshape(shape) + b.reshape(shape)
+    y *= inv
+    y *= g.reshape(shape)
+    y += b.reshape(shape)
+    return y
 
 
 def _norm_bwd(xp, gy, saved, y, a, in_shapes, want):
     x, g = saved[0], saved[1]
     red, axis = _batchnorm_axes(x, a)
-    xhat, inv = _norm_stats(xp, x, a, red)
+    xhat, _, inv = _centered(xp, x, a, red)
+    xhat *= inv
     other = tuple(i for i in range(x.ndim) if i != axis)
+    shape = _bias_shape(x.shape, axis)
+    m = _numel([x.shape[i] for i in red])
     out = {}
+    gsum = _sums(gy, other, keepdims=False) if (2 in want or red == other) else None
+    gxsum = _sums(gy * xhat, other, keepdims=False) if (1 in want or red == other) else None
     if 2 in want:
-        out[2] = gy.sum(axis=other)
+        out[2] = gsum
     if 1 in want:
-        out[1] = (gy * xhat).sum(axis=other)
+        out[1] = gxsum
     if 0 in want:
-        m = np.float32(_numel([x.shape[i] for i in red]))
-        dxhat = gy * g.reshape(_bias_shape(x.shape, axis))
-        s1 = dxhat.sum(axis=red, keepdims=True)
-        s2 = (dxhat * xhat).sum(axis=red, keepdims=True)
-        out[0] = (inv / m) * (m * dxhat - s1 - xhat * s2)
+        gamma = g.reshape(shape)
+        if red == other:        # batch norm: the two sums over red are gamma times those above
+            s1, s2 = gsum.reshape(shape) / m, gxsum.reshape(shape) / m
+            dx = xhat
+            dx *= s2
+            dx += s1
+            xp.subtract(gy, dx, out=dx)
+            dx *= gamma * inv
+        else:                   # layer norm: per-row sums of gy * gamma
+            dxhat = gy * gamma
+            s1 = dxhat.sum(axis=red, keepdims=True) / m
+            s2 = (dxhat * xhat).sum(axis=red, keepdims=True) / m
+            dx = xhat
+            dx *= s2
+            dx += s1
+            xp.subtract(dxhat, dx, out=dx)
+            dx *= inv
+        out[0] = dx
     return out
 
 
@@ -389,7 +609,7 @@ def _concat_bwd(xp, gy, saved, y, a, in_shapes, want):
         if pos in want:
             index = [slice(None)] * gy.ndim
             index[axis] = slice(start, stop)
-            out[pos] = gy[tuple(index)].copy()
+            out[pos] = gy[tuple(index)]
         start = stop
     return out
 
@@ -409,41 +629,51 @@ def _attn_split(xp, qkv, heads):
     return parts[0], parts[1], parts[2]
 
 
-def _softmax(xp, z):
-    z = z - z.max(axis=-1, keepdims=True)
-    e = xp.exp(z)
-    return e / e.sum(axis=-1, keepdims=True)
+def _softmax_(xp, z):
+    """Softmax over the last axis, in place in ``z`` (which it returns)."""
+    z -= z.max(axis=-1, keepdims=True)
+    xp.exp(z, out=z)
+    z /= z.sum(axis=-1, keepdims=True)
+    return z
 
 
 def _attn_probs(xp, q, k, a):
     scale = np.float32(1.0 / math.sqrt(q.shape[-1]))
-    scores = xp.matmul(q, k.transpose(0, 1, 3, 2)) * scale
+    scores = xp.matmul(q, k.transpose(0, 1, 3, 2))
+    scores *= scale
     if a.get("causal"):
         s = scores.shape[-1]
-        scores = xp.where(xp.tril(xp.ones((s, s), dtype=bool)), scores, np.float32(-1e30))
-    return _softmax(xp, scores), scale
+        scores[..., ~xp.tri(s, dtype=bool)] = np.float32(-1e30)
+    return _softmax_(xp, scores), scale
 
 
 def _attn_fwd(xp, xs, a):
     q, k, v = _attn_split(xp, xs[0], a["heads"])
     p, _ = _attn_probs(xp, q, k, a)
-    o = xp.matmul(p, v)                                   # B, H, S, dh
-    b, h, s, dh = o.shape
-    return o.transpose(0, 2, 1, 3).reshape(b, s, h * dh)
+    b, h, s, dh = q.shape
+    y = xp.empty((b, s, h, dh), dtype=p.dtype)
+    xp.matmul(p, v, out=y.transpose(0, 2, 1, 3))          # straight into (B, S, H, dh)
+    return y.reshape(b, s, h * dh)
 
 
 def _attn_bwd(xp, gy, saved, y, a, in_shapes, want):
+    """The VJP of softmax(q k^T * scale) v; the three gradients are written straight into the
+    packed ``(B, S, 3, H, dh)`` layout of the input (no stack, no transpose copy)."""
     q, k, v = _attn_split(xp, saved[0], a["heads"])
     p, scale = _attn_probs(xp, q, k, a)
     b, h, s, dh = q.shape
     do = gy.reshape(b, s, h, dh).transpose(0, 2, 1, 3)
-    dv = xp.matmul(p.transpose(0, 1, 3, 2), do)
+    dqkv = xp.empty((b, s, 3, h, dh), dtype=p.dtype)
+    dq, dk, dv = (dqkv[:, :, i].transpose(0, 2, 1, 3) for i in range(3))   # B, H, S, dh views
+    xp.matmul(p.transpose(0, 1, 3, 2), do, out=dv)
     dp = xp.matmul(do, v.transpose(0, 1, 3, 2))
-    ds = p * (dp - (dp * p).sum(axis=-1, keepdims=True))
-    dq = xp.matmul(ds, k) * scale
-    dk = xp.matmul(ds.transpose(0, 1, 3, 2), q) * scale
-    dqkv = xp.stack([dq, dk, dv])                         # 3, B, H, S, dh
-    return {0: dqkv.transpose(1, 3, 0, 2, 4).reshape(b, s, 3 * h * dh)}
+    ds = (dp * p).sum(axis=-1, keepdims=True)
+    xp.subtract(dp, ds, out=dp)
+    dp *= p
+    dp *= scale
+    xp.matmul(dp, k, out=dq)
+    xp.matmul(dp.transpose(0, 1, 3, 2), q, out=dk)
+    return {0: dqkv.reshape(b, s, 3 * h * dh)}
 
 
 # ---------------------------------------------------------------- FLOPs
@@ -474,7 +704,7 @@ OPS: dict[str, OpDef] = {op.name: op for op in [
           lambda xp, xs, a: xp.matmul(xs[0], xs[1]), _matmul_bwd, saves_inputs=(0, 1)),
     OpDef("add", "Add", _add_infer, _fl_elementwise(1),
           lambda xp, xs, a: xs[0] + xs[1],
-          lambda xp, gy, sv, y, a, sh, want: {i: gy.copy() for i in want}),
+          lambda xp, gy, sv, y, a, sh, want: {i: gy for i in want}),
     OpDef("bias", "Bias", _bias_infer, _fl_elementwise(1), _bias_fwd, _bias_bwd),
     OpDef("relu", "ReLU", _same_infer, _fl_elementwise(1),
           lambda xp, xs, a: xp.maximum(xs[0], np.float32(0)),
@@ -495,7 +725,7 @@ OPS: dict[str, OpDef] = {op.name: op for op in [
           lambda s, o, a: 4 * _numel(s[0]), _xent_fwd, _xent_bwd, saves_inputs=(0, 1)),
     OpDef("reshape", "Reshape", _reshape_infer, lambda s, o, a: 0,
           lambda xp, xs, a: xs[0].reshape(tuple(a["shape"])),
-          lambda xp, gy, sv, y, a, sh, want: {0: gy.reshape(sh[0]).copy()}),
+          lambda xp, gy, sv, y, a, sh, want: {0: gy.reshape(sh[0])}),
     OpDef("concat", "Concat", _concat_infer, lambda s, o, a: 0,
           lambda xp, xs, a: xp.concatenate(xs, axis=a["axis"]), _concat_bwd),
     OpDef("attention", "ScaledDotProductAttention", _attn_infer, _fl_attn, _attn_fwd, _attn_bwd,

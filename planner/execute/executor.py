@@ -43,6 +43,7 @@ Example::
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import time
 
@@ -227,11 +228,18 @@ def has_real_ops(g) -> bool:
 
 
 def _details(f) -> dict:
+    """A function's details as a dict (shared between calls: read, never modify it)."""
     d = f.details
     if isinstance(d, dict):
         return d
+    return _parse_details(d)
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _parse_details(text: str) -> dict:
+    """The JSON of a details string, parsed once (every step of every run reads it)."""
     try:
-        return json.loads(d)
+        return json.loads(text)
     except ValueError:
         return {}
 
@@ -335,10 +343,17 @@ def _run_real(g, tl: Timeline, alloc: TrackedAllocator, be, leaf: dict):
     def value(a):
         return leaf[a] if a in leaf else arrays[values[a]]
 
+    def forget(b):
+        """A var's live value is whichever buffer of it is still allocated."""
+        v = int(tl.var[b])
+        if values.get(v) == b:
+            del values[v]
+
     for s, step in enumerate(tl.steps):
         for b in step.frees_before:
             alloc.free(b)
             del arrays[b]
+            forget(b)
         op = step.op
         if op.kind == "compute":
             f = op.index
@@ -371,9 +386,7 @@ def _run_real(g, tl: Timeline, alloc: TrackedAllocator, be, leaf: dict):
         for b in step.frees_after:
             alloc.free(b)
             arrays.pop(b)
-        # a var's live value is whichever buffer of it is still allocated
-        for v in [v for v, b in values.items() if b not in arrays]:
-            del values[v]
+            forget(b)
     param_grads = {}
     for b, arr in arrays.items():
         v = int(tl.var[b])
