@@ -195,21 +195,27 @@ def _predicted(part):
                 predicted_saved=meter.predict_saved_bytes(fw, bw))
 
 
-def _nearest_plan(budget, fronts):
-    """hgraph's partitioner at ``budget`` that takes its lowest plan where none fits: the fx
-    capture's front (MemTracker's column) need not reach the lowest peak of Inductor's."""
+def _the_plan(target, fronts):
+    """hgraph's partitioner that splits by the front's candidate with ``target``'s keep set
+    and source (the bench measures every candidate; a budget picks the least recompute at a
+    replayed peak, which two candidates can share); where the front has none such (the fx
+    capture's front, for MemTracker's column), the plan at ``target``'s replayed peak, or the
+    lowest plan where none fits."""
     from hgraph.errors import InfeasibleError
     from planner.torch.compiled import HGraphPartitioner
 
-    class Nearest(HGraphPartitioner):
-        def __call__(self, gm, joint_inputs, **kwargs):
+    class Same(HGraphPartitioner):
+        def pick(self, fr):
+            same = [c for c in fr if (c.keep, c.source) == (target.keep, target.source)]
+            if same:
+                return same[0]
             try:
-                return super().__call__(gm, joint_inputs, **kwargs)
+                return super().pick(fr)
             except InfeasibleError:
                 self.budget = "min"
-                return super().__call__(gm, joint_inputs, **kwargs)
+                return super().pick(fr)
 
-    return Nearest(budget, fronts=fronts)
+    return Same(int(target.step_peak), fronts=fronts)
 
 
 def compile_rows(name, spec):
@@ -238,8 +244,8 @@ def compile_rows(name, spec):
     fx_fronts = {}
     for k, c in enumerate(front):
         m, fm = copy.deepcopy(spec.model), copy.deepcopy(spec.model)
-        part = HGraphPartitioner(int(c.step_peak), fronts=fronts)   # picks exactly c
-        fx = fx_partitioned_step(fm, loss, _nearest_plan(int(c.step_peak), fx_fronts))
+        part = _the_plan(c, fronts)
+        fx = fx_partitioned_step(fm, loss, _the_plan(c, fx_fronts))
         got = measure(compiled_step(m, loss, part), m, spec.inputs, fx, fm)
         assert part.plans[-1] is c.plan, "the front's pick moved"
         rows.append(_row(name, f"hgraph #{k}", got, _recomputed(part), **_predicted(part),

@@ -40,6 +40,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path[:0] = [HERE, os.path.dirname(HERE)]
 
 import torch_bench as tb  # noqa: E402  (bench/torch_bench.py)
+from planner.torch.seeds import base_of, representable  # noqa: E402
 
 
 def _wrap(inner):
@@ -124,35 +125,6 @@ def _desc(n) -> str:
 def _op(n) -> str:
     t = getattr(n, "target", None)
     return getattr(t, "__name__", str(t)).replace(".default", "")
-
-
-def base_of(joint, name) -> str:
-    """The fx node a view (``view``, ``permute``, a ``split``'s getitem ...) aliases, through
-    chains of views; ``name`` itself when it is no view."""
-    from planner.torch.model_graph import is_view
-
-    by_name = {n.name: n for n in joint.graph.nodes}
-    n = by_name.get(name)
-    while n is not None and n.op == "call_function" and is_view(n):
-        a = n.args[0]
-        n = a.args[0] if n.target is operator.getitem else a
-    return n.name if n is not None else name
-
-
-def representable(joint, names) -> set:
-    """``names`` as values hgraph's partition can save: a view as its base, a backward-tagged
-    op the min-cut moved into the forward (layer norm's ``rsqrt / D``) as the forward values it
-    is computed from (same bytes where it is pointwise)."""
-    by_name = {n.name: n for n in joint.graph.nodes}
-    out, stack = set(), [base_of(joint, n) for n in names]
-    while stack:
-        name = stack.pop()
-        n = by_name.get(name)
-        if n is not None and _tag(n) == "is_backward":
-            stack.extend(base_of(joint, a.name) for a in n.all_input_nodes)
-        elif n is not None and not n.name.startswith("tangents"):
-            out.add(name)
-    return out
 
 
 def saved_values(bw) -> dict:

@@ -18,7 +18,7 @@ from hgraph.errors import HGraphError
 from planner.torch import capture as cap
 from planner.torch import front as front_mod
 from planner.torch.model_graph import from_joint
-from planner.torch.partition import partition
+from planner.torch.seeds import MIN_CUT_BUDGETS, min_cut_keeps
 
 __all__ = ["HGraphPartitioner", "compile_model", "fresh_function"]
 
@@ -52,11 +52,15 @@ class HGraphPartitioner(torch._inductor.custom_graph_pass.CustomPartitionerFn):
     The front joins the plans of the joint graph as traced and of its copy with common
     subexpressions merged (as torch's min-cut first does; on a CNN the backward then reads the
     forward's batch-norm pieces, on a transformer it reads more forward values): each plan is
-    partitioned on the graph it was made on.
+    partitioned on the graph it was made on. Beside the plans, the front offers torch's own
+    min-cut partitions at ``min_cut_budgets`` (``activation_memory_budget`` values; empty: none),
+    which Inductor's fusion can make the better choice (:mod:`planner.torch.seeds`).
     """
 
-    def __init__(self, budget="100%", fronts=None, **plan_kwargs):
+    def __init__(self, budget="100%", fronts=None, min_cut_budgets=MIN_CUT_BUDGETS,
+                 **plan_kwargs):
         self.budget, self.plan_kwargs, self.plans, self.parts = budget, plan_kwargs, [], []
+        self.min_cut_budgets = tuple(min_cut_budgets or ())
         self.fronts = {} if fronts is None else fronts
 
     def __call__(self, gm, joint_inputs, **kwargs):
@@ -70,10 +74,14 @@ class HGraphPartitioner(torch._inductor.custom_graph_pass.CustomPartitionerFn):
         if key not in self.fronts:       # the graph as traced, and with its subexpressions merged
             merged_gm = cap.cse(gm)
             merged = from_joint(merged_gm, n_out, decompose=True)
-            self.fronts[key] = (front_mod.union([front_mod.front(t, **self.plan_kwargs)
-                                                 for t in (tg, merged)]), gm, merged_gm)
+            seeds = (min_cut_keeps(merged_gm, joint_inputs, self.min_cut_budgets, **kwargs)
+                     if self.min_cut_budgets else None)
+            self.fronts[key] = (front_mod.union([front_mod.front(tg, **self.plan_kwargs),
+                                                 front_mod.front(merged, seeds=seeds,
+                                                                 **self.plan_kwargs)]),
+                                gm, merged_gm)
         fr, traced_gm, old_merged = self.fronts[key]
-        c = front_mod.pick(fr, self.budget)
+        c = self.pick(fr)
         # a front planned in another compile holds that compile's joint graph, whose values are
         # another fake mode's: split this compile's own (same node names, same graph)
         if gm is not traced_gm:
@@ -81,11 +89,15 @@ class HGraphPartitioner(torch._inductor.custom_graph_pass.CustomPartitionerFn):
                 c = dataclasses.replace(c, joint=gm)
             elif c.joint is old_merged:
                 c = dataclasses.replace(c, joint=cap.cse(gm))
-        p = c.plan
-        self.plans.append(p)
-        fw, bw = partition(c.joint, n_out, c.keep, plan=p)
+        self.plans.append(c.plan)
+        fw, bw = front_mod.split(c, n_out)
         self.parts.append((c.joint, fw, bw))
         return fw, bw
+
+    def pick(self, fr):
+        """The candidate of front ``fr`` this partitioner splits by: :func:`front.pick` at its
+        budget (a bench may pick otherwise)."""
+        return front_mod.pick(fr, self.budget)
 
     def uuid(self):
         return None             # plans depend on the budget: never reuse a cached compile

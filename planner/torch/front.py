@@ -28,6 +28,7 @@ replayed peak fits: :func:`front` builds the Pareto front, :func:`choose` picks 
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
@@ -35,7 +36,8 @@ import numpy as np
 from planner.torch import measure
 from planner.torch.partition import keep_names, partition
 
-__all__ = ["Candidate", "front", "choose", "measured_candidate", "union", "resolve_step_budget",
+__all__ = ["Candidate", "front", "choose", "measured_candidate", "seeded_candidate", "split",
+           "union", "resolve_step_budget",
            "pick", "POINTS", "SOLVERS", "EXACT_MAX_LOWER_SETS", "LOWEST"]
 
 #: Budgets planned per solver, spread evenly from the smallest feasible to keep-everything.
@@ -62,6 +64,16 @@ class Candidate:
     recompute_flops: int
     plan: object
     joint: object = None
+    #: ``"plan"``: a planner plan, whose recompute episodes the backward follows;
+    #: ``"min-cut"``: torch's min-cut partition (:mod:`planner.torch.seeds`), each value not
+    #: saved recomputed once where the backward first needs it, as torch's own partition does.
+    source: str = "plan"
+
+
+def split(c: Candidate, num_fwd_outputs: int, joint=None):
+    """(forward, backward) modules of candidate ``c`` on ``joint`` (default: its own)."""
+    plan = c.plan if c.source == "plan" else None
+    return partition(c.joint if joint is None else joint, num_fwd_outputs, c.keep, plan=plan)
 
 
 def _smallest_budget(g, solver: str, **plan_kwargs) -> int:
@@ -77,20 +89,36 @@ def _smallest_budget(g, solver: str, **plan_kwargs) -> int:
 def measured_candidate(tg, the_plan) -> Candidate:
     """The plan partitioned on ``tg.joint``: its kept names, replayed peak, recomputed FLOPs."""
     keep = frozenset(keep_names(the_plan.graph, the_plan.schedule))
-    fw, bw = partition(tg.joint, tg.num_fwd_outputs, keep, plan=the_plan)
-    return Candidate(keep, measure.predict_step_peak(fw, bw),
-                     measure.recompute_flops(tg.joint, bw), the_plan, tg.joint)
+    return _measured(Candidate(keep, 0, 0, the_plan, tg.joint), tg.num_fwd_outputs)
+
+
+def seeded_candidate(tg, keep, label: str) -> Candidate:
+    """The keep set ``keep`` (fx node names of ``tg.joint``, chosen outside the planner: a
+    min-cut partition) partitioned on ``tg.joint``; its plan is the planner model's view of it
+    (:func:`planner.torch.seeds.keep_plan`, solver ``label``)."""
+    from planner.torch.seeds import keep_plan
+
+    c = Candidate(frozenset(keep), 0, 0, keep_plan(tg, keep, label), tg.joint, source="min-cut")
+    return _measured(c, tg.num_fwd_outputs)
+
+
+def _measured(c: Candidate, num_fwd_outputs: int) -> Candidate:
+    fw, bw = split(c, num_fwd_outputs)
+    return dataclasses.replace(c, step_peak=measure.predict_step_peak(fw, bw),
+                               recompute_flops=measure.recompute_flops(c.joint, bw))
 
 
 def front(tg, solvers=SOLVERS, points: int = POINTS,
-          exact_max_lower_sets: int = EXACT_MAX_LOWER_SETS, **plan_kwargs) -> list:
+          exact_max_lower_sets: int = EXACT_MAX_LOWER_SETS, seeds=None, **plan_kwargs) -> list:
     """The Pareto front (step peak ascending, recompute FLOPs descending) of ``tg``'s plans.
 
     ``tg``: a :class:`planner.torch.model_graph.TorchGraph`; ``plan_kwargs`` go to
     :func:`planner.plan` (``solver`` excepted: ``solvers`` lists them). The exact solver is
     skipped on graphs with more than ``exact_max_lower_sets`` lower sets
-    (:data:`EXACT_MAX_LOWER_SETS`). Deterministic: the same budgets, solvers and graph give
-    the same front.
+    (:data:`EXACT_MAX_LOWER_SETS`). ``seeds``: label -> keep set (fx names of ``tg.joint``)
+    of partitions chosen elsewhere (:func:`planner.torch.seeds.min_cut_keeps`), offered beside
+    the plans (:func:`union` says how the two meet). Deterministic: the same budgets, solvers,
+    seeds and graph give the same front.
     """
     import planner
     from planner.lower_sets import TooManyLowerSets
@@ -114,18 +142,33 @@ def front(tg, solvers=SOLVERS, points: int = POINTS,
                 continue
             seen.add(keep)
             found.append(measured_candidate(tg, p))
-    return union([found])
+    seeded = [seeded_candidate(tg, keep, label) for label, keep in (seeds or {}).items()
+              if frozenset(keep) not in seen]
+    return union([found, seeded])
 
 
 def union(fronts: list) -> list:
-    """The Pareto front (step peak ascending, recompute FLOPs strictly descending) of the
-    candidates of ``fronts``; ties go to the one listed first."""
+    """The candidates of ``fronts`` by step peak (ties to the one listed first): the Pareto
+    front (step peak ascending, recompute FLOPs strictly descending) of the planner's plans,
+    and every distinct min-cut partition (:attr:`Candidate.source`).
+
+    The replay runs a partition's fx graphs unfused; under Inductor a min-cut partition it
+    ranks below a plan, or below another min-cut partition, can be the lower one by the
+    allocator (torch chose it pricing Inductor's fusion: resnet at
+    ``activation_memory_budget`` 1.0, bench/NOTES_torch.md). So the replay drops plans only;
+    the few min-cut partitions (one per distinct budget's set) all stay. A front of plans alone
+    is strictly monotone.
+    """
     found = [c for fr in fronts for c in fr]
     order = sorted(range(len(found)), key=lambda i: (found[i].step_peak,
                                                      found[i].recompute_flops, i))
-    best, out = None, []
+    best, out, seen = None, [], set()
     for c in (found[i] for i in order):
-        if best is None or c.recompute_flops < best:
+        if c.source != "plan":
+            if c.keep not in seen:
+                seen.add(c.keep)
+                out.append(c)
+        elif best is None or c.recompute_flops < best:
             out.append(c)
             best = c.recompute_flops
     return out
@@ -137,13 +180,14 @@ LOWEST = "min"
 
 def resolve_step_budget(fr: list, budget) -> int:
     """A budget (bytes, ``"60%"``, ``"2MB"``, or :data:`LOWEST`) as a step peak in bytes;
-    percent of the keep-all step's replayed peak (the front's last point: it recomputes
-    nothing)."""
+    percent of the keep-all step's replayed peak (the highest among the candidates that
+    recompute nothing: the last point of a front of plans)."""
     from planner.budget import Budget
 
     if isinstance(budget, str) and budget.strip().lower() == LOWEST:
         return min(c.step_peak for c in fr)
-    return Budget.parse(budget).resolve(max(c.step_peak for c in fr))
+    keep_all = [c.step_peak for c in fr if c.recompute_flops == 0] or [c.step_peak for c in fr]
+    return Budget.parse(budget).resolve(max(keep_all))
 
 
 def choose(fr: list, step_peak: int) -> Candidate:
@@ -170,7 +214,7 @@ def pick(fr: list, budget) -> Candidate:
     target = resolve_step_budget(fr, budget)
     lowest = min(c.step_peak for c in fr)
     if target < lowest:
-        top = max(c.step_peak for c in fr)
+        top = resolve_step_budget(fr, "100%")
         err = InfeasibleError(
             f"step budget {format_bytes(target)} is below the smallest step peak hgraph reaches, "
             f"{format_bytes(lowest)} ({100 * lowest / top:.1f}% of the keep-all step; budget "

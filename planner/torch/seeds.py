@@ -1,0 +1,133 @@
+"""torch's own min-cut partitions as candidates on hgraph's front.
+
+Why: under ``torch.compile`` the step is Inductor's, whose fused kernels the front's fx replay
+cannot see (measured / replayed step peak 0.73-3.66 on the bench models,
+bench/NOTES_torch.md). Torch's min-cut partitioner chooses what to save with that fusion in
+view (it prices the recomputation of fusible pointwise ops as free, and saves max-pool's int8
+offsets rather than its int64 indices), so at its own ``activation_memory_budget`` points its
+partition can beat every plan of the lower-set DP by the allocator, although the replay ranks
+it below them. Offering those partitions as candidates beside the DP's plans makes hgraph's
+front contain torch's points: a budget then gets the better of the two, never less.
+
+A min-cut partition becomes a keep set hgraph's own :func:`planner.torch.partition.partition`
+can split by (:func:`representable`: a saved view as its base, a backward op the min-cut moved
+into the forward as the forward values it reads), and a plan of the planner's model that keeps
+the same values (:func:`keep_plan`: ``fixed_schedules.checkpoint_schedule``), so the
+candidate reports like every other.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import operator
+import time
+
+import numpy as np
+
+__all__ = ["MIN_CUT_BUDGETS", "min_cut_saved", "representable", "base_of", "keep_plan",
+           "min_cut_keeps"]
+
+#: ``activation_memory_budget`` values at which the min-cut's partition is offered: a spread
+#: over torch's range (1.0 is its default), the values torch's own docs and benches quote
+#: among them.
+MIN_CUT_BUDGETS = (0.1, 0.2, 0.35, 0.5, 0.65, 0.8, 1.0)
+
+
+def _tag(n):
+    return n.meta.get("partitioner_tag", "")
+
+
+def base_of(joint, name) -> str:
+    """The fx node a view (``view``, ``permute``, a ``split``'s getitem ...) aliases, through
+    chains of views; ``name`` itself when it is no view."""
+    from planner.torch.model_graph import is_view
+
+    by_name = {n.name: n for n in joint.graph.nodes}
+    n = by_name.get(name)
+    while n is not None and n.op == "call_function" and is_view(n):
+        a = n.args[0]
+        n = a.args[0] if n.target is operator.getitem else a
+    return n.name if n is not None else name
+
+
+def representable(joint, names) -> frozenset:
+    """``names`` (fx nodes of ``joint``) as values hgraph's partition can save: a view as its
+    base, a backward-tagged op the min-cut moved into the forward (layer norm's ``rsqrt / D``,
+    ReLU's ``le`` mask) as the forward values it is computed from."""
+    by_name = {n.name: n for n in joint.graph.nodes}
+    out, stack = set(), [base_of(joint, n) for n in names]
+    while stack:
+        name = stack.pop()
+        n = by_name.get(name)
+        if n is None or name in out or n.name.startswith("tangents"):
+            continue
+        if _tag(n) == "is_backward":
+            stack.extend(base_of(joint, a.name) for a in n.all_input_nodes)
+        else:
+            out.add(name)
+    return frozenset(out)
+
+
+def min_cut_saved(joint, joint_inputs, budget: float, **kwargs) -> list:
+    """Names of the values torch's min-cut partitioner saves for the backward of ``joint`` at
+    ``activation_memory_budget`` = ``budget`` (``kwargs``: what Inductor passes a partitioner,
+    ``num_fwd_outputs`` included). ``joint`` is left as it is: the min-cut rewrites the graph it
+    is given (dead code, subexpressions), so it gets a copy."""
+    import torch
+    import torch._functorch.config as functorch_config
+    from torch._functorch.partitioners import min_cut_rematerialization_partition
+
+    work = torch.fx.GraphModule(joint, _graph_copy(joint.graph))
+    with functorch_config.patch(activation_memory_budget=float(budget)):
+        _, bw = min_cut_rematerialization_partition(work, joint_inputs, **kwargs)
+    return [n.name for n in bw.graph.nodes
+            if n.op == "placeholder" and not n.name.startswith("tangents")]
+
+
+def _graph_copy(graph):
+    import torch
+
+    g = torch.fx.Graph()
+    out = g.graph_copy(graph, {})
+    g.output(out)
+    return g
+
+
+def keep_plan(tg, names, label: str):
+    """A :class:`planner.api.Plan` of ``tg``'s planner graph that keeps the planner vars among
+    ``names`` and recomputes the rest (``fixed_schedules.checkpoint_schedule``), reported as
+    solver ``label``: what the planner's model says of a keep set chosen elsewhere."""
+    from planner import simulate
+    from planner.activation_graph import ActivationGraph
+    from planner.api import Plan, lower_bound_bytes
+    from planner.fixed_schedules import checkpoint_schedule
+    from planner.solver import ModelStats
+
+    t0 = time.perf_counter()
+    g = tg.cg
+    var = {name: i for i, name in enumerate(tg.var_node)}
+    keep = sorted(var[n] for n in names if n in var)
+    schedule = checkpoint_schedule(g, keep)
+    sim = simulate.replay(g, schedule, check=True)
+    ag = ActivationGraph.from_cg(g)
+    model = dataclasses.replace(ModelStats.keep_everything(sim.peak_bytes),
+                                model_recompute_cost=int(sim.recompute_cost), family=label)
+    return Plan.from_replay(
+        g, ag, schedule, np.zeros(ag.n, np.int64), sim, solver=label, strategy="time",
+        units="bytes", budget=label, budget_bytes=int(sim.peak_bytes),
+        baseline_peak=int(sim.peak_bytes), baseline_kind="simulated",
+        lower_bound=lower_bound_bytes(g), model=model, depth=0,
+        engine=dict(tasks=1, blocks=1, mode="local", runtime="local", supersteps=0),
+        seconds=time.perf_counter() - t0)
+
+
+def min_cut_keeps(joint, joint_inputs, budgets=MIN_CUT_BUDGETS, **kwargs) -> dict:
+    """label -> keep set (:func:`representable`) of the min-cut's partition of ``joint`` at each
+    of ``budgets``, distinct sets only (the first budget giving a set names it)."""
+    out, seen = {}, set()
+    for b in budgets:
+        keep = representable(joint, min_cut_saved(joint, joint_inputs, b, **kwargs))
+        if keep not in seen:
+            seen.add(keep)
+            out[f"min-cut {b:g}"] = keep
+    return out

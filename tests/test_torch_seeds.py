@@ -1,0 +1,112 @@
+"""torch's min-cut partitions on hgraph's front (planner.torch.seeds): hgraph's partition of a
+min-cut keep set is torch's partition, and the front keeps every one of them."""
+
+import copy
+
+import pytest
+
+torch = pytest.importorskip("torch", reason="the torch extra is not installed")
+nn = torch.nn
+
+import planner.torch as pt  # noqa: E402
+from planner.torch import front, measure, seeds  # noqa: E402
+from planner.torch.capture import capture, cse  # noqa: E402
+
+
+def small_gpt_block():
+    """Layer norm, GELU and a residual: the min-cut saves layer norm's normalised value and a
+    backward op (``rsqrt / D``), which hgraph's partition must take as forward values."""
+    torch.manual_seed(0)
+
+    class Block(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.ln1, self.fc1, self.fc2 = nn.LayerNorm(32), nn.Linear(32, 64), nn.Linear(64, 32)
+            self.ln2, self.head = nn.LayerNorm(32), nn.Linear(32, 4)
+
+        def forward(self, x):
+            x = x + self.fc2(torch.nn.functional.gelu(self.fc1(self.ln1(x))))
+            return self.head(self.ln2(x))
+
+    return Block().double(), torch.randn(16, 32, dtype=torch.float64)
+
+
+def torch_partition(joint, n_out, budget):
+    import torch._functorch.config as functorch_config
+    from torch._functorch.partitioners import min_cut_rematerialization_partition
+
+    work = cse(joint)
+    with functorch_config.patch(activation_memory_budget=budget):
+        return min_cut_rematerialization_partition(work, None, num_fwd_outputs=n_out)
+
+
+@pytest.mark.parametrize("budget", [0.2, 0.5, 1.0])
+def test_hgraph_partition_of_a_min_cut_set_is_torchs_step(budget):
+    """Same replayed peak, same recomputed FLOPs as torch's own partition of the same joint."""
+    m, x = small_gpt_block()
+    joint, n_out = capture(m, (x,), decompose=True)
+    merged = cse(joint)
+    t_fw, t_bw = torch_partition(joint, n_out, budget)
+    keep = seeds.representable(merged, seeds.min_cut_saved(merged, None, budget,
+                                                           num_fwd_outputs=n_out))
+    assert keep, "the min-cut saves something"
+    from planner.torch.model_graph import from_joint
+
+    c = front.seeded_candidate(from_joint(merged, n_out, decompose=True), keep, "min-cut")
+    assert c.source == "min-cut" and c.plan.solver == "min-cut"  # the label given
+    assert c.step_peak == measure.predict_step_peak(t_fw, t_bw)
+    assert c.recompute_flops == measure.recompute_flops(merged, t_bw)
+
+
+def test_min_cut_saved_leaves_the_joint_graph_as_it_was():
+    m, x = small_gpt_block()
+    joint, n_out = capture(m, (x,), decompose=True)
+    before = str(joint.graph)
+    seeds.min_cut_saved(joint, None, 0.3, num_fwd_outputs=n_out)
+    assert str(joint.graph) == before
+
+
+def test_front_keeps_every_distinct_min_cut_set_and_prunes_plans_only():
+    from planner.torch.model_graph import from_joint
+
+    m, x = small_gpt_block()
+    joint, n_out = capture(m, (x,), decompose=True)
+    merged = cse(joint)
+    keeps = seeds.min_cut_keeps(merged, None, num_fwd_outputs=n_out)
+    assert len(set(keeps.values())) == len(keeps) >= 2
+    tg = from_joint(merged, n_out, decompose=True)
+    fr = front.front(tg, seeds=keeps)
+    got = [c for c in fr if c.source == "min-cut"]
+    plans = [c for c in fr if c.source == "plan"]
+    dp_keeps = {c.keep for c in plans}
+    assert {c.keep for c in got} == {k for k in keeps.values() if k not in dp_keeps}
+    peaks = [c.step_peak for c in plans]
+    flops = [c.recompute_flops for c in plans]
+    assert peaks == sorted(peaks) and flops == sorted(flops, reverse=True)
+    assert [c.step_peak for c in fr] == sorted(c.step_peak for c in fr)
+    # the budget in percent is of the keep-all step, whatever the seeds' peaks
+    assert front.resolve_step_budget(fr, "100%") == max(
+        c.step_peak for c in fr if c.recompute_flops == 0)
+
+
+def test_compile_with_min_cut_seeds_trains_like_eager_at_every_pick():
+    """Whatever the front picks, plan or min-cut partition, the step's gradients are eager's."""
+    m, x = small_gpt_block()
+    ref = copy.deepcopy(m)
+    ref(x).mean().backward()
+    fronts = {}
+
+    def run(budget):
+        mm = copy.deepcopy(m)
+        step = pt.compile(mm, budget=budget, fronts=fronts)
+        step(x)
+        for a, b in zip(mm.parameters(), ref.parameters()):
+            assert (a.grad - b.grad).abs().max() <= 1e-9 * max(1.0, b.grad.abs().max())
+        return step.partitioner.plans[-1]
+
+    run("100%")
+    fr = next(iter(fronts.values()))[0]
+    picks = {front.choose(fr, c.step_peak).plan.solver: c.step_peak for c in fr}
+    assert any(s.startswith("min-cut") for s in picks), "a budget picks a min-cut partition"
+    for solver, peak in sorted(picks.items()):
+        assert run(peak).solver == solver
