@@ -98,7 +98,7 @@ def _bias_bwd(xp, gy, saved, y, a, in_shapes, want):
         out[0] = gy
     if 1 in want:
         axis = a["axis"] % gy.ndim
-        out[1] = _sums(gy, tuple(i for i in range(gy.ndim) if i != axis), keepdims=False)
+        out[1] = _sums(xp, gy, tuple(i for i in range(gy.ndim) if i != axis), keepdims=False)
     return out
 
 
@@ -225,13 +225,27 @@ def _slab(xp, x, n0, n1, a, b, p):
     return slab
 
 
+#: Below this many output pixels per image, a tile's images share one GEMM (columns laid out
+#: ``(c*k*k, images*pixels)``): per-image GEMMs of small maps run below BLAS speed (measured
+#: here: 8x8 maps gain, 16x16 lose, from the transposing copies the merged layout needs).
+MERGE_PIXELS = 256
+
+
+def _merged(ho, wo, k) -> bool:
+    """Whether a ``k x k`` convolution with ``ho x wo`` output maps uses the merged column
+    layout (never a 1x1: its per-image columns are the input itself, no copy)."""
+    return k > 1 and ho * wo < MERGE_PIXELS
+
+
 def _im2col_tiles(xp, x, k, s, p, cap):
-    """Yield ``(n0, n1, r0, r1, cols)`` over :func:`_conv_tiles`: ``cols`` ``(images, c*k*k,
-    rows*wo)`` holds the input windows of output rows ``[r0, r1)`` of images ``[n0, n1)``, in
-    one workspace reused by every tile (each tile is consumed before the next is built). A 1x1,
-    stride-1, unpadded convolution needs no columns: ``cols`` is then a view of ``x``."""
+    """Yield ``(n0, n1, r0, r1, cols)`` over :func:`_conv_tiles`: ``cols`` holds the input
+    windows of output rows ``[r0, r1)`` of images ``[n0, n1)``, ``(images, c*k*k, rows*wo)``,
+    or ``(c*k*k, images*rows*wo)`` when :func:`_merged`; one workspace serves every tile (each
+    tile is consumed before the next is built). A 1x1, stride-1, unpadded convolution needs no
+    columns in the per-image layout: ``cols`` is then a view of ``x``."""
     n, c, h, w = x.shape
     ho, wo = _out_hw(h, w, k, s, p)
+    merged = _merged(ho, wo, k)
     if k == 1 and s == 1 and p == 0:
         yield 0, n, 0, ho, x.reshape(n, c, h * w)
         return
@@ -242,19 +256,38 @@ def _im2col_tiles(xp, x, k, s, p, cap):
         nb, rows = n1 - n0, r1 - r0
         slab = _slab(xp, x, n0, n1, r0 * s - p, (r1 - 1) * s - p + k, p)
         sn, sc, sh, sw = slab.strides
-        windows = _as_strided(slab, (nb, c, k, k, rows, wo), (sn, sc, sh, sw, sh * s, sw * s))
-        cols = ws[:nb * c * k * k * rows * wo].reshape(nb, c, k, k, rows, wo)
-        cols[...] = windows
-        yield n0, n1, r0, r1, cols.reshape(nb, c * k * k, rows * wo)
+        size = nb * c * k * k * rows * wo
+        if merged:
+            windows = _as_strided(slab, (c, k, k, nb, rows, wo), (sc, sh, sw, sn, sh * s, sw * s))
+            ws[:size].reshape(c, k, k, nb, rows, wo)[...] = windows
+            yield n0, n1, r0, r1, ws[:size].reshape(c * k * k, nb * rows * wo)
+        else:
+            windows = _as_strided(slab, (nb, c, k, k, rows, wo), (sn, sc, sh, sw, sh * s, sw * s))
+            ws[:size].reshape(nb, c, k, k, rows, wo)[...] = windows
+            yield n0, n1, r0, r1, ws[:size].reshape(nb, c * k * k, rows * wo)
 
 
 def _workspace(a):
     return a.get("workspace", CONV_WORKSPACE_BYTES)
 
 
+def _tile_grad(gy, n0, n1, r0, r1, merged, pixel_major):
+    """Output gradient of one tile as the GEMMs take it: per image ``(images, o, pixels)``;
+    merged, ``(images*pixels, o)`` (``pixel_major``, the weight gradient's operand) or ``(o,
+    images*pixels)`` (a copy either way: the tile's images become one matrix)."""
+    g = gy[n0:n1, :, r0:r1]
+    nb, o, rows, wo = g.shape
+    if not merged:
+        return g.reshape(nb, o, rows * wo)
+    if pixel_major:
+        return g.transpose(0, 2, 3, 1).reshape(nb * rows * wo, o)
+    return g.transpose(1, 0, 2, 3).reshape(o, nb * rows * wo)
+
+
 def _conv_fwd(xp, xs, a):
-    """Convolution as tiled GEMMs: each tile's columns times the ``(out, c*k*k)`` weight matrix,
-    written straight into the NCHW result (one batched matmul per tile, BLAS / cuBLAS)."""
+    """Convolution as tiled GEMMs: each tile's columns times the ``(out, c*k*k)`` weight matrix
+    (one batched matmul per tile, BLAS / cuBLAS), written into the NCHW result: straight, per
+    image; through one transposing copy of the tile's output when the layout is merged."""
     x, w = xs
     o, c, k, _ = w.shape
     s, p = a["stride"], a["pad"]
@@ -264,19 +297,26 @@ def _conv_fwd(xp, xs, a):
     y = xp.empty((n, o, ho, wo), dtype=x.dtype)
     if k == 1 and p == 0 and s > 1:          # a strided 1x1: the subsampled input is the columns
         x, s = xp.ascontiguousarray(x[:, :, ::s, ::s]), 1
+    merged = _merged(ho, wo, k)
     for n0, n1, r0, r1, cols in _im2col_tiles(xp, x, k, s, p, _workspace(a)):
-        if r0 == 0 and r1 == ho:
-            xp.matmul(w2, cols, out=y[n0:n1].reshape(n1 - n0, o, ho * wo))
+        nb, rows = n1 - n0, r1 - r0
+        if merged:
+            y[n0:n1, :, r0:r1] = xp.matmul(w2, cols).reshape(o, nb, rows, wo).transpose(1, 0, 2, 3)
+        elif rows == ho:
+            xp.matmul(w2, cols, out=y[n0:n1].reshape(nb, o, ho * wo))
         else:
-            y[n0:n1, :, r0:r1] = xp.matmul(w2, cols).reshape(n1 - n0, o, r1 - r0, wo)
+            y[n0:n1, :, r0:r1] = xp.matmul(w2, cols).reshape(nb, o, rows, wo)
     return y
 
 
-def _col2im_add(xp, dxpad, dcols, n0, n1, r0, k, s, ho_t, wo):
-    """Add a tile's column gradients ``(images, c*k*k, rows*wo)`` back onto the padded input
-    gradient at the windows they came from (one strided add per kernel tap)."""
+def _col2im_add(xp, dxpad, dcols, n0, n1, r0, k, s, ho_t, wo, merged):
+    """Add a tile's column gradients (the layout of :func:`_im2col_tiles`) back onto the padded
+    input gradient at the windows they came from (one strided add per kernel tap)."""
     nb, c = n1 - n0, dxpad.shape[1]
-    d6 = dcols.reshape(nb, c, k, k, ho_t, wo)
+    if merged:
+        d6 = dcols.reshape(c, k, k, nb, ho_t, wo).transpose(3, 0, 1, 2, 4, 5)
+    else:
+        d6 = dcols.reshape(nb, c, k, k, ho_t, wo)
     for i in range(k):
         for j in range(k):
             top = r0 * s + i
@@ -300,25 +340,30 @@ def _conv_dx(xp, gy, w, xshape, s, p, cap):
         dx = xp.zeros(xshape, dtype=gy.dtype)
         dx[:, :, ::s, ::s] = xp.matmul(w2t, gy.reshape(n, o, ho * wo)).reshape(n, c, ho, wo)
         return dx
+    merged = _merged(ho, wo, k)
     dxpad = xp.zeros((n, c, h + 2 * p, wd + 2 * p), dtype=gy.dtype)
     for n0, n1, r0, r1 in _conv_tiles(n, ho, wo, c * k * k, gy.dtype.itemsize, cap):
-        g = gy[n0:n1, :, r0:r1].reshape(n1 - n0, o, (r1 - r0) * wo)
-        _col2im_add(xp, dxpad, xp.matmul(w2t, g), n0, n1, r0, k, s, r1 - r0, wo)
+        g = _tile_grad(gy, n0, n1, r0, r1, merged, pixel_major=False)
+        _col2im_add(xp, dxpad, xp.matmul(w2t, g), n0, n1, r0, k, s, r1 - r0, wo, merged)
     return dxpad[:, :, p:p + h, p:p + wd].copy() if p else dxpad
 
 
 def _conv_dw(xp, gy, x, wshape, s, p, cap):
-    """Weight gradient: the sum over tiles and images of ``cols @ g^T`` (``(c*k*k, out)`` per
-    image: the orientation OpenBLAS runs fastest here), in tile order."""
+    """Weight gradient: the sum over tiles (and, per image, over images) of ``cols @ g^T``, a
+    ``(c*k*k, out)`` matrix -- the orientation OpenBLAS runs fastest here -- in tile order."""
     o, c, k, _ = wshape
     n, _, ho, wo = gy.shape
     if k == 1 and p == 0 and s > 1:
         x, s = xp.ascontiguousarray(x[:, :, ::s, ::s]), 1
+    merged = _merged(ho, wo, k)
     acc = None
     for n0, n1, r0, r1, cols in _im2col_tiles(xp, x, k, s, p, cap):
-        g = gy[n0:n1, :, r0:r1].reshape(n1 - n0, o, (r1 - r0) * wo)
-        part = xp.matmul(cols, g.transpose(0, 2, 1))
-        part = part.sum(axis=0) if part.shape[0] > 1 else part[0]
+        g = _tile_grad(gy, n0, n1, r0, r1, merged, pixel_major=True)
+        if merged:
+            part = xp.matmul(cols, g)
+        else:
+            part = xp.matmul(cols, g.transpose(0, 2, 1))
+            part = part.sum(axis=0) if part.shape[0] > 1 else part[0]
         acc = part if acc is None else xp.add(acc, part, out=acc)
     return xp.ascontiguousarray(acc.T).reshape(wshape)
 
@@ -457,28 +502,65 @@ def _norm_axes(ndim, axis):
     return tuple(i for i in range(ndim) if i != axis), axis
 
 
-def _sums(x, reduce_axes, keepdims=True):
-    """Sum of ``x`` over ``reduce_axes``. Over every axis but one (batch norm's per-channel sums)
-    it runs as two reductions of a ``(before, c, after)`` view, each over a contiguous or
-    outermost axis -- NumPy's fast paths -- instead of one reduction over strided axes."""
+def _reduction(x, reduce_axes):
+    """How :func:`_sums` / :func:`_dots` reduce ``x``: ``("channel", (before, c, after))`` over
+    every axis but one, ``("rows", (rows, d))`` over the last axis only, else ``None``."""
     nd = x.ndim
+    reduce_axes = tuple(i % nd for i in reduce_axes)
     kept = [i for i in range(nd) if i not in reduce_axes]
-    if len(kept) != 1 or nd < 2:
+    if len(kept) == 1 and nd >= 2:
+        axis = kept[0]
+        return "channel", (_numel(x.shape[:axis]), x.shape[axis], _numel(x.shape[axis + 1:]))
+    if reduce_axes == (nd - 1,):
+        return "rows", (_numel(x.shape[:-1]), x.shape[-1])
+    return None
+
+
+def _sums(xp, x, reduce_axes, keepdims=True):
+    """Sum of ``x`` over ``reduce_axes``: a norm's statistics and a bias's gradient. Per channel
+    (every axis but one) or per row (the last axis) it is a matrix-vector product with ones
+    (BLAS / cuBLAS, at memory speed); a strided ``sum`` is several times slower in NumPy."""
+    how = _reduction(x, reduce_axes)
+    if how is None:
         return x.sum(axis=reduce_axes, keepdims=keepdims)
-    axis = kept[0]
-    before, after = _numel(x.shape[:axis]), _numel(x.shape[axis + 1:])
-    x3 = x.reshape(before, x.shape[axis], after)
-    out = (x3.sum(axis=2) if after > 1 else x3[:, :, 0]).sum(axis=0)
-    return out.reshape(_bias_shape(x.shape, axis)) if keepdims else out
+    kind, dims = how
+    if kind == "rows":
+        out = xp.matmul(x.reshape(dims), xp.ones(dims[1], dtype=x.dtype))
+        return out.reshape(x.shape[:-1] + (1,)) if keepdims else out.reshape(x.shape[:-1])
+    before, c, after = dims
+    x3 = x.reshape(dims)
+    per = xp.matmul(x3, xp.ones(after, dtype=x.dtype)) if after > 1 else x3[:, :, 0]
+    out = xp.matmul(xp.ones(before, dtype=x.dtype), per) if before > 1 else per[0]
+    if not keepdims:
+        return out
+    axis = [i for i in range(x.ndim) if i not in tuple(j % x.ndim for j in reduce_axes)][0]
+    return out.reshape(_bias_shape(x.shape, axis))
+
+
+def _dots(xp, a, b, reduce_axes, keepdims=True):
+    """Sum of ``a * b`` over ``reduce_axes`` without the product's temporary (einsum), for
+    the two reductions :func:`_sums` handles; else through the product."""
+    how = _reduction(a, reduce_axes)
+    if how is None:
+        return (a * b).sum(axis=reduce_axes, keepdims=keepdims)
+    kind, dims = how
+    if kind == "rows":
+        out = xp.einsum("ij,ij->i", a.reshape(dims), b.reshape(dims))
+        return out.reshape(a.shape[:-1] + (1,)) if keepdims else out.reshape(a.shape[:-1])
+    out = xp.einsum("ijk,ijk->j", a.reshape(dims), b.reshape(dims))
+    if not keepdims:
+        return out
+    axis = [i for i in range(a.ndim) if i not in tuple(j % a.ndim for j in reduce_axes)][0]
+    return out.reshape(_bias_shape(a.shape, axis))
 
 
 def _centered(xp, x, a, reduce_axes):
     """(x - mean, mean, 1 / sqrt(var + eps)) over ``reduce_axes``: the one computation of a
     norm's statistics (forward, backward, and :func:`norm_statistics`)."""
     m = _numel([x.shape[i] for i in reduce_axes])
-    mean = _sums(x, reduce_axes) / m
+    mean = _sums(xp, x, reduce_axes) / m
     xc = x - mean
-    var = _sums(xc * xc, reduce_axes) / m
+    var = _dots(xp, xc, xc, reduce_axes) / m
     inv = np.float32(1) / xp.sqrt(var + np.float32(a.get("eps", 1e-5)))
     return xc, mean, inv
 
@@ -521,8 +603,8 @@ def _norm_bwd(xp, gy, saved, y, a, in_shapes, want):
     shape = _bias_shape(x.shape, axis)
     m = _numel([x.shape[i] for i in red])
     out = {}
-    gsum = _sums(gy, other, keepdims=False) if (2 in want or red == other) else None
-    gxsum = _sums(gy * xhat, other, keepdims=False) if (1 in want or red == other) else None
+    gsum = _sums(xp, gy, other, keepdims=False) if (2 in want or red == other) else None
+    gxsum = _dots(xp, gy, xhat, other, keepdims=False) if (1 in want or red == other) else None
     if 2 in want:
         out[2] = gsum
     if 1 in want:
@@ -538,8 +620,8 @@ def _norm_bwd(xp, gy, saved, y, a, in_shapes, want):
             dx *= gamma * inv
         else:                   # layer norm: per-row sums of gy * gamma
             dxhat = gy * gamma
-            s1 = dxhat.sum(axis=red, keepdims=True) / m
-            s2 = (dxhat * xhat).sum(axis=red, keepdims=True) / m
+            s1 = _sums(xp, dxhat, red) / m
+            s2 = _dots(xp, dxhat, xhat, red) / m
             dx = xhat
             dx *= s2
             dx += s1
