@@ -11,6 +11,17 @@ from __future__ import annotations
 import argparse
 
 
+def positive_float(text: str) -> float:
+    """argparse ``type=`` for seconds: a positive number, or one line."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive number of seconds, got {text!r}") from None
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"expected a positive number of seconds, got {text!r}")
+    return value
+
+
 def positive_int(text: str) -> int:
     """argparse ``type=`` for counts: a clear message instead of a traceback or a silent 0."""
     return _int_at_least(text, 1, "a positive integer")
@@ -62,3 +73,19 @@ def add_recovery_arguments(parser: argparse.ArgumentParser) -> None:
     often fails with one line naming the worker and the superstep)."""
     parser.add_argument("--max-recoveries", type=nonnegative_int, default=3, metavar="N",
                         help="fail the job when a worker is lost after N recoveries (default 3)")
+
+
+def add_certificate_arguments(parser: argparse.ArgumentParser) -> None:
+    """The plan job's certificate and MILP flags: ``--certify on|lp|off``,
+    ``--certify-time-limit S``, ``--milp-time-limit S``, ``--milp-stages T``."""
+    parser.add_argument("--certify", choices=["on", "lp", "off"], default="on",
+                        help="a lower bound on the plan's recomputation and the gap to it: on "
+                             "(default: knapsack bound, the LP relaxation on small graphs), lp "
+                             "(the LP relaxation on any graph, within --certify-time-limit), off")
+    parser.add_argument("--certify-time-limit", type=positive_float, default=None, metavar="S",
+                        help="seconds the LP relaxation may take (default 30)")
+    parser.add_argument("--milp-time-limit", type=positive_float, default=None, metavar="S",
+                        help="--solver milp: seconds HiGHS may take per solve (default 60)")
+    parser.add_argument("--milp-stages", type=positive_int, default=None, metavar="T",
+                        help="--solver milp: backward stages in the model (default: min(16, "
+                             "activations); one per activation covers every chain)")

@@ -36,13 +36,16 @@ def add_arguments(parser) -> None:
     from jobs.flags import add_common_arguments
     from planner.dp_families import DEFAULT_MAX_LOWER_SETS
 
+    from jobs.flags import add_certificate_arguments
+
     add_common_arguments(parser)
     parser.add_argument("--budget", default=None,
                         help="memory budget: bytes (4000000000, 1e9), a size (1.5GB, 800MiB) or a "
                              "percentage of the no-recomputation peak (60%%); required but with "
                              "--rows R")
-    parser.add_argument("--solver", choices=["approx", "exact", "chen"], default="approx",
-                        help="approximate DP (default), exact DP or Chen's sqrt(n)")
+    parser.add_argument("--solver", choices=["approx", "exact", "chen", "milp"], default="approx",
+                        help="approximate DP (default), exact DP, Chen's sqrt(n) or Checkmate's "
+                             "MILP on HiGHS (--milp-time-limit, --milp-stages)")
     parser.add_argument("--strategy", choices=["time", "memory"], default="time",
                         help="time: least recomputation (default); memory: least checkpoint memory")
     parser.add_argument("--units", choices=["bytes", "reference"], default="bytes",
@@ -55,6 +58,7 @@ def add_arguments(parser) -> None:
     parser.add_argument("--max-lower-sets", type=int, default=DEFAULT_MAX_LOWER_SETS,
                         help=f"exact DP: refuse above this many lower sets "
                              f"(default {DEFAULT_MAX_LOWER_SETS:,})")
+    add_certificate_arguments(parser)
     rows_flags.add_arguments(parser)
     parser.add_argument("--fallback", action="store_true",
                         help="exact DP: fall back to the approximate family above --max-lower-sets")
@@ -93,7 +97,9 @@ def main(args) -> int:
                          max_lower_sets=args.max_lower_sets, fallback=args.fallback,
                          checkpoint_every=args.checkpoint_every,
                          inject_failure=args.inject_failure,
-                         dp_window=args.dp_window, dp_front_cap=args.dp_front_cap)
+                         dp_window=args.dp_window, dp_front_cap=args.dp_front_cap,
+                         certify=args.certify, certify_time_limit=args.certify_time_limit,
+                         milp_time_limit=args.milp_time_limit, milp_stages=args.milp_stages)
         if args.execute:
             with stages.stage("executing the plan"):
                 p.report["execute"] = _execute(p)

@@ -50,6 +50,10 @@ PLAN_ONLY = (
     ("fallback", False, "rows + DP runs the approximate DP, not the exact one"),
     ("dp_window", None, "rows + DP runs the DP with its default window"),
     ("dp_front_cap", None, "rows + DP runs the DP with its default front cap"),
+    ("certify", "on", "a row plan carries no recomputation certificate"),
+    ("certify_time_limit", None, "a row plan carries no recomputation certificate"),
+    ("milp_time_limit", None, "rows + DP runs the approximate DP"),
+    ("milp_stages", None, "rows + DP runs the approximate DP"),
 )
 #: Execute-job flags a row step has no use for.
 EXECUTE_ONLY = (

@@ -51,7 +51,7 @@ from planner.solver import ModelStats, Solver
 __all__ = ["Plan", "plan", "SOLVERS", "STRATEGIES", "UNITS", "baseline_schedule",
            "lower_bound_bytes", "BASELINE_SCHEDULE_LIMIT"]
 
-SOLVERS = ("approx", "exact", "chen")
+SOLVERS = ("approx", "exact", "chen", "milp")
 STRATEGIES = ("time", "memory")
 UNITS = ("bytes", "reference")
 #: Graphs up to this many activations get a simulated no-recomputation baseline schedule; larger
@@ -70,7 +70,9 @@ class Plan:
     ``engine``: where the analyses ran (tasks, blocks, mode, runtime, supersteps);
     ``decisions``: one dict per activation (:func:`planner.report.decisions`); ``groups``: the
     block of every activation; ``timeline``/``baseline_timeline``: live bytes after each op of
-    the plan / of the no-recomputation schedule (None when the graph is too large for one).
+    the plan / of the no-recomputation schedule (None when the graph is too large for one);
+    ``recompute_certificate``: :class:`planner.certificate.Certificate` (a lower bound on the plan's
+    recomputation and the gap to it; None with ``certify="off"``).
     """
 
     schedule: Schedule
@@ -98,6 +100,7 @@ class Plan:
     groups: np.ndarray
     timeline: np.ndarray
     baseline_timeline: np.ndarray | None = None
+    recompute_certificate: object = None
     report: dict = field(init=False, repr=False, compare=False)
 
     def __post_init__(self):
@@ -107,7 +110,7 @@ class Plan:
     def from_replay(cls, g, ag, schedule, groups, sim, *, solver: str, strategy: str, units: str,
                     budget, budget_bytes: int, baseline_peak: int, baseline_kind: str,
                     lower_bound: int, model: ModelStats, depth: int, engine: dict,
-                    seconds: float, baseline_timeline=None) -> Plan:
+                    seconds: float, baseline_timeline=None, certificate=None) -> Plan:
         """The plan of ``schedule`` (blocks ``groups``) on ``g``, from its replay ``sim``."""
         return cls(schedule=schedule, graph=g, nodes=int(ag.n), variables=int(g.num_vars),
                    depth=int(depth), solver=solver, strategy=strategy, units=units,
@@ -118,7 +121,8 @@ class Plan:
                    recomputed=int(sim.recomputed), ops=int(len(sim.timeline)),
                    seconds=float(seconds), model=model, engine=dict(engine),
                    decisions=report_mod.decisions(g, ag, groups, sim), groups=groups,
-                   timeline=sim.timeline, baseline_timeline=baseline_timeline)
+                   timeline=sim.timeline, baseline_timeline=baseline_timeline,
+                   recompute_certificate=certificate)
 
     @property
     def within_budget(self) -> bool:
@@ -234,11 +238,11 @@ def _fit(g, ag, s: Solver, budget_bytes: int, units: str, check: bool):
 
 def _replay(g, ag, s: Solver, dp_budget: int, check: bool):
     """(groups, model, schedule, sim) of the solver's chain at ``dp_budget``, or None."""
-    status, groups, model = s.solve(dp_budget)
+    status, groups, model, stages = s.solve(dp_budget)
     if status != "OK":
         return None
     with current_progress().stage("schedule and replay"):
-        schedule = emit_groups(g, groups, ag)
+        schedule = emit_groups(g, groups, ag, **stages)
         sim = simulate.replay(g, schedule, check=check)
     if sim.violations:
         raise HGraphError(f"internal error: the emitted schedule fails the simulator: "
@@ -284,7 +288,9 @@ def plan(graph_or_path, budget="100%", solver: str = "approx", strategy: str = "
          max_lower_sets: int = DEFAULT_MAX_LOWER_SETS, fallback: bool = False,
          check: bool = True, checkpoint_every: int | None = None,
          inject_failure: int | None = None, dp_window: int | None = None,
-         dp_front_cap: int | None = None) -> Plan:
+         dp_front_cap: int | None = None, certify: str = "on",
+         certify_time_limit: float | None = None, milp_time_limit: float | None = None,
+         milp_stages: int | None = None) -> Plan:
     """Plan recomputation for a graph under ``budget``; see the module docstring.
 
     ``budget``: bytes (int), or text as ``--budget`` takes it (``"2GB"``, ``"800MiB"``,
@@ -299,11 +305,24 @@ def plan(graph_or_path, budget="100%", solver: str = "approx", strategy: str = "
     (:mod:`planner.dp.scale`); None: exact up to ``planner.dp.scale.EXACT_LIMIT`` activations,
     the module's defaults above; 0: off. Whatever is used is in the report (``dp_window``,
     ``dp_front_cap``, ``dp_exact``) for graphs planned on the scale path.
+    ``solver="milp"``: Checkmate's MILP in the DP's model (:mod:`planner.milp`; HiGHS within
+    ``milp_time_limit`` seconds over ``milp_stages`` stages, default one per activation).
+    ``certify``: ``"on"`` (default), ``"lp"`` or ``"off"``: the plan's lower bound on
+    recomputation and gap (:mod:`planner.certificate`; the LP within ``certify_time_limit``).
     """
     t0 = time.perf_counter()
     _check_choice("solver", solver, SOLVERS)
     _check_choice("strategy", strategy, STRATEGIES)
     _check_choice("units", units, UNITS)
+    from planner import certificate as cert_mod
+
+    _check_choice("certify mode", certify, cert_mod.MODES)
+    for name, value in (("milp_time_limit", milp_time_limit),
+                        ("certify_time_limit", certify_time_limit)):
+        if value is not None and not value > 0:
+            raise HGraphError(f"{name} must be > 0 seconds, got {value}")
+    if milp_stages is not None and milp_stages < 1:
+        raise HGraphError(f"milp_stages must be >= 1, got {milp_stages}")
     stages = current_progress()
     with stages.stage("reading the graph"):
         g = _load(graph_or_path)
@@ -331,7 +350,8 @@ def plan(graph_or_path, budget="100%", solver: str = "approx", strategy: str = "
     budget_bytes = b.resolve(baseline_peak)
 
     s = Solver(g, solver, strategy, units, opts, max_lower_sets, fallback,
-               dp_window=dp_window, dp_front_cap=dp_front_cap, level=level, ag=ag)
+               dp_window=dp_window, dp_front_cap=dp_front_cap, level=level, ag=ag,
+               milp_time_limit=milp_time_limit, milp_stages=milp_stages)
     s.engine_supersteps += level_steps
     fits_all = (units == "bytes" and solver != "chen" and base_sched is not None
                 and baseline_peak <= budget_bytes)
@@ -346,6 +366,8 @@ def plan(graph_or_path, budget="100%", solver: str = "approx", strategy: str = "
         # every DP transition's peak (ckpt + 2·Δm + m(A) + m(B)) is at most 5·m(V): at that
         # budget all of them fit, so if the solver's options allow a plan at all, it is there
         top = max(5 * act_sum, budget_bytes + 1, 1)
+        if solver == "milp":
+            _milp_infeasible(g, s, budget_bytes, baseline_peak, top)
         if s.direct_min_budget():
             dp_min = s.min_budget(top)
         else:
@@ -373,10 +395,33 @@ def plan(graph_or_path, budget="100%", solver: str = "approx", strategy: str = "
         err.min_budget_bytes = smallest
         raise err
     groups, model, schedule, sim = found
+    cert = None
+    if certify != "off":
+        with stages.stage("certificate (lower bound)"):
+            cert = cert_mod.certify(ag, budget_bytes, units, model, certify,
+                                    **({} if certify_time_limit is None
+                                       else {"time_limit": certify_time_limit}))
     return Plan.from_replay(
         g, ag, schedule, groups, sim, solver=solver, strategy=strategy, units=units, budget=b,
         budget_bytes=budget_bytes, baseline_peak=baseline_peak, baseline_kind=baseline_kind,
         lower_bound=lower_bound_bytes(g), model=model, depth=depth,
         engine=dict(tasks=opts.tasks, blocks=opts.blocks, mode=opts.mode, runtime=opts.runtime,
                     supersteps=s.engine_supersteps),
-        seconds=time.perf_counter() - t0, baseline_timeline=base_tl)
+        seconds=time.perf_counter() - t0, baseline_timeline=base_tl, certificate=cert)
+
+
+def _milp_infeasible(g, s: Solver, budget_bytes: int, baseline_peak: int, top: int):
+    """The one line for a budget no schedule of the MILP's model fits (HiGHS proved it): the
+    MILP's own smallest budget would take a solve per bisection step, so the line names the
+    approximate DP's, which the MILP fits too (its model holds every chain)."""
+    alt = Solver(g, "approx", "time", s.units, s.opts, level=s.level, ag=s.ag)
+    smallest = alt.min_budget(top)
+    where = (f"; the approximate DP's chains fit from {smallest:,} bytes "
+             f"({format_bytes(smallest)}, "
+             f"{100 * smallest / max(1, baseline_peak):.1f}% of the no-recomputation peak)"
+             if smallest is not None else "")
+    err = InfeasibleError(f"budget {budget_bytes:,} bytes ({format_bytes(budget_bytes)}) is "
+                          f"infeasible for the milp solver on {g.name} (HiGHS: no schedule of "
+                          f"the model fits){where}")
+    err.min_budget_bytes = smallest
+    raise err

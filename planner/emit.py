@@ -88,8 +88,16 @@ def emit(g, chain, ag: ActivationGraph | None = None, optimize: bool = True) -> 
 
 
 def emit_groups(g, groups: np.ndarray, ag: ActivationGraph | None = None,
-                optimize: bool = True) -> Schedule:
-    """The reference schedule of the chain ``L_i = {groups ≤ i}`` (see the module docstring)."""
+                optimize: bool = True, keep=None, recompute=None, retain=None) -> Schedule:
+    """The reference schedule of the chain ``L_i = {groups ≤ i}`` (see the module docstring).
+
+    ``keep``/``recompute``/``retain`` (all three or none): a schedule with its own keep and
+    recompute decisions on the same chain (:mod:`planner.milp`): ``keep``, the nodes kept from
+    the forward pass (the others are freed after their last forward read, checkpoints
+    included); ``recompute[i]``, the nodes recomputed before block ``i``'s backward (any node
+    of ``L_i``, in topological order, with the block's values not live); ``retain[i]``, the
+    nodes of ``L_{i-1}`` kept live into block ``i − 1``'s backward (the others are freed).
+    Without them, the canonical schedule (checkpoints kept, the interior recomputed)."""
     ag = ag if ag is not None else ActivationGraph.from_cg(g)
     grp = np.asarray(groups, dtype=np.int64)
     n = ag.n
@@ -125,6 +133,13 @@ def emit_groups(g, groups: np.ndarray, ag: ActivationGraph | None = None,
     grp_l = grp.tolist()
     min_pred_l = min_pred.tolist()
 
+    staged = keep is not None
+    if staged:
+        kept = np.zeros(n, bool)
+        kept[np.asarray(keep, np.int64)] = True
+        fwd_keep = (ckpt | kept).tolist()
+        kept_l = kept.tolist()
+
     ops = []
     append = ops.append
     live = set()
@@ -138,7 +153,12 @@ def emit_groups(g, groups: np.ndarray, ag: ActivationGraph | None = None,
             append(Op("compute", f))
             live.add(nfunc[f])
         for v in by_node[nb[i]:nb[i + 1]].tolist():
-            if not ck[v] and v in live:
+            if not (fwd_keep if staged else ck)[v] and v in live:
+                append(Op("forget", var[v], (), "forward"))
+                live.discard(v)
+    if staged:                  # checkpoints the stages do not keep: freed after the forward
+        for v in sorted(live):
+            if not kept_l[v]:
                 append(Op("forget", var[v], (), "forward"))
                 live.discard(v)
 
@@ -149,7 +169,14 @@ def emit_groups(g, groups: np.ndarray, ag: ActivationGraph | None = None,
     upper = set()                # live forward values of nodes in blocks ≥ i
     glive = set()                # nodes whose gradient is live
     for i in range(k - 1, -1, -1):
-        for f in sorted_f[fb[i]:fb[i + 1]].tolist():
+        if staged:
+            todo = set(np.asarray(recompute[i], np.int64).tolist())
+            todo.update(nfunc[f] for f in sorted_f[fb[i]:fb[i + 1]].tolist())
+            funcs = sorted((ag.func[v] for v in todo if v not in live), key=tpos.__getitem__)
+        else:
+            funcs = sorted_f[fb[i]:fb[i + 1]].tolist()
+        for f in funcs:
+            f = int(f)
             v = nfunc[f]
             if v not in live:
                 append(Op("compute", f))
@@ -194,6 +221,12 @@ def emit_groups(g, groups: np.ndarray, ag: ActivationGraph | None = None,
                 append(Op("forget", var[v], (), "forward"))
                 live.discard(v)
                 upper.discard(v)
+        if staged and i > 0:     # values of blocks still to do that the next stage does not keep
+            keep_next = set(np.asarray(retain[i], np.int64).tolist())
+            for v in sorted(live):
+                if grp_l[v] < i and v not in keep_next:
+                    append(Op("forget", var[v], (), "forward"))
+                    live.discard(v)
         for v in sorted(glive):
             if not (i > 0 and min_pred_l[v] <= i - 1):
                 append(Op("forget", var[v], (), "backward"))

@@ -69,11 +69,16 @@ from dataclasses import dataclass, field
 import numpy as np
 
 __all__ = ["MILPResult", "LPBound", "build", "solve", "relaxation", "FAMILIES",
-           "DEFAULT_TIME_LIMIT"]
+           "DEFAULT_TIME_LIMIT", "DEFAULT_SOLVER_STAGES"]
 
 FAMILIES = ("all", "chains")
 #: Seconds HiGHS may spend on one MILP (``--milp-time-limit``).
 DEFAULT_TIME_LIMIT = 60.0
+#: Stages ``--solver milp`` uses unless ``--milp-stages`` says (at most one per activation):
+#: with one per activation HiGHS finds no schedule in a minute past ~40 activations
+#: (bench/NOTES_certificate.md); fewer stages restrict the model (chains of at most that many
+#: blocks), and the solution is still a schedule of the full model.
+DEFAULT_SOLVER_STAGES = 16
 
 
 @dataclass
@@ -101,6 +106,7 @@ class MILPResult:
     stage_peaks: np.ndarray | None = None
     variables: int = 0
     constraints: int = 0
+    nodes: int = 0
 
     @property
     def blocks(self) -> int:
@@ -280,7 +286,7 @@ def build(g, budget: int, family: str = "all", stages: int | None = None) -> Mod
     ub = np.ones(L.size)
     ub[L("D", 0, np.arange(n))] = 0
     lb[L("D", T, np.arange(n))] = 1
-    sinks = np.setdiff1d(np.arange(n), src)
+    sinks = np.flatnonzero(np.bincount(src, minlength=n) == 0)
     if sinks.size == 1:                                  # compacted: the loss runs in stage 0
         lb[L("D", 1, sinks)] = 1
     ub[L("U", np.arange(T))] = float(budget)
@@ -308,7 +314,7 @@ def solve(g, budget: int, family: str = "all", stages: int | None = None,
     L = model.layout
     res = _highs(model, True, time_limit)
     out = MILPResult(status="TIMEOUT", family=family, stages=L.T, seconds=0.0,
-                     variables=L.size, constraints=model.A.shape[0])
+                     variables=L.size, constraints=model.A.shape[0], nodes=L.n)
     bound = getattr(res, "mip_dual_bound", None)
     out.dual_bound = None if bound is None or not np.isfinite(bound) else float(bound)
     if res.status == 2:

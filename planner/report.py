@@ -14,7 +14,10 @@ Report keys: ``graph``, ``nodes`` (activations), ``variables``, ``depth`` (topol
 schedule), ``lower_bound_bytes``, ``recompute_cost``, ``forward_cost``, ``overhead``
 (recompute / forward), ``recomputed`` (functions computed more than once), ``ops``,
 ``seconds``, ``blocks``, ``model_recompute_cost``, ``model_peak_bytes``, ``comp_ratio``,
-``n_lower_sets``, ``engine`` (tasks, blocks, mode, runtime, supersteps) and ``decisions``: one
+``n_lower_sets``, ``recompute_lower_bound`` and ``gap`` with ``certificate`` (method, every
+bound computed, the model cost and budget certified: :mod:`planner.certificate`; absent with
+``certify="off"``), ``milp`` (``--solver milp``: optimal, dual bound, stages, seconds),
+``engine`` (tasks, blocks, mode, runtime, supersteps) and ``decisions``: one
 object per activation (``var``, ``function``, ``bytes``, ``block``, ``decision`` keep|recompute,
 ``computes``, ``reason``).
 
@@ -107,6 +110,9 @@ def build(p) -> dict:
         "fell_back": m.fell_back,
         **({"dp_window": m.dp_window, "dp_front_cap": m.dp_front_cap, "dp_exact": m.dp_exact}
            if m.on_scale_path else {}),
+        **({"milp": dict(m.milp)} if m.milp else {}),
+        **({"recompute_lower_bound": p.recompute_certificate.bound, "gap": p.recompute_certificate.gap,
+            "certificate": p.recompute_certificate.report()} if p.recompute_certificate is not None else {}),
         "engine": dict(p.engine),
         "decisions": p.decisions,
     }
@@ -207,6 +213,18 @@ def summary_table(report: dict, table=None):
         rows.append(("peak executed, measured", f"{format_bytes(ex['measured_peak_bytes'])}  "
                                                 f"({ex.get('meter', '?')}; "
                                                 f"{ex['measured_over_predicted']:.2f}x predicted)"))
+    if "recompute_lower_bound" in report:
+        c = report.get("certificate", {})
+        rows.append(("recompute lower bound", f"{report['recompute_lower_bound']:,} "
+                                              f"({c.get('method', '?')}; model cost "
+                                              f"{c.get('cost', report['model_recompute_cost']):,})"))
+        rows.append(("gap", f"{100 * report['gap']:.1f}%"))
+    if report.get("milp"):
+        mi = report["milp"]
+        rows.append(("MILP (HiGHS)", ("optimal" if mi["optimal"] else
+                                      f"time limit {mi['time_limit']:g} s, dual bound "
+                                      f"{mi['dual_bound']}") + f"; {mi['stages']} stages, "
+                                     f"{mi['seconds']:.2f} s"))
     rows.append(("seconds", f"{report['seconds']:.2f}"))
     for k, v in rows:
         tab.add_row(k, v)

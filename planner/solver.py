@@ -63,6 +63,7 @@ class ModelStats:
     dp_window: int | None = None
     dp_front_cap: int | None = None
     dp_exact: bool | None = None
+    milp: dict | None = None
 
     @property
     def on_scale_path(self) -> bool:
@@ -89,6 +90,19 @@ class ModelStats:
                    comp_ratio=int(p.ratio), family="chen")
 
     @classmethod
+    def of_milp(cls, r, ratio: int, budget_units: int, time_limit: float) -> ModelStats:
+        """Of a :class:`~planner.milp.MILPResult` solved at ``budget_units`` (DP units of
+        ``ratio``); ``milp``: what HiGHS proved (the report's ``milp`` object)."""
+        full = r.stages == r.nodes
+        return cls(blocks=r.blocks, model_recompute_cost=int(r.cost),
+                   model_peak_bytes=int(r.peak) * ratio, n_lower_sets=0, comp_ratio=int(ratio),
+                   family="milp",
+                   milp=dict(optimal=bool(r.optimal), dual_bound=r.dual_bound, stages=r.stages,
+                             full_stages=full, budget_units=int(budget_units),
+                             seconds=round(r.seconds, 3), time_limit=float(time_limit),
+                             variables=r.variables, constraints=r.constraints))
+
+    @classmethod
     def keep_everything(cls, peak_bytes: int) -> ModelStats:
         """Of the no-recomputation schedule: one block, nothing recomputed, its replayed peak."""
         return cls(blocks=1, model_recompute_cost=0, model_peak_bytes=int(peak_bytes),
@@ -98,22 +112,25 @@ class ModelStats:
 class Solver:
     """Solves ``g`` at any budget with fixed options, reusing what does not depend on it.
 
-    ``solver``: ``"approx"``, ``"exact"`` or ``"chen"``; ``units``: ``"bytes"`` or
-    ``"reference"``; ``opts``: how the engine analyses run; ``level``: topological levels if
-    already known. Above :data:`planner.dp.scale.EXACT_LIMIT` activations, or when a window /
+    ``solver``: ``"approx"``, ``"exact"``, ``"chen"`` or ``"milp"`` (:mod:`planner.milp`,
+    HiGHS within ``milp_time_limit`` seconds over ``milp_stages`` stages, default every
+    activation: all chains); ``units``: ``"bytes"`` or ``"reference"``; ``opts``: how the
+    engine analyses run; ``level``: topological levels if already known. Above :data:`planner.dp.scale.EXACT_LIMIT` activations, or when a window /
     front cap is asked for, the approximate family is held segment-locally.
     """
 
     def __init__(self, g, solver: str = "approx", strategy: str = "time", units: str = "bytes",
                  opts: EngineOptions | None = None, max_lower_sets: int = DEFAULT_MAX_LOWER_SETS,
                  fallback: bool = False, dp_window=None, dp_front_cap=None, level=None,
-                 ag: ActivationGraph | None = None):
+                 ag: ActivationGraph | None = None, milp_time_limit: float | None = None,
+                 milp_stages: int | None = None):
         self.g, self.solver, self.strategy, self.units = g, solver, strategy, units
         self.ag = ag if ag is not None else ActivationGraph.from_cg(g)
         self.opts = opts if opts is not None else EngineOptions()
         self.max_lower_sets, self.fallback, self.level = max_lower_sets, fallback, level
         self.act_sum = int(self.ag.bytes.sum())
         self._families = {}          # comp_ratio -> (DPGraph, Family)
+        self.milp_time_limit, self.milp_stages = milp_time_limit, milp_stages
         self.engine_supersteps = 0
         n = self.ag.n
         self.scale = solver == "approx" and (n > scale.EXACT_LIMIT or bool(dp_window)
@@ -152,7 +169,7 @@ class Solver:
         """Whether :meth:`min_budget` applies: a DP solver without a window or front cap (their
         thinned fronts can miss a chain the pass finds), on the approximate family or an
         exact one of at most :data:`MIN_BUDGET_MAX_SETS` sets."""
-        if self.solver == "chen" or self.scale:
+        if self.solver in ("chen", "milp") or self.scale:
             return False
         if self.solver == "exact":
             _, fam = self.family(next(ratio_windows(self.act_sum, self.units))[2])
@@ -198,18 +215,42 @@ class Solver:
         bench/NOTES_scale.md). Chen's chain and the scale
         path (whose time-centric passes may find chains the memory-centric pass thins away)
         ask :meth:`solve` itself."""
-        if self.solver == "chen" or self.scale:
+        if self.solver in ("chen", "milp") or self.scale:
             return self.solve(budget_bytes)[0] == "OK"
         return self.dp(budget_bytes, strategy="memory").status == "OK"
 
     def solve(self, budget_bytes: int):
-        """(status, block index of every node, :class:`ModelStats`) at ``budget_bytes``."""
+        """(status, block index of every node, :class:`ModelStats`, the keep/recompute/retain
+        keywords of :func:`planner.emit.emit_groups` or ``{}``) at ``budget_bytes``."""
+        if self.solver == "milp":
+            return self._milp(budget_bytes)
         if self.solver == "chen":
             from planner import chen
 
             with current_progress().stage("Chen's chain"):
                 p = chen.solve(self.g, budget=max(1, budget_bytes), units=self.units, ag=self.ag,
                                lower_set_limit=self.max_lower_sets)
-            return "OK", groups_of_chain(self.ag, p.chain), ModelStats.of_chen(p)
+            return "OK", groups_of_chain(self.ag, p.chain), ModelStats.of_chen(p), {}
         r = self.dp(budget_bytes)
-        return r.status, r.groups, ModelStats.of_dp(r, scale=self.scale)
+        return r.status, r.groups, ModelStats.of_dp(r, scale=self.scale), {}
+
+    def _milp(self, budget_bytes: int):
+        """:meth:`solve` with the MILP; no schedule within the time limit is one line."""
+        from hgraph.errors import HGraphError
+        from planner import milp
+
+        limit = milp.DEFAULT_TIME_LIMIT if self.milp_time_limit is None else self.milp_time_limit
+        u = scale_units(budget_bytes, self.act_sum, self.units)
+        ag = self.ag
+        dg = DPGraph(m=ag.bytes // u.ratio, t=ag.t, src=ag.src, dst=ag.dst)
+        with current_progress().stage(f"MILP (HiGHS, {ag.n:,} nodes)"):
+            r = milp.solve(dg, u.budget, time_limit=limit,
+                           stages=self.milp_stages or milp.DEFAULT_SOLVER_STAGES)
+        if r.status == "TIMEOUT":
+            raise HGraphError(f"milp: HiGHS found no schedule within {limit:g} s "
+                              f"({r.stages} stages, {r.variables:,} variables); raise "
+                              f"--milp-time-limit, lower --milp-stages or use --solver exact")
+        if r.status != "OK":
+            return r.status, None, None, {}
+        return ("OK", r.groups, ModelStats.of_milp(r, u.ratio, u.budget, limit),
+                dict(keep=r.keep, recompute=r.recompute, retain=r.retain))

@@ -26,7 +26,8 @@ SAMPLE = ROOT / "jobs" / "data" / "cg_resnet50.txt"
 
 PLAN_PARAMETERS = ["graph_or_path", "budget", "solver", "strategy", "units", "tasks", "blocks",
                    "mode", "runtime", "address", "max_lower_sets", "fallback", "check",
-                   "checkpoint_every", "inject_failure", "dp_window", "dp_front_cap"]
+                   "checkpoint_every", "inject_failure", "dp_window", "dp_front_cap", "certify",
+                   "certify_time_limit", "milp_time_limit", "milp_stages"]
 
 
 def test_planner_plan_is_the_api_function_with_its_signature():
@@ -89,7 +90,7 @@ def test_plan_is_a_dataclass_and_its_report_is_built_from_its_fields():
             "budget", "budget_bytes", "peak_bytes", "baseline_peak_bytes", "baseline_kind",
             "lower_bound_bytes", "recompute_cost", "forward_cost", "recomputed", "ops",
             "seconds", "model", "engine", "decisions", "groups", "timeline",
-            "baseline_timeline", "report"} == fields
+            "baseline_timeline", "recompute_certificate", "report"} == fields
     p = planner.plan(synth.build(layers=2, heads=2), budget="60%")
     assert isinstance(p.model, ModelStats)
     assert p.report == report.build(p)
