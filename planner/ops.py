@@ -39,6 +39,8 @@ class OpDef:
                               # may be a view of gy (callers copy or add it into their buffers)
     saves_inputs: tuple = ()  # input positions the backward reads
     saves_output: bool = False
+    fills_out: bool = False   # forward takes ``out=`` (an array of the result's shape and dtype,
+                              # not aliasing an input) and writes the result there
 
 
 def _numel(shape) -> int:
@@ -87,9 +89,9 @@ def _bias_infer(s, d, a):
     return tuple(s[0]), d[0]
 
 
-def _bias_fwd(xp, xs, a):
+def _bias_fwd(xp, xs, a, out=None):
     x, b = xs
-    return x + b.reshape(_bias_shape(x.shape, a["axis"] % x.ndim))
+    return xp.add(x, b.reshape(_bias_shape(x.shape, a["axis"] % x.ndim)), out=out)
 
 
 def _bias_bwd(xp, gy, saved, y, a, in_shapes, want):
@@ -106,10 +108,10 @@ _GELU_C = np.float32(math.sqrt(2.0 / math.pi))
 _GELU_A = np.float32(0.044715)
 
 
-def _gelu_tanh(xp, x):
-    """``tanh(c * (x + a x^3))``, in one temporary (in-place steps: each numpy op a pass over
-    ``x``'s size, no more)."""
-    t = x * x
+def _gelu_tanh(xp, x, out=None):
+    """``tanh(c * (x + a x^3))``, in one array (``out`` when given; in-place steps: each numpy
+    op a pass over ``x``'s size, no more)."""
+    t = xp.multiply(x, x, out=out)
     t *= _GELU_A
     t += np.float32(1)
     t *= x
@@ -117,9 +119,9 @@ def _gelu_tanh(xp, x):
     return xp.tanh(t, out=t)
 
 
-def _gelu_fwd(xp, xs, a):
+def _gelu_fwd(xp, xs, a, out=None):
     x = xs[0]
-    y = _gelu_tanh(xp, x)
+    y = _gelu_tanh(xp, x, out)
     y += np.float32(1)
     y *= x
     y *= np.float32(0.5)
@@ -284,7 +286,7 @@ def _tile_grad(gy, n0, n1, r0, r1, merged, pixel_major):
     return g.transpose(1, 0, 2, 3).reshape(o, nb * rows * wo)
 
 
-def _conv_fwd(xp, xs, a):
+def _conv_fwd(xp, xs, a, out=None):
     """Convolution as tiled GEMMs: each tile's columns times the ``(out, c*k*k)`` weight matrix
     (one batched matmul per tile, BLAS / cuBLAS), written into the NCHW result: straight, per
     image; through one transposing copy of the tile's output when the layout is merged."""
@@ -294,7 +296,7 @@ def _conv_fwd(xp, xs, a):
     n = x.shape[0]
     ho, wo = _out_hw(x.shape[2], x.shape[3], k, s, p)
     w2 = w.reshape(o, c * k * k)
-    y = xp.empty((n, o, ho, wo), dtype=x.dtype)
+    y = xp.empty((n, o, ho, wo), dtype=x.dtype) if out is None else out
     if k == 1 and p == 0 and s > 1:          # a strided 1x1: the subsampled input is the columns
         x, s = xp.ascontiguousarray(x[:, :, ::s, ::s]), 1
     merged = _merged(ho, wo, k)
@@ -387,12 +389,16 @@ def _pool_infer(s, d, a):
     return (n, c, ho, wo), d[0]
 
 
-def _maxpool_fwd(xp, xs, a):
+def _maxpool_fwd(xp, xs, a, out=None):
     x = xs[0]
     k, s, p = a["kernel"], a["stride"], a.get("pad", 0)
     ho, wo = _out_hw(x.shape[2], x.shape[3], k, s, p)
     xpad = _pad(xp, x, p, fill=-np.inf)
-    y = _window(xpad, 0, 0, s, ho, wo).copy()
+    if out is None:
+        y = _window(xpad, 0, 0, s, ho, wo).copy()
+    else:
+        y = out
+        y[...] = _window(xpad, 0, 0, s, ho, wo)
     for i in range(k):
         for j in range(k):
             if i or j:
@@ -468,12 +474,12 @@ def _upsample_infer(s, d, a):
     return (n, c, h * f, w * f), d[0]
 
 
-def _upsample_fwd(xp, xs, a):
+def _upsample_fwd(xp, xs, a, out=None):
     x, f = xs[0], a["factor"]
     n, c, h, w = x.shape
-    y = xp.empty((n, c, h, f, w, f), dtype=x.dtype)
-    y[...] = x.reshape(n, c, h, 1, w, 1)
-    return y.reshape(n, c, h * f, w * f)
+    y = xp.empty((n, c, h * f, w * f), dtype=x.dtype) if out is None else out
+    y.reshape(n, c, h, f, w, f)[...] = x.reshape(n, c, h, 1, w, 1)
+    return y
 
 
 def _upsample_bwd(xp, gy, saved, y, a, in_shapes, want):
@@ -554,12 +560,13 @@ def _dots(xp, a, b, reduce_axes, keepdims=True):
     return out.reshape(_bias_shape(a.shape, axis))
 
 
-def _centered(xp, x, a, reduce_axes):
+def _centered(xp, x, a, reduce_axes, out=None):
     """(x - mean, mean, 1 / sqrt(var + eps)) over ``reduce_axes``: the one computation of a
-    norm's statistics (forward, backward, and :func:`norm_statistics`)."""
+    norm's statistics (forward, backward, and :func:`norm_statistics`); ``x - mean`` goes to
+    ``out`` when given."""
     m = _numel([x.shape[i] for i in reduce_axes])
     mean = _sums(xp, x, reduce_axes) / m
-    xc = x - mean
+    xc = xp.subtract(x, mean, out=out)
     var = _dots(xp, xc, xc, reduce_axes) / m
     inv = np.float32(1) / xp.sqrt(var + np.float32(a.get("eps", 1e-5)))
     return xc, mean, inv
@@ -581,12 +588,12 @@ def _batchnorm_axes(x, a):
     return (axis,), axis
 
 
-def _norm_fwd(xp, xs, a):
+def _norm_fwd(xp, xs, a, out=None):
     """``(x - mean) * inv * gamma + beta``, evaluated in that order in place (the same bits as
     the row-centric band kernel's expression)."""
     x, g, b = xs
     red, axis = _batchnorm_axes(x, a)
-    y, _, inv = _centered(xp, x, a, red)
+    y, _, inv = _centered(xp, x, a, red, out)
     shape = _bias_shape(x.shape, axis)
     y *= inv
     y *= g.reshape(shape)
@@ -729,11 +736,11 @@ def _attn_probs(xp, q, k, a):
     return _softmax_(xp, scores), scale
 
 
-def _attn_fwd(xp, xs, a):
+def _attn_fwd(xp, xs, a, out=None):
     q, k, v = _attn_split(xp, xs[0], a["heads"])
     p, _ = _attn_probs(xp, q, k, a)
     b, h, s, dh = q.shape
-    y = xp.empty((b, s, h, dh), dtype=p.dtype)
+    y = xp.empty((b, s, h, dh), dtype=p.dtype) if out is None else out.reshape(b, s, h, dh)
     xp.matmul(p, v, out=y.transpose(0, 2, 1, 3))          # straight into (B, S, H, dh)
     return y.reshape(b, s, h * dh)
 
@@ -783,26 +790,28 @@ def _fl_attn(s, o, a):
 
 OPS: dict[str, OpDef] = {op.name: op for op in [
     OpDef("matmul", "MatMul", _matmul_infer, _fl_matmul,
-          lambda xp, xs, a: xp.matmul(xs[0], xs[1]), _matmul_bwd, saves_inputs=(0, 1)),
+          lambda xp, xs, a, out=None: xp.matmul(xs[0], xs[1], out=out), _matmul_bwd,
+          saves_inputs=(0, 1), fills_out=True),
     OpDef("add", "Add", _add_infer, _fl_elementwise(1),
-          lambda xp, xs, a: xs[0] + xs[1],
-          lambda xp, gy, sv, y, a, sh, want: {i: gy for i in want}),
-    OpDef("bias", "Bias", _bias_infer, _fl_elementwise(1), _bias_fwd, _bias_bwd),
+          lambda xp, xs, a, out=None: xp.add(xs[0], xs[1], out=out),
+          lambda xp, gy, sv, y, a, sh, want: {i: gy for i in want}, fills_out=True),
+    OpDef("bias", "Bias", _bias_infer, _fl_elementwise(1), _bias_fwd, _bias_bwd, fills_out=True),
     OpDef("relu", "ReLU", _same_infer, _fl_elementwise(1),
-          lambda xp, xs, a: xp.maximum(xs[0], np.float32(0)),
-          lambda xp, gy, sv, y, a, sh, want: {0: gy * (y > 0)}, saves_output=True),
-    OpDef("gelu", "GELU", _same_infer, _fl_elementwise(8), _gelu_fwd, _gelu_bwd, saves_inputs=(0,)),
+          lambda xp, xs, a, out=None: xp.maximum(xs[0], np.float32(0), out=out),
+          lambda xp, gy, sv, y, a, sh, want: {0: gy * (y > 0)}, saves_output=True, fills_out=True),
+    OpDef("gelu", "GELU", _same_infer, _fl_elementwise(8), _gelu_fwd, _gelu_bwd, saves_inputs=(0,),
+          fills_out=True),
     OpDef("conv2d", "Convolution2DFunction", _conv_infer, _fl_conv, _conv_fwd, _conv_bwd,
-          saves_inputs=(0, 1)),
+          saves_inputs=(0, 1), fills_out=True),
     OpDef("max_pool", "MaxPooling2D", _pool_infer, _fl_pool, _maxpool_fwd, _maxpool_bwd,
-          saves_inputs=(0,), saves_output=True),
+          saves_inputs=(0,), saves_output=True, fills_out=True),
     OpDef("avg_pool", "AveragePooling2D", _pool_infer, _fl_pool, _avgpool_fwd, _avgpool_bwd),
     OpDef("upsample", "Unpooling2D", _upsample_infer, _fl_elementwise(1), _upsample_fwd,
-          _upsample_bwd),
+          _upsample_bwd, fills_out=True),
     OpDef("batch_norm", "BatchNormalization", _norm_infer, _fl_elementwise(8), _norm_fwd, _norm_bwd,
-          saves_inputs=(0, 1)),
+          saves_inputs=(0, 1), fills_out=True),
     OpDef("layer_norm", "LayerNormalization", _norm_infer, _fl_elementwise(8), _norm_fwd, _norm_bwd,
-          saves_inputs=(0, 1)),
+          saves_inputs=(0, 1), fills_out=True),
     OpDef("softmax_cross_entropy", "SoftmaxCrossEntropy", _xent_infer,
           lambda s, o, a: 4 * _numel(s[0]), _xent_fwd, _xent_bwd, saves_inputs=(0, 1)),
     OpDef("reshape", "Reshape", _reshape_infer, lambda s, o, a: 0,
@@ -811,7 +820,7 @@ OPS: dict[str, OpDef] = {op.name: op for op in [
     OpDef("concat", "Concat", _concat_infer, lambda s, o, a: 0,
           lambda xp, xs, a: xp.concatenate(xs, axis=a["axis"]), _concat_bwd),
     OpDef("attention", "ScaledDotProductAttention", _attn_infer, _fl_attn, _attn_fwd, _attn_bwd,
-          saves_inputs=(0,)),
+          saves_inputs=(0,), fills_out=True),
 ]}
 
 #: FLOPs of the backward relative to the forward (two matmuls per matmul, recomputed statistics...).

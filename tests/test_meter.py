@@ -97,8 +97,12 @@ def test_evaluate_reports_both_meters_and_compares_the_measured_one(resnet):
     rep = executor.evaluate(g, executor.plain_schedule(g), allocators=("pool", "static"), backend=NP)
     assert rep["meter"] == "tracemalloc"
     assert rep["tracked_peak_bytes"] <= rep["predicted_peak_bytes"] and rep["tracked_within_prediction"]
-    assert rep["measured_peak_bytes"] > rep["predicted_peak_bytes"]          # im2col is not predicted
-    assert rep["peak_within_prediction"] is False
+    # kernel temporaries (convolution workspace) are seen by the meter, not by the plan's count;
+    # whether they take the step above the prediction depends on the kernels and on how much
+    # earlier than the schedule's forgets recycling frees (issue 26's kernels: here they do not)
+    assert rep["measured_peak_bytes"] > rep["tracked_peak_bytes"]
+    assert rep["peak_within_prediction"] == all(
+        row["measured_peak_bytes"] <= rep["predicted_peak_bytes"] for row in rep["allocators"])
     assert rep["measured_over_predicted"] == round(rep["measured_peak_bytes"] / rep["predicted_peak_bytes"], 4)
     assert rep["plain_measured_peak_bytes"] > rep["plain_tracked_peak_bytes"] > 0
     for row in rep["allocators"]:

@@ -319,6 +319,7 @@ def run(g, schedule, *, allocator: str = "pool", backend=None, recycle: bool = T
     seconds = time.perf_counter() - t0
     if grads is not None:        # copied out after the step: the copies are not the step's memory
         grads = {v: be.to_numpy(arr).copy() for v, arr in grads.items()}
+    alloc.release()
     return RunResult(int(alloc.peak_bytes), alloc.measured_peak_bytes, alloc.meter, int(alloc.reserved_bytes),
                      alloc.device_peak_bytes, allocator, be.name, seconds, recycle,
                      kernels, tl.num_buffers, loss, grads, plan.summary() if plan else None)
@@ -359,10 +360,13 @@ def _run_real(g, tl: Timeline, alloc: TrackedAllocator, be, leaf: dict):
             f = op.index
             if f < nf:
                 d, fn = fwd[f], g.forward[f]
-                y = opdefs[f].forward(xp, [value(a) for a, _ in fn.inputs], d["attrs"])
+                xs = [value(a) for a, _ in fn.inputs]
                 _, b, _ = step.writes[0]
                 out = typed(b, tuple(d["out_shape"]), d["out_dtype"])
-                out[...] = y
+                if opdefs[f].fills_out:          # the kernel writes into the plan's buffer
+                    opdefs[f].forward(xp, xs, d["attrs"], out=out)
+                else:
+                    out[...] = opdefs[f].forward(xp, xs, d["attrs"])
                 values[fn.outputs[0]] = b
                 if fn.outputs[0] in sinks:
                     loss = float(be.to_numpy(out))

@@ -323,6 +323,7 @@ def run(g, plan, *, backend=None, seed: int = 0, allocator: str = "pool", meter:
         be.synchronize()
     seconds = time.perf_counter() - t0
     grads = {v: be.to_numpy(a).copy() for v, a in grads.items()}   # after the step: not its memory
+    alloc.release()
     peak = int(alloc.peak_bytes)
     return RowsResult(peak, alloc.measured_peak_bytes, alloc.meter, int(plan.predicted_peak_bytes),
                       peak - int(plan.param_grad_bytes),
