@@ -1,0 +1,140 @@
+"""The op table's fast kernels (issue 26) compute what the plain definitions say.
+
+Convolution runs as tiled GEMMs over a bounded im2col workspace (per-image or merged column
+layouts, a transposed convolution or a column scatter for the input gradient); these tests hold
+it, in float64, to a direct einsum convolution for every path: kernel sizes 1/3/7, strides 1/2,
+paddings 0-3, odd map sizes, workspace caps that force image groups and row bands. Kernels that
+write into the caller's buffer (``fills_out``) give the same bits as the returned result; pooling
+keeps its tie rule; the host block cache reuses memory across unmetered runs without changing a
+gradient bit.
+"""
+
+import numpy as np
+import pytest
+from numpy.lib.stride_tricks import sliding_window_view
+
+from planner import ops
+from planner.execute import backend, executor, export, zoo
+
+NP = backend.get("numpy")
+
+
+def _windows(x, k, s, p):
+    xpad = np.pad(x, ((0, 0), (0, 0), (p, p), (p, p)))
+    return sliding_window_view(xpad, (k, k), axis=(2, 3))[:, :, ::s, ::s], xpad.shape
+
+
+def _reference(x, w, gy, s, p):
+    """Forward, input and weight gradients of a convolution, straight from the definition."""
+    k = w.shape[2]
+    win, padded = _windows(x, k, s, p)
+    y = np.einsum("ncijab,ocab->noij", win, w)
+    dw = np.einsum("noij,ncijab->ocab", gy, win)
+    dxpad = np.zeros(padded)
+    ho, wo = y.shape[2:]
+    for a in range(k):
+        for b in range(k):
+            dxpad[:, :, a:a + s * (ho - 1) + 1:s, b:b + s * (wo - 1) + 1:s] += \
+                np.einsum("noij,oc->ncij", gy, w[:, :, a, b])
+    dx = dxpad[:, :, p:p + x.shape[2], p:p + x.shape[3]]
+    return y, dx, dw
+
+
+CASES = [  # n, c, o, h, w, k, stride, pad
+    (2, 3, 5, 9, 9, 3, 1, 1), (2, 4, 6, 8, 8, 3, 2, 1), (3, 4, 6, 8, 8, 1, 1, 0),
+    (3, 4, 6, 8, 8, 1, 2, 0), (2, 3, 4, 14, 14, 7, 2, 3), (1, 2, 3, 5, 7, 3, 1, 0),
+    (2, 3, 4, 9, 9, 3, 2, 0), (2, 3, 4, 9, 9, 2, 1, 0), (2, 6, 3, 7, 7, 3, 1, 2),
+    (2, 3, 4, 40, 36, 3, 1, 1),                        # over MERGE_PIXELS: per-image columns
+]
+
+
+@pytest.mark.parametrize("cap", [1 << 30, 600, 1])     # one tile, image groups / bands, row by row
+@pytest.mark.parametrize("case", CASES)
+def test_convolution_matches_the_definition(case, cap):
+    n, c, o, h, w, k, s, p = case
+    rng = np.random.default_rng(sum(case))
+    x, wt = rng.standard_normal((n, c, h, w)), rng.standard_normal((o, c, k, k))
+    attrs = {"stride": s, "pad": p, "workspace": cap}
+    y = ops.OPS["conv2d"].forward(np, [x, wt], attrs)
+    gy = rng.standard_normal(y.shape)
+    ry, rdx, rdw = _reference(x, wt, gy, s, p)
+    grads = ops.OPS["conv2d"].backward(np, gy, {0: x, 1: wt}, None, attrs, [x.shape, wt.shape], [0, 1])
+    np.testing.assert_allclose(y, ry, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(grads[0], rdx, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(grads[1], rdw, rtol=1e-12, atol=1e-12)
+    assert grads[0].shape == x.shape and grads[1].shape == wt.shape
+
+
+def test_convolution_tiles_respect_the_workspace_bound():
+    shape, wshape, attrs = (4, 8, 32, 32), (8, 8, 3, 3), {"stride": 1, "pad": 1}
+    per_row = 8 * 9 * 32 * 4
+    for cap in (per_row, 5 * per_row, 40 * per_row, 1 << 30):
+        got = ops.conv_workspace_bytes(shape, wshape, attrs, cap=cap)
+        assert 0 < got <= cap or cap < per_row
+    assert ops.conv_workspace_bytes(shape, (8, 8, 1, 1), {"stride": 1, "pad": 0}) == 0
+    tiles = ops._conv_tiles(4, 32, 32, 72, 4, 5 * per_row)
+    assert all(t[1] - t[0] == 1 and t[3] - t[2] <= 5 for t in tiles)     # bands of one image
+    assert sum((t[1] - t[0]) * (t[3] - t[2]) for t in tiles) == 4 * 32
+
+
+@pytest.mark.parametrize("name", sorted(n for n, d in ops.OPS.items() if d.fills_out))
+def test_kernels_writing_into_out_give_the_same_bits(name):
+    rng = np.random.default_rng(0)
+    for model in ("mlp", "resnet", "unet", "transformer"):
+        g = export.to_cg(zoo.build(model))
+        leaf = executor.leaves(g, np, 0)
+        for f in g.forward:
+            d = executor._details(f)
+            if d["op"] != name:
+                continue
+            xs = [leaf[a] if a in leaf else rng.standard_normal(sh).astype(dt)
+                  for (a, _), sh, dt in zip(f.inputs, d["in_shapes"], d["in_dtypes"])]
+            want = ops.OPS[name].forward(np, xs, d["attrs"])
+            out = np.full(tuple(d["out_shape"]), np.nan, dtype=d["out_dtype"])
+            ops.OPS[name].forward(np, xs, d["attrs"], out=out)
+            assert out.tobytes() == np.ascontiguousarray(want).tobytes()
+            return
+    pytest.fail(f"no {name} op in the zoo models tried")
+
+
+@pytest.mark.parametrize("k,s,p", [(2, 2, 0), (3, 2, 1), (3, 1, 1)])
+def test_max_pool_gradient_goes_to_the_first_maximum(k, s, p):
+    x = np.random.default_rng(k + s).integers(0, 3, (2, 3, 8, 8)).astype(np.float64)   # many ties
+    attrs = {"kernel": k, "stride": s, "pad": p}
+    y = ops.OPS["max_pool"].forward(np, [x], attrs)
+    gy = np.random.default_rng(1).standard_normal(y.shape)
+    dx = ops.OPS["max_pool"].backward(np, gy, {0: x}, y, attrs, [x.shape], [0])[0]
+    xpad = np.pad(x, ((0, 0), (0, 0), (p, p), (p, p)), constant_values=-np.inf)
+    ref = np.zeros(xpad.shape)
+    for n, c, i, j in np.ndindex(y.shape):
+        win = xpad[n, c, i * s:i * s + k, j * s:j * s + k]
+        a, b = np.unravel_index(np.argmax(win), win.shape)                # first in row-major order
+        ref[n, c, i * s + a, j * s + b] += gy[n, c, i, j]
+    np.testing.assert_allclose(dx, ref[:, :, p:p + 8, p:p + 8], rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("k,s", [(2, 2), (8, 8), (3, 1), (2, 3), (3, 2)])
+def test_average_pool_matches_the_definition(k, s):
+    x = np.random.default_rng(k * s).standard_normal((2, 3, 8, 8))
+    attrs = {"kernel": k, "stride": s}
+    y = ops.OPS["avg_pool"].forward(np, [x], attrs)
+    win, _ = _windows(x, k, s, 0)
+    np.testing.assert_allclose(y, win.mean(axis=(4, 5)), rtol=1e-7)      # 1/k^2 is a float32
+    gy = np.random.default_rng(2).standard_normal(y.shape)
+    dx = ops.OPS["avg_pool"].backward(np, gy, {}, y, attrs, [x.shape], [0])[0]
+    ref = np.zeros(x.shape)
+    for i in range(k):
+        for j in range(k):
+            ref[:, :, i:i + s * (y.shape[2] - 1) + 1:s, j:j + s * (y.shape[3] - 1) + 1:s] += gy / (k * k)
+    np.testing.assert_allclose(dx, ref, rtol=1e-7, atol=1e-15)
+
+
+def test_host_block_cache_reuses_memory_without_changing_gradients():
+    g = export.to_cg(zoo.build("resnet"))
+    s = executor.plain_schedule(g)
+    metered = executor.run(g, s, backend=NP)
+    first = executor.run(g, s, backend=NP, meter=False)
+    second = executor.run(g, s, backend=NP, meter=False)     # draws its blocks from the cache
+    assert executor.gradients_equal(metered.param_grads, first.param_grads)
+    assert executor.gradients_equal(first.param_grads, second.param_grads)
+    assert metered.measured_peak_bytes >= metered.tracked_peak_bytes
