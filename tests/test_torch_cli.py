@@ -284,3 +284,16 @@ def test_float32_lstm_imports_as_native_ops():
     planned = copy.deepcopy(m)
     pt.apply(planned, p, x)(x)
     assert rel_gap(planned, eager_step(m, x)) < 1e-5
+
+
+def test_compiled_lstm_is_planned_not_run_eagerly():
+    """Dynamo runs an ``nn.LSTM`` eagerly unless told otherwise; ``planner.torch.compile``
+    traces it, so the LSTM's activations are in the partition hgraph plans."""
+    m, x = recurrent("LSTM", seq=4, layers=1)
+    planned = copy.deepcopy(m)
+    step = pt.compile(planned, budget="min")
+    step(x)
+    plans = step.partitioner.plans
+    assert plans, "the partitioner saw the step"
+    assert any(op.startswith("aten.sigmoid") for op in {f.type for f in plans[-1].graph.forward})
+    assert rel_gap(planned, eager_step(m, x)) < 1e-12

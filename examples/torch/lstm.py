@@ -2,9 +2,10 @@
 next-token cross entropy.
 
 ``model()`` returns ``(model, (tokens,), loss)``. hgraph traces the LSTM as its per-timestep
-ops (oneDNN's fused RNN kernel is opaque to a plan). Under ``torch.compile`` Dynamo runs an
-LSTM eagerly unless ``torch._dynamo.config.allow_rnn`` is set, so ``planner.torch.compile``
-plans nothing inside it; ``graph torch`` / ``apply`` / ``execute --torch`` do.
+ops (oneDNN's fused RNN kernel is opaque to a plan). Plain ``torch.compile`` runs an LSTM
+eagerly (outside every partition) unless ``torch._dynamo.config.allow_rnn`` is set;
+``planner.torch.compile`` sets it, so the LSTM's activations are planned there as in
+``graph torch`` / ``apply`` / ``execute --torch``.
 ``hgraph graph torch examples/torch/lstm.py:model --out g.txt``
 """
 

@@ -111,7 +111,10 @@ def compile_model(model, budget="100%", loss=None, **plan_kwargs):
 
     Returns ``step(*inputs) -> loss`` (the backward runs inside, grads accumulate into the
     model's parameters); ``step.partitioner.plans`` holds the plans made. The partitioner is
-    set in ``torch._inductor.config`` for the first call (compilation) only.
+    set in ``torch._inductor.config`` for the first call (compilation) only. Recurrent layers
+    (``nn.LSTM``/``GRU``/``RNN``) are traced into the graph (Dynamo's ``allow_rnn``): by
+    default Dynamo runs them eagerly, outside any partition, so their activations, usually
+    most of such a model's, would go unplanned.
     """
     import torch._inductor.config as inductor_config
 
@@ -126,7 +129,8 @@ def compile_model(model, budget="100%", loss=None, **plan_kwargs):
     def run(*xs):
         # no cache: a cached compile of the same graph would skip the partitioner
         with inductor_config.patch(custom_partitioner_fn=part, fx_graph_cache=False), \
-                functorch_config.patch(enable_autograd_cache=False):
+                functorch_config.patch(enable_autograd_cache=False), \
+                torch._dynamo.config.patch(allow_rnn=True):
             try:
                 out = compiled(*xs)
             except torch._dynamo.exc.BackendCompilerFailed as err:
