@@ -41,6 +41,8 @@ class OpDef:
     saves_output: bool = False
     fills_out: bool = False   # forward takes ``out=`` (an array of the result's shape and dtype,
                               # not aliasing an input) and writes the result there
+    fills_grads: bool = False  # backward takes ``out={pos: array}`` likewise for (some of) the
+                              # gradients it returns (it returns those arrays)
 
 
 def _numel(shape) -> int:
@@ -55,15 +57,16 @@ def _matmul_infer(s, d, a):
     return tuple(x[:-1]) + (w[1],), d[0]
 
 
-def _matmul_bwd(xp, gy, saved, y, a, in_shapes, want):
+def _matmul_bwd(xp, gy, saved, y, a, in_shapes, want, out=None):
     x, w = saved.get(0), saved.get(1)
-    out = {}
+    into = out or {}
+    grads = {}
     if 0 in want:
-        out[0] = xp.matmul(gy, w.T)
+        grads[0] = xp.matmul(gy, w.T, out=into.get(0))
     if 1 in want:
         k, n = in_shapes[1]
-        out[1] = xp.matmul(x.reshape(-1, k).T, gy.reshape(-1, n))
-    return out
+        grads[1] = xp.matmul(x.reshape(-1, k).T, gy.reshape(-1, n), out=into.get(1))
+    return grads
 
 
 def _same_infer(s, d, a):
@@ -325,7 +328,7 @@ def _col2im_add(xp, dxpad, dcols, n0, n1, r0, k, s, ho_t, wo, merged):
             dxpad[n0:n1, :, top:top + s * (ho_t - 1) + 1:s, j:j + s * (wo - 1) + 1:s] += d6[:, :, i, j]
 
 
-def _conv_dx(xp, gy, w, xshape, s, p, cap):
+def _conv_dx(xp, gy, w, xshape, s, p, cap, out=None):
     """Input gradient. Stride 1 with no more output than input channels (most layers): a
     convolution of the output gradient, padded by ``k - 1 - p``, with the flipped, transposed
     kernel -- the forward's tiled GEMMs, copies instead of scattered adds. Otherwise (strided,
@@ -336,7 +339,7 @@ def _conv_dx(xp, gy, w, xshape, s, p, cap):
     ho, wo = gy.shape[2], gy.shape[3]
     if s == 1 and p <= k - 1 and o <= c:
         wt = xp.ascontiguousarray(w.transpose(1, 0, 2, 3)[:, :, ::-1, ::-1])
-        return _conv_fwd(xp, [gy, wt], {"stride": 1, "pad": k - 1 - p, "workspace": cap})
+        return _conv_fwd(xp, [gy, wt], {"stride": 1, "pad": k - 1 - p, "workspace": cap}, out=out)
     w2t = w.reshape(o, c * k * k).T
     if k == 1 and p == 0:
         dx = xp.zeros(xshape, dtype=gy.dtype)
@@ -350,7 +353,7 @@ def _conv_dx(xp, gy, w, xshape, s, p, cap):
     return dxpad[:, :, p:p + h, p:p + wd].copy() if p else dxpad
 
 
-def _conv_dw(xp, gy, x, wshape, s, p, cap):
+def _conv_dw(xp, gy, x, wshape, s, p, cap, out=None):
     """Weight gradient: the sum over tiles (and, per image, over images) of ``cols @ g^T``, a
     ``(c*k*k, out)`` matrix -- the orientation OpenBLAS runs fastest here -- in tile order."""
     o, c, k, _ = wshape
@@ -367,18 +370,22 @@ def _conv_dw(xp, gy, x, wshape, s, p, cap):
             part = xp.matmul(cols, g.transpose(0, 2, 1))
             part = part.sum(axis=0) if part.shape[0] > 1 else part[0]
         acc = part if acc is None else xp.add(acc, part, out=acc)
-    return xp.ascontiguousarray(acc.T).reshape(wshape)
+    if out is None:
+        return xp.ascontiguousarray(acc.T).reshape(wshape)
+    out.reshape(wshape[0], -1)[...] = acc.T
+    return out
 
 
-def _conv_bwd(xp, gy, saved, y, a, in_shapes, want):
+def _conv_bwd(xp, gy, saved, y, a, in_shapes, want, out=None):
     x, w = saved.get(0), saved.get(1)
     s, p, cap = a["stride"], a["pad"], _workspace(a)
-    out = {}
+    into = out or {}
+    grads = {}
     if 1 in want:
-        out[1] = _conv_dw(xp, gy, x, tuple(in_shapes[1]), s, p, cap)
+        grads[1] = _conv_dw(xp, gy, x, tuple(in_shapes[1]), s, p, cap, into.get(1))
     if 0 in want:
-        out[0] = _conv_dx(xp, gy, w, tuple(in_shapes[0]), s, p, cap)
-    return out
+        grads[0] = _conv_dx(xp, gy, w, tuple(in_shapes[0]), s, p, cap, into.get(0))
+    return grads
 
 
 def _pool_infer(s, d, a):
@@ -791,7 +798,7 @@ def _fl_attn(s, o, a):
 OPS: dict[str, OpDef] = {op.name: op for op in [
     OpDef("matmul", "MatMul", _matmul_infer, _fl_matmul,
           lambda xp, xs, a, out=None: xp.matmul(xs[0], xs[1], out=out), _matmul_bwd,
-          saves_inputs=(0, 1), fills_out=True),
+          saves_inputs=(0, 1), fills_out=True, fills_grads=True),
     OpDef("add", "Add", _add_infer, _fl_elementwise(1),
           lambda xp, xs, a, out=None: xp.add(xs[0], xs[1], out=out),
           lambda xp, gy, sv, y, a, sh, want: {i: gy for i in want}, fills_out=True),
@@ -802,7 +809,7 @@ OPS: dict[str, OpDef] = {op.name: op for op in [
     OpDef("gelu", "GELU", _same_infer, _fl_elementwise(8), _gelu_fwd, _gelu_bwd, saves_inputs=(0,),
           fills_out=True),
     OpDef("conv2d", "Convolution2DFunction", _conv_infer, _fl_conv, _conv_fwd, _conv_bwd,
-          saves_inputs=(0, 1), fills_out=True),
+          saves_inputs=(0, 1), fills_out=True, fills_grads=True),
     OpDef("max_pool", "MaxPooling2D", _pool_infer, _fl_pool, _maxpool_fwd, _maxpool_bwd,
           saves_inputs=(0,), saves_output=True, fills_out=True),
     OpDef("avg_pool", "AveragePooling2D", _pool_infer, _fl_pool, _avgpool_fwd, _avgpool_bwd),

@@ -380,13 +380,18 @@ def _run_real(g, tl: Timeline, alloc: TrackedAllocator, be, leaf: dict):
                 saved = {p: value(fn.inputs[p][0]) for p in opdef.saves_inputs}
                 y = value(yvar) if opdef.saves_output else None
                 want = [j for j, _, _ in step.writes]
-                grads = opdef.backward(xp, gy, saved, y, d["attrs"], [tuple(sh) for sh in d["in_shapes"]],
-                                       want)
+                fresh = {j: typed(b, tuple(d["in_shapes"][j]), d["in_dtypes"][j])
+                         for j, b, accumulate in step.writes if not accumulate}
+                shapes = [tuple(sh) for sh in d["in_shapes"]]
+                if opdef.fills_grads:            # the VJP writes into the plan's new buffers
+                    grads = opdef.backward(xp, gy, saved, y, d["attrs"], shapes, want, out=fresh)
+                else:
+                    grads = opdef.backward(xp, gy, saved, y, d["attrs"], shapes, want)
                 for j, b, accumulate in step.writes:
                     if accumulate:
                         arrays[b] += grads[j]
-                    else:
-                        typed(b, tuple(d["in_shapes"][j]), d["in_dtypes"][j])[...] = grads[j]
+                    elif grads[j] is not fresh[j]:
+                        fresh[j][...] = grads[j]
         for b in step.frees_after:
             alloc.free(b)
             arrays.pop(b)
