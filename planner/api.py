@@ -366,13 +366,15 @@ def plan(graph_or_path, budget="100%", solver: str = "approx", strategy: str = "
         # every DP transition's peak (ckpt + 2·Δm + m(A) + m(B)) is at most 5·m(V): at that
         # budget all of them fit, so if the solver's options allow a plan at all, it is there
         top = max(5 * act_sum, budget_bytes + 1, 1)
-        if solver == "milp":
-            _milp_infeasible(g, s, budget_bytes, baseline_peak, top)
-        if s.direct_min_budget():
-            dp_min = s.min_budget(top)
+        # --solver milp: the approximate DP names a budget that fits (the MILP's model holds
+        # its chains; the MILP's own smallest would take a MILP per bisection step)
+        s_min = s if solver != "milp" else Solver(g, "approx", "time", units, opts,
+                                                  level=level, ag=ag)
+        if s_min.direct_min_budget():
+            dp_min = s_min.min_budget(top)
         else:
             with stages.stage("smallest feasible budget (bisection)"):
-                dp_min = _smallest(s.feasible, max(2 * act_sum, budget_bytes + 1, 1), top)
+                dp_min = _smallest(s_min.feasible, max(2 * act_sum, budget_bytes + 1, 1), top)
         if dp_min is None:
             raise HGraphError(
                 f"no budget gives a plan with {_options_text(solver, strategy, units, s)} on "
@@ -380,12 +382,14 @@ def plan(graph_or_path, budget="100%", solver: str = "approx", strategy: str = "
                 f"fits; widen or drop the DP window", exit_code=3)
         smallest = dp_min
         if units == "bytes" and solver != "chen":
-            at_min = _replay(g, ag, s, dp_min, check)
-            if at_min[3].peak_bytes <= budget_bytes:
+            at_min = _replay(g, ag, s_min, dp_min, check)
+            if at_min[3].peak_bytes <= budget_bytes and solver != "milp":
                 found = at_min
             smallest = max(dp_min, at_min[3].peak_bytes)
             if base_sched is not None:      # keeping everything is a plan too
                 smallest = min(smallest, baseline_peak)
+    if found is None and solver == "milp":
+        _milp_infeasible(g, s, budget_bytes, baseline_peak, smallest)
     if found is None:
         err = InfeasibleError(
             f"budget {budget_bytes:,} bytes ({format_bytes(budget_bytes)}) is infeasible for the "
@@ -410,18 +414,19 @@ def plan(graph_or_path, budget="100%", solver: str = "approx", strategy: str = "
         seconds=time.perf_counter() - t0, baseline_timeline=base_tl, certificate=cert)
 
 
-def _milp_infeasible(g, s: Solver, budget_bytes: int, baseline_peak: int, top: int):
-    """The one line for a budget no schedule of the MILP's model fits (HiGHS proved it): the
-    MILP's own smallest budget would take a solve per bisection step, so the line names the
-    approximate DP's, which the MILP fits too (its model holds every chain)."""
-    alt = Solver(g, "approx", "time", s.units, s.opts, level=s.level, ag=s.ag)
-    smallest = alt.min_budget(top)
-    where = (f"; the approximate DP's chains fit from {smallest:,} bytes "
-             f"({format_bytes(smallest)}, "
-             f"{100 * smallest / max(1, baseline_peak):.1f}% of the no-recomputation peak)"
-             if smallest is not None else "")
-    err = InfeasibleError(f"budget {budget_bytes:,} bytes ({format_bytes(budget_bytes)}) is "
-                          f"infeasible for the milp solver on {g.name} (HiGHS: no schedule of "
-                          f"the model fits){where}")
+def _milp_infeasible(g, s: Solver, budget_bytes: int, baseline_peak: int, smallest: int):
+    """The one line for a budget no schedule of the MILP's model fits (HiGHS proved it),
+    naming a budget the approximate DP's plan fits (the MILP's model holds every chain, so
+    the MILP fits there too; its own smallest may be lower)."""
+    from planner.milp import DEFAULT_SOLVER_STAGES
+
+    T = min(s.ag.n, s.milp_stages or DEFAULT_SOLVER_STAGES)
+    model = (f"the model with {T} stages (--milp-stages; {s.ag.n} covers every chain)"
+             if T < s.ag.n else "the model")
+    err = InfeasibleError(
+        f"budget {budget_bytes:,} bytes ({format_bytes(budget_bytes)}) is infeasible for the "
+        f"milp solver on {g.name} (HiGHS: no schedule of {model} fits); the approximate DP's "
+        f"plan fits {smallest:,} bytes ({format_bytes(smallest)}, "
+        f"{100 * smallest / max(1, baseline_peak):.1f}% of the no-recomputation peak)")
     err.min_budget_bytes = smallest
     raise err
