@@ -157,3 +157,14 @@ def test_vjps_writing_into_out_give_the_same_bits(name, xs_shapes, attrs):
     got = op.backward(np, gy, saved, None, attrs, xs_shapes, [0, 1], out=out)
     for j in (0, 1):
         assert got[j].tobytes() == want[j].tobytes()
+
+
+@pytest.mark.parametrize("xshape", [(2, 7), (2, 5, 7), (70, 7), (3, 30, 7)])    # each input-gradient path
+def test_matmul_gradients_match_the_definition(xshape):
+    rng = np.random.default_rng(len(xshape))
+    x, w = rng.standard_normal(xshape), rng.standard_normal((7, 4))
+    gy = rng.standard_normal(xshape[:-1] + (4,))
+    got = ops.OPS["matmul"].backward(np, gy, {0: x, 1: w}, None, {}, [x.shape, w.shape], [0, 1])
+    np.testing.assert_allclose(got[0], np.einsum("...n,kn->...k", gy, w), rtol=1e-12)
+    np.testing.assert_allclose(got[1], np.einsum("...k,...n->kn", x, gy), rtol=1e-12)
+    assert got[0].flags.c_contiguous
