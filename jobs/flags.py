@@ -80,8 +80,8 @@ def add_certificate_arguments(parser: argparse.ArgumentParser) -> None:
     ``--certify-time-limit S``, ``--milp-time-limit S``, ``--milp-stages T``."""
     parser.add_argument("--certify", choices=["on", "lp", "off"], default="on",
                         help="a lower bound on the plan's recomputation and the gap to it: on "
-                             "(default: knapsack bound, the LP relaxation on small graphs), lp "
-                             "(the LP relaxation on any graph, within --certify-time-limit), off")
+                             "(default: the knapsack bound, microseconds), lp (also the LP "
+                             "relaxation, up to ~200 activations, within --certify-time-limit), off")
     parser.add_argument("--certify-time-limit", type=positive_float, default=None, metavar="S",
                         help="seconds the LP relaxation may take (default 30)")
     parser.add_argument("--milp-time-limit", type=positive_float, default=None, metavar="S",
