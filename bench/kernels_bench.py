@@ -25,7 +25,9 @@ median of 5 (``--steps``). Each side runs in its own subprocess with
 ``OPENBLAS_NUM_THREADS`` / ``OMP_NUM_THREADS`` / ``MKL_NUM_THREADS`` = ``--threads`` (default:
 the cores this process may use) and ``torch.set_num_threads`` the same (threadpoolctl is not
 installed here). The executor's step as timed includes what its ``run`` does besides kernels
-(the buffer timeline, the allocator, copying the parameter gradients out at the end).
+(the buffer timeline, the allocator, copying the parameter gradients out at the end); timed
+steps run unmetered, so their pool reuses the previous step's host blocks
+(``allocator.HOST_CACHE``, as a training loop would) instead of faulting fresh pages in.
 
 Peaks, by a meter independent of the executor's own accounting, in a separate (untimed) step:
 ``tracemalloc`` around the NumPy step (NumPy reports its data allocations to it; what the step

@@ -9,8 +9,15 @@ both. An op's backward reads only what its :class:`OpDef` says it saves (``saves
 ``saves_output``): the exported cg.txt tags exactly those as ``input`` / ``output``, so a planner
 that keeps those values alive can always run the backward block.
 
-All kernels are deterministic (fixed loop and reduction orders), which is what makes gradients of
-a recomputation schedule bitwise identical to the plain run's.
+All kernels are deterministic (fixed loop and reduction orders; tiles fixed by the shapes), which
+is what makes gradients of a recomputation schedule bitwise identical to the plain run's.
+
+Speed (issue 26; ``bench/kernels_bench.py`` against PyTorch eager): every product goes through
+the backend's BLAS (``matmul`` on contiguous or singly transposed operands); convolution is
+im2col + GEMM in tiles whose columns stay within :data:`CONV_WORKSPACE_BYTES`, its stride-1
+input gradient a transposed convolution; per-channel statistics are matrix-vector products
+with ones; elementwise chains run in place in one temporary; kernels with ``fills_out`` /
+``fills_grads`` write into the caller's buffer. No per-element Python anywhere.
 
 >>> import numpy as np
 >>> x = np.array([[-1.0, 2.0]], dtype=np.float32)
