@@ -321,6 +321,9 @@ def plan(graph_or_path, budget="100%", solver: str = "approx", strategy: str = "
                         ("certify_time_limit", certify_time_limit)):
         if value is not None and not value > 0:
             raise HGraphError(f"{name} must be > 0 seconds, got {value}")
+    if solver == "milp" and strategy != "time":
+        raise HGraphError("the milp solver minimises recomputation (time-centric); "
+                          "--strategy memory does not apply to it")
     if milp_stages is not None and milp_stages < 1:
         raise HGraphError(f"milp_stages must be >= 1, got {milp_stages}")
     stages = current_progress()

@@ -63,6 +63,9 @@ stage and recomputing it for its own does)::
 
 from __future__ import annotations
 
+import contextlib
+import os
+import sys
 import time
 from dataclasses import dataclass, field
 
@@ -313,10 +316,29 @@ def build(g, budget: int, family: str = "all", stages: int | None = None,
 def _highs(model: Model, integral: bool, time_limit: float):
     from scipy.optimize import Bounds, LinearConstraint, milp
 
-    return milp(model.cost, integrality=model.integrality if integral else None,
-                bounds=Bounds(model.lb, model.ub),
-                constraints=LinearConstraint(model.A, model.lo, model.hi),
-                options={"time_limit": float(time_limit), "disp": False, "presolve": True})
+    with _stdout_to_stderr():
+        return milp(model.cost, integrality=model.integrality if integral else None,
+                    bounds=Bounds(model.lb, model.ub),
+                    constraints=LinearConstraint(model.A, model.lo, model.hi),
+                    options={"time_limit": float(time_limit), "disp": False, "presolve": True})
+
+
+@contextlib.contextmanager
+def _stdout_to_stderr():
+    """HiGHS's C++ code prints the odd line to file descriptor 1 even with ``disp`` off;
+    stdout may carry a schedule (``--out -``), so descriptor 1 points at stderr meanwhile."""
+    try:
+        sys.stdout.flush()
+        saved = os.dup(1)
+        os.dup2(2, 1)
+    except (OSError, ValueError, AttributeError):
+        yield
+        return
+    try:
+        yield
+    finally:
+        os.dup2(saved, 1)
+        os.close(saved)
 
 
 def solve(g, budget: int, family: str = "all", stages: int | None = None,

@@ -203,9 +203,23 @@ def test_cli_certify_off_omits_them(tmp_path, capsys):
     assert "recompute lower bound" not in capsys.readouterr().out
 
 
+def test_certify_lp_adds_the_lp_bound():
+    g = synth.build(layers=1, heads=1)
+    on = planner.plan(g, budget="90%", units="reference")
+    lp = planner.plan(g, budget="90%", units="reference", certify="lp")
+    assert "lp" not in on.recompute_certificate.bounds
+    assert on.model_recompute_cost == lp.model_recompute_cost > 0
+    c = lp.recompute_certificate
+    assert c.bounds["lp"] is not None and 0 <= c.bounds["lp"] <= lp.model_recompute_cost
+    assert c.bound == max(v for v in c.bounds.values() if v is not None)
+
+
 def test_bad_options_are_one_line(tmp_path, capsys):
     with pytest.raises(HGraphError, match="certify mode"):
         planner.plan(synth.build(layers=1, heads=1), budget="60%", certify="maybe")
+    with pytest.raises(HGraphError, match="--strategy memory does not apply"):
+        planner.plan(synth.build(layers=1, heads=1), budget="60%", solver="milp",
+                     strategy="memory")
     with pytest.raises(HGraphError, match="milp_time_limit must be > 0"):
         planner.plan(synth.build(layers=1, heads=1), budget="60%", milp_time_limit=0)
     with pytest.raises(SystemExit):
