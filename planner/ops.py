@@ -155,7 +155,7 @@ def _gelu_fwd(xp, xs, a, out=None):
     return y
 
 
-def _gelu_bwd(xp, gy, saved, y, a, in_shapes, want):
+def _gelu_bwd(xp, gy, saved, y, a, in_shapes, want, out=None):
     """``gy * (0.5 (1 + t) + 0.5 x (1 - t^2) c (1 + 3 a x^2))`` with ``t`` the forward's tanh."""
     x = saved[0]
     t = _gelu_tanh(xp, x)
@@ -168,8 +168,7 @@ def _gelu_bwd(xp, gy, saved, y, a, in_shapes, want):
     t += np.float32(1)
     d += t
     d *= np.float32(0.5)
-    d *= gy
-    return {0: d}
+    return {0: xp.multiply(d, gy, out=(out or {}).get(0))}
 
 
 # ---------------------------------------------------------------- convolution and pooling
@@ -437,13 +436,16 @@ def _maxpool_fwd(xp, xs, a, out=None):
     return y
 
 
-def _maxpool_bwd(xp, gy, saved, y, a, in_shapes, want):
+def _maxpool_bwd(xp, gy, saved, y, a, in_shapes, want, out=None):
     x = saved[0]
     k, s, p = a["kernel"], a["stride"], a.get("pad", 0)
     n, c, h, w = in_shapes[0]
     ho, wo = gy.shape[2], gy.shape[3]
     xpad = _pad(xp, x, p, fill=-np.inf)
-    dxpad = xp.zeros((n, c, h + 2 * p, w + 2 * p), dtype=gy.dtype)
+    into = (out or {}).get(0) if p == 0 else None
+    if into is not None:
+        into[...] = 0
+    dxpad = xp.zeros((n, c, h + 2 * p, w + 2 * p), dtype=gy.dtype) if into is None else into
     left = xp.ones(gy.shape, dtype=bool)       # windows whose maximum is not yet found
     hit = xp.empty(gy.shape, dtype=bool)
     for i in range(k):          # the first maximum of each window gets the gradient
@@ -632,7 +634,7 @@ def _norm_fwd(xp, xs, a, out=None):
     return y
 
 
-def _norm_bwd(xp, gy, saved, y, a, in_shapes, want):
+def _norm_bwd(xp, gy, saved, y, a, in_shapes, want, out=None):
     x, g = saved[0], saved[1]
     red, axis = _batchnorm_axes(x, a)
     xhat, _, inv = _centered(xp, x, a, red)
@@ -640,6 +642,7 @@ def _norm_bwd(xp, gy, saved, y, a, in_shapes, want):
     other = tuple(i for i in range(x.ndim) if i != axis)
     shape = _bias_shape(x.shape, axis)
     m = _numel([x.shape[i] for i in red])
+    into = out or {}
     out = {}
     gsum = _sums(xp, gy, other, keepdims=False) if (2 in want or red == other) else None
     gxsum = _dots(xp, gy, xhat, other, keepdims=False) if (1 in want or red == other) else None
@@ -655,7 +658,7 @@ def _norm_bwd(xp, gy, saved, y, a, in_shapes, want):
             dx *= s2
             dx += s1
             xp.subtract(gy, dx, out=dx)
-            dx *= gamma * inv
+            dx = xp.multiply(dx, gamma * inv, out=into.get(0))
         else:                   # layer norm: per-row sums of gy * gamma
             dxhat = gy * gamma
             s1 = _sums(xp, dxhat, red) / m
@@ -664,7 +667,7 @@ def _norm_bwd(xp, gy, saved, y, a, in_shapes, want):
             dx *= s2
             dx += s1
             xp.subtract(dxhat, dx, out=dx)
-            dx *= inv
+            dx = xp.multiply(dx, inv, out=into.get(0))
         out[0] = dx
     return out
 
@@ -776,14 +779,15 @@ def _attn_fwd(xp, xs, a, out=None):
     return y.reshape(b, s, h * dh)
 
 
-def _attn_bwd(xp, gy, saved, y, a, in_shapes, want):
+def _attn_bwd(xp, gy, saved, y, a, in_shapes, want, out=None):
     """The VJP of softmax(q k^T * scale) v; the three gradients are written straight into the
     packed ``(B, S, 3, H, dh)`` layout of the input (no stack, no transpose copy)."""
     q, k, v = _attn_split(xp, saved[0], a["heads"])
     p, scale = _attn_probs(xp, q, k, a)
     b, h, s, dh = q.shape
     do = gy.reshape(b, s, h, dh).transpose(0, 2, 1, 3)
-    dqkv = xp.empty((b, s, 3, h, dh), dtype=p.dtype)
+    into = (out or {}).get(0)
+    dqkv = xp.empty((b, s, 3, h, dh), dtype=p.dtype) if into is None else into.reshape(b, s, 3, h, dh)
     dq, dk, dv = (dqkv[:, :, i].transpose(0, 2, 1, 3) for i in range(3))   # B, H, S, dh views
     xp.matmul(p.transpose(0, 1, 3, 2), do, out=dv)
     dp = xp.matmul(do, v.transpose(0, 1, 3, 2))
@@ -793,7 +797,7 @@ def _attn_bwd(xp, gy, saved, y, a, in_shapes, want):
     dp *= scale
     xp.matmul(dp, k, out=dq)
     xp.matmul(dp.transpose(0, 1, 3, 2), q, out=dk)
-    return {0: dqkv.reshape(b, s, 3 * h * dh)}
+    return {0: dqkv.reshape(b, s, 3 * h * dh) if into is None else into}
 
 
 # ---------------------------------------------------------------- FLOPs
@@ -829,20 +833,21 @@ OPS: dict[str, OpDef] = {op.name: op for op in [
     OpDef("bias", "Bias", _bias_infer, _fl_elementwise(1), _bias_fwd, _bias_bwd, fills_out=True),
     OpDef("relu", "ReLU", _same_infer, _fl_elementwise(1),
           lambda xp, xs, a, out=None: xp.maximum(xs[0], np.float32(0), out=out),
-          lambda xp, gy, sv, y, a, sh, want: {0: gy * (y > 0)}, saves_output=True, fills_out=True),
+          lambda xp, gy, sv, y, a, sh, want, out=None: {0: xp.multiply(gy, y > 0, out=(out or {}).get(0))},
+          saves_output=True, fills_out=True, fills_grads=True),
     OpDef("gelu", "GELU", _same_infer, _fl_elementwise(8), _gelu_fwd, _gelu_bwd, saves_inputs=(0,),
-          fills_out=True),
+          fills_out=True, fills_grads=True),
     OpDef("conv2d", "Convolution2DFunction", _conv_infer, _fl_conv, _conv_fwd, _conv_bwd,
           saves_inputs=(0, 1), fills_out=True, fills_grads=True),
     OpDef("max_pool", "MaxPooling2D", _pool_infer, _fl_pool, _maxpool_fwd, _maxpool_bwd,
-          saves_inputs=(0,), saves_output=True, fills_out=True),
+          saves_inputs=(0,), saves_output=True, fills_out=True, fills_grads=True),
     OpDef("avg_pool", "AveragePooling2D", _pool_infer, _fl_pool, _avgpool_fwd, _avgpool_bwd),
     OpDef("upsample", "Unpooling2D", _upsample_infer, _fl_elementwise(1), _upsample_fwd,
           _upsample_bwd, fills_out=True),
     OpDef("batch_norm", "BatchNormalization", _norm_infer, _fl_elementwise(8), _norm_fwd, _norm_bwd,
-          saves_inputs=(0, 1), fills_out=True),
+          saves_inputs=(0, 1), fills_out=True, fills_grads=True),
     OpDef("layer_norm", "LayerNormalization", _norm_infer, _fl_elementwise(8), _norm_fwd, _norm_bwd,
-          saves_inputs=(0, 1), fills_out=True),
+          saves_inputs=(0, 1), fills_out=True, fills_grads=True),
     OpDef("softmax_cross_entropy", "SoftmaxCrossEntropy", _xent_infer,
           lambda s, o, a: 4 * _numel(s[0]), _xent_fwd, _xent_bwd, saves_inputs=(0, 1)),
     OpDef("reshape", "Reshape", _reshape_infer, lambda s, o, a: 0,
@@ -851,7 +856,7 @@ OPS: dict[str, OpDef] = {op.name: op for op in [
     OpDef("concat", "Concat", _concat_infer, lambda s, o, a: 0,
           lambda xp, xs, a: xp.concatenate(xs, axis=a["axis"]), _concat_bwd),
     OpDef("attention", "ScaledDotProductAttention", _attn_infer, _fl_attn, _attn_fwd, _attn_bwd,
-          saves_inputs=(0,), fills_out=True),
+          saves_inputs=(0,), fills_out=True, fills_grads=True),
 ]}
 
 #: FLOPs of the backward relative to the forward (two matmuls per matmul, recomputed statistics...).

@@ -168,3 +168,32 @@ def test_matmul_gradients_match_the_definition(xshape):
     np.testing.assert_allclose(got[0], np.einsum("...n,kn->...k", gy, w), rtol=1e-12)
     np.testing.assert_allclose(got[1], x.reshape(-1, 7).T @ gy.reshape(-1, 4), rtol=1e-12)
     assert got[0].flags.c_contiguous
+
+
+@pytest.mark.parametrize("name", sorted(n for n, d in ops.OPS.items() if d.fills_grads))
+def test_every_vjp_writing_into_out_gives_the_same_bits(name):
+    rng = np.random.default_rng(4)
+    for model in ("mlp", "resnet", "resnet50", "unet", "transformer"):
+        g = export.to_cg(zoo.build(model))
+        leaf = executor.leaves(g, np, 0)
+        for f in g.forward:
+            d = executor._details(f)
+            if d["op"] != name:
+                continue
+            op = ops.OPS[name]
+            xs = [leaf[a] if a in leaf else rng.standard_normal(sh).astype(dt)
+                  for (a, _), sh, dt in zip(f.inputs, d["in_shapes"], d["in_dtypes"])]
+            y = op.forward(np, xs, d["attrs"])
+            gy = rng.standard_normal(y.shape).astype(y.dtype)
+            shapes = [tuple(sh) for sh in d["in_shapes"]]
+            want_pos = [j for j, (a, _) in enumerate(f.inputs) if g.is_activation[a] or
+                        g.var_names[a].startswith("/")]
+            saved = {j: xs[j] for j in op.saves_inputs}
+            want = op.backward(np, gy, saved, y if op.saves_output else None, d["attrs"], shapes, want_pos)
+            out = {j: np.full(shapes[j], np.nan, dtype=d["in_dtypes"][j]) for j in want_pos}
+            got = op.backward(np, gy, saved, y if op.saves_output else None, d["attrs"], shapes, want_pos,
+                              out=out)
+            for j in want_pos:
+                assert np.asarray(got[j]).tobytes() == np.ascontiguousarray(want[j]).tobytes(), j
+            return
+    pytest.fail(f"no {name} op in the zoo models tried")
