@@ -378,6 +378,125 @@ def _worker_main(side: str, spec_text: str) -> int:
     return 0
 
 
+# ---------------------------------------------------------------- plan steps vs the plain step
+#: Zoo models with a row-centric plan (a convolution stack; the others have no row regions).
+ROW_MODELS = ("resnet", "unet", "vgg16", "resnet50")
+#: Acceptance (issue 26): a plan's step time over the plain step's within this factor of its
+#: FLOP ratio.
+PLAN_SLACK = 1.25
+
+
+def forward_flops(g):
+    """FLOPs of each forward op of zoo graph ``g`` (``planner.ops`` shape rules), float64 [ops]."""
+    import numpy as np
+
+    from planner.execute import executor
+    from planner.ops import OPS
+
+    out = []
+    for f in g.forward:
+        d = executor._details(f)
+        out.append(OPS[d["op"]].flops([tuple(s) for s in d["in_shapes"]], tuple(d["out_shape"]), d["attrs"]))
+    return np.asarray(out, dtype=np.float64)
+
+
+def plan_steps(name, sizes, dtype="float32", budget="60%", rows=4, policy="share", steps=STEPS):
+    """Step times of the plain step and of plans on zoo model ``name``, in this process on
+    NumPy (the thread count is the caller's environment): the DP's recomputation schedule at
+    ``budget`` (at its smallest feasible budget when that is infeasible) and, for the CNNs, a
+    row plan (``rows`` bands, ``policy``). Runs unmetered and interleaved (one of each per
+    round, ``steps`` rounds after a warm-up), median step seconds (``RunResult.seconds``:
+    the step without building parameters or copying gradients out). Each plan's row: FLOP
+    ratio to the plain step, time ratio, and their quotient (the acceptance: at most
+    :data:`PLAN_SLACK`)."""
+    import planner
+    from hgraph.errors import InfeasibleError
+    from planner.execute import backend, executor, export, rows_exec
+    from planner.ops import BACKWARD_FLOPS_FACTOR
+    from planner.rows import plan as rows_plan
+    from planner.rows import with_dp
+
+    g = export.to_cg(build(name, sizes, dtype))
+    be = backend.get("numpy")
+    fl = forward_flops(g)
+    plain_flops = float(fl.sum()) * (1 + BACKWARD_FLOPS_FACTOR)
+    plain = executor.plain_schedule(g)
+    runs = {"plain": (lambda: executor.run(g, plain, backend=be, meter=False), plain_flops, "")}
+    try:
+        dp = planner.plan(g, budget=budget)
+        note = f"DP at {budget}"
+    except InfeasibleError as err:
+        dp = planner.plan(g, budget=err.min_budget_bytes)
+        note = f"DP at its smallest budget ({err.min_budget_bytes:,} B; {budget} infeasible)"
+    extra = float((with_dp.recomputations(g, dp.schedule) * fl).sum())
+    runs["recompute"] = (lambda: executor.run(g, dp.schedule, backend=be, meter=False),
+                         plain_flops + extra, note)
+    if name in ROW_MODELS:
+        rp = rows_plan.plan(g, rows, policy)
+        runs["rows"] = (lambda: rows_exec.run(g, rp, backend=be, meter=False),
+                        float(rp.flops()["row_flops"]), f"{rows} bands, {policy}")
+    times = {k: [] for k in runs}
+    for k, (fn, _, _) in runs.items():
+        fn()                                                 # warm-up
+    for _ in range(steps):
+        for k, (fn, _, _) in runs.items():
+            times[k].append(fn().seconds)
+    base = statistics.median(times["plain"])
+    out = []
+    for k, (_, flops, note) in runs.items():
+        t = statistics.median(times[k])
+        fr, tr = flops / plain_flops, t / base
+        out.append({"model": name, "sizes": sizes, "plan": k, "note": note, "flops": flops,
+                    "flop_ratio": fr, "seconds": t, "times": times[k], "time_ratio": tr,
+                    "time_over_flops": tr / fr, "ok": tr / fr <= PLAN_SLACK})
+    return out
+
+
+def plans_table(rows: list) -> str:
+    head = ("| model | sizes | plan | GFLOP | FLOP ratio | step s (min) | time ratio | time / FLOP ratio |\n"
+            "|---|---|---|---:|---:|---:|---:|---:|\n")
+    lines = [f"| {r['model']} | {_fmt_sizes(r['sizes'])} | {r['plan']}{' (' + r['note'] + ')' if r['note'] else ''} | "
+             f"{r['flops'] / 1e9:.2f} | {r['flop_ratio']:.3f} | {r['seconds']:.4f} ({min(r['times']):.4f}) | "
+             f"{r['time_ratio']:.3f} | {r['time_over_flops']:.2f}{'' if r['ok'] else ' (over ' + str(PLAN_SLACK) + ')'} |"
+             for r in rows]
+    return head + "\n".join(lines) + "\n"
+
+
+def _plans_main(args, names) -> int:
+    """``--plans``: the plan-step / plain-step table, in this process with ``--threads`` BLAS
+    threads (set before NumPy loads: the driver re-runs itself with the variables set)."""
+    from hgraph.fileio import write_text
+
+    if os.environ.get("OPENBLAS_NUM_THREADS") != str(args.threads):
+        env = dict(os.environ)
+        for var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+            env[var] = str(args.threads)
+        return subprocess.call([sys.executable, str(Path(__file__).resolve())] + sys.argv[1:], env=env)
+    load0 = os.getloadavg()
+    rows = []
+    for name in names:
+        sizes = sizes_for(name, args)
+        print(f"{name} ({_fmt_sizes(sizes)}) ...", flush=True)
+        got = plan_steps(name, sizes, args.dtype, args.budget, args.rows, args.policy, args.steps)
+        for r in got:
+            print(f"  {r['plan']:9s} FLOP ratio {r['flop_ratio']:.3f}, time ratio {r['time_ratio']:.3f} "
+                  f"({r['time_over_flops']:.2f}x the FLOP ratio)", flush=True)
+        rows.extend(got)
+    load1 = os.getloadavg()
+    cmd = "python3 bench/kernels_bench.py " + " ".join(sys.argv[1:])
+    text = (f"    {cmd.strip()}\n\n{_cpu_name()}, {args.threads} BLAS thread(s), {args.dtype}, NumPy "
+            f"executor; median of {args.steps} interleaved steps after a warm-up (fastest in brackets); "
+            f"load average {load0[0]:.2f} before, {load1[0]:.2f} after. Acceptance: time / FLOP ratio "
+            f"<= {PLAN_SLACK}.\n\n" + plans_table(rows))
+    print()
+    print(text)
+    out = Path(args.out).with_name("plans.md")
+    write_text(out, text)
+    write_text(out.with_name("plans.json"), json.dumps(rows, indent=1) + "\n")
+    print(f"wrote {out}", file=sys.stderr)
+    return 0 if all(r["ok"] for r in rows) else 1
+
+
 # ---------------------------------------------------------------- the driver
 def _run_worker(side: str, spec: dict, threads: int, timeout: float | None) -> dict:
     env = dict(os.environ)
@@ -494,6 +613,13 @@ def main(argv=None) -> int:
     ap.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto",
                     help="auto: CPU rows, and CUDA rows where a device answers")
     ap.add_argument("--out", default="out/kernels_bench/table.md")
+    ap.add_argument("--plans", action="store_true",
+                    help="time recomputation and row plans' steps against the plain step instead "
+                         "(NumPy, this process; plans.md beside --out)")
+    ap.add_argument("--budget", default="60%", help="--plans: the recomputation DP's budget")
+    ap.add_argument("--rows", type=int, default=4, help="--plans: bands of the row plans")
+    ap.add_argument("--policy", default="share", choices=["overlap", "share"],
+                    help="--plans: the row plans' policy")
     ap.add_argument("--worker", choices=["executor", "torch"], help=argparse.SUPPRESS)
     ap.add_argument("--spec", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
@@ -507,6 +633,8 @@ def main(argv=None) -> int:
     unknown = [m for m in names if m not in zoo.MODELS]
     if unknown:
         ap.error(f"unknown model(s) {', '.join(unknown)}; choose from {', '.join(zoo.MODELS)}")
+    if args.plans:
+        return _plans_main(args, names)
     devices = [] if args.device == "cuda" else ["cpu"]
     gpu_ok, why = cuda_status() if args.device != "cpu" else (False, "--device cpu")
     if gpu_ok:
