@@ -42,6 +42,8 @@ Output: a markdown table (printed, written to ``--out``, default ``out/kernels_b
 and the raw figures beside it (``results.json``), both written atomically.
 
     python3 bench/kernels_bench.py --quick                        # small sizes, a few minutes
+    python3 bench/kernels_bench.py --quick --threads 1 --interleave   # the two sides step in turn
+    python3 bench/kernels_bench.py --plans --quick --threads 1    # plan steps vs the plain step
     python3 bench/kernels_bench.py --models vgg16 --image 128 --batch 2
     python3 bench/kernels_bench.py                                # the issue's sizes: long on CPU
 """
@@ -310,8 +312,10 @@ def _timed(fn, steps: int, before=None):
     return times, out
 
 
-def worker_executor(spec: dict) -> dict:
-
+def _executor_side(spec: dict):
+    """(step, finish) of the executor's side: ``step()`` one timed plain step (unmetered);
+    ``finish(times)`` one metered step for the peak, its gradients saved for the torch side,
+    and the side's figures."""
     import numpy as np
 
     from planner.execute import backend, executor, export
@@ -321,20 +325,24 @@ def worker_executor(spec: dict) -> dict:
     be = backend.get("cupy" if spec["device"] == "cuda" else "numpy")
     leaf = executor.leaves(g, be.xp, spec["seed"])
     step = executor_step(g, leaf, be)
-    step()                                                   # warm-up
-    times, r = _timed(step, spec["steps"])
-    r = step(meter=True)            # the executor's independent meter: tracemalloc / CuPy pool
-    peak, meter = r.measured_peak_bytes, r.meter
-    folder = Path(spec["dir"])
-    for v, arr in r.param_grads.items():
-        np.save(folder / f"{v}.npy", arr)
-    return {"seconds": statistics.median(times), "times": times, "peak_bytes": int(peak),
-            "peak_meter": meter, "tracked_peak_bytes": int(r.tracked_peak_bytes),
-            "loss": r.loss, "backend": be.name, "device": be.device,
-            "forward_flops": int(t.forward_flops)}
+
+    def finish(times):
+        r = step(meter=True)            # the executor's independent meter: tracemalloc / CuPy pool
+        folder = Path(spec["dir"])
+        for v, arr in r.param_grads.items():
+            np.save(folder / f"{v}.npy", arr)
+        return {"seconds": statistics.median(times), "times": times,
+                "peak_bytes": int(r.measured_peak_bytes), "peak_meter": r.meter,
+                "tracked_peak_bytes": int(r.tracked_peak_bytes), "loss": r.loss,
+                "backend": be.name, "device": be.device, "forward_flops": int(t.forward_flops)}
+
+    return step, finish
 
 
-def worker_torch(spec: dict) -> dict:
+def _torch_side(spec: dict):
+    """(step, before, finish) of PyTorch's side: ``before()`` clears the gradients (untimed),
+    ``step()`` one timed training step, ``finish(times)`` the allocator peak and the gradient
+    gaps against the executor's saved gradients (``spec["exec_loss"]`` set by then)."""
     import numpy as np
     import torch
 
@@ -351,29 +359,62 @@ def worker_torch(spec: dict) -> dict:
     leaf = executor.leaves(g, np, spec["seed"])           # the executor's initialisers, on host
     step, values = torch_step(t, leaf, spec["device"])
     del leaf
+    last = {}
 
     def run():
-        loss = step()
+        last["loss"] = step()
         if cuda:
             torch.cuda.synchronize()
-        return loss
+        return last["loss"]
 
-    clear_grads(values)
-    run()                                                  # warm-up
-    times, loss = _timed(run, spec["steps"], before=lambda: clear_grads(values))
-    clear_grads(values)
-    peak, meter = allocator_peak(lambda *_: run(), list(values.values()))
-    folder = Path(spec["dir"])
-    exec_grads = {v.id: np.load(folder / f"{v.id}.npy", mmap_mode="r") for v in t.params}
-    gaps = grad_gaps(t, spec["exec_loss"], exec_grads, loss, values)
-    return {"seconds": statistics.median(times), "times": times, "peak_bytes": int(peak),
-            "peak_meter": meter, "threads": torch.get_num_threads(), "torch": torch.__version__,
-            **gaps}
+    def finish(times):
+        clear_grads(values)
+        peak, meter = allocator_peak(lambda *_: run(), list(values.values()))
+        folder = Path(spec["dir"])
+        exec_grads = {v.id: np.load(folder / f"{v.id}.npy", mmap_mode="r") for v in t.params}
+        gaps = grad_gaps(t, spec["exec_loss"], exec_grads, last["loss"], values)
+        return {"seconds": statistics.median(times), "times": times, "peak_bytes": int(peak),
+                "peak_meter": meter, "threads": torch.get_num_threads(), "torch": torch.__version__,
+                **gaps}
+
+    return run, lambda: clear_grads(values), finish
+
+
+def worker_executor(spec: dict) -> dict:
+    step, finish = _executor_side(spec)
+    step()                                                   # warm-up
+    times, _ = _timed(step, spec["steps"])
+    return finish(times)
+
+
+def worker_torch(spec: dict) -> dict:
+    step, before, finish = _torch_side(spec)
+    before()
+    step()                                                   # warm-up
+    times, _ = _timed(step, spec["steps"], before=before)
+    return finish(times)
+
+
+def worker_both(spec: dict) -> dict:
+    """``--interleave``: both sides in this one process, one step of each in turn (same thread
+    settings), so that a load change on a shared machine hits both sides alike."""
+    e_step, e_finish = _executor_side(spec)
+    t_step, t_before, t_finish = _torch_side(spec)
+    e_step()
+    t_before()
+    t_step()                                                 # warm-ups
+    e_times, t_times = [], []
+    for _ in range(spec["steps"]):
+        e_times += _timed(e_step, 1)[0]
+        t_times += _timed(t_step, 1, before=t_before)[0]
+    ex = e_finish(e_times)
+    spec["exec_loss"] = ex["loss"]
+    return {"executor": ex, "torch": t_finish(t_times)}
 
 
 def _worker_main(side: str, spec_text: str) -> int:
     spec = json.loads(spec_text)
-    out = worker_executor(spec) if side == "executor" else worker_torch(spec)
+    out = {"executor": worker_executor, "torch": worker_torch, "both": worker_both}[side](spec)
     print("RESULT " + json.dumps(out), flush=True)
     return 0
 
@@ -553,6 +594,11 @@ def run_model(name: str, sizes: dict, device: str, args) -> dict:
     with tempfile.TemporaryDirectory(prefix="kernels_bench.") as folder:
         spec = {"model": name, "sizes": sizes, "device": device, "dtype": args.dtype,
                 "steps": args.steps, "seed": args.seed, "threads": args.threads, "dir": folder}
+        if args.interleave:
+            both = _run_worker("both", spec, args.threads, args.timeout)
+            row["executor"] = both.get("executor", both)
+            row["torch"] = both.get("torch", both)
+            return row
         ex = _run_worker("executor", spec, args.threads, args.timeout)
         row["executor"] = ex
         if "error" in ex:
@@ -620,7 +666,10 @@ def main(argv=None) -> int:
     ap.add_argument("--rows", type=int, default=4, help="--plans: bands of the row plans")
     ap.add_argument("--policy", default="share", choices=["overlap", "share"],
                     help="--plans: the row plans' policy")
-    ap.add_argument("--worker", choices=["executor", "torch"], help=argparse.SUPPRESS)
+    ap.add_argument("--worker", choices=["executor", "torch", "both"], help=argparse.SUPPRESS)
+    ap.add_argument("--interleave", action="store_true",
+                    help="both sides in one worker process, one step of each in turn (steadier on "
+                         "a shared machine than one side after the other)")
     ap.add_argument("--spec", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.worker:
@@ -680,6 +729,7 @@ def main(argv=None) -> int:
               f"{_cpu_name()}, {args.threads} thread(s) per side (OPENBLAS/OMP/MKL_NUM_THREADS, "
               f"torch.set_num_threads), {args.dtype}, NumPy {numpy.__version__}, torch {tv}; "
               f"median of {args.steps} steps after one warm-up (the fastest in brackets; "
+              f"{'both sides in one process, one step of each in turn; ' if args.interleave else 'each side in its own process, one after the other; '}"
               f"ratio: of the medians); load average "
               f"{load0[0]:.2f} before, {load1[0]:.2f} after (other jobs share the CPU: timings "
               f"are noisy). Peaks: executor by its independent meter (tracemalloc on CPU, the CuPy "

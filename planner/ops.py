@@ -764,9 +764,9 @@ def _attn_probs(xp, q, k, a):
     scale = np.float32(1.0 / math.sqrt(q.shape[-1]))
     scores = xp.matmul(q, k.transpose(0, 1, 3, 2))
     scores *= scale
-    if a.get("causal"):
+    if a.get("causal"):                   # -1e30 above the diagonal (exp gives exactly 0 there)
         s = scores.shape[-1]
-        scores[..., ~xp.tri(s, dtype=bool)] = np.float32(-1e30)
+        scores += xp.where(xp.tri(s, dtype=bool), scores.dtype.type(0), scores.dtype.type(-1e30))
     return _softmax_(xp, scores), scale
 
 

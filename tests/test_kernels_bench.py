@@ -72,3 +72,19 @@ def test_worker_sides_agree_in_process(bench, tmp_path):
         torch.set_num_threads(threads)
     assert to["peak_bytes"] > 0
     assert to["grad_rel_diff"] <= RTOL["float32"] and to["loss_rel_diff"] <= RTOL["float32"]
+
+
+def test_interleaved_worker_times_both_sides(bench, tmp_path):
+    """``--interleave``: one process steps both sides in turn and compares their gradients."""
+    import torch
+
+    spec = {"model": "mlp", "sizes": {"depth": 2}, "device": "cpu", "dtype": "float32", "steps": 2,
+            "seed": 0, "threads": 1, "dir": str(tmp_path)}
+    threads = torch.get_num_threads()
+    try:
+        both = bench.worker_both(spec)
+    finally:
+        torch.set_num_threads(threads)
+    assert len(both["executor"]["times"]) == len(both["torch"]["times"]) == 2
+    assert both["executor"]["peak_bytes"] > 0 and both["torch"]["peak_bytes"] > 0
+    assert both["torch"]["grad_rel_diff"] <= RTOL["float32"]
