@@ -351,6 +351,18 @@ def _col2im_add(xp, dxpad, dcols, n0, n1, r0, k, s, ho_t, wo, merged):
             dxpad[n0:n1, :, top:top + s * (ho_t - 1) + 1:s, j:j + s * (wo - 1) + 1:s] += d6[:, :, i, j]
 
 
+def _swap01(xp, a, out=None):
+    """``a`` with its first two axes swapped, as a contiguous copy made block by block (64 or 32
+    rows of ``a`` at a time): NumPy's one-call copy of a large transposed matrix runs ~5-10x
+    slower (no cache blocking; a 512x4608 weight gradient: ~38 ms against ~4 ms here)."""
+    shape = (a.shape[1], a.shape[0]) + tuple(a.shape[2:])
+    out = xp.empty(shape, dtype=a.dtype) if out is None else out.reshape(shape)
+    block = 64 if a[0].nbytes <= 4096 else 32
+    for i in range(0, a.shape[0], block):
+        out[:, i:i + block] = a[i:i + block].swapaxes(0, 1)
+    return out
+
+
 def _conv_dx(xp, gy, w, xshape, s, p, cap, out=None):
     """Input gradient. Stride 1 with no more output than input channels (most layers): a
     convolution of the output gradient, padded by ``k - 1 - p``, with the flipped, transposed
@@ -361,7 +373,7 @@ def _conv_dx(xp, gy, w, xshape, s, p, cap, out=None):
     o, _, k, _ = w.shape
     ho, wo = gy.shape[2], gy.shape[3]
     if s == 1 and p <= k - 1 and o <= c:
-        wt = xp.ascontiguousarray(w.transpose(1, 0, 2, 3)[:, :, ::-1, ::-1])
+        wt = _swap01(xp, w.reshape(o, c, k * k)[:, :, ::-1]).reshape(c, o, k, k)
         return _conv_fwd(xp, [gy, wt], {"stride": 1, "pad": k - 1 - p, "workspace": cap}, out=out)
     w2t = w.reshape(o, c * k * k).T
     if k == 1 and p == 0:
@@ -393,10 +405,8 @@ def _conv_dw(xp, gy, x, wshape, s, p, cap, out=None):
             part = xp.matmul(cols, g.transpose(0, 2, 1))
             part = part.sum(axis=0) if part.shape[0] > 1 else part[0]
         acc = part if acc is None else xp.add(acc, part, out=acc)
-    if out is None:
-        return xp.ascontiguousarray(acc.T).reshape(wshape)
-    out.reshape(wshape[0], -1)[...] = acc.T
-    return out
+    dw = _swap01(xp, acc, out)
+    return out if out is not None else dw.reshape(wshape)
 
 
 def _conv_bwd(xp, gy, saved, y, a, in_shapes, want, out=None):
