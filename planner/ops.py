@@ -83,7 +83,7 @@ def _times_transposed(xp, g, w, out=None):
     a matrix-vector-like GEMM on ``w`` as stored."""
     rows = g.size // g.shape[-1]
     if rows >= 64:
-        return xp.matmul(g, xp.ascontiguousarray(w.T), out=out)
+        return xp.matmul(g, _swap01(xp, w), out=out)
     if rows > 8:
         return xp.matmul(g, w.T, out=out)
     y = xp.matmul(w, g.reshape(rows, g.shape[-1]).T).T.reshape(g.shape[:-1] + (w.shape[0],))
