@@ -364,15 +364,16 @@ def _swap01(xp, a, out=None):
 
 
 def _conv_dx(xp, gy, w, xshape, s, p, cap, out=None):
-    """Input gradient. Stride 1 with no more output than input channels (most layers): a
-    convolution of the output gradient, padded by ``k - 1 - p``, with the flipped, transposed
-    kernel -- the forward's tiled GEMMs, copies instead of scattered adds. Otherwise (strided,
-    or widening, where that convolution's columns would outgrow the input's): tiled ``W^T @ g``
-    column gradients added back by :func:`_col2im_add`."""
+    """Input gradient. Stride 1 with no more output than input channels (most layers), from
+    :data:`AMORTISE_PIXELS` pixels: a convolution of the output gradient, padded by
+    ``k - 1 - p``, with the flipped, transposed kernel -- the forward's tiled GEMMs, copies
+    instead of scattered adds. Otherwise (strided; widening, where that convolution's columns
+    would outgrow the input's; small maps, where copying the kernel would not pay): tiled
+    ``W^T @ g`` column gradients added back by :func:`_col2im_add`."""
     n, c, h, wd = xshape
     o, _, k, _ = w.shape
     ho, wo = gy.shape[2], gy.shape[3]
-    if s == 1 and p <= k - 1 and o <= c:
+    if s == 1 and p <= k - 1 and o <= c and n * ho * wo >= AMORTISE_PIXELS:
         wt = _swap01(xp, w.reshape(o, c, k * k)[:, :, ::-1]).reshape(c, o, k, k)
         return _conv_fwd(xp, [gy, wt], {"stride": 1, "pad": k - 1 - p, "workspace": cap}, out=out)
     w2t = w.reshape(o, c * k * k).T
@@ -388,23 +389,39 @@ def _conv_dx(xp, gy, w, xshape, s, p, cap, out=None):
     return dxpad[:, :, p:p + h, p:p + wd].copy() if p else dxpad
 
 
+#: From this many output pixels (images x rows x columns) a convolution's backward amortises a
+#: copy of its weight-sized matrices (the weight gradient's transpose, the flipped kernel of the
+#: transposed convolution): below, products in the order that needs no copy (small maps, and a
+#: row-centric step's bands, which call the backward once per band).
+AMORTISE_PIXELS = 4096
+
+
 def _conv_dw(xp, gy, x, wshape, s, p, cap, out=None):
     """Weight gradient: the sum over tiles (and, per image, over images) of ``cols @ g^T``, a
-    ``(c*k*k, out)`` matrix -- the orientation OpenBLAS runs fastest here -- in tile order."""
+    ``(c*k*k, out)`` matrix -- the orientation OpenBLAS runs fastest here -- transposed once at
+    the end; on fewer than :data:`AMORTISE_PIXELS` pixels ``g @ cols^T`` straight in the
+    ``(out, c*k*k)`` layout."""
     o, c, k, _ = wshape
     n, _, ho, wo = gy.shape
     if k == 1 and p == 0 and s > 1:
         x, s = xp.ascontiguousarray(x[:, :, ::s, ::s]), 1
     merged = _merged(ho, wo, k)
+    direct = n * ho * wo < AMORTISE_PIXELS
     acc = None
     for n0, n1, r0, r1, cols in _im2col_tiles(xp, x, k, s, p, cap):
-        g = _tile_grad(gy, n0, n1, r0, r1, merged, pixel_major=True)
+        g = _tile_grad(gy, n0, n1, r0, r1, merged, pixel_major=not direct)
         if merged:
-            part = xp.matmul(cols, g)
+            part = xp.matmul(g, cols.T) if direct else xp.matmul(cols, g)
         else:
-            part = xp.matmul(cols, g.transpose(0, 2, 1))
+            part = xp.matmul(g, cols.transpose(0, 2, 1)) if direct else \
+                xp.matmul(cols, g.transpose(0, 2, 1))
             part = part.sum(axis=0) if part.shape[0] > 1 else part[0]
         acc = part if acc is None else xp.add(acc, part, out=acc)
+    if direct:
+        if out is None:
+            return acc.reshape(wshape)
+        out.reshape(o, -1)[...] = acc
+        return out
     dw = _swap01(xp, acc, out)
     return out if out is not None else dw.reshape(wshape)
 
