@@ -87,5 +87,5 @@ def add_certificate_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--milp-time-limit", type=positive_float, default=None, metavar="S",
                         help="--solver milp: seconds HiGHS may take per solve (default 60)")
     parser.add_argument("--milp-stages", type=positive_int, default=None, metavar="T",
-                        help="--solver milp: backward stages in the model (default: min(16, "
-                             "activations); one per activation covers every chain)")
+                        help="--solver milp: free order over T backward stages (default: the "
+                             "stages of the exact DP's chain; one per activation covers every chain)")

@@ -43,7 +43,11 @@ solutions (checkpoints resident in every stage up to their own, the interior rec
 stage), so its optimum is never above the DP's.
 
 ``T = n`` stages cover every chain (a chain has at most ``n`` blocks); ``stages`` below ``n``
-restricts the model (fewer blocks) and is for the solver only, never for a bound.
+restricts the model (fewer blocks) and is for the solver only, never for a bound. ``groups``
+(a chain) fixes the stages to its blocks, leaving HiGHS Checkmate's keep / recompute / free
+decisions only: ``--solver milp`` starts from the DP's chain that way (its canonical schedule
+is one of the solutions, so the result never costs more than the DP's), which HiGHS solves in
+seconds where the free order finds no schedule in a minute (bench/NOTES_certificate.md).
 
 Example (a diamond; at 12 no chain fits, but forgetting the checkpoint 0 during the first
 stage and recomputing it for its own does)::
@@ -113,6 +117,13 @@ class MILPResult:
     variables: int = 0
     constraints: int = 0
     nodes: int = 0
+    free_order: bool = True
+
+    @property
+    def full_model(self) -> bool:
+        """Whether this was the whole model (free order, one stage per node): only then is
+        ``dual_bound`` a bound for every schedule of the model."""
+        return self.free_order and self.stages == self.nodes
 
     @property
     def blocks(self) -> int:
@@ -350,7 +361,8 @@ def solve(g, budget: int, family: str = "all", stages: int | None = None,
     L = model.layout
     U = L("U", np.arange(L.T))
     out = MILPResult(status="TIMEOUT", family=family, stages=L.T, seconds=0.0,
-                     variables=L.size, constraints=model.A.shape[0], nodes=L.n)
+                     variables=L.size, constraints=model.A.shape[0], nodes=L.n,
+                     free_order=groups is None)
     for _ in range(FIT_TRIES):
         left = time_limit - (time.perf_counter() - t0)
         res = _highs(model, True, max(left, 0.01))

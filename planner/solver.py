@@ -90,15 +90,18 @@ class ModelStats:
                    comp_ratio=int(p.ratio), family="chen")
 
     @classmethod
-    def of_milp(cls, r, ratio: int, budget_units: int, time_limit: float) -> ModelStats:
+    def of_milp(cls, r, ratio: int, budget_units: int, time_limit: float,
+                stages_from: str = "free order") -> ModelStats:
         """Of a :class:`~planner.milp.MILPResult` solved at ``budget_units`` (DP units of
-        ``ratio``); ``milp``: what HiGHS proved (the report's ``milp`` object)."""
-        full = r.stages == r.nodes
+        ``ratio``); ``milp``: what HiGHS proved (the report's ``milp`` object; ``stages_from``:
+        the chain its stages were fixed to, or ``"free order"``)."""
+        full = r.full_model
         return cls(blocks=r.blocks, model_recompute_cost=int(r.cost),
                    model_peak_bytes=int(r.peak) * ratio, n_lower_sets=0, comp_ratio=int(ratio),
                    family="milp",
                    milp=dict(optimal=bool(r.optimal), dual_bound=r.dual_bound, stages=r.stages,
-                             full_stages=full, budget_units=int(budget_units),
+                             full_stages=full, stages_from=stages_from,
+                             budget_units=int(budget_units),
                              seconds=round(r.seconds, 3), time_limit=float(time_limit),
                              variables=r.variables, constraints=r.constraints))
 
@@ -131,6 +134,7 @@ class Solver:
         self.act_sum = int(self.ag.bytes.sum())
         self._families = {}          # comp_ratio -> (DPGraph, Family)
         self.milp_time_limit, self.milp_stages = milp_time_limit, milp_stages
+        self._seed = None            # --solver milp: the DP whose chain gives the stages
         self.engine_supersteps = 0
         n = self.ag.n
         self.scale = solver == "approx" and (n > scale.EXACT_LIMIT or bool(dp_window)
@@ -235,22 +239,41 @@ class Solver:
         return r.status, r.groups, ModelStats.of_dp(r, scale=self.scale), {}
 
     def _milp(self, budget_bytes: int):
-        """:meth:`solve` with the MILP; no schedule within the time limit is one line."""
+        """:meth:`solve` with the MILP; no schedule within the time limit is one line.
+
+        Without ``milp_stages`` the stages are the blocks of the DP's chain at this budget
+        (the exact family, the approximate one past ``max_lower_sets``): HiGHS then decides
+        what to keep, free and recompute on them, and never does worse than that chain.
+        With ``milp_stages`` (or when the DP has no chain) the order is free over that many
+        stages (default :data:`planner.milp.DEFAULT_SOLVER_STAGES`)."""
+        import time
+
         from hgraph.errors import HGraphError
         from planner import milp
 
+        t0 = time.perf_counter()
         limit = milp.DEFAULT_TIME_LIMIT if self.milp_time_limit is None else self.milp_time_limit
         u = scale_units(budget_bytes, self.act_sum, self.units)
         ag = self.ag
+        groups, stages_from = None, "free order"
+        if self.milp_stages is None:
+            if self._seed is None:
+                self._seed = Solver(self.g, "exact", "time", self.units, self.opts,
+                                    self.max_lower_sets, fallback=True, level=self.level, ag=ag)
+            r = self._seed.dp(budget_bytes)
+            if not r.impossible:
+                groups = r.groups
+                stages_from = f"{r.family} DP chain"
         dg = DPGraph(m=ag.bytes // u.ratio, t=ag.t, src=ag.src, dst=ag.dst)
+        left = max(0.01, limit - (time.perf_counter() - t0))
         with current_progress().stage(f"MILP (HiGHS, {ag.n:,} nodes)"):
-            r = milp.solve(dg, u.budget, time_limit=limit,
+            r = milp.solve(dg, u.budget, time_limit=left, groups=groups,
                            stages=self.milp_stages or milp.DEFAULT_SOLVER_STAGES)
         if r.status == "TIMEOUT":
             raise HGraphError(f"milp: HiGHS found no schedule within {limit:g} s "
-                              f"({r.stages} stages, {r.variables:,} variables); raise "
-                              f"--milp-time-limit, lower --milp-stages or use --solver exact")
+                              f"({r.stages} stages, {stages_from}, {r.variables:,} variables); "
+                              f"raise --milp-time-limit or use --solver exact")
         if r.status != "OK":
             return r.status, None, None, {}
-        return ("OK", r.groups, ModelStats.of_milp(r, u.ratio, u.budget, limit),
+        return ("OK", r.groups, ModelStats.of_milp(r, u.ratio, u.budget, limit, stages_from),
                 dict(keep=r.keep, recompute=r.recompute, retain=r.retain))

@@ -154,6 +154,19 @@ def test_milp_plans_replay_and_fit_in_bytes():
     assert 0 <= p.recompute_certificate.bound <= p.model_recompute_cost
 
 
+@pytest.mark.parametrize("name", ["vgg19", "googlenet"])
+def test_milp_on_the_dp_s_chain_never_costs_more_than_the_dp(name):
+    """--solver milp's default: the stages are the exact DP's chain, so the canonical schedule
+    is a solution and HiGHS's never costs more; its replay is clean (plan() checks it)."""
+    g = cg.read(data_path("graphs", f"cg_{name}.txt"))
+    dp = planner.plan(g, budget="60%", solver="exact", units="reference")
+    p = planner.plan(g, budget="60%", solver="milp", units="reference", milp_time_limit=60)
+    assert p.report["milp"]["stages_from"] == "exact DP chain"
+    assert p.report["milp"]["stages"] == dp.blocks
+    assert p.model_recompute_cost <= dp.model_recompute_cost
+    assert p.recompute_certificate.bound <= p.model_recompute_cost
+
+
 def test_milp_infeasible_budget_is_one_line():
     g = cg.read(data_path("graphs", "cg_vgg19.txt"))
     with pytest.raises(HGraphError, match=r"infeasible for the milp solver .* 2 stages"):
