@@ -32,7 +32,7 @@ from hgraph.errors import HGraphError
 from planner.execute import backend as backend_mod
 from planner.execute import executor
 from planner.execute.allocator import TrackedAllocator
-from planner.ops import OPS, norm_statistics
+from planner.ops import OPS, dots, norm_statistics, pad_map, sums
 from planner.rows import layers as L
 from planner.rows import walk as walk_mod
 
@@ -189,8 +189,7 @@ class _Run:
             off = self.offset(key)
             x = self.get(key)[:, :, cut.r0 - off:cut.r1 - off]
             if cut.top or cut.bottom or cut.side:
-                x = xp.pad(x, ((0, 0), (0, 0), (cut.top, cut.bottom), (cut.side, cut.side)),
-                           mode="constant", constant_values=fill)
+                x = pad_map(xp, x, cut.top, cut.bottom, cut.side, fill)
             xs.append(x)
         return xs, cut
 
@@ -217,7 +216,10 @@ class _Run:
         xs, cut = self._band_inputs(st, fresh, hi)
         if ly.norm[i]:                   # normalised with the whole map's statistics
             mean, inv = self.stats(i)
-            y = ((xs[0] - mean) * inv) * xs[1].reshape(mean.shape) + xs[2].reshape(mean.shape)
+            y = xs[0] - mean                 # the forward's order, in place: the same bits
+            y *= inv
+            y *= xs[1].reshape(mean.shape)
+            y += xs[2].reshape(mean.shape)
         else:
             y = OPS[ly.ops[i]].forward(self.xp, xs, _band_attrs(ly, i))
         out[:, :, fresh - lo:] = y[:, :, cut.crop:cut.crop + hi - fresh]
@@ -240,9 +242,12 @@ class _Run:
         self.arrays[st.writes[0][0]][:, :, a - lo:b - lo] += self.arrays[st.reads[0]][:, :, a:b]
 
     def _xhat(self, st, lo, hi):
-        """Batch norm ``st.op``'s normalised input on rows ``[lo, hi)`` (recomputed band)."""
+        """Batch norm ``st.op``'s normalised input on rows ``[lo, hi)`` (recomputed band; a new
+        array the caller may overwrite)."""
         mean, inv = self.stats(st.op)
-        return (self.band_rows(st.inputs[0], lo, hi) - mean) * inv, inv
+        xhat = self.band_rows(st.inputs[0], lo, hi) - mean
+        xhat *= inv
+        return xhat, inv
 
     def _bnsink(self, st):
         """A band's share of batch norm's output gradient: into the whole gradient, and its two
@@ -251,12 +256,13 @@ class _Run:
         lo, hi = (int(v) for v in self.p.phase_ranges[lv, i, j])
         gy = self.arrays[("bg", i, j, lv)]
         xhat, _ = self._xhat(st, lo, hi)
-        sums = self.xp.stack([gy.sum(axis=(0, 2, 3)), (gy * xhat).sum(axis=(0, 2, 3))])
+        sums_ = self.xp.stack([sums(self.xp, gy, (0, 2, 3), keepdims=False),
+                               dots(self.xp, gy, xhat, (0, 2, 3), keepdims=False)])
         (gw, _), (s, _), (gamma, _), (beta, _) = st.writes
         self.arrays[gw][:, :, lo:hi] += gy
-        self.arrays[s] += sums
-        self.arrays[gamma] += sums[1]
-        self.arrays[beta] += sums[0]
+        self.arrays[s] += sums_
+        self.arrays[gamma] += sums_[1]
+        self.arrays[beta] += sums_[0]
 
     def _bnseed(self, st):
         """Batch norm's input gradient on the rows band ``st.band`` owns, from its whole output
@@ -268,8 +274,12 @@ class _Run:
         s = self.arrays[("s", i)]
         n, _, h, w = ly.out_shapes[i]
         m = np.float32(n * h * w)
-        dxhat = self.arrays[("gw", i)][:, :, a:b] * gamma
-        dx = (inv / m) * (m * dxhat - gamma * s[0].reshape(inv.shape) - xhat * (gamma * s[1].reshape(inv.shape)))
+        t = xhat                         # in place: gamma * s0 + xhat * gamma * s1
+        t *= gamma * s[1].reshape(inv.shape)
+        t += gamma * s[0].reshape(inv.shape)
+        dx = self.arrays[("gw", i)][:, :, a:b] * (gamma * m)        # m * dxhat
+        dx -= t
+        dx *= inv / m
         key = st.writes[0][0]
         off = self.offset(key)
         self.arrays[key][:, :, a - off:b - off] += dx
