@@ -241,12 +241,13 @@ def _conv_tiles(n, ho, wo, k_cols, itemsize, cap):
 def conv_workspace_bytes(in_shape, w_shape, attrs, itemsize=4, cap=None) -> int:
     """Bytes of the largest im2col tile the convolution kernels allocate for this layer
     (forward and weight gradient; the input gradient's tile has ``out_channels / in_channels``
-    times as many columns). 0 for a 1x1, stride-1, unpadded convolution (no columns)."""
+    times as many columns). 0 for a 1x1, stride-1, unpadded convolution (no columns); a strided
+    1x1 copies its subsampled input instead (not tiled)."""
     n, c, h, w = in_shape
     k, s, p = w_shape[2], attrs["stride"], attrs["pad"]
-    if k == 1 and s == 1 and p == 0:
-        return 0
     ho, wo = _out_hw(h, w, k, s, p)
+    if k == 1 and p == 0:
+        return 0 if s == 1 else n * c * ho * wo * itemsize
     cap = attrs.get("workspace", CONV_WORKSPACE_BYTES) if cap is None else cap
     n0, n1, r0, r1 = _conv_tiles(n, ho, wo, c * k * k, itemsize, cap)[0]
     return (n1 - n0) * c * k * k * (r1 - r0) * wo * itemsize
