@@ -427,20 +427,6 @@ ROW_MODELS = ("resnet", "unet", "vgg16", "resnet50")
 PLAN_SLACK = 1.25
 
 
-def forward_flops(g):
-    """FLOPs of each forward op of zoo graph ``g`` (``planner.ops`` shape rules), float64 [ops]."""
-    import numpy as np
-
-    from planner.execute import executor
-    from planner.ops import OPS
-
-    out = []
-    for f in g.forward:
-        d = executor._details(f)
-        out.append(OPS[d["op"]].flops([tuple(s) for s in d["in_shapes"]], tuple(d["out_shape"]), d["attrs"]))
-    return np.asarray(out, dtype=np.float64)
-
-
 def plan_steps(name, sizes, dtype="float32", budget="60%", rows=4, policy="share", steps=STEPS):
     """Step times of the plain step and of plans on zoo model ``name``, in this process on
     NumPy (the thread count is the caller's environment): the DP's recomputation schedule at
@@ -454,12 +440,13 @@ def plan_steps(name, sizes, dtype="float32", budget="60%", rows=4, policy="share
     from hgraph.errors import InfeasibleError
     from planner.execute import backend, executor, export, rows_exec
     from planner.ops import BACKWARD_FLOPS_FACTOR
+    from planner.rows import layers as rows_layers
     from planner.rows import plan as rows_plan
     from planner.rows import with_dp
 
     g = export.to_cg(build(name, sizes, dtype))
     be = backend.get("numpy")
-    fl = forward_flops(g)
+    fl = rows_layers.read(g).flops.astype(float)          # forward FLOPs of each op
     plain_flops = float(fl.sum()) * (1 + BACKWARD_FLOPS_FACTOR)
     plain = executor.plain_schedule(g)
     runs = {"plain": (lambda: executor.run(g, plain, backend=be, meter=False), plain_flops, "")}
