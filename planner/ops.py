@@ -801,9 +801,10 @@ def _softmax_(xp, z):
 
 
 def _attn_probs(xp, q, k, a):
+    """Softmax of ``q k^T * scale`` (the scale applied to ``q``: a pass over ``B*H*S*dh``
+    values instead of ``B*H*S*S``), and the scale."""
     scale = np.float32(1.0 / math.sqrt(q.shape[-1]))
-    scores = xp.matmul(q, k.transpose(0, 1, 3, 2))
-    scores *= scale
+    scores = xp.matmul(q * scale, k.transpose(0, 1, 3, 2))
     if a.get("causal"):                   # -1e30 above the diagonal (exp gives exactly 0 there)
         s = scores.shape[-1]
         scores += xp.where(xp.tri(s, dtype=bool), scores.dtype.type(0), scores.dtype.type(-1e30))
@@ -831,12 +832,10 @@ def _attn_bwd(xp, gy, saved, y, a, in_shapes, want, out=None):
     dq, dk, dv = (dqkv[:, :, i].transpose(0, 2, 1, 3) for i in range(3))   # B, H, S, dh views
     xp.matmul(p.transpose(0, 1, 3, 2), do, out=dv)
     dp = xp.matmul(do, v.transpose(0, 1, 3, 2))
-    ds = (dp * p).sum(axis=-1, keepdims=True)
-    xp.subtract(dp, ds, out=dp)
+    xp.subtract(dp, dots(xp, dp, p, (-1,)), out=dp)      # softmax's VJP; the scale goes on k, q
     dp *= p
-    dp *= scale
-    xp.matmul(dp, k, out=dq)
-    xp.matmul(dp.transpose(0, 1, 3, 2), q, out=dk)
+    xp.matmul(dp, k * scale, out=dq)
+    xp.matmul(dp.transpose(0, 1, 3, 2), q * scale, out=dk)
     return {0: dqkv.reshape(b, s, 3 * h * dh) if into is None else into}
 
 
