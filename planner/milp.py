@@ -22,7 +22,10 @@ the loss). ``D[t, v] = 1`` when node ``v``'s backward ran before stage ``t`` (``
   value not kept is FREEd at the end of the stage (Checkmate's ``FREE``; here implicit);
 * the block's own values are present: ``P[t, v] ≤ S[t, v] + R[t, v]``; a recomputation reads
   resident inputs: ``R[t, v] ≤ S[t, u] + R[t, u]`` for ``u → v``; the backward of a node
-  ``w ∈ A(L_t)`` reads every input ``u`` still to do: ``S[t, u] + R[t, u] ≥ a[t, w]``;
+  ``w ∈ A(L_t)`` reads every input ``u`` still to do: ``S[t, u] + R[t, u] ≥ a[t, w]``, and so
+  does the backward of any ``w`` with an input in the block (``q[t, w] ≥ P[t, x]`` for
+  ``x → w``, ``S[t, u] + R[t, u] ≥ q[t, w] − D[t, u]``): the emitter runs a function's
+  backward in every stage that holds one of its inputs;
 * ``U[t]``: the stage's memory, Checkmate's ``U`` per stage in the DP's accounting
   (FORMAT.md §4.2): resident values ``Σ m (S + R)`` over ``L_t`` (the checkpoints of the
   blocks still to do, and the block's values), the block's gradients ``m(P[t])``, and
@@ -153,7 +156,7 @@ class _Layout:
     def __init__(self, n: int, T: int, chains: bool):
         self.n, self.T = n, T
         sizes = [("D", (T + 1) * n), ("S", T * n), ("R", T * n), ("a", T * n), ("b", T * n),
-                 ("U", T), ("c", n if chains else 0)]
+                 ("q", T * n), ("U", T), ("c", n if chains else 0)]
         self.start, pos = {}, 0
         for name, size in sizes:
             self.start[name] = pos
@@ -249,7 +252,7 @@ def build(g, budget: int, family: str = "all", stages: int | None = None,
     tt, vv = np.divmod(np.arange(T * n), n)              # every (stage, node)
     te, ee = np.divmod(np.arange(T * E), E) if E else (np.zeros(0, np.int64),) * 2
     eu, ew = src[ee], dst[ee]                            # every (stage, edge u -> w)
-    D, S, R, a, b = (lambda t, v, k=k: L(k, t, v) for k in "DSRab")
+    D, S, R, a, b, q = (lambda t, v, k=k: L(k, t, v) for k in "DSRabq")
     t_grid = np.repeat(np.arange(T), n).reshape(T, n)
     v_grid = np.tile(np.arange(n), (T, 1))
     # D non-decreasing; lower sets: D[t,u] <= D[t,w]
@@ -271,6 +274,10 @@ def build(g, budget: int, family: str = "all", stages: int | None = None,
     rows.add([D(te, ew), D(te, eu), a(te, ew)], [1, -1, -1], -np.inf, 0)
     rows.add([a(te, ew), D(te, eu), b(te, eu)], [1, 1, -1], -np.inf, 1)
     rows.add([a(te, ew), D(te, eu), S(te, eu), R(te, eu)], [1, -1, -1, -1], -np.inf, 0)
+    # the backward of w runs in every stage holding one of its inputs (q[t,w] >= P[t,u]) and
+    # reads all of them: those still to do are resident then
+    rows.add([D(te + 1, eu), D(te, eu), q(te, ew)], [1, -1, -1], -np.inf, 0)
+    rows.add([q(te, ew), D(te, eu), S(te, eu), R(te, eu)], [1, -1, -1, -1], -np.inf, 0)
     # U[t] = Σ m (S + R + D[t+1] − D[t] + a + b)
     cols = np.concatenate([S(t_grid, v_grid), R(t_grid, v_grid), D(t_grid + 1, v_grid),
                            D(t_grid, v_grid), a(t_grid, v_grid), b(t_grid, v_grid),
@@ -320,7 +327,7 @@ def build(g, budget: int, family: str = "all", stages: int | None = None,
     cost = np.zeros(L.size)
     cost[R(tt, vv)] = np.asarray(g.t, np.float64)[vv]
     integrality = np.ones(L.size, np.uint8)
-    integrality[L.start["a"]:L.start["c"]] = 0           # a, b, U continuous
+    integrality[L.start["a"]:L.start["c"]] = 0           # a, b, q, U continuous
     return Model(L, cost, integrality, lb, ub, A, lo, hi, family)
 
 

@@ -19,6 +19,7 @@ Example::
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 from hgraph.progress import current as current_progress
@@ -255,25 +256,42 @@ class Solver:
         limit = milp.DEFAULT_TIME_LIMIT if self.milp_time_limit is None else self.milp_time_limit
         u = scale_units(budget_bytes, self.act_sum, self.units)
         ag = self.ag
-        groups, stages_from = None, "free order"
+        groups, stages_from, seed = None, "free order", None
         if self.milp_stages is None:
             if self._seed is None:
                 self._seed = Solver(self.g, "exact", "time", self.units, self.opts,
                                     self.max_lower_sets, fallback=True, level=self.level, ag=ag)
-            r = self._seed.dp(budget_bytes)
-            if not r.impossible:
-                groups = r.groups
-                stages_from = f"{r.family} DP chain"
+            seed = self._seed.dp(budget_bytes)
+            if seed.impossible:
+                seed = None
+            else:
+                groups = seed.groups
+                stages_from = f"{seed.family} DP chain"
         dg = DPGraph(m=ag.bytes // u.ratio, t=ag.t, src=ag.src, dst=ag.dst)
         left = max(0.01, limit - (time.perf_counter() - t0))
         with current_progress().stage(f"MILP (HiGHS, {ag.n:,} nodes)"):
             r = milp.solve(dg, u.budget, time_limit=left, groups=groups,
                            stages=self.milp_stages or milp.DEFAULT_SOLVER_STAGES)
+        if seed is not None and (r.status != "OK" or r.cost > seed.model_recompute_cost):
+            # the chain's own schedule is a solution of the same model: HiGHS's incumbent at
+            # the time limit (or none) is no better, so the plan is the chain's
+            stats = ModelStats.of_dp(seed)
+            info = ModelStats.of_milp(r, u.ratio, u.budget, limit, stages_from).milp \
+                if r.status == "OK" else dict(optimal=False, dual_bound=r.dual_bound,
+                                              stages=r.stages, full_stages=False,
+                                              stages_from=stages_from,
+                                              budget_units=int(u.budget),
+                                              seconds=round(r.seconds, 3),
+                                              time_limit=float(limit), variables=r.variables,
+                                              constraints=r.constraints)
+            info["schedule"] = "the DP chain's own (HiGHS found none cheaper in time)"
+            return "OK", seed.groups, dataclasses.replace(stats, family="milp", milp=info), {}
         if r.status == "TIMEOUT":
             raise HGraphError(f"milp: HiGHS found no schedule within {limit:g} s "
                               f"({r.stages} stages, {stages_from}, {r.variables:,} variables); "
                               f"raise --milp-time-limit or use --solver exact")
         if r.status != "OK":
             return r.status, None, None, {}
-        return ("OK", r.groups, ModelStats.of_milp(r, u.ratio, u.budget, limit, stages_from),
-                dict(keep=r.keep, recompute=r.recompute, retain=r.retain))
+        stats = ModelStats.of_milp(r, u.ratio, u.budget, limit, stages_from)
+        stats.milp["schedule"] = "HiGHS's"
+        return "OK", r.groups, stats, dict(keep=r.keep, recompute=r.recompute, retain=r.retain)
