@@ -8,9 +8,11 @@ For each example model (examples/torch/NAME.py: ``model`` and ``blocks``) rows o
   attention, recompute everything else;
 * ``torch.compile B``: ``torch.compile`` (Inductor kernels) with its min-cut partitioner at
   ``activation_memory_budget`` B;
-* ``hgraph #k``: ``torch.compile`` (Inductor kernels) with hgraph as the partitioner, one row
-  per plan on hgraph's front for the step (:func:`planner.torch.front.front`, the plans chosen
-  by the replayed partition's peak), each compiled and measured;
+* ``hgraph #k (SOURCE)``: ``torch.compile`` (Inductor kernels) with hgraph as the partitioner,
+  one row per candidate on hgraph's front for the step (``HGraphPartitioner``: the planner's
+  plans, SOURCE ``approx`` / ``exact``, kept by the replayed partition's peak, and torch's
+  min-cut partitions offered beside them, SOURCE ``min-cut B``, :mod:`planner.torch.seeds`),
+  each compiled and measured;
 * ``hgraph @B``: the plan a user asking for torch B's measured peak gets among those rows (the
   least recompute at a measured peak no higher): the dominance check's question.
 
@@ -130,7 +132,12 @@ def eager_rows(name, spec, mod):
             kw = {} if ctx == "all" else {"context_fn": ctx}
             blk.forward = functools.partial(checkpoint, fwd, use_reentrant=False, **kw)
         step = eager_step(m, loss)
-        got = measure(step, m, spec.inputs)
+        try:
+            got = measure(step, m, spec.inputs)
+        except RuntimeError as err:     # SAC on an LSTM: torch refuses its in-place cache
+            print(f"  {name} {method}: not run, torch refuses it: {str(err).splitlines()[0]}",
+                  flush=True)
+            continue
         flops = meter.step_flops(step, spec.inputs)
         base = flops if base is None else base
         extra = eager_prediction(spec, loss) if ctx is None else {}
@@ -199,9 +206,10 @@ def _predicted(part):
 
 
 def _the_plan(target, fronts):
-    """hgraph's partitioner that splits by the front's candidate with ``target``'s keep set
-    and source (the bench measures every candidate; a budget picks the least recompute at a
-    replayed peak, which two candidates can share); where the front has none such (the fx
+    """hgraph's partitioner that splits by ``target`` itself, else (another front) by the
+    candidate with ``target``'s keep set and source (the bench measures every candidate; a
+    budget picks the least recompute at a replayed peak, which two candidates can share);
+    where the front has none such (the fx
     capture's front, for MemTracker's column), the plan at ``target``'s replayed peak, or the
     lowest plan where none fits."""
     from hgraph.errors import InfeasibleError
@@ -209,7 +217,8 @@ def _the_plan(target, fronts):
 
     class Same(HGraphPartitioner):
         def pick(self, fr):
-            same = [c for c in fr if (c.keep, c.source) == (target.keep, target.source)]
+            same = [c for c in fr if c is target] or [
+                c for c in fr if (c.keep, c.source) == (target.keep, target.source)]
             if same:
                 return same[0]
             try:
@@ -251,8 +260,8 @@ def compile_rows(name, spec):
         fx = fx_partitioned_step(fm, loss, _the_plan(c, fx_fronts))
         got = measure(compiled_step(m, loss, part), m, spec.inputs, fx, fm)
         assert part.plans[-1] is c.plan, "the front's pick moved"
-        rows.append(_row(name, f"hgraph #{k}", got, _recomputed(part), **_predicted(part),
-                         plan_peak=int(c.plan.peak_bytes)))
+        rows.append(_row(name, f"hgraph #{k} ({c.plan.solver})", got, _recomputed(part),
+                         **_predicted(part), plan_peak=int(c.plan.peak_bytes)))
         print(f"  {name} hgraph #{k}: {got['peak']:,} B, {rows[-1]['recompute']:,} FLOPs",
               flush=True)
     hg = [r for r in rows if r["method"].startswith("hgraph #")]
@@ -260,8 +269,8 @@ def compile_rows(name, spec):
         fits = [h for h in hg if h["peak"] <= t["peak"]]
         if fits:
             best = min(fits, key=lambda h: (h["recompute"], h["peak"]))
-            rows.append(dict(best, method=f"hgraph @{t['method'].split()[-1]} "
-                                          f"(= {best['method'].split()[-1]})"))
+            rows.append(dict(best, method=f"hgraph @{t['method'].split()[-1]} = "
+                                          f"{best['method'][len('hgraph '):]}"))
     return rows
 
 
@@ -361,11 +370,34 @@ def plot(rows, name, path):
     plt.close(fig)
 
 
+def list_fronts(names) -> int:
+    """Each model's front as hgraph's partitioner plans it (the ``hgraph #k`` rows' order)."""
+    from planner.torch.capture import default_loss
+    from planner.torch.compiled import HGraphPartitioner
+    from planner.torch.model_file import load
+
+    for name in names:
+        spec = load(os.path.join(EXAMPLES, f"{name}.py:model"))
+        fronts = {}
+        m = copy.deepcopy(spec.model)
+        compiled_step(m, spec.loss or default_loss, HGraphPartitioner("100%", fronts=fronts))(
+            *spec.inputs)
+        print(f"== {name}: #k, source, replayed peak B, recompute FLOPs")
+        for k, c in enumerate(next(iter(fronts.values()))[0]):
+            print(f"{k} {c.plan.solver} {c.step_peak} {c.recompute_flops}", flush=True)
+    return 0
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--models", default=",".join(MODELS))
     ap.add_argument("--out", default="out/torch_bench")
+    ap.add_argument("--list-front", action="store_true",
+                    help="only print each model's front (index, source, replayed peak, "
+                         "recompute FLOPs): one compile per model")
     args = ap.parse_args(argv)
+    if args.list_front:
+        return list_fronts(args.models.split(","))
     from hgraph.fileio import write_text
     from planner.torch.model_file import load
 
