@@ -110,3 +110,40 @@ def test_compile_with_min_cut_seeds_trains_like_eager_at_every_pick():
     assert any(s.startswith("min-cut") for s in picks), "a budget picks a min-cut partition"
     for solver, peak in sorted(picks.items()):
         assert run(peak).solver == solver
+
+
+def test_compile_shows_its_planning_on_stderr(capsys):
+    """Planning a step's front takes seconds to minutes: ``progress="plain"`` says so on
+    stderr, a job's own tracker sees each stage, and the default stays quiet in a pipe."""
+    from contextlib import nullcontext
+
+    from hgraph.progress import tracking
+
+    m, x = small_gpt_block()
+    pt.compile(copy.deepcopy(m), progress="plain")(x)
+    err = capsys.readouterr().err
+    assert "hgraph: planning the step:" in err and err.strip().endswith(" s")
+
+    class Recorder:
+        kind, names = "plain", []
+
+        def stage(self, name):
+            self.names.append(name)
+            return nullcontext()
+
+        def superstep(self, row):
+            pass
+
+        def position(self, done, total):
+            pass
+
+        def close(self):
+            pass
+
+    rec = Recorder()
+    with tracking(tracker=rec):
+        pt.compile(copy.deepcopy(m))(x)
+    assert rec.names[:2] == ["hgraph: planning the step", "torch's min-cut partitions"]
+    assert {"step front: approx plans", "step front: min-cut partitions"} <= set(rec.names)
+    pt.compile(copy.deepcopy(m))(x)                 # "auto", stderr is no terminal here
+    assert "hgraph" not in capsys.readouterr().err

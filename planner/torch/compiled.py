@@ -55,11 +55,16 @@ class HGraphPartitioner(torch._inductor.custom_graph_pass.CustomPartitionerFn):
     partitioned on the graph it was made on. Beside the plans, the front offers torch's own
     min-cut partitions at ``min_cut_budgets`` (``activation_memory_budget`` values; empty: none),
     which Inductor's fusion can make the better choice (:mod:`planner.torch.seeds`).
+    ``progress``: how planning a front (tens of seconds on a model of some size) shows on
+    stderr: ``"auto"`` (a live bar on a terminal, nothing in a pipe or log), ``"bar"``,
+    ``"plain"`` (a line per stage) or ``"off"``; inside a job that already tracks its stages
+    (the CLI), its tracker shows them.
     """
 
     def __init__(self, budget="100%", fronts=None, min_cut_budgets=MIN_CUT_BUDGETS,
-                 **plan_kwargs):
+                 progress: str = "auto", **plan_kwargs):
         self.budget, self.plan_kwargs, self.plans, self.parts = budget, plan_kwargs, [], []
+        self.progress = progress
         self.min_cut_budgets = tuple(min_cut_budgets or ())
         self.fronts = {} if fronts is None else fronts
 
@@ -72,14 +77,16 @@ class HGraphPartitioner(torch._inductor.custom_graph_pass.CustomPartitionerFn):
         tg = from_joint(gm, n_out, decompose=True)
         key = cg.dumps(tg.cg)
         if key not in self.fronts:       # the graph as traced, and with its subexpressions merged
-            merged_gm = cap.cse(gm)
-            merged = from_joint(merged_gm, n_out, decompose=True)
-            seeds = (min_cut_keeps(merged_gm, joint_inputs, self.min_cut_budgets, **kwargs)
-                     if self.min_cut_budgets else None)
-            self.fronts[key] = (front_mod.union([front_mod.front(tg, **self.plan_kwargs),
-                                                 front_mod.front(merged, seeds=seeds,
-                                                                 **self.plan_kwargs)]),
-                                gm, merged_gm)
+            with _progress(self.progress) as stages, stages.stage("hgraph: planning the step"):
+                merged_gm = cap.cse(gm)
+                merged = from_joint(merged_gm, n_out, decompose=True)
+                with stages.stage("torch's min-cut partitions"):
+                    seeds = (min_cut_keeps(merged_gm, joint_inputs, self.min_cut_budgets,
+                                           **kwargs) if self.min_cut_budgets else None)
+                self.fronts[key] = (front_mod.union([front_mod.front(tg, **self.plan_kwargs),
+                                                     front_mod.front(merged, seeds=seeds,
+                                                                     **self.plan_kwargs)]),
+                                    gm, merged_gm)
         fr, traced_gm, old_merged = self.fronts[key]
         c = self.pick(fr)
         # a front planned in another compile holds that compile's joint graph, whose values are
@@ -101,6 +108,16 @@ class HGraphPartitioner(torch._inductor.custom_graph_pass.CustomPartitionerFn):
 
     def uuid(self):
         return None             # plans depend on the budget: never reuse a cached compile
+
+
+def _progress(kind: str):
+    """The stage progress to report to: the running job's, else a new one of ``kind``."""
+    import contextlib
+
+    from hgraph.progress import current, tracking
+
+    have = current()
+    return contextlib.nullcontext(have) if have.kind != "off" else tracking(kind)
 
 
 def compile_model(model, budget="100%", loss=None, **plan_kwargs):

@@ -33,6 +33,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from hgraph.progress import current as current_progress
 from planner.torch import measure
 from planner.torch.partition import keep_names, partition
 
@@ -126,6 +127,7 @@ def front(tg, solvers=SOLVERS, points: int = POINTS,
     # the front plans at many budgets and keeps few plans: no lower bound for each
     plan_kwargs = {"certify": "off", **plan_kwargs}
     g = tg.cg
+    stages = current_progress()
     top = int(planner.plan(g, budget="100%", **plan_kwargs).peak_bytes)
     seen, found = set(), []
     for solver in solvers:
@@ -133,19 +135,23 @@ def front(tg, solvers=SOLVERS, points: int = POINTS,
         if solver == "exact":
             kwargs["max_lower_sets"] = min(exact_max_lower_sets,
                                            kwargs.get("max_lower_sets", exact_max_lower_sets))
-        try:
-            lo = _smallest_budget(g, solver, **kwargs)
-        except TooManyLowerSets:
-            continue
-        for b in np.unique(np.linspace(min(lo, top), top, points).astype(np.int64)):
-            p = planner.plan(g, budget=int(b), solver=solver, **kwargs)
-            keep = frozenset(keep_names(g, p.schedule))
-            if keep in seen:
+        with stages.stage(f"step front: {solver} plans"):
+            try:
+                lo = _smallest_budget(g, solver, **kwargs)
+            except TooManyLowerSets:
                 continue
-            seen.add(keep)
-            found.append(measured_candidate(tg, p))
-    seeded = [seeded_candidate(tg, keep, label) for label, keep in (seeds or {}).items()
-              if frozenset(keep) not in seen]
+            budgets = np.unique(np.linspace(min(lo, top), top, points).astype(np.int64))
+            for k, b in enumerate(budgets):
+                stages.position(k, len(budgets))
+                p = planner.plan(g, budget=int(b), solver=solver, **kwargs)
+                keep = frozenset(keep_names(g, p.schedule))
+                if keep in seen:
+                    continue
+                seen.add(keep)
+                found.append(measured_candidate(tg, p))
+    with stages.stage("step front: min-cut partitions"):
+        seeded = [seeded_candidate(tg, keep, label) for label, keep in (seeds or {}).items()
+                  if frozenset(keep) not in seen]
     return union([found, seeded])
 
 
