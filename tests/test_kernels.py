@@ -78,24 +78,29 @@ def test_convolution_tiles_respect_the_workspace_bound():
     assert sum((t[1] - t[0]) * (t[3] - t[2]) for t in tiles) == 4 * 32
 
 
-@pytest.mark.parametrize("name", sorted(n for n, d in ops.OPS.items() if d.fills_out))
-def test_kernels_writing_into_out_give_the_same_bits(name):
-    rng = np.random.default_rng(0)
-    for model in ("mlp", "resnet", "unet", "transformer"):
+def _first_call(name, models, seed):
+    """(graph, forward function, its details, input arrays, the generator) of the first ``name``
+    op in the zoo ``models``: parameters and data as the executor makes them, other inputs random."""
+    rng = np.random.default_rng(seed)
+    for model in models:
         g = export.to_cg(zoo.build(model))
         leaf = executor.leaves(g, np, 0)
         for f in g.forward:
             d = executor._details(f)
-            if d["op"] != name:
-                continue
-            xs = [leaf[a] if a in leaf else rng.standard_normal(sh).astype(dt)
-                  for (a, _), sh, dt in zip(f.inputs, d["in_shapes"], d["in_dtypes"])]
-            want = ops.OPS[name].forward(np, xs, d["attrs"])
-            out = np.full(tuple(d["out_shape"]), np.nan, dtype=d["out_dtype"])
-            ops.OPS[name].forward(np, xs, d["attrs"], out=out)
-            assert out.tobytes() == np.ascontiguousarray(want).tobytes()
-            return
+            if d["op"] == name:
+                xs = [leaf[a] if a in leaf else rng.standard_normal(sh).astype(dt)
+                      for (a, _), sh, dt in zip(f.inputs, d["in_shapes"], d["in_dtypes"])]
+                return g, f, d, xs, rng
     pytest.fail(f"no {name} op in the zoo models tried")
+
+
+@pytest.mark.parametrize("name", sorted(n for n, d in ops.OPS.items() if d.fills_out))
+def test_kernels_writing_into_out_give_the_same_bits(name):
+    _, _, d, xs, _ = _first_call(name, ("mlp", "resnet", "unet", "transformer"), 0)
+    want = ops.OPS[name].forward(np, xs, d["attrs"])
+    out = np.full(tuple(d["out_shape"]), np.nan, dtype=d["out_dtype"])
+    ops.OPS[name].forward(np, xs, d["attrs"], out=out)
+    assert out.tobytes() == np.ascontiguousarray(want).tobytes()
 
 
 @pytest.mark.parametrize("k,s,p", [(2, 2, 0), (3, 2, 1), (3, 1, 1)])
@@ -173,28 +178,17 @@ def test_matmul_gradients_match_the_definition(xshape):
 
 @pytest.mark.parametrize("name", sorted(n for n, d in ops.OPS.items() if d.fills_grads))
 def test_every_vjp_writing_into_out_gives_the_same_bits(name):
-    rng = np.random.default_rng(4)
-    for model in ("mlp", "resnet", "resnet50", "unet", "transformer"):
-        g = export.to_cg(zoo.build(model))
-        leaf = executor.leaves(g, np, 0)
-        for f in g.forward:
-            d = executor._details(f)
-            if d["op"] != name:
-                continue
-            op = ops.OPS[name]
-            xs = [leaf[a] if a in leaf else rng.standard_normal(sh).astype(dt)
-                  for (a, _), sh, dt in zip(f.inputs, d["in_shapes"], d["in_dtypes"])]
-            y = op.forward(np, xs, d["attrs"])
-            gy = rng.standard_normal(y.shape).astype(y.dtype)
-            shapes = [tuple(sh) for sh in d["in_shapes"]]
-            want_pos = [j for j, (a, _) in enumerate(f.inputs) if g.is_activation[a] or
-                        g.var_names[a].startswith("/")]
-            saved = {j: xs[j] for j in op.saves_inputs}
-            want = op.backward(np, gy, saved, y if op.saves_output else None, d["attrs"], shapes, want_pos)
-            out = {j: np.full(shapes[j], np.nan, dtype=d["in_dtypes"][j]) for j in want_pos}
-            got = op.backward(np, gy, saved, y if op.saves_output else None, d["attrs"], shapes, want_pos,
-                              out=out)
-            for j in want_pos:
-                assert np.asarray(got[j]).tobytes() == np.ascontiguousarray(want[j]).tobytes(), j
-            return
-    pytest.fail(f"no {name} op in the zoo models tried")
+    g, f, d, xs, rng = _first_call(name, ("mlp", "resnet", "resnet50", "unet", "transformer"), 4)
+    op = ops.OPS[name]
+    y = op.forward(np, xs, d["attrs"])
+    gy = rng.standard_normal(y.shape).astype(y.dtype)
+    shapes = [tuple(sh) for sh in d["in_shapes"]]
+    want_pos = [j for j, (a, _) in enumerate(f.inputs) if g.is_activation[a] or
+                g.var_names[a].startswith("/")]
+    saved = {j: xs[j] for j in op.saves_inputs}
+    want = op.backward(np, gy, saved, y if op.saves_output else None, d["attrs"], shapes, want_pos)
+    out = {j: np.full(shapes[j], np.nan, dtype=d["in_dtypes"][j]) for j in want_pos}
+    got = op.backward(np, gy, saved, y if op.saves_output else None, d["attrs"], shapes, want_pos,
+                      out=out)
+    for j in want_pos:
+        assert np.asarray(got[j]).tobytes() == np.ascontiguousarray(want[j]).tobytes(), j
