@@ -81,8 +81,8 @@ class HGraphPartitioner(torch._inductor.custom_graph_pass.CustomPartitionerFn):
                 merged_gm = cap.cse(gm)
                 merged = from_joint(merged_gm, n_out, decompose=True)
                 with stages.stage("torch's min-cut partitions"):
-                    seeds = (min_cut_keeps(merged_gm, joint_inputs, self.min_cut_budgets,
-                                           **kwargs) if self.min_cut_budgets else None)
+                    seeds = min_cut_keeps(merged_gm, joint_inputs, self.min_cut_budgets,
+                                          **kwargs)
                 self.fronts[key] = (front_mod.union([front_mod.front(tg, **self.plan_kwargs),
                                                      front_mod.front(merged, seeds=seeds,
                                                                      **self.plan_kwargs)]),

@@ -72,6 +72,12 @@ def is_view(node) -> bool:
     return alias is not None and not alias.is_write
 
 
+def view_source(node):
+    """The node a view reads its storage from: its first argument, or for a ``getitem`` of a
+    tuple-returning view (``split``) that view's first argument."""
+    return node.args[0].args[0] if node.target is operator.getitem else node.args[0]
+
+
 def _tag(node) -> str:
     return node.meta.get("partitioner_tag", "")
 
@@ -254,7 +260,7 @@ def from_joint(joint, num_fwd_outputs: int, decompose: bool, costs: str = "flops
         _check_supported(n, source)
         val = n.meta.get("val")
         if is_view(n):
-            base = n.args[0] if n.target is not operator.getitem else n.args[0].args[0]
+            base = view_source(n)
             if base in var_of:
                 var_of[n] = var_of[base]
             continue

@@ -19,7 +19,6 @@ candidate reports like every other.
 from __future__ import annotations
 
 import dataclasses
-import operator
 import time
 
 import numpy as np
@@ -37,17 +36,20 @@ def _tag(n):
     return n.meta.get("partitioner_tag", "")
 
 
-def base_of(joint, name) -> str:
-    """The fx node a view (``view``, ``permute``, a ``split``'s getitem ...) aliases, through
-    chains of views; ``name`` itself when it is no view."""
-    from planner.torch.model_graph import is_view
+def _base(n):
+    """The node view ``n`` aliases, through chains of views (``n`` itself when no view)."""
+    from planner.torch.model_graph import is_view, view_source
 
-    by_name = {n.name: n for n in joint.graph.nodes}
-    n = by_name.get(name)
-    while n is not None and n.op == "call_function" and is_view(n):
-        a = n.args[0]
-        n = a.args[0] if n.target is operator.getitem else a
-    return n.name if n is not None else name
+    while n.op == "call_function" and is_view(n):
+        n = view_source(n)
+    return n
+
+
+def base_of(joint, name) -> str:
+    """The fx node a view (``view``, ``permute``, a ``split``'s getitem ...) of ``joint``
+    aliases, through chains of views; ``name`` itself when it is no view (or no node)."""
+    n = next((m for m in joint.graph.nodes if m.name == name), None)
+    return name if n is None else _base(n).name
 
 
 def representable(joint, names) -> frozenset:
@@ -55,16 +57,15 @@ def representable(joint, names) -> frozenset:
     base, a backward-tagged op the min-cut moved into the forward (layer norm's ``rsqrt / D``,
     ReLU's ``le`` mask) as the forward values it is computed from."""
     by_name = {n.name: n for n in joint.graph.nodes}
-    out, stack = set(), [base_of(joint, n) for n in names]
+    out, stack = set(), [_base(by_name[n]) for n in names if n in by_name]
     while stack:
-        name = stack.pop()
-        n = by_name.get(name)
-        if n is None or name in out or n.name.startswith("tangents"):
+        n = stack.pop()
+        if n.name in out or n.name.startswith("tangents"):
             continue
         if _tag(n) == "is_backward":
-            stack.extend(base_of(joint, a.name) for a in n.all_input_nodes)
+            stack.extend(_base(a) for a in n.all_input_nodes)
         else:
-            out.add(name)
+            out.add(n.name)
     return frozenset(out)
 
 
