@@ -9,6 +9,7 @@ torch = pytest.importorskip("torch", reason="the torch extra is not installed")
 nn = torch.nn
 
 import planner.torch as pt  # noqa: E402
+from hgraph.errors import HGraphError  # noqa: E402
 from planner.torch import front, measure, seeds  # noqa: E402
 from planner.torch.capture import capture, cse  # noqa: E402
 
@@ -147,3 +148,6 @@ def test_compile_shows_its_planning_on_stderr(capsys):
     assert {"step front: approx plans", "step front: min-cut partitions"} <= set(rec.names)
     pt.compile(copy.deepcopy(m))(x)                 # "auto", stderr is no terminal here
     assert "hgraph" not in capsys.readouterr().err
+    with pytest.raises(HGraphError, match="^progress must be one of auto, bar, plain, off, "
+                                          "got 'loud'$"):
+        pt.compile(copy.deepcopy(m), progress="loud")

@@ -63,6 +63,10 @@ class HGraphPartitioner(torch._inductor.custom_graph_pass.CustomPartitionerFn):
 
     def __init__(self, budget="100%", fronts=None, min_cut_budgets=MIN_CUT_BUDGETS,
                  progress: str = "auto", **plan_kwargs):
+        from hgraph.progress import KINDS
+
+        if progress not in KINDS:
+            raise HGraphError(f"progress must be one of {', '.join(KINDS)}, got {progress!r}")
         self.budget, self.plan_kwargs, self.plans, self.parts = budget, plan_kwargs, [], []
         self.progress = progress
         self.min_cut_budgets = tuple(min_cut_budgets or ())
