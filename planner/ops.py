@@ -900,3 +900,220 @@ OPS: dict[str, OpDef] = {op.name: op for op in [
 
 #: FLOPs of the backward relative to the forward (two matmuls per matmul, recomputed statistics...).
 BACKWARD_FLOPS_FACTOR = 2
+
+
+# ---------------------------------------------------------------- kernel temporaries (issue 23)
+# What each kernel above allocates beyond its inputs and the buffers it is handed (``out=``),
+# for a plan that predicts a whole step's peak (planner.execute.step_memory). Each figure is the
+# most the kernel holds at once (its returned arrays included, unless written into ``out``),
+# read off the kernel's code: change a kernel's temporaries, change its entry here
+# (tests/test_step_memory.py compares both under tracemalloc).
+def _nb(shape, itemsize) -> int:
+    return _numel(shape) * itemsize
+
+
+#: NumPy's ufunc buffer, in elements (``np.getbufsize()``): a ufunc that broadcasts, casts or
+#: walks strided operands copies them through buffers of at most this many elements each.
+UFUNC_BUFSIZE = 8192
+
+
+def _bufs(count, shape, itemsize) -> int:
+    """``count`` ufunc buffers for operands of ``shape`` (smaller arrays get smaller buffers)."""
+    return count * min(UFUNC_BUFSIZE, _numel(shape)) * itemsize
+
+
+def _stats_temp(shape, reduce_axes, e) -> int:
+    """:func:`_centered`'s small arrays (``sums``' ones and partial sums, mean, var, inv)."""
+    nd = len(shape)
+    red = tuple(i % nd for i in reduce_axes)
+    kept = [i for i in range(nd) if i not in red]
+    if len(kept) == 1 and nd >= 2:
+        ax = kept[0]
+        before, c, after = _numel(shape[:ax]), shape[ax], _numel(shape[ax + 1:])
+        return e * (after + before + (before * c if after > 1 else 0) + 8 * c)
+    return e * (shape[-1] + 8 * (_numel(shape) // max(1, shape[-1])))
+
+
+def _conv_fwd_temp(x, wt, s, p, e, cap, out_given) -> int:
+    n, c, h, w = x
+    o, _, k, _ = wt
+    ho, wo = _out_hw(h, w, k, s, p)
+    result = 0 if out_given else n * o * ho * wo * e
+    if k == 1 and p == 0:                # no columns (a strided 1x1: its subsampled copy)
+        return result + (n * c * ho * wo * e if s > 1 else 0)
+    tiles = _conv_tiles(n, ho, wo, c * k * k, e, cap)
+    n0, n1, r0, r1 = tiles[0]
+    nb, rows = n1 - n0, r1 - r0
+    ws = nb * c * k * k * rows * wo * e
+    a, b = r0 * s - p, (r1 - 1) * s - p + k
+    slab = 0 if p == 0 and a >= 0 and b <= h else nb * c * (b - a) * (w + 2 * p) * e
+    tile_out = nb * o * rows * wo * e if _merged(ho, wo, k) or rows < ho else 0
+    return result + ws + max(slab * min(len(tiles), 2), slab + tile_out)
+
+
+def _conv_dw_temp(x, wt, gy, s, p, e, cap, out_given) -> int:
+    o, c, k, _ = wt
+    n, _, ho, wo = gy
+    wm = o * c * k * k * e
+    sub = 0
+    if k == 1 and p == 0 and s > 1:
+        sub, s = n * c * ho * wo * e, 1
+        x = (n, c, ho, wo)
+    merged = _merged(ho, wo, k)
+    direct = n * ho * wo < AMORTISE_PIXELS
+    if k == 1 and s == 1 and p == 0:
+        tiles, ws, slab, g = [(0, n, 0, ho)], 0, 0, 0
+    else:
+        tiles = _conv_tiles(n, ho, wo, c * k * k, e, cap)
+        n0, n1, r0, r1 = tiles[0]
+        ws = (n1 - n0) * c * k * k * (r1 - r0) * wo * e
+        a, b = r0 * s - p, (r1 - 1) * s - p + k
+        slab = 0 if p == 0 and a >= 0 and b <= x[2] else (n1 - n0) * c * (b - a) * (x[3] + 2 * p) * e
+        slab *= min(len(tiles), 2)
+        g = (n1 - n0) * (r1 - r0) * wo * o * e if merged else 0
+    nb = tiles[0][1] - tiles[0][0]
+    part = wm if merged else nb * wm + (wm if nb > 1 else 0)
+    held = wm * min(len(tiles) - 1, 2)          # the running sum and the previous tile's part
+    loop = sub + ws + slab + g + part + held
+    end = sub + wm + (0 if direct or out_given else wm)      # the sum, and its transposed copy
+    return max(loop, end)
+
+
+def _conv_dx_temp(x, wt, gy, s, p, e, cap, out_given) -> int:
+    n, c, h, w = x
+    o, _, k, _ = wt
+    _, _, ho, wo = gy
+    xs = n * c * h * w * e
+    if s == 1 and p <= k - 1 and o <= c and n * ho * wo >= AMORTISE_PIXELS:
+        return o * c * k * k * e + _conv_fwd_temp(gy, (c, o, k, k), 1, k - 1 - p, e, cap, out_given)
+    if k == 1 and p == 0:
+        return xs + n * c * ho * wo * e
+    pad = n * c * (h + 2 * p) * (w + 2 * p) * e
+    n0, n1, r0, r1 = _conv_tiles(n, ho, wo, c * k * k, e, cap)[0]
+    cols = (n1 - n0) * c * k * k * (r1 - r0) * wo * e
+    g = (n1 - n0) * o * (r1 - r0) * wo * e if _merged(ho, wo, k) else 0
+    adds = _bufs(3, ((n1 - n0), c, r1 - r0, wo), e)           # col2im's strided adds
+    return pad + max(2 * g, g + cols + adds, g + (xs if p else 0))
+
+
+def _conv_bwd_temp(x, wt, gy, a, e, want, into) -> int:
+    s, p, cap = a["stride"], a["pad"], _workspace(a)
+    dw = _conv_dw_temp(x, wt, gy, s, p, e, cap, 1 in into) if 1 in want else 0
+    held = 0 if 1 in into or 1 not in want else _nb(wt, e)
+    dx = _conv_dx_temp(x, wt, gy, s, p, e, cap, 0 in into) if 0 in want else 0
+    return max(dw, held + dx)
+
+
+def kernel_temp_bytes(name, phase, in_shapes, out_shape, attrs, itemsize=4, want=(),
+                      into=()) -> int:
+    """The most bytes kernel ``name`` (``phase`` ``"forward"`` or ``"backward"``) holds at once
+    beyond its inputs and the buffers it is handed: ``into`` names those (forward: ``-1`` when
+    it is given ``out=``; backward: the gradient positions given ``out={pos: ...}``); ``want``:
+    the gradient positions asked for. Results the kernel returns in arrays of its own count
+    (the caller copies them into its buffers); Python objects and NumPy's ufunc buffers do not.
+
+    >>> kernel_temp_bytes("relu", "backward", [(8, 16)], (8, 16), {}, want=(0,), into=(0,))
+    128
+    """
+    e = int(itemsize)
+    ins = [tuple(s) for s in in_shapes]
+    out = tuple(out_shape)
+    ys, xs = _nb(out, e), _nb(ins[0], e) if ins else 0
+    given = -1 in into
+    res = 0 if given else ys
+    if phase == "forward":
+        if name == "conv2d":
+            return _conv_fwd_temp(ins[0], ins[1], attrs["stride"], attrs["pad"], e,
+                                  _workspace(attrs), given)
+        if name == "max_pool":
+            p = attrs.get("pad", 0)
+            n, c, h, w = ins[0]
+            return res + (n * c * (h + 2 * p) * (w + 2 * p) * e if p else 0) + _bufs(1, out, e)
+        if name == "avg_pool":
+            return 2 * ys if ins[0][2] == attrs["kernel"] and ins[0][3] == attrs["kernel"] else ys
+        if name in ("batch_norm", "layer_norm"):
+            return res + _stats_temp(ins[0], _batchnorm_axes_of(ins[0], attrs)[0], e) + \
+                _bufs(1, out, e)
+        if name == "softmax_cross_entropy":
+            n = ins[0][0]
+            return 2 * xs + 8 * n * e + 8 * n
+        if name == "attention":
+            b, sq, d3 = ins[0]
+            hds = attrs["heads"]
+            scores = b * hds * sq * sq * e
+            side = b * sq * (d3 // 3) * e
+            if attrs.get("causal"):
+                side = max(side, sq * sq * (1 + e))
+            return res + scores + side + 2 * b * hds * sq * e + _bufs(1, out, e)
+        if name == "reshape":
+            return 0
+        if name == "bias":      # a broadcast add
+            return res + _bufs(1, out, e)
+        return res               # matmul, add, relu, gelu, upsample, concat
+    # backward
+    into = set(into)
+    want = set(want)
+    if name == "conv2d":
+        return _conv_bwd_temp(ins[0], ins[1], out, attrs, e, want, into)
+    if name == "matmul":
+        x, w = ins
+        rows = _numel(out) // max(1, out[-1])
+        g0 = 0
+        if 0 in want:
+            r0 = 0 if 0 in into else xs
+            if rows >= 64:
+                g0 = _nb(w, e) + r0
+            elif rows > 8:
+                g0 = r0
+            else:
+                g0 = xs * (1 + (len(out) > 2) + (0 not in into))
+        held0 = 0 if 0 in into or 0 not in want else xs
+        g1 = (0 if 1 in into else _nb(w, e)) if 1 in want else 0
+        return max(g0, held0 + g1)
+    if name == "relu":          # the mask, cast through a buffer
+        return _numel(out) + (0 if 0 in into or 0 not in want else ys) + _bufs(1, out, e)
+    if name == "gelu":
+        return 4 * xs + (0 if 0 in into else xs)
+    if name == "bias":
+        return (_stats_temp(out, tuple(i for i in range(len(out))
+                                       if i != attrs["axis"] % len(out)), e) if 1 in want else 0)
+    if name == "max_pool":
+        k, s, p = attrs["kernel"], attrs["stride"], attrs.get("pad", 0)
+        n, c, h, w = ins[0]
+        padded = n * c * (h + 2 * p) * (w + 2 * p) * e
+        dxpad = 0 if p == 0 and 0 in into else padded
+        last = max(ys if s < k else 0, xs if p else 0)
+        return (padded if p else 0) + dxpad + 2 * _numel(out) + last + _bufs(2, out, e)
+    if name == "avg_pool":
+        return ys + xs
+    if name == "upsample":
+        return xs + _bufs(1, ins[0], e)
+    if name in ("batch_norm", "layer_norm"):
+        red, _ = _batchnorm_axes_of(ins[0], attrs)
+        other = tuple(i for i in range(len(ins[0])) if i != attrs["axis"] % len(ins[0]))
+        extra = xs if name == "layer_norm" and 0 in want else 0
+        return (xs + extra + (0 if 0 in into or 0 not in want else xs)
+                + 2 * _stats_temp(ins[0], red, e) + _stats_temp(ins[0], other, e)
+                + _bufs(1, ins[0], e))
+    if name == "softmax_cross_entropy":
+        n = ins[0][0]
+        return 3 * xs + 8 * n * e + 8 * n
+    if name == "attention":
+        b, sq, d3 = ins[0]
+        hds = attrs["heads"]
+        scores = b * hds * sq * sq * e
+        side = b * sq * (d3 // 3) * e
+        if attrs.get("causal"):
+            side = max(side, sq * sq * (1 + e))
+        return 2 * scores + side + 2 * b * hds * sq * e + (0 if 0 in into else xs) + \
+            _bufs(1, out, e)
+    return 0                     # add, reshape, concat: views of the output gradient
+
+
+def _batchnorm_axes_of(shape, a):
+    """:func:`_batchnorm_axes` from a shape (no array)."""
+    nd = len(shape)
+    if a["kind"] == "batch":
+        return _norm_axes(nd, a["axis"])
+    axis = a["axis"] % nd
+    return (axis,), axis
