@@ -70,7 +70,8 @@ def test_the_meter_is_tracemalloc(resnet, monkeypatch):
         with pytest.raises(RuntimeError, match="tracemalloc was asked"):
             executor.run(g, s, backend=NP)
 
-    readings = iter([(1000, 1000), (2000, 1000 + 123_456)])      # (current, peak): start, end
+    # (current, peak): start; once the parameters and inputs are built (500 B held); end
+    readings = iter([(1000, 1000), (1500, 1500), (2000, 1500 + 123_456)])
     with monkeypatch.context() as m:
         for name in ("start", "stop", "reset_peak"):
             m.setattr(tracemalloc, name, lambda: None)
@@ -78,6 +79,7 @@ def test_the_meter_is_tracemalloc(resnet, monkeypatch):
         m.setattr(tracemalloc, "get_traced_memory", lambda: next(readings))
         r = executor.run(g, s, backend=NP)
     assert r.measured_peak_bytes == 123_456 and r.tracked_peak_bytes > 0
+    assert r.measured_step_peak_bytes == 123_456 + 500          # the whole step: leaves included
 
 
 def test_a_callers_tracing_goes_on(resnet):

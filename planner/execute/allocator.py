@@ -45,9 +45,21 @@ DEVICE_METER = "cupy pool used bytes"
 
 
 class HostPeak:
-    """What :func:`host_meter` saw: ``peak_bytes`` (None until the block ends)."""
+    """What :func:`host_meter` saw: ``peak_bytes`` (None until the block ends) above what was
+    traced at :meth:`restart` (the block's start when never restarted), and ``whole_bytes``:
+    the same peak above what was traced when the block began -- what a step holds from before
+    its parameters and inputs were built (:meth:`restart` once they are)."""
 
     peak_bytes: int | None = None
+    whole_bytes: int | None = None
+    base: int = 0
+    held: int = 0
+
+    def restart(self) -> None:
+        """Forget the peak so far (building the leaves: their initialisers' temporaries); what
+        is traced now is held by the rest of the block (counted in ``whole_bytes`` only)."""
+        tracemalloc.reset_peak()
+        self.held = max(0, int(tracemalloc.get_traced_memory()[0]) - self.base)
 
 
 @contextlib.contextmanager
@@ -68,9 +80,11 @@ def host_meter():
         tracemalloc.start()
     try:
         tracemalloc.reset_peak()
-        base = tracemalloc.get_traced_memory()[0]
+        out.base = int(tracemalloc.get_traced_memory()[0])
         yield out
-        out.peak_bytes = max(0, int(tracemalloc.get_traced_memory()[1]) - int(base))
+        whole = max(0, int(tracemalloc.get_traced_memory()[1]) - out.base)
+        out.whole_bytes = whole
+        out.peak_bytes = max(0, whole - out.held)
     finally:
         if started:
             tracemalloc.stop()
@@ -113,6 +127,43 @@ def _round(n: int, alignment: int) -> int:
     return (n + alignment - 1) // alignment * alignment
 
 
+class BestFit:
+    """The ``pool`` strategy's free list, apart from any memory: freed blocks by size; a request
+    takes the smallest free block at least as large, whole, or needs a new block of
+    :meth:`block_size` bytes. The allocator keeps its blocks here (``payload``); the whole-step
+    prediction (:mod:`planner.execute.step_memory`) replays a step's requests through it with
+    no payload, so both see the same reuse and the same reserved bytes.
+
+    >>> p = BestFit(64)
+    >>> p.take(100) is None, p.block_size(100)
+    (True, 128)
+    >>> p.give(128); p.take(100), p.take(100)
+    (128, None)
+    """
+
+    def __init__(self, alignment: int):
+        self.alignment = int(alignment)
+        self.sizes, self.payloads = [], []
+
+    def block_size(self, nbytes: int) -> int:
+        return _round(max(int(nbytes), 1), self.alignment)
+
+    def take(self, nbytes: int):
+        """The payload of the free block that serves ``nbytes`` (its size when the payload is
+        None), removed from the free list; None when no free block is large enough."""
+        k = bisect.bisect_left(self.sizes, int(nbytes))
+        if k == len(self.sizes):
+            return None
+        size = self.sizes.pop(k)
+        payload = self.payloads.pop(k)
+        return size if payload is None else payload
+
+    def give(self, size: int, payload=None) -> None:
+        k = bisect.bisect_left(self.sizes, int(size))
+        self.sizes.insert(k, int(size))
+        self.payloads.insert(k, payload)
+
+
 class TrackedAllocator:
     def __init__(self, backend, strategy: str = "pool", arena=None, alignment: int = 256):
         if strategy not in STRATEGIES:
@@ -126,9 +177,10 @@ class TrackedAllocator:
         self.allocations = 0
         self.device_peak_bytes = None
         self.host_peak_bytes = None
+        self._whole = self._restart = None
         self._live = {}            # buffer id -> (block, nbytes)
         self._graveyard = []       # naive: freed memory, kept so it is never reused
-        self._free_sizes, self._free_blocks = [], []      # pool: free blocks sorted by size
+        self._pool = BestFit(self.alignment)               # pool: its free blocks
         self._arena = arena
         self._arena_mem = None
         self._reuse = False        # draw pool blocks from HOST_CACHE (during an unmetered tracking)
@@ -153,12 +205,9 @@ class TrackedAllocator:
             block = self._arena_mem[off:off + nbytes]
             view = block
         elif self.strategy == "pool":
-            k = bisect.bisect_left(self._free_sizes, nbytes)
-            if k < len(self._free_sizes):
-                del self._free_sizes[k]
-                block = self._free_blocks.pop(k)
-            else:
-                size = _round(max(nbytes, 1), self.alignment)
+            block = self._pool.take(nbytes)
+            if block is None:
+                size = self._pool.block_size(nbytes)
                 block = HOST_CACHE.take(size) if self._reuse else None
                 if block is None:
                     block = self.xp.empty(size, dtype=self.xp.uint8)
@@ -180,9 +229,7 @@ class TrackedAllocator:
         block, nbytes = self._live.pop(buf)
         self.live_bytes -= nbytes
         if self.strategy == "pool":
-            k = bisect.bisect_left(self._free_sizes, block.size)
-            self._free_sizes.insert(k, block.size)
-            self._free_blocks.insert(k, block)
+            self._pool.give(block.size, block)
         elif self.strategy == "naive":
             self._graveyard.append(block)
 
@@ -194,7 +241,7 @@ class TrackedAllocator:
         the next run (every array handed out is then invalid); otherwise they are dropped."""
         if self._cached and self.strategy == "pool":
             HOST_CACHE.give(self._blocks)
-        self._blocks, self._live, self._free_sizes, self._free_blocks = [], {}, [], []
+        self._blocks, self._live, self._pool = [], {}, BestFit(self.alignment)
 
     # ---------------------------------------------------------------- device hook
     @property
@@ -208,12 +255,28 @@ class TrackedAllocator:
         got = self.device_peak_bytes if self.backend.is_gpu else self.host_peak_bytes
         return None if got is None else int(got)
 
+    @property
+    def measured_step_peak_bytes(self) -> int | None:
+        """The independent meter's peak over :meth:`tracking` counted from the block's start,
+        so including what was built before :meth:`leaves_built` (a step's parameters and
+        inputs): the whole step's peak, compared with
+        :func:`planner.execute.step_memory.predict`'s ``step_peak_bytes``."""
+        return None if self._whole is None else int(self._whole)
+
+    def leaves_built(self) -> None:
+        """Inside :meth:`tracking`: the parameters and inputs are built; the step starts. The
+        meter's peak restarts here (``measured_peak_bytes`` counts from now on, above what is
+        held now; ``measured_step_peak_bytes`` from the block's start)."""
+        if self._restart is not None:
+            self._restart()
+
     @contextlib.contextmanager
     def tracking(self, meter: bool = True):
         """Measure the block with a meter outside the plan: on NumPy ``tracemalloc``
         (:func:`host_meter`); on CuPy every allocation inside goes through a private pool whose
         used-bytes peak is recorded. ``meter=False``: no meter (``measured_peak_bytes`` stays
         None), for timing without tracemalloc's overhead."""
+        self._whole = self._restart = None
         if not meter:
             self._reuse = self._cached = not self.backend.is_gpu
             try:
@@ -223,23 +286,32 @@ class TrackedAllocator:
             return
         if not self.backend.is_gpu:
             with host_meter() as m:
+                self._restart = m.restart
                 yield self
-            self.host_peak_bytes = m.peak_bytes
+            self._restart = None
+            self.host_peak_bytes, self._whole = m.peak_bytes, m.whole_bytes
             return
         cupy = self.xp
         pool = cupy.cuda.MemoryPool()
         self.device_peak_bytes = 0
+        # used bytes when the leaves were built, the peak since then, the peak since the start
+        held = [0, 0, 0]
 
         def malloc(nbytes):
             mem = pool.malloc(nbytes)
             used = pool.used_bytes()
-            if used > self.device_peak_bytes:
-                self.device_peak_bytes = used
+            held[1], held[2] = max(held[1], used), max(held[2], used)
             return mem
 
+        def restart():
+            held[0] = held[1] = pool.used_bytes()
+
+        self._restart = restart
         with cupy.cuda.using_allocator(malloc):
             yield self
         self.backend.synchronize()
+        self._restart = None
+        self.device_peak_bytes, self._whole = max(0, held[1] - held[0]), held[2]
 
     def stats(self) -> dict:
         return {"allocator": self.strategy, "tracked_peak_bytes": int(self.peak_bytes),

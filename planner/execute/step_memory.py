@@ -1,0 +1,272 @@
+"""The whole step's peak, predicted: what a budget for a graph with op arguments is checked against.
+
+A plan's ``peak_bytes`` counts activations and gradients as the reference does. The step the
+NumPy executor (:mod:`planner.execute.executor`: lazy allocation, the ``pool`` allocator, freed
+after last use) really runs holds more, and a meter outside the plan sees all of it:
+
+* **parameters and inputs** (``parameters``, ``inputs``): built before the step, held throughout;
+* the plan's **buffers**, split into ``activations``, ``gradients`` (of activations) and
+  ``param_gradients`` (parameters' and inputs': the step's results, kept to its end);
+* the **allocator** (``allocator``): the pool rounds each block up to its alignment and keeps
+  freed blocks for reuse, a request taking the smallest free block large enough, whole; its
+  reserved bytes are replayed here through the allocator's own free list
+  (:class:`planner.execute.allocator.BestFit`), request for request;
+* each **kernel's temporaries** (``temporaries``): im2col tiles (under the convolution workspace
+  cap, ``workspace_bytes``), padded slabs, masks, statistics, NumPy's ufunc buffers, and a
+  gradient a kernel returns in an array of its own before it is copied or added into the plan's
+  buffer (the transient second copy while a gradient accumulates):
+  :func:`planner.ops.kernel_temp_bytes`, next to the kernels;
+* Python's own objects (``interpreter``): arrays' headers and table entries per buffer
+  (:data:`OBJECT_BYTES`) and what a kernel call creates (:data:`PYTHON_BYTES`).
+
+:func:`predict` replays a schedule's buffer timeline (:func:`planner.execute.executor.timeline`)
+and returns the peak over the steps of the sum, the parts at that moment and the op at the peak.
+:func:`fit` chooses a plan whose predicted whole step fits a budget (re-planning the activations
+at lower budgets, then the workspace cap), or names the smallest whole-step budget reachable.
+
+>>> from planner.execute import export, zoo, executor
+>>> g = export.to_cg(zoo.build("mlp"))
+>>> s = executor.plain_schedule(g)
+>>> p = predict(g, s)
+>>> r = executor.run(g, s)
+>>> 0.9 * p.step_peak_bytes <= r.measured_step_peak_bytes <= p.step_peak_bytes
+True
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from hgraph.errors import HGraphError, InfeasibleError
+from planner.budget import Budget, format_bytes
+from planner.execute import executor
+from planner.execute.allocator import BestFit
+from planner.ops import CONV_WORKSPACE_BYTES, OPS, kernel_temp_bytes
+
+#: Bytes of Python objects (arrays' headers, views, lists, a generator's frame) a step's kernel
+#: and the executor's loop hold at once beside the arrays' data, bounded from above (measured
+#: under tracemalloc on the zoo: at most ~5 KiB per kernel call).
+PYTHON_BYTES = 24 << 10
+
+#: Bytes of Python objects per pool block and per live buffer (the block's array, the view the
+#: allocator hands out, the typed array the executor keeps, their table entries): measured under
+#: tracemalloc, ~350-420 B per buffer of a zoo step.
+OBJECT_BYTES = 448
+
+#: Whole-step accounting (graphs with op arguments) and the reference's (cg.txt dumps).
+WHOLE_STEP, ACTIVATIONS = "whole-step", "activations"
+
+#: The smallest convolution workspace cap :func:`fit` tries (a tile is at least one output row).
+MIN_WORKSPACE_BYTES = 64 << 10
+
+#: Parts of :attr:`StepPeak.breakdown`, in report order.
+PARTS = ("parameters", "inputs", "activations", "gradients", "param_gradients", "allocator",
+         "temporaries", "interpreter")
+
+
+@dataclasses.dataclass
+class StepPeak:
+    step_peak_bytes: int
+    breakdown: dict            # PARTS -> bytes at the peak moment, and "op": the op running then
+    workspace_bytes: int       # the convolution workspace cap the kernels run under
+    curve: np.ndarray          # int64 [steps]: predicted bytes during each schedule step
+
+    def report(self) -> dict:
+        """The report's fields (``accounting``, ``step_peak_bytes``, ``step_peak_breakdown``,
+        ``workspace_bytes``)."""
+        return {"accounting": WHOLE_STEP, "step_peak_bytes": int(self.step_peak_bytes),
+                "step_peak_breakdown": dict(self.breakdown),
+                "workspace_bytes": int(self.workspace_bytes)}
+
+
+def applies(g) -> bool:
+    """Whether ``g`` carries op arguments (zoo, traced, torch exports): whole-step accounting."""
+    return executor.has_real_ops(g)
+
+
+def with_workspace(attrs: dict, op: str, workspace: int | None) -> dict:
+    """``attrs`` with the convolution workspace cap ``workspace`` (None: the kernels' own)."""
+    if workspace is None or op != "conv2d":
+        return attrs
+    return {**attrs, "workspace": int(workspace)}
+
+
+def leaf_bytes(g) -> tuple[int, int]:
+    """(parameters, inputs): bytes of the leaves :func:`planner.execute.executor.leaves` builds
+    (parameters are named by path)."""
+    seen, params, inputs = set(), 0, 0
+    for f in g.forward:
+        d = executor._details(f)
+        for pos, (a, _) in enumerate(f.inputs):
+            if g.is_activation[a] or a in seen:
+                continue
+            seen.add(a)
+            nbytes = int(np.prod(d["in_shapes"][pos], dtype=np.int64)) * np.dtype(d["in_dtypes"][pos]).itemsize
+            if g.var_names[a].startswith("/"):
+                params += nbytes
+            else:
+                inputs += nbytes
+    return params, inputs
+
+
+def _step_temp(g, step, nf, workspace) -> tuple[int, str]:
+    """(kernel temporaries, the op's name) of one timeline step of the executor."""
+    op = step.op
+    if op.kind != "compute":
+        return 0, "forget"
+    f = op.index
+    i = f if f < nf else f - nf
+    d = executor._details(g.forward[i])
+    name, opdef = d["op"], OPS[d["op"]]
+    attrs = with_workspace(d["attrs"], name, workspace)
+    e = np.dtype(d["out_dtype"]).itemsize
+    if f < nf:
+        into = (-1,) if opdef.fills_out else ()
+        return kernel_temp_bytes(name, "forward", d["in_shapes"], d["out_shape"], attrs, e,
+                                 into=into), f"{name} forward (function {i})"
+    want = [j for j, _, _ in step.writes]
+    into = [j for j, _, acc in step.writes if not acc] if opdef.fills_grads else []
+    ones = 0 if step.grad_in is not None else int(np.prod(d["out_shape"], dtype=np.int64)) * e
+    return ones + kernel_temp_bytes(name, "backward", d["in_shapes"], d["out_shape"], attrs, e,
+                                    want=want, into=into), \
+        f"{name} backward (function {nf + i})"
+
+
+def predict(g, schedule, *, recycle: bool = True, alignment: int = 64,
+            workspace: int | None = None) -> StepPeak:
+    """The whole-step peak of ``schedule`` on ``g`` as :func:`planner.execute.executor.run`
+    runs it on NumPy with the ``pool`` allocator (``recycle``: freed after last use;
+    ``workspace``: the convolution workspace cap, None: :data:`planner.ops.CONV_WORKSPACE_BYTES`)."""
+    if not applies(g):
+        raise HGraphError("whole-step prediction needs a graph with op arguments (zoo, traced)")
+    tl = executor.timeline(g, schedule, recycle=recycle)
+    nf = len(g.forward)
+    params, inputs = leaf_bytes(g)
+    is_act = g.is_activation
+    kind = np.where(tl.grad, np.where(is_act[tl.var], 1, 2), 0) if tl.var.size else \
+        np.zeros(0, np.int64)        # 0 activation value, 1 activation gradient, 2 param gradient
+    pool = BestFit(alignment)
+    blocks = {}
+    reserved = live = nblocks = 0
+    live_by = np.zeros(3, np.int64)
+    n = len(tl.steps)
+    curve = np.zeros(n, np.int64)
+    best, at = -1, None
+    for s, step in enumerate(tl.steps):
+        for b in step.frees_before:
+            pool.give(blocks.pop(b))
+            live_by[kind[b]] -= tl.nbytes[b]
+        for _, b, acc in step.writes:
+            if acc:
+                continue
+            size = pool.take(int(tl.nbytes[b]))
+            if size is None:
+                size = pool.block_size(int(tl.nbytes[b]))
+                reserved += size
+                nblocks += 1
+            blocks[b] = size
+            live_by[kind[b]] += tl.nbytes[b]
+        temp, name = _step_temp(g, step, nf, workspace)
+        live = int(live_by.sum())
+        objects = PYTHON_BYTES + OBJECT_BYTES * (nblocks + len(blocks))
+        total = params + inputs + reserved + temp + objects
+        curve[s] = total
+        if total > best:
+            best = total
+            at = {"parameters": params, "inputs": inputs, "activations": int(live_by[0]),
+                  "gradients": int(live_by[1]), "param_gradients": int(live_by[2]),
+                  "allocator": reserved - live, "temporaries": temp,
+                  "interpreter": objects, "op": name, "step": s + 1}
+        for b in step.frees_after:
+            pool.give(blocks.pop(b))
+            live_by[kind[b]] -= tl.nbytes[b]
+    cap = CONV_WORKSPACE_BYTES if workspace is None else int(workspace)
+    return StepPeak(int(max(best, 0)), at or {}, cap, curve)
+
+
+# ---------------------------------------------------------------- choosing a plan that fits
+def workspaces(top: int = CONV_WORKSPACE_BYTES):
+    """The convolution workspace caps :func:`fit` tries, largest (fastest) first."""
+    cap = int(top)
+    while cap >= MIN_WORKSPACE_BYTES:
+        yield cap
+        cap //= 2
+
+
+def _fitting(g, schedule, budget_bytes: int):
+    """(StepPeak at the largest workspace cap whose step fits ``budget_bytes``, or None; the
+    StepPeak at the default cap)."""
+    first = None
+    for cap in workspaces():
+        got = predict(g, schedule, workspace=cap)
+        first = first or got
+        if got.step_peak_bytes <= budget_bytes:
+            return got, first
+        if got.breakdown.get("temporaries", 0) == 0 or not got.breakdown["op"].startswith("conv2d"):
+            break                      # the peak is not a convolution's workspace: caps won't help
+    return None, first
+
+
+def smallest_step(g, schedule) -> StepPeak:
+    """The lowest whole-step peak of ``schedule`` over the workspace caps."""
+    return min((predict(g, schedule, workspace=cap) for cap in workspaces()),
+               key=lambda p: p.step_peak_bytes)
+
+
+#: Re-plans at a lower activation budget when the whole step does not fit (see :func:`fit`).
+FIT_TRIES = 12
+
+
+def fit(plan_at, g, budget, *, strategy: str = "time"):
+    """The plan whose predicted whole step fits ``budget``, and its :class:`StepPeak`.
+
+    ``plan_at(activation_budget)`` plans ``g``'s activations (:func:`planner.plan` with the
+    reference accounting) at a budget in bytes or text; ``budget``: bytes or text as
+    ``--budget`` takes it, a percentage of the no-recomputation *step*. Walk: the
+    keep-everything plan when its step fits (time-centric); else the activations planned at the
+    budget less what the step holds beside them, lowered by each miss, at most
+    :data:`FIT_TRIES` times; at each, the largest workspace cap that fits. When none fits, the
+    activations' smallest plan (at its lowest workspace) is the smallest reachable step: it is
+    taken when it fits, else :class:`hgraph.errors.InfeasibleError` names it.
+    """
+    base = plan_at("100%")
+    base_step, _ = _fitting(g, base.schedule, 1 << 62)
+    b = budget if isinstance(budget, Budget) else Budget.parse(budget)
+    budget_bytes = b.resolve(base_step.step_peak_bytes)
+    if strategy == "time" and base_step.step_peak_bytes <= budget_bytes:
+        return base, base_step, budget_bytes, base_step
+    beside = base_step.step_peak_bytes - base.peak_bytes
+    act_budget = budget_bytes - beside
+    for _ in range(FIT_TRIES):
+        if act_budget <= 0:
+            break
+        try:
+            p = plan_at(int(act_budget))
+        except InfeasibleError:
+            break
+        got, first = _fitting(g, p.schedule, budget_bytes)
+        if got is not None:
+            return p, got, budget_bytes, base_step
+        act_budget -= max(1, first.step_peak_bytes - budget_bytes)
+    lowest = _lowest_plan(plan_at)
+    low_step = smallest_step(g, lowest.schedule)
+    if low_step.step_peak_bytes <= budget_bytes:
+        return lowest, low_step, budget_bytes, base_step
+    smallest = min(low_step.step_peak_bytes, base_step.step_peak_bytes)
+    err = InfeasibleError(
+        f"budget {budget_bytes:,} bytes ({format_bytes(budget_bytes)}) is infeasible for the whole "
+        f"step on {g.name}; the smallest reachable budget is {smallest:,} bytes "
+        f"({format_bytes(smallest)}, {100 * smallest / max(1, base_step.step_peak_bytes):.1f}% of "
+        f"the no-recomputation step: parameters, gradients, kernel temporaries included)")
+    err.min_budget_bytes = smallest
+    raise err
+
+
+def _lowest_plan(plan_at):
+    """The activations' plan at their smallest feasible budget."""
+    try:
+        return plan_at(0)
+    except InfeasibleError as err:
+        return plan_at(int(err.min_budget_bytes))
