@@ -101,6 +101,9 @@ class Plan:
     timeline: np.ndarray
     baseline_timeline: np.ndarray | None = None
     recompute_certificate: object = None
+    #: whole-step accounting (graphs with op arguments; :mod:`planner.execute.step_memory`):
+    #: ``step_peak_bytes``, ``step_peak_breakdown``, ``workspace_bytes``...; None: activations
+    step: dict | None = None
     report: dict = field(init=False, repr=False, compare=False)
 
     def __post_init__(self):
@@ -126,8 +129,9 @@ class Plan:
 
     @property
     def within_budget(self) -> bool:
-        """Whether the replayed peak fits the planner's budget."""
-        return self.peak_bytes <= self.budget_bytes
+        """Whether the replayed peak (the predicted whole step's, under whole-step accounting)
+        fits the planner's budget."""
+        return (self.step["step_peak_bytes"] if self.step else self.peak_bytes) <= self.budget_bytes
 
     @property
     def overhead(self) -> float:
@@ -290,7 +294,7 @@ def plan(graph_or_path, budget="100%", solver: str = "approx", strategy: str = "
          inject_failure: int | None = None, dp_window: int | None = None,
          dp_front_cap: int | None = None, certify: str = "on",
          certify_time_limit: float | None = None, milp_time_limit: float | None = None,
-         milp_stages: int | None = None) -> Plan:
+         milp_stages: int | None = None, accounting: str = "auto") -> Plan:
     """Plan recomputation for a graph under ``budget``; see the module docstring.
 
     ``budget``: bytes (int), or text as ``--budget`` takes it (``"2GB"``, ``"800MiB"``,
@@ -309,7 +313,10 @@ def plan(graph_or_path, budget="100%", solver: str = "approx", strategy: str = "
     ``milp_time_limit`` seconds over ``milp_stages`` stages, default one per activation).
     ``certify``: ``"on"`` (default), ``"lp"`` or ``"off"``: the plan's lower bound on
     recomputation and gap (:mod:`planner.certificate`; the LP within ``certify_time_limit``).
+    ``accounting``: ``"auto"`` budgets the whole step of a graph with op arguments
+    (:mod:`planner.execute.step_memory`) and the activations of any other; ``"activations"``.
     """
+    args = dict(locals())
     t0 = time.perf_counter()
     _check_choice("solver", solver, SOLVERS)
     _check_choice("strategy", strategy, STRATEGIES)
@@ -331,6 +338,13 @@ def plan(graph_or_path, budget="100%", solver: str = "approx", strategy: str = "
         g = _load(graph_or_path)
     if g.num_forward == 0:
         raise HGraphError(f"{g.path or 'graph'}: no forward functions to plan")
+    _check_choice("accounting", accounting, ("auto", "activations"))
+    if accounting == "auto" and units == "bytes":
+        from planner.execute import step_memory
+
+        if step_memory.applies(g):       # the budget holds the whole step: a plan of plans
+            return step_memory.plan(lambda **kw: plan(**{**args, "graph_or_path": g,
+                                                         "accounting": "activations", **kw}), g, args)
     opts = EngineOptions(tasks=int(tasks), blocks=int(blocks), mode=mode, runtime=runtime,
                          address=address, checkpoint_every=checkpoint_every,
                          inject_failure=inject_failure)

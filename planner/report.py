@@ -113,6 +113,8 @@ def build(p) -> dict:
         **({"milp": dict(m.milp)} if m.milp else {}),
         **({"recompute_lower_bound": p.recompute_certificate.bound, "gap": p.recompute_certificate.gap,
             "certificate": p.recompute_certificate.report()} if p.recompute_certificate is not None else {}),
+        "accounting": (p.step or {}).get("accounting", "activations"),
+        **{k: v for k, v in (p.step or {}).items() if k != "accounting"},
         "engine": dict(p.engine),
         "decisions": p.decisions,
     }

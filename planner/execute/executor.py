@@ -297,14 +297,24 @@ def _leaves(g, xp, seed: int, given: dict) -> dict:
     return out
 
 
+def with_workspace(attrs: dict, op: str, workspace: int | None) -> dict:
+    """``attrs`` with the convolution workspace cap ``workspace`` (None: the kernels' own,
+    :data:`planner.ops.CONV_WORKSPACE_BYTES`): the cap a whole-step plan chose."""
+    if workspace is None or op != "conv2d":
+        return attrs
+    return {**attrs, "workspace": int(workspace)}
+
+
 def run(g, schedule, *, allocator: str = "pool", backend=None, recycle: bool = True,
         kernels: str = "auto", seed: int = 0, touch: str | None = None, alignment: int | None = None,
-        leaf_values: dict | None = None, meter: bool = True) -> RunResult:
+        leaf_values: dict | None = None, meter: bool = True, workspace: int | None = None) -> RunResult:
     """Execute ``schedule`` on ``g``; real kernels when the graph carries op arguments.
 
     ``leaf_values`` (var id -> array) replaces initialised parameters or inputs (e.g. to check
     gradients against finite differences). Parameters and inputs are built before the step is
-    measured (``measured_peak_bytes``) and timed (``seconds``). ``meter=False`` runs the step
+    measured (``measured_peak_bytes``; ``measured_step_peak_bytes`` counts them) and timed
+    (``seconds``). ``workspace``: the convolution workspace cap (a plan's ``workspace_bytes``).
+    ``meter=False`` runs the step
     without the independent meter (``measured_peak_bytes`` None): tracemalloc slows Python-level
     work (about 2x on a small zoo model's step), so timings are taken without it.
     """
@@ -325,7 +335,7 @@ def run(g, schedule, *, allocator: str = "pool", backend=None, recycle: bool = T
         alloc.leaves_built()
         t0 = time.perf_counter()
         if kernels == "real":
-            loss, grads = _run_real(g, tl, alloc, be, leaf)
+            loss, grads = _run_real(g, tl, alloc, be, leaf, workspace)
         else:
             loss, grads = None, None
             run_standin(g, tl, alloc, be, touch or ("full" if be.is_gpu else "page"))
@@ -340,10 +350,12 @@ def run(g, schedule, *, allocator: str = "pool", backend=None, recycle: bool = T
                      alloc.measured_step_peak_bytes)
 
 
-def _run_real(g, tl: Timeline, alloc: TrackedAllocator, be, leaf: dict):
+def _run_real(g, tl: Timeline, alloc: TrackedAllocator, be, leaf: dict, workspace=None):
     xp = be.xp
     nf = len(g.forward)
     fwd = [_details(f) for f in g.forward]
+    if workspace is not None:
+        fwd = [{**d, "attrs": with_workspace(d["attrs"], d["op"], workspace)} for d in fwd]
     opdefs = [OPS[d["op"]] for d in fwd]
     sinks = loss_outputs(g)
     arrays = {}                                  # buffer id -> typed array view

@@ -17,7 +17,8 @@ after last use) really runs holds more, and a meter outside the plan sees all of
   buffer (the transient second copy while a gradient accumulates):
   :func:`planner.ops.kernel_temp_bytes`, next to the kernels;
 * Python's own objects (``interpreter``): arrays' headers and table entries per buffer
-  (:data:`OBJECT_BYTES`) and what a kernel call creates (:data:`PYTHON_BYTES`).
+  (:data:`OBJECT_BYTES`), what a kernel call creates (:data:`PYTHON_BYTES`) and the free
+  lists' growth over the steps (:data:`STEP_BYTES`).
 
 :func:`predict` replays a schedule's buffer timeline (:func:`planner.execute.executor.timeline`)
 and returns the peak over the steps of the sum, the parts at that moment and the op at the peak.
@@ -55,6 +56,11 @@ PYTHON_BYTES = 24 << 10
 #: tracemalloc, ~350-420 B per buffer of a zoo step.
 OBJECT_BYTES = 448
 
+#: Bytes the interpreter's free lists (tuples, lists, dicts, frames a kernel call creates and
+#: frees: kept for reuse, still counted by tracemalloc) may grow by per compute step, bounded from
+#: above (measured: ~90 B a step over a 288-step recomputing resnet50 schedule).
+STEP_BYTES = 128
+
 #: Whole-step accounting (graphs with op arguments) and the reference's (cg.txt dumps).
 WHOLE_STEP, ACTIVATIONS = "whole-step", "activations"
 
@@ -86,13 +92,6 @@ def applies(g) -> bool:
     return executor.has_real_ops(g)
 
 
-def with_workspace(attrs: dict, op: str, workspace: int | None) -> dict:
-    """``attrs`` with the convolution workspace cap ``workspace`` (None: the kernels' own)."""
-    if workspace is None or op != "conv2d":
-        return attrs
-    return {**attrs, "workspace": int(workspace)}
-
-
 def leaf_bytes(g) -> tuple[int, int]:
     """(parameters, inputs): bytes of the leaves :func:`planner.execute.executor.leaves` builds
     (parameters are named by path)."""
@@ -120,7 +119,7 @@ def _step_temp(g, step, nf, workspace) -> tuple[int, str]:
     i = f if f < nf else f - nf
     d = executor._details(g.forward[i])
     name, opdef = d["op"], OPS[d["op"]]
-    attrs = with_workspace(d["attrs"], name, workspace)
+    attrs = executor.with_workspace(d["attrs"], name, workspace)
     e = np.dtype(d["out_dtype"]).itemsize
     if f < nf:
         into = (-1,) if opdef.fills_out else ()
@@ -149,7 +148,7 @@ def predict(g, schedule, *, recycle: bool = True, alignment: int = 64,
         np.zeros(0, np.int64)        # 0 activation value, 1 activation gradient, 2 param gradient
     pool = BestFit(alignment)
     blocks = {}
-    reserved = live = nblocks = 0
+    reserved = live = nblocks = computes = 0
     live_by = np.zeros(3, np.int64)
     n = len(tl.steps)
     curve = np.zeros(n, np.int64)
@@ -170,7 +169,8 @@ def predict(g, schedule, *, recycle: bool = True, alignment: int = 64,
             live_by[kind[b]] += tl.nbytes[b]
         temp, name = _step_temp(g, step, nf, workspace)
         live = int(live_by.sum())
-        objects = PYTHON_BYTES + OBJECT_BYTES * (nblocks + len(blocks))
+        computes += step.op.kind == "compute"
+        objects = PYTHON_BYTES + OBJECT_BYTES * (nblocks + len(blocks)) + STEP_BYTES * computes
         total = params + inputs + reserved + temp + objects
         curve[s] = total
         if total > best:
@@ -219,8 +219,8 @@ def smallest_step(g, schedule) -> StepPeak:
 FIT_TRIES = 12
 
 
-def fit(plan_at, g, budget, *, strategy: str = "time"):
-    """The plan whose predicted whole step fits ``budget``, and its :class:`StepPeak`.
+def fit(plan_at, g, budget, *, strategy: str = "time") -> "Fit":
+    """The plan whose predicted whole step fits ``budget`` (a :class:`Fit`).
 
     ``plan_at(activation_budget)`` plans ``g``'s activations (:func:`planner.plan` with the
     reference accounting) at a budget in bytes or text; ``budget``: bytes or text as
@@ -236,7 +236,7 @@ def fit(plan_at, g, budget, *, strategy: str = "time"):
     b = budget if isinstance(budget, Budget) else Budget.parse(budget)
     budget_bytes = b.resolve(base_step.step_peak_bytes)
     if strategy == "time" and base_step.step_peak_bytes <= budget_bytes:
-        return base, base_step, budget_bytes, base_step
+        return Fit("100%", base, base_step, budget_bytes, base_step)
     beside = base_step.step_peak_bytes - base.peak_bytes
     act_budget = budget_bytes - beside
     for _ in range(FIT_TRIES):
@@ -248,12 +248,12 @@ def fit(plan_at, g, budget, *, strategy: str = "time"):
             break
         got, first = _fitting(g, p.schedule, budget_bytes)
         if got is not None:
-            return p, got, budget_bytes, base_step
+            return Fit(int(act_budget), p, got, budget_bytes, base_step)
         act_budget -= max(1, first.step_peak_bytes - budget_bytes)
-    lowest = _lowest_plan(plan_at)
+    lowest, arg = _lowest_plan(plan_at)
     low_step = smallest_step(g, lowest.schedule)
     if low_step.step_peak_bytes <= budget_bytes:
-        return lowest, low_step, budget_bytes, base_step
+        return Fit(arg, lowest, low_step, budget_bytes, base_step)
     smallest = min(low_step.step_peak_bytes, base_step.step_peak_bytes)
     err = InfeasibleError(
         f"budget {budget_bytes:,} bytes ({format_bytes(budget_bytes)}) is infeasible for the whole "
@@ -265,8 +265,53 @@ def fit(plan_at, g, budget, *, strategy: str = "time"):
 
 
 def _lowest_plan(plan_at):
-    """The activations' plan at their smallest feasible budget."""
+    """(the activations' plan at their smallest feasible budget, that budget)."""
     try:
-        return plan_at(0)
+        return plan_at(0), 0
     except InfeasibleError as err:
-        return plan_at(int(err.min_budget_bytes))
+        return plan_at(int(err.min_budget_bytes)), int(err.min_budget_bytes)
+
+
+@dataclasses.dataclass
+class Fit:
+    """What :func:`fit` chose: the activation budget it planned at, the plan, its step, the
+    whole-step budget in bytes and the no-recomputation step."""
+
+    activation_budget: object
+    plan: object
+    step: StepPeak
+    budget_bytes: int
+    baseline: StepPeak
+
+
+def plan(plan_fn, g, args: dict):
+    """:func:`planner.plan` under whole-step accounting (its hook for graphs with op arguments):
+    ``plan_fn(**overrides)`` plans the activations with ``args`` (the call's arguments) but
+    ``overrides``. The budget is the whole step's (:func:`fit`); Chen's chain ignores it, as
+    with activations, and reports its step. The report gains ``accounting`` ("whole-step"),
+    ``step_peak_bytes``, ``step_peak_breakdown``, ``workspace_bytes`` (the convolution
+    workspace cap the plan runs under), ``activation_budget_bytes`` (what the activations
+    were planned at) and ``step_baseline_peak_bytes`` (the no-recomputation step)."""
+    import time
+
+    t0 = time.perf_counter()
+    certify = args["certify"]
+    if args["solver"] == "chen":
+        p = plan_fn()
+        base = smallest_step(g, plan_fn(solver="approx", budget="100%", certify="off").schedule)
+        b = args["budget"] if isinstance(args["budget"], Budget) else Budget.parse(args["budget"])
+        got, _ = _fitting(g, p.schedule, b.resolve(base.step_peak_bytes))
+        got = got or predict(g, p.schedule)
+        chosen = Fit(p.budget_bytes, p, got, b.resolve(base.step_peak_bytes), base)
+    else:
+        chosen = fit(lambda a: plan_fn(budget=a, certify="off"), g, args["budget"],
+                     strategy=args["strategy"])
+        if certify != "off":
+            chosen.plan = plan_fn(budget=chosen.activation_budget)
+    p = chosen.plan
+    step = {**chosen.step.report(), "activation_budget_bytes": int(p.budget_bytes),
+            "step_baseline_peak_bytes": int(chosen.baseline.step_peak_bytes)}
+    b = args["budget"]
+    return dataclasses.replace(p, budget=getattr(b, "text", str(b)),
+                               budget_bytes=int(chosen.budget_bytes), step=step,
+                               seconds=time.perf_counter() - t0 + p.seconds)
