@@ -27,7 +27,7 @@ SAMPLE = ROOT / "jobs" / "data" / "cg_resnet50.txt"
 PLAN_PARAMETERS = ["graph_or_path", "budget", "solver", "strategy", "units", "tasks", "blocks",
                    "mode", "runtime", "address", "max_lower_sets", "fallback", "check",
                    "checkpoint_every", "inject_failure", "dp_window", "dp_front_cap", "certify",
-                   "certify_time_limit", "milp_time_limit", "milp_stages"]
+                   "certify_time_limit", "milp_time_limit", "milp_stages", "accounting"]
 
 
 def test_planner_plan_is_the_api_function_with_its_signature():
