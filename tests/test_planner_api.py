@@ -90,7 +90,7 @@ def test_plan_is_a_dataclass_and_its_report_is_built_from_its_fields():
             "budget", "budget_bytes", "peak_bytes", "baseline_peak_bytes", "baseline_kind",
             "lower_bound_bytes", "recompute_cost", "forward_cost", "recomputed", "ops",
             "seconds", "model", "engine", "decisions", "groups", "timeline",
-            "baseline_timeline", "recompute_certificate", "report"} == fields
+            "baseline_timeline", "recompute_certificate", "step", "report"} == fields
     p = planner.plan(synth.build(layers=2, heads=2), budget="60%")
     assert isinstance(p.model, ModelStats)
     assert p.report == report.build(p)
