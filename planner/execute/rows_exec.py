@@ -11,7 +11,8 @@ that first writes it and freed after its last use, so ``tracked_peak_bytes`` is 
 what the plan holds, by the plan's own count (kernel temporaries are not plan buffers).
 ``measured_peak_bytes`` is what a meter outside the plan saw over the step (``meter``): the
 ``tracemalloc`` peak on NumPy, the CuPy pool's used-bytes peak (``device_peak_bytes``) on CuPy;
-both start after parameters and inputs are built and count kernel temporaries too.
+both count from after parameters and inputs are built, kernel temporaries included;
+``measured_step_peak_bytes`` counts from before (the whole step).
 
 >>> from planner.execute import export, zoo
 >>> from planner.rows import plan as rows_plan
@@ -50,6 +51,9 @@ class RowsResult:
     seconds: float
     loss: float | None
     param_grads: dict
+    #: the meter's peak counted from before the parameters and inputs were built: the whole
+    #: step, as :func:`planner.execute.step_memory.predict_rows` predicts it
+    measured_step_peak_bytes: int | None = None
 
 
 @dataclasses.dataclass
@@ -325,9 +329,11 @@ def run(g, plan, *, backend=None, seed: int = 0, allocator: str = "pool", meter:
     if not executor.has_real_ops(g):
         raise HGraphError("row execution needs a zoo graph (operator arguments in the details)")
     alloc = TrackedAllocator(be, allocator, alignment=256 if be.is_gpu else 64)
-    leaf = executor.leaves(g, be.xp, seed)
-    t0 = time.perf_counter()
+    executor._warm(be.xp)
     with alloc.tracking(meter):
+        leaf = executor.leaves(g, be.xp, seed)
+        alloc.leaves_built()
+        t0 = time.perf_counter()
         r = _Run(g, plan, be, alloc, leaf)
         loss, grads = r.run()
         be.synchronize()
@@ -337,7 +343,8 @@ def run(g, plan, *, backend=None, seed: int = 0, allocator: str = "pool", meter:
     peak = int(alloc.peak_bytes)
     return RowsResult(peak, alloc.measured_peak_bytes, alloc.meter, int(plan.predicted_peak_bytes),
                       peak - int(plan.param_grad_bytes),
-                      int(plan.param_grad_bytes), alloc.device_peak_bytes, be.name, seconds, loss, grads)
+                      int(plan.param_grad_bytes), alloc.device_peak_bytes, be.name, seconds, loss, grads,
+                      alloc.measured_step_peak_bytes)
 
 
 def relative_error(a: dict, b: dict, norm: bool = False) -> float:

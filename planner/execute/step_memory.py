@@ -49,7 +49,7 @@ from planner.ops import CONV_WORKSPACE_BYTES, OPS, kernel_temp_bytes
 #: Bytes of Python objects (arrays' headers, views, lists, a generator's frame) a step's kernel
 #: and the executor's loop hold at once beside the arrays' data, bounded from above (measured
 #: under tracemalloc on the zoo: at most ~5 KiB per kernel call).
-PYTHON_BYTES = 24 << 10
+PYTHON_BYTES = 32 << 10
 
 #: Bytes of Python objects per pool block and per live buffer (the block's array, the view the
 #: allocator hands out, the typed array the executor keeps, their table entries): measured under
@@ -195,28 +195,43 @@ def workspaces(top: int = CONV_WORKSPACE_BYTES):
         cap //= 2
 
 
-def _fitting(g, schedule, budget_bytes: int):
-    """(StepPeak at the largest workspace cap whose step fits ``budget_bytes``, or None; the
-    StepPeak at the default cap)."""
-    first = None
-    for cap in workspaces():
-        got = predict(g, schedule, workspace=cap)
-        first = first or got
-        if got.step_peak_bytes <= budget_bytes:
-            return got, first
-        if got.breakdown.get("temporaries", 0) == 0 or not got.breakdown["op"].startswith("conv2d"):
-            break                      # the peak is not a convolution's workspace: caps won't help
-    return None, first
-
-
 def smallest_step(g, schedule) -> StepPeak:
     """The lowest whole-step peak of ``schedule`` over the workspace caps."""
     return min((predict(g, schedule, workspace=cap) for cap in workspaces()),
                key=lambda p: p.step_peak_bytes)
 
 
-#: Re-plans at a lower activation budget when the whole step does not fit (see :func:`fit`).
-FIT_TRIES = 12
+#: Activation budgets :func:`fit` plans at between the activations' smallest plan and keeping
+#: everything (evenly spaced; each distinct schedule is a candidate).
+LADDER = 8
+
+
+def candidates(plan_at, g) -> list:
+    """[(activation budget, plan, {workspace cap: StepPeak})]: the plans :func:`fit` chooses
+    from, fixed by the graph alone (not by the budget asked): keeping everything, the
+    activations' smallest plan and :data:`LADDER` plans between, each with every workspace cap
+    (a cap above a step's largest im2col tile changes nothing: kept once)."""
+    base = plan_at("100%")
+    lowest, low_arg = _lowest_plan(plan_at)
+    top = int(base.peak_bytes)
+    bottom = int(lowest.budget_bytes if low_arg else lowest.peak_bytes)
+    args = ["100%", low_arg] + sorted({int(bottom + (top - bottom) * k / (LADDER + 1))
+                                       for k in range(1, LADDER + 1)}, reverse=True)
+    out, seen = [], set()
+    for arg in args:
+        p = base if arg == "100%" else lowest if arg == low_arg else plan_at(arg)
+        text = p.schedule.dumps()
+        if text in seen:
+            continue
+        seen.add(text)
+        steps, last = {}, None
+        for cap in workspaces():
+            got = predict(g, p.schedule, workspace=cap)
+            if last is None or got.step_peak_bytes != last:
+                steps[cap] = got
+            last = got.step_peak_bytes
+        out.append((arg, p, steps))
+    return out
 
 
 def fit(plan_at, g, budget, *, strategy: str = "time") -> "Fit":
@@ -224,37 +239,28 @@ def fit(plan_at, g, budget, *, strategy: str = "time") -> "Fit":
 
     ``plan_at(activation_budget)`` plans ``g``'s activations (:func:`planner.plan` with the
     reference accounting) at a budget in bytes or text; ``budget``: bytes or text as
-    ``--budget`` takes it, a percentage of the no-recomputation *step*. Walk: the
-    keep-everything plan when its step fits (time-centric); else the activations planned at the
-    budget less what the step holds beside them, lowered by each miss, at most
-    :data:`FIT_TRIES` times; at each, the largest workspace cap that fits. When none fits, the
-    activations' smallest plan (at its lowest workspace) is the smallest reachable step: it is
-    taken when it fits, else :class:`hgraph.errors.InfeasibleError` names it.
+    ``--budget`` takes it, a percentage of the no-recomputation *step*. Among
+    :func:`candidates` (plan, workspace cap) whose predicted step fits, time-centric takes the
+    least recomputation, then the largest cap (fastest kernels), then the lowest step;
+    memory-centric the lowest step first. The candidates do not depend on the budget, so a
+    lower budget never gets a higher predicted step (the choice is a minimum over a shrinking
+    set). None fits: :class:`hgraph.errors.InfeasibleError` naming the lowest candidate step,
+    the smallest reachable budget.
     """
-    base = plan_at("100%")
-    base_step, _ = _fitting(g, base.schedule, 1 << 62)
+    cands = candidates(plan_at, g)
+    base_step = cands[0][2][max(cands[0][2])]
     b = budget if isinstance(budget, Budget) else Budget.parse(budget)
     budget_bytes = b.resolve(base_step.step_peak_bytes)
-    if strategy == "time" and base_step.step_peak_bytes <= budget_bytes:
-        return Fit("100%", base, base_step, budget_bytes, base_step)
-    beside = base_step.step_peak_bytes - base.peak_bytes
-    act_budget = budget_bytes - beside
-    for _ in range(FIT_TRIES):
-        if act_budget <= 0:
-            break
-        try:
-            p = plan_at(int(act_budget))
-        except InfeasibleError:
-            break
-        got, first = _fitting(g, p.schedule, budget_bytes)
-        if got is not None:
-            return Fit(int(act_budget), p, got, budget_bytes, base_step)
-        act_budget -= max(1, first.step_peak_bytes - budget_bytes)
-    lowest, arg = _lowest_plan(plan_at)
-    low_step = smallest_step(g, lowest.schedule)
-    if low_step.step_peak_bytes <= budget_bytes:
-        return Fit(arg, lowest, low_step, budget_bytes, base_step)
-    smallest = min(low_step.step_peak_bytes, base_step.step_peak_bytes)
+    rows = []
+    for n, (arg, p, steps) in enumerate(cands):
+        for cap, st in steps.items():
+            rows.append(((p.recompute_cost, -cap, st.step_peak_bytes, n) if strategy == "time"
+                         else (st.step_peak_bytes, p.recompute_cost, -cap, n), arg, p, st))
+    fits = [r for r in rows if r[3].step_peak_bytes <= budget_bytes]
+    if fits:
+        _, arg, p, st = min(fits, key=lambda r: r[0])
+        return Fit(arg, p, st, budget_bytes, base_step)
+    smallest = min(r[3].step_peak_bytes for r in rows)
     err = InfeasibleError(
         f"budget {budget_bytes:,} bytes ({format_bytes(budget_bytes)}) is infeasible for the whole "
         f"step on {g.name}; the smallest reachable budget is {smallest:,} bytes "
@@ -298,11 +304,10 @@ def plan(plan_fn, g, args: dict):
     certify = args["certify"]
     if args["solver"] == "chen":
         p = plan_fn()
-        base = smallest_step(g, plan_fn(solver="approx", budget="100%", certify="off").schedule)
+        base = predict(g, plan_fn(solver="approx", budget="100%", certify="off").schedule)
         b = args["budget"] if isinstance(args["budget"], Budget) else Budget.parse(args["budget"])
-        got, _ = _fitting(g, p.schedule, b.resolve(base.step_peak_bytes))
-        got = got or predict(g, p.schedule)
-        chosen = Fit(p.budget_bytes, p, got, b.resolve(base.step_peak_bytes), base)
+        chosen = Fit(p.budget_bytes, p, predict(g, p.schedule), b.resolve(base.step_peak_bytes),
+                     base)
     else:
         chosen = fit(lambda a: plan_fn(budget=a, certify="off"), g, args["budget"],
                      strategy=args["strategy"])
@@ -315,3 +320,130 @@ def plan(plan_fn, g, args: dict):
     return dataclasses.replace(p, budget=getattr(b, "text", str(b)),
                                budget_bytes=int(chosen.budget_bytes), step=step,
                                seconds=time.perf_counter() - t0 + p.seconds)
+
+
+# ---------------------------------------------------------------- row plans
+def _pad_shape(shape, cut) -> tuple:
+    n, c, _, w = shape
+    return (n, c, cut.r1 - cut.r0 + cut.top + cut.bottom, w + 2 * cut.side)
+
+
+def _band_args(run_ly, g, st, i, lo, hi):
+    """(band input shapes as the kernel sees them, bytes of the padded copies made, cut) of
+    region op ``i`` computing output rows ``[lo, hi)`` (as ``rows_exec._Run._band_inputs``)."""
+    from planner.execute import rows_exec
+
+    cut = rows_exec._cut(run_ly, i, lo, hi)
+    shapes, copies = [], 0
+    for k, a in enumerate(run_ly.in_vars[i]):
+        whole = tuple(run_ly.in_shapes[i][k])
+        if g.var_names[a].startswith("/"):
+            shapes.append(whole)
+            continue
+        key = st.inputs.get(k) if g.is_activation[a] else ("v", a)
+        shape = _pad_shape(whole, cut)
+        if key is not None and (cut.top or cut.bottom or cut.side):
+            copies += int(np.prod(shape, dtype=np.int64)) * np.dtype(run_ly.var_dtype[a]).itemsize
+        shapes.append(shape)
+    return shapes, copies, cut
+
+
+def _rows_temp(g, p, st) -> int:
+    """Kernel temporaries of one row step (``planner.execute.rows_exec``'s step kinds)."""
+    from planner.execute import rows_exec
+    from planner.ops import _bufs
+
+    ly, i = p.layers, st.op
+    name = ly.ops[i]
+    e = np.dtype(ly.dtypes[i]).itemsize
+    out = tuple(ly.out_shapes[i])
+    ins = [tuple(s) for s in ly.in_shapes[i]]
+    want = [k for k, a in enumerate(ly.in_vars[i]) if g.is_activation[a] or g.var_names[a].startswith("/")]
+    nb = int(np.prod(out, dtype=np.int64)) * e
+    if st.kind == "fwd":
+        t = kernel_temp_bytes(name, "forward", ins, out, ly.attrs[i], e)
+        if len(st.writes) > 1:          # the region's batch norm statistics: x - mean, beside y
+            xs = int(np.prod(ins[0], dtype=np.int64)) * e
+            t = max(t, nb + xs + kernel_temp_bytes(name, "forward", ins, out, ly.attrs[i], e,
+                                                   into=(-1,)))
+        return t
+    if st.kind == "bwd":
+        ones = nb if ("g", int(ly.out_var[i])) not in st.reads else 0
+        return ones + kernel_temp_bytes(name, "backward", ins, out, ly.attrs[i], e, want=want)
+    if st.kind in ("band", "bandbwd"):
+        lv, j = st.level, st.band
+        lo, hi = (int(v) for v in p.phase_ranges[lv, i, j])
+        if st.kind == "band":
+            lo = max(lo, int(p.phase_fresh[lv, i, j]))
+            if lo >= hi:
+                return 0
+        shapes, copies, cut = _band_args(ly, g, st, i, lo, hi)
+        attrs = rows_exec._band_attrs(ly, i)
+        band_out, _ = OPS[name].infer(shapes, [ly.dtypes[i]] * len(shapes), attrs)
+        bo = int(np.prod(band_out, dtype=np.int64)) * e
+        if st.kind == "band":
+            if ly.norm[i]:
+                return copies + bo + _bufs(1, band_out, e)
+            return copies + kernel_temp_bytes(name, "forward", shapes, band_out, attrs, e) + \
+                _bufs(1, band_out, e)
+        full = 0
+        if ly.kind[i] == rows_exec.L.UPSAMPLE:
+            full = int(np.prod(shapes[0][:2], dtype=np.int64)) * shapes[0][2] * shapes[0][3] * \
+                int(ly.s[i]) ** 2 * e
+        return copies + full + kernel_temp_bytes(name, "backward", shapes, band_out, attrs, e,
+                                                 want=want) + _bufs(1, shapes[0], e)
+    if st.kind in ("bnsink", "bnseed"):
+        lv, j = st.level, st.band
+        rng = p.phase_ranges if st.kind == "bnsink" else p.phase_own
+        lo, hi = (int(v) for v in rng[lv, i, j])
+        n, c, _, w = out
+        band = n * c * max(0, hi - lo) * w * e
+        return (1 if st.kind == "bnsink" else 2) * band + 16 * c * e + _bufs(2, (n, c, hi - lo, w), e)
+    if st.kind in ("seed", "store", "tail"):
+        n, c, _, w = out
+        return _bufs(3, (n, c, max(1, int(p.ranges[i, max(st.band, 0), 1] - p.ranges[i, max(st.band, 0), 0])), w), e)
+    return 0
+
+
+def predict_rows(g, p, *, alignment: int = 64) -> StepPeak:
+    """The whole-step peak of row plan ``p`` (:class:`planner.rows.plan.RowPlan`) as
+    :func:`planner.execute.rows_exec.run` runs it on NumPy with the ``pool`` allocator: its walk's
+    buffers through the pool's free list, the leaves, every step's temporaries (padded band
+    inputs, a band kernel's result before it is copied into the band buffer, the kernels' own)."""
+    w = p.walk
+    params, inputs = leaf_bytes(g)
+    pool = BestFit(alignment)
+    blocks = {}
+    reserved = nblocks = computes = 0
+    parts = {"v": 0, "g": 0, "pg": 0}
+    part_of = {}
+    curve = np.zeros(len(w.steps), np.int64)
+    best, at = -1, None
+    for s, st in enumerate(w.steps):
+        for key in st.allocs:
+            size = pool.take(w.nbytes[key])
+            if size is None:
+                size = pool.block_size(w.nbytes[key])
+                reserved += size
+                nblocks += 1
+            blocks[key] = size
+            part = "pg" if key[0] == "pg" else "g" if key[0] in ("g", "bg", "gw", "s") else "v"
+            part_of[key] = part
+            parts[part] += w.nbytes[key]
+        temp = _rows_temp(g, p, st)
+        computes += st.kind not in ("tail", "store", "seed")
+        live = sum(parts.values())
+        objects = PYTHON_BYTES + OBJECT_BYTES * (nblocks + len(blocks)) + STEP_BYTES * computes
+        total = params + inputs + reserved + temp + objects
+        curve[s] = total
+        if total > best:
+            best = total
+            at = {"parameters": params, "inputs": inputs, "activations": parts["v"],
+                  "gradients": parts["g"], "param_gradients": parts["pg"],
+                  "allocator": reserved - live, "temporaries": temp, "interpreter": objects,
+                  "op": f"{p.layers.ops[st.op]} {st.kind} (op {st.op}"
+                        + (f", band {st.band})" if st.band >= 0 else ")"), "step": s + 1}
+        for key in st.frees:
+            pool.give(blocks.pop(key))
+            parts[part_of.pop(key)] -= w.nbytes[key]
+    return StepPeak(int(max(best, 0)), at or {}, CONV_WORKSPACE_BYTES, curve)
