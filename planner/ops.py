@@ -77,13 +77,12 @@ def _matmul_bwd(xp, gy, saved, y, a, in_shapes, want, out=None):
 
 
 def _times_transposed(xp, g, w, out=None):
-    """``g @ w.T`` (a matmul's input gradient). OpenBLAS runs a transposed right operand 30-40 %
-    slower here, so with many rows ``w`` is transposed once (a copy of the weight, small beside
-    the product); with a handful of rows (a classifier at batch 2) the product is ``w @ g.T``,
-    a matrix-vector-like GEMM on ``w`` as stored."""
+    """``g @ w.T`` (a matmul's input gradient), ``w`` read transposed in place by BLAS (a copy of
+    the weight first cost more than it saved: the mlp's 128 x 1024 x 1024 input gradients ran
+    ~2x slower through a blocked transpose, interleaved A/B here); with a handful of rows (a
+    classifier at batch 2) the product is ``w @ g.T``, a matrix-vector-like GEMM on ``w`` as
+    stored."""
     rows = g.size // g.shape[-1]
-    if rows >= 64:
-        return xp.matmul(g, _swap01(xp, w), out=out)
     if rows > 8:
         return xp.matmul(g, w.T, out=out)
     y = xp.matmul(w, g.reshape(rows, g.shape[-1]).T).T.reshape(g.shape[:-1] + (w.shape[0],))
@@ -225,17 +224,52 @@ def _window(xpad, i, j, s, ho, wo):
 CONV_WORKSPACE_BYTES = 32 << 20
 
 
+#: Output pixels a convolution tile aims at: as many images as make up this many pixels, or a
+#: band of rows of one image. A tile's columns then stay in the core's cache from their copy to
+#: the GEMM that reads them (2,304 B a pixel at 64 channels, 3x3: ~2 MiB), and its GEMMs keep
+#: BLAS's speed (measured here: whole 32 MiB tiles ran ~15-30 % slower at 32-224 px maps).
+TILE_PIXELS = 1024
+
+
 def _conv_tiles(n, ho, wo, k_cols, itemsize, cap):
     """``(n0, n1, r0, r1)`` tiles of a convolution's output: images ``[n0, n1)``, rows
     ``[r0, r1)``, each tile's im2col columns (``k_cols`` per output pixel) within ``cap`` bytes
-    (a single output row is the smallest tile). Fixed by the shapes alone, so a step's reduction
-    order, and its gradients, do not depend on anything else."""
+    (a single output row is the smallest tile) and about :data:`TILE_PIXELS` output pixels.
+    Fixed by the shapes alone, so a step's reduction order, and its gradients, do not depend on
+    anything else."""
     per_row = max(1, k_cols * wo * itemsize)
-    if per_row * ho <= cap:
-        nb = max(1, cap // (per_row * ho))
-        return [(a, min(n, a + nb), 0, ho) for a in range(0, n, nb)]
-    rows = max(1, cap // per_row)
-    return [(i, i + 1, r, min(ho, r + rows)) for i in range(n) for r in range(0, ho, rows)]
+    if per_row * ho <= cap and ho * wo <= TILE_PIXELS:
+        return _Tiles(n, ho, max(1, min(cap // (per_row * ho), TILE_PIXELS // (ho * wo))), False)
+    return _Tiles(n, ho, max(1, min(cap // per_row, -(-TILE_PIXELS // wo))), True)
+
+
+class _Tiles:
+    """The tiles of :func:`_conv_tiles`, made one at a time (a list of a large layer's hundreds of
+    band tuples would be memory no plan counts): ``step`` images a tile, or, with ``bands``,
+    ``step`` rows of one image."""
+
+    __slots__ = ("n", "ho", "step", "bands")
+
+    def __init__(self, n, ho, step, bands):
+        self.n, self.ho, self.step, self.bands = n, ho, step, bands
+
+    def __len__(self):
+        return self.n * -(-self.ho // self.step) if self.bands else -(-self.n // self.step)
+
+    def __iter__(self):
+        n, ho, step = self.n, self.ho, self.step
+        if self.bands:
+            for i in range(n):
+                for r in range(0, ho, step):
+                    yield i, i + 1, r, min(ho, r + step)
+        else:
+            for a in range(0, n, step):
+                yield a, min(n, a + step), 0, ho
+
+    def __getitem__(self, i):
+        if i != 0:
+            raise IndexError("only the first tile is indexed; iterate for the others")
+        return next(iter(self))
 
 
 def conv_workspace_bytes(in_shape, w_shape, attrs, itemsize=4, cap=None) -> int:
@@ -969,12 +1003,15 @@ def _conv_dw_temp(x, wt, gy, s, p, e, cap, out_given) -> int:
         ws = (n1 - n0) * c * k * k * (r1 - r0) * wo * e
         a, b = r0 * s - p, (r1 - 1) * s - p + k
         slab = 0 if p == 0 and a >= 0 and b <= x[2] else (n1 - n0) * c * (b - a) * (x[3] + 2 * p) * e
-        slab *= min(len(tiles), 2)
         g = (n1 - n0) * (r1 - r0) * wo * o * e if merged else 0
     nb = tiles[0][1] - tiles[0][0]
     part = wm if merged else nb * wm + (wm if nb > 1 else 0)
-    held = wm * min(len(tiles) - 1, 2)          # the running sum and the previous tile's part
-    loop = sub + ws + slab + g + part + held
+    if len(tiles) == 1:
+        loop = sub + ws + slab + g + part
+    else:   # a new slab / tile gradient made while the last is bound; the running sum (and,
+        # from the third tile, the last tile's part) beside them
+        held = wm * (2 if len(tiles) > 2 else 1)
+        loop = sub + ws + held + max(2 * slab + g, slab + 2 * g, slab + g + part)
     end = sub + wm + (0 if direct or out_given else wm)      # the sum, and its transposed copy
     return max(loop, end)
 
@@ -1061,9 +1098,7 @@ def kernel_temp_bytes(name, phase, in_shapes, out_shape, attrs, itemsize=4, want
         g0 = 0
         if 0 in want:
             r0 = 0 if 0 in into else xs
-            if rows >= 64:
-                g0 = _nb(w, e) + r0
-            elif rows > 8:
+            if rows > 8:
                 g0 = r0
             else:
                 g0 = xs * (1 + (len(out) > 2) + (0 not in into))
