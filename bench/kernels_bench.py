@@ -21,7 +21,9 @@ gradient relative to its largest entry): this checks the translation as much as 
 
 Timing: the step only (parameters, inputs, the schedule and the torch translation are built
 before the timer; the executor's ``leaves`` are prebuilt and handed to it), one warm-up step,
-median of 5 (``--steps``). Each side runs in its own subprocess with
+median of 5 (``--steps``); ``--clock cpu`` times the process's CPU time instead of wall time
+(on a machine other jobs share, the steps' own work: a side loses no time slices, though
+other jobs still share its caches and memory bandwidth). Each side runs in its own subprocess with
 ``OPENBLAS_NUM_THREADS`` / ``OMP_NUM_THREADS`` / ``MKL_NUM_THREADS`` = ``--threads`` (default:
 the cores this process may use) and ``torch.set_num_threads`` the same (threadpoolctl is not
 installed here). The executor's step as timed includes what its ``run`` does besides kernels
@@ -43,6 +45,7 @@ and the raw figures beside it (``results.json``), both written atomically.
 
     python3 bench/kernels_bench.py --quick                        # small sizes, a few minutes
     python3 bench/kernels_bench.py --quick --threads 1 --interleave   # the two sides step in turn
+    python3 bench/kernels_bench.py --threads 1 --interleave --clock cpu   # CPU time (shared machine)
     python3 bench/kernels_bench.py --plans --quick --threads 1    # plan steps vs the plain step
     python3 bench/kernels_bench.py --models vgg16 --image 128 --batch 2
     python3 bench/kernels_bench.py                                # the issue's sizes: long on CPU
@@ -301,14 +304,20 @@ def compare(name: str, sizes: dict | None = None, dtype: str = "float32", seed: 
 
 
 # ---------------------------------------------------------------- workers (one per side)
-def _timed(fn, steps: int, before=None):
+#: ``--clock``: wall time, or the process's CPU time (all its threads), which on a shared machine
+#: leaves out the time slices other jobs took (single-threaded sides: their steps' own work).
+CLOCKS = {"wall": time.perf_counter, "cpu": time.process_time}
+
+
+def _timed(fn, steps: int, before=None, clock: str = "wall"):
+    now = CLOCKS[clock]
     times = []
     for _ in range(steps):
         if before:
             before()
-        t0 = time.perf_counter()
+        t0 = now()
         out = fn()
-        times.append(time.perf_counter() - t0)
+        times.append(now() - t0)
     return times, out
 
 
@@ -383,7 +392,7 @@ def _torch_side(spec: dict):
 def worker_executor(spec: dict) -> dict:
     step, finish = _executor_side(spec)
     step()                                                   # warm-up
-    times, _ = _timed(step, spec["steps"])
+    times, _ = _timed(step, spec["steps"], clock=spec.get("clock", "wall"))
     return finish(times)
 
 
@@ -391,7 +400,7 @@ def worker_torch(spec: dict) -> dict:
     step, before, finish = _torch_side(spec)
     before()
     step()                                                   # warm-up
-    times, _ = _timed(step, spec["steps"], before=before)
+    times, _ = _timed(step, spec["steps"], before=before, clock=spec.get("clock", "wall"))
     return finish(times)
 
 
@@ -405,8 +414,8 @@ def worker_both(spec: dict) -> dict:
     t_step()                                                 # warm-ups
     e_times, t_times = [], []
     for _ in range(spec["steps"]):
-        e_times += _timed(e_step, 1)[0]
-        t_times += _timed(t_step, 1, before=t_before)[0]
+        e_times += _timed(e_step, 1, clock=spec.get("clock", "wall"))[0]
+        t_times += _timed(t_step, 1, before=t_before, clock=spec.get("clock", "wall"))[0]
     ex = e_finish(e_times)
     spec["exec_loss"] = ex["loss"]
     return {"executor": ex, "torch": t_finish(t_times)}
@@ -583,7 +592,8 @@ def run_model(name: str, sizes: dict, device: str, args) -> dict:
     row = {"model": name, "sizes": sizes, "device": device, "dtype": args.dtype}
     with tempfile.TemporaryDirectory(prefix="kernels_bench.") as folder:
         spec = {"model": name, "sizes": sizes, "device": device, "dtype": args.dtype,
-                "steps": args.steps, "seed": args.seed, "threads": args.threads, "dir": folder}
+                "steps": args.steps, "seed": args.seed, "threads": args.threads, "dir": folder,
+                "clock": args.clock}
         if args.interleave:
             both = _run_worker("both", spec, args.threads, args.timeout)
             row["executor"] = both.get("executor", both)
@@ -660,6 +670,9 @@ def main(argv=None) -> int:
     ap.add_argument("--interleave", action="store_true",
                     help="both sides in one worker process, one step of each in turn (steadier on "
                          "a shared machine than one side after the other)")
+    ap.add_argument("--clock", choices=sorted(CLOCKS), default="wall",
+                    help="step time: wall, or the process's CPU time (steadier on a shared machine; "
+                         "with one thread per side, the step's own work)")
     ap.add_argument("--spec", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.worker:
@@ -674,8 +687,14 @@ def main(argv=None) -> int:
         ap.error(f"unknown model(s) {', '.join(unknown)}; choose from {', '.join(zoo.MODELS)}")
     if args.plans:
         return _plans_main(args, names)
+    if args.clock == "cpu" and args.device == "cuda":
+        print("kernels_bench: --clock cpu times host work only; CUDA rows take --clock wall",
+              file=sys.stderr)
+        return 2
     devices = [] if args.device == "cuda" else ["cpu"]
     gpu_ok, why = cuda_status() if args.device != "cpu" else (False, "--device cpu")
+    if gpu_ok and args.clock == "cpu":
+        gpu_ok, why = False, "--clock cpu (host CPU time says nothing of a device's kernels)"
     if gpu_ok:
         devices.append("cuda")
     elif args.device == "cuda":
@@ -718,7 +737,7 @@ def main(argv=None) -> int:
     header = (f"    {cmd.strip()}\n\n"
               f"{_cpu_name()}, {args.threads} thread(s) per side (OPENBLAS/OMP/MKL_NUM_THREADS, "
               f"torch.set_num_threads), {args.dtype}, NumPy {numpy.__version__}, torch {tv}; "
-              f"median of {args.steps} steps after one warm-up (the fastest in brackets; "
+              f"median of {args.steps} steps after one warm-up ({args.clock} clock; the fastest in brackets; "
               f"{'both sides in one process, one step of each in turn; ' if args.interleave else 'each side in its own process, one after the other; '}"
               f"ratio: of the medians); load average "
               f"{load0[0]:.2f} before, {load1[0]:.2f} after (other jobs share the CPU: timings "

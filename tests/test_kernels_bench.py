@@ -88,3 +88,26 @@ def test_interleaved_worker_times_both_sides(bench, tmp_path):
     assert len(both["executor"]["times"]) == len(both["torch"]["times"]) == 2
     assert both["executor"]["peak_bytes"] > 0 and both["torch"]["peak_bytes"] > 0
     assert both["torch"]["grad_rel_diff"] <= RTOL["float32"]
+
+
+def test_cpu_clock_times_the_steps_work(bench, tmp_path):
+    """``--clock cpu``: the process's CPU time; a side that sleeps in its step shows the sleep in
+    wall time only."""
+    import time
+
+    slept = []
+
+    def step():
+        time.sleep(0.05)
+        slept.append(1)
+
+    wall, _ = bench._timed(step, 2, clock="wall")
+    cpu, _ = bench._timed(step, 2, clock="cpu")
+    assert len(slept) == 4
+    assert min(wall) >= 0.05 and max(cpu) < 0.025
+
+
+def test_cpu_clock_refuses_cuda_rows(bench, capsys):
+    assert bench.main(["--clock", "cpu", "--device", "cuda", "--models", "mlp"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--clock cpu" in err[0]
