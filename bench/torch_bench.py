@@ -227,7 +227,7 @@ def _the_plan(target, fronts):
                 self.budget = "min"
                 return super().pick(fr)
 
-    return Same(int(target.step_peak), fronts=fronts)
+    return Same(int(target.step_peak), fronts=fronts, whole_front=True)
 
 
 def compile_rows(name, spec):
@@ -250,7 +250,7 @@ def compile_rows(name, spec):
         print(f"  {name} torch.compile {b}: {got['peak']:,} B", flush=True)
     fronts = {}
     m = copy.deepcopy(spec.model)
-    first = HGraphPartitioner("100%", fronts=fronts)
+    first = HGraphPartitioner("100%", fronts=fronts, whole_front=True)
     compiled_step(m, loss, first)(*spec.inputs)       # plans the front of Inductor's graph
     front = next(iter(fronts.values()))[0]
     fx_fronts = {}
@@ -380,7 +380,8 @@ def list_fronts(names) -> int:
         spec = load(os.path.join(EXAMPLES, f"{name}.py:model"))
         fronts = {}
         m = copy.deepcopy(spec.model)
-        compiled_step(m, spec.loss or default_loss, HGraphPartitioner("100%", fronts=fronts))(
+        part = HGraphPartitioner("100%", fronts=fronts, whole_front=True)
+        compiled_step(m, spec.loss or default_loss, part)(
             *spec.inputs)
         print(f"== {name}: #k, source, replayed peak B, recompute FLOPs")
         for k, c in enumerate(next(iter(fronts.values()))[0]):

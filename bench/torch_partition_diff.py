@@ -336,7 +336,7 @@ def main(argv=None) -> int:
 
     # hgraph's front (planned inside one compile), then the chosen plans compiled
     fronts = {}
-    run_compiled(spec, HGraphPartitioner("100%", fronts=fronts))
+    run_compiled(spec, HGraphPartitioner("100%", fronts=fronts, whole_front=True))
     fr = next(iter(fronts.values()))[0]
     chosen = _pick_plans(fr, torch_flops, args.plans)
     print(f"\n== hgraph's front ({len(fr)} plans; fx-replay peak, recompute FLOPs; "
@@ -348,7 +348,7 @@ def main(argv=None) -> int:
               f"model peak {c.plan.peak_bytes:,}")
     for k in chosen:
         c = fr[k]
-        hp = HGraphPartitioner(int(c.step_peak), fronts=fronts)
+        hp = HGraphPartitioner(int(c.step_peak), fronts=fronts, whole_front=True)
         hpeak = run_compiled(spec, hp)
         assert hp.plans[-1] is c.plan, "the front's pick moved"
         hj, hfw, hbw = hp.parts[-1]

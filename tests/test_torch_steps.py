@@ -258,7 +258,7 @@ def test_each_compile_plans_its_own_budget():
 def test_a_front_planned_in_one_compile_serves_another():
     """A front reused from an earlier compile (``fronts=``) holds that compile's joint graph;
     the partition must split the graph of the compile at hand (other fake tensors)."""
-    from planner.torch.compiled import HGraphPartitioner, fresh_function
+    from planner.torch.compiled import KEEP_ALL, HGraphPartitioner, fresh_function
 
     torch.manual_seed(0)
     m = nn.Sequential(nn.Linear(8, 32), nn.Tanh(), nn.Linear(32, 1)).double()
@@ -274,7 +274,40 @@ def test_a_front_planned_in_one_compile_serves_another():
         out.backward()
         losses.append(out.item())
         assert len(part.plans) == 1
-    assert len(fronts) == 1 and losses[0] == losses[1]
+    # "100%" planned the keep-everything step alone, "min" the whole front: one of each
+    whole = [k for k in fronts if not isinstance(k, tuple)]
+    assert len(whole) == 1 and set(fronts) == {whole[0], (KEEP_ALL, whole[0])}
+    assert losses[0] == losses[1]
+
+
+def test_a_budget_the_keep_all_step_fits_plans_it_alone_and_picks_as_the_front_does():
+    """At ``"100%"`` (compile's default) and above, the front's pick is a keep-everything plan:
+    the partitioner plans those two alone (no other budgets, no min-cut) and splits the graph
+    exactly as the whole front's pick does; below it, the whole front is planned."""
+    from planner.torch.compiled import KEEP_ALL, HGraphPartitioner, fresh_function
+
+    torch.manual_seed(0)
+    m = nn.Sequential(nn.Linear(8, 32), nn.Tanh(), nn.Linear(32, 32), nn.GELU(),
+                      nn.Linear(32, 1)).double()
+    x = torch.randn(16, 8, dtype=torch.float64)
+    picked = {}
+    for budget, whole in (("100%", False), ("100%", True), ("120%", False), ("90%", False)):
+        net = copy.deepcopy(m)
+        part = HGraphPartitioner(budget, whole_front=whole, progress="off")
+        step = torch.compile(fresh_function(lambda v: net(v).mean()), dynamic=False)
+        with inductor_config.patch(custom_partitioner_fn=part, fx_graph_cache=False), \
+                functorch_config.patch(enable_autograd_cache=False):
+            step(x).backward()
+        fast = all(isinstance(k, tuple) and k[0] == KEEP_ALL for k in part.fronts)
+        assert fast == (not whole and budget != "90%"), (budget, whole)
+        if fast:
+            (key,) = part.fronts
+            assert len(part.fronts[key][0]) <= 2
+        c = part.plans[-1]
+        picked[budget, whole] = (c.report["step_peak_bytes"], c.report["step_recompute_flops"])
+    assert picked["100%", False] == picked["100%", True] == picked["120%", False]
+    assert picked["100%", True][1] == 0
+    assert picked["90%", False][0] < picked["100%", True][0]
 
 
 def test_meters_follow_a_replayed_random_op():

@@ -23,6 +23,8 @@ from planner.torch.seeds import MIN_CUT_BUDGETS, min_cut_keeps
 __all__ = ["HGraphPartitioner", "compile_model", "fresh_function"]
 
 _compiles = itertools.count()
+#: ``fronts`` key prefix of a graph's keep-everything plans alone (:meth:`HGraphPartitioner._keep_all`).
+KEEP_ALL = "keep-all"
 
 
 def fresh_function(fn):
@@ -48,7 +50,12 @@ class HGraphPartitioner(torch._inductor.custom_graph_pass.CustomPartitionerFn):
     ``plan_kwargs`` go to the planner; ``fronts``: a dict shared between partitioners to reuse
     the front of a graph already planned (keyed by the graph's text). ``self.plans``: the plans
     used, their reports carrying ``step_peak_bytes`` / ``step_recompute_flops``;
-    ``self.parts``: (joint, forward, backward) modules of each partition (to measure them).
+    ``self.parts``: (joint, forward, backward) modules of each partition (to measure them);
+    ``self.seconds``: the time spent in this partitioner (planning, partitioning, replaying).
+    A budget at or above the keep-everything step's peak (the default, ``"100%"``) plans
+    just that step (:meth:`_keep_all`: the same choice the whole front gives, in a fraction of
+    the time); ``whole_front=True`` builds the whole front anyway (a bench that
+    measures every candidate).
     The front joins the plans of the joint graph as traced and of its copy with common
     subexpressions merged (as torch's min-cut first does; on a CNN the backward then reads the
     forward's batch-norm pieces, on a transformer it reads more forward values): each plan is
@@ -62,17 +69,28 @@ class HGraphPartitioner(torch._inductor.custom_graph_pass.CustomPartitionerFn):
     """
 
     def __init__(self, budget="100%", fronts=None, min_cut_budgets=MIN_CUT_BUDGETS,
-                 progress: str = "auto", **plan_kwargs):
+                 progress: str = "auto", whole_front: bool = False, **plan_kwargs):
         from hgraph.progress import KINDS
 
         if progress not in KINDS:
             raise HGraphError(f"progress must be one of {', '.join(KINDS)}, got {progress!r}")
         self.budget, self.plan_kwargs, self.plans, self.parts = budget, plan_kwargs, [], []
         self.progress = progress
+        self.seconds = 0.0
+        self.whole_front = whole_front
         self.min_cut_budgets = tuple(min_cut_budgets or ())
         self.fronts = {} if fronts is None else fronts
 
     def __call__(self, gm, joint_inputs, **kwargs):
+        import time
+
+        t0 = time.perf_counter()
+        try:
+            return self._partition(gm, joint_inputs, **kwargs)
+        finally:
+            self.seconds += time.perf_counter() - t0
+
+    def _partition(self, gm, joint_inputs, **kwargs):
         import dataclasses
 
         from planner import cg
@@ -84,13 +102,17 @@ class HGraphPartitioner(torch._inductor.custom_graph_pass.CustomPartitionerFn):
             with _progress(self.progress) as stages, stages.stage("hgraph: planning the step"):
                 merged_gm = cap.cse(gm)
                 merged = from_joint(merged_gm, n_out, decompose=True)
-                with stages.stage("torch's min-cut partitions"):
-                    seeds = min_cut_keeps(merged_gm, joint_inputs, self.min_cut_budgets,
-                                          **kwargs)
-                self.fronts[key] = (front_mod.union([front_mod.front(tg, **self.plan_kwargs),
-                                                     front_mod.front(merged, seeds=seeds,
-                                                                     **self.plan_kwargs)]),
-                                    gm, merged_gm)
+                kept = self._keep_all(tg, merged, gm, merged_gm, key)
+                if kept is None:
+                    with stages.stage("torch's min-cut partitions"):
+                        seeds = min_cut_keeps(merged_gm, joint_inputs, self.min_cut_budgets,
+                                              **kwargs)
+                    self.fronts[key] = (front_mod.union([
+                        front_mod.front(tg, **self.plan_kwargs),
+                        front_mod.front(merged, seeds=seeds, **self.plan_kwargs)]),
+                        gm, merged_gm)
+                else:
+                    key = (KEEP_ALL, key)
         fr, traced_gm, old_merged = self.fronts[key]
         c = self.pick(fr)
         # a front planned in another compile holds that compile's joint graph, whose values are
@@ -104,6 +126,29 @@ class HGraphPartitioner(torch._inductor.custom_graph_pass.CustomPartitionerFn):
         fw, bw = front_mod.split(c, n_out)
         self.parts.append((c.joint, fw, bw))
         return fw, bw
+
+    def _keep_all(self, tg, merged, gm, merged_gm, key):
+        """Plan just the keep-everything step (traced and merged graph) when the budget is at
+        least its step peak, and return True; else None. The front's least-recompute plan that
+        fits is then one of those two (nothing recomputed), so planning the other budgets,
+        partitioning and replaying them and running torch's min-cut would change nothing. This
+        is ``compile``'s default (``"100%"``), which thus costs two plans and two replays, not
+        a front (tens of seconds). None when the budget is lower, or ``"min"``, or the
+        partitioner must see the whole front (:attr:`whole_front`). The two plans are kept in
+        ``self.fronts`` under ``(KEEP_ALL, key)``, apart from whole fronts: a later
+        partitioner sharing the dict at another budget plans the whole front."""
+        if self.whole_front or (isinstance(self.budget, str)
+                                and self.budget.strip().lower() == front_mod.LOWEST):
+            return None
+        if (KEEP_ALL, key) not in self.fronts:
+            self.fronts[(KEEP_ALL, key)] = (front_mod.union([
+                front_mod.keep_all(tg, **self.plan_kwargs),
+                front_mod.keep_all(merged, **self.plan_kwargs)]), gm, merged_gm)
+        fr = self.fronts[(KEEP_ALL, key)][0]
+        target = front_mod.resolve_step_budget(fr, self.budget)
+        if target < max(c.step_peak for c in fr) or any(c.recompute_flops for c in fr):
+            return None
+        return True
 
     def pick(self, fr):
         """The candidate of front ``fr`` this partitioner splits by: :func:`front.pick` at its

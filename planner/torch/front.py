@@ -37,7 +37,7 @@ from hgraph.progress import current as current_progress
 from planner.torch import measure
 from planner.torch.partition import keep_names, partition
 
-__all__ = ["Candidate", "front", "choose", "measured_candidate", "seeded_candidate", "split",
+__all__ = ["Candidate", "front", "keep_all", "choose", "measured_candidate", "seeded_candidate", "split",
            "union", "resolve_step_budget",
            "pick", "POINTS", "SOLVERS", "EXACT_MAX_LOWER_SETS", "LOWEST"]
 
@@ -153,6 +153,16 @@ def front(tg, solvers=SOLVERS, points: int = POINTS,
         seeded = [seeded_candidate(tg, keep, label) for label, keep in (seeds or {}).items()
                   if frozenset(keep) not in seen]
     return union([found, seeded])
+
+
+def keep_all(tg, **plan_kwargs) -> list:
+    """The front's keep-everything point alone: the plan at ``"100%"`` (which
+    :func:`planner.plan` answers by keeping everything, as :func:`front`'s last point),
+    partitioned and replayed."""
+    import planner
+
+    plan_kwargs = {"certify": "off", **plan_kwargs}
+    return [measured_candidate(tg, planner.plan(tg.cg, budget="100%", **plan_kwargs))]
 
 
 def union(fronts: list) -> list:
