@@ -1,4 +1,11 @@
-"""The DP graph of FORMAT.md §4.1: activations only, with per-node memory m and cost t.
+"""The planner's one graph type (its IR): FORMAT.md §4.1's DAG of activations, with per-node
+memory m and cost t.
+
+Every pass of :func:`planner.plan` sees this type: the engine analyses, the DP families and
+loops (in the DP's memory units: :meth:`ActivationGraph.with_ratio`, a view sharing the
+arrays, not a second graph), Chen's chain, the MILP, the emitter, the certificate and the
+report. :class:`planner.dp_families.DPGraph` is the same type built from bare arrays (tests
+and benches: node ``k`` stands for itself).
 
 The reference builds a DAG over all variables (edge ``a -> out(f)`` for every input ``a`` of every
 forward block ``f``) and deletes every node without a predecessor -- parameters, model inputs and
@@ -95,6 +102,15 @@ class ActivationGraph:
     @property
     def num_edges(self) -> int:
         return int(self.src.size)
+
+    @property
+    def words(self) -> int:
+        """uint64 words of an n-bit row (the DP's dense bitsets)."""
+        return max(1, (self.n + 63) // 64)
+
+    def succs_csr(self):
+        """``(indptr, succs)``: node ``v``'s successors are ``succs[indptr[v]:indptr[v+1]]``."""
+        return self.succ_indptr, self.succ_indices
 
     def successors(self, v: int) -> np.ndarray:
         return self.succ_indices[self.succ_indptr[v]:self.succ_indptr[v + 1]]

@@ -134,15 +134,14 @@ def certify(ag, budget_bytes: int, units: str, model, mode: str = "on",
     if cost == 0:
         return Certificate(0, 0.0, 0, "zero", {"zero": 0}, budget, u.ratio,
                            time.perf_counter() - t0)
-    m = ag.bytes // u.ratio
+    dg = ag.with_ratio(u.ratio)                 # the DP's units view
+    m = dg.m
     sinks = np.flatnonzero(np.bincount(ag.src, minlength=ag.n) == 0)
     bounds = {"knapsack": knapsack_bound(m, ag.t, int(m[sinks].min(initial=0)), budget)}
     if (mode == "lp" or ag.n <= LP_AUTO_NODES) and ag.n * ag.n <= LP_MAX_CELLS:
         from planner import milp
-        from planner.dp_families import DPGraph
 
-        lp = milp.relaxation(DPGraph(m=m, t=ag.t, src=ag.src, dst=ag.dst), budget,
-                             time_limit=time_limit)
+        lp = milp.relaxation(dg, budget, time_limit=time_limit)
         bounds["lp"] = (max(0, math.ceil(lp.bound - 1e-6)) if lp.status == "OK" else None)
     info = model.milp
     if (info and info.get("full_stages") and info.get("dual_bound") is not None

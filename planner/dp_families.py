@@ -38,8 +38,9 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from hgraph.errors import HGraphError
+from planner.activation_graph import ActivationGraph
 from planner.analyses.local_stats import local_stats
-from planner.arrays import csr, distinct, ranges, run_starts
+from planner.arrays import distinct, ranges, run_starts
 from planner.bitsets import unpack
 from planner.lower_sets import DEFAULT_MAX_LOWER_SETS, TooManyLowerSets
 from planner.threads import map_ordered
@@ -55,38 +56,17 @@ SUBSET_MATRIX_MAX_BYTES = 512 * 2**20
 _ONE = np.uint64(1)
 
 
-@dataclass
-class DPGraph:
-    """The DP's view of the activation graph: node weights and deduplicated edges.
+class DPGraph(ActivationGraph):
+    """An activation graph given by its arrays: ``m`` (memory in the DP's units), ``t``,
+    edges ``src -> dst`` (deduplicated); node ``k`` stands for itself (variable and function
+    ``k``). The planner's own graphs are :meth:`ActivationGraph.from_cg` and its units views
+    (:meth:`~planner.activation_graph.ActivationGraph.with_ratio`); this constructor is for
+    graphs that have no cg file behind them (tests, benches, the MILP's oracle)."""
 
-    ``m`` is memory in the chosen units (bytes, or the reference's scaled ints), ``t`` the
-    compute cost; node ``k`` is the k-th activation in ascending variable id (FORMAT.md §4.1).
-    """
-
-    m: np.ndarray
-    t: np.ndarray
-    src: np.ndarray
-    dst: np.ndarray
-    n: int = field(init=False)
-
-    def __post_init__(self):
-        self.m = np.asarray(self.m, dtype=np.int64)
-        self.t = np.asarray(self.t, dtype=np.int64)
-        self.n = int(self.m.shape[0])
-        src = np.asarray(self.src, dtype=np.int64)
-        dst = np.asarray(self.dst, dtype=np.int64)
-        if src.size:
-            key = distinct(src * self.n + dst)
-            src, dst = key // self.n, key % self.n
-        self.src, self.dst = src, dst
-
-    @property
-    def words(self) -> int:
-        return max(1, (self.n + 63) // 64)
-
-    def succs_csr(self):
-        """``(indptr, succs)``: node ``v``'s successors are ``succs[indptr[v]:indptr[v+1]]``."""
-        return csr(self.src, self.dst, self.n)
+    def __init__(self, m, t, src, dst):
+        m = np.asarray(m, dtype=np.int64)
+        n = int(m.shape[0])
+        super().__init__(np.arange(n), np.arange(n), m, t, src, dst)
 
 
 @dataclass
