@@ -46,6 +46,7 @@ CASES = [  # n, c, o, h, w, k, stride, pad
     (2, 3, 4, 9, 9, 3, 2, 0), (2, 3, 4, 9, 9, 2, 1, 0), (2, 6, 3, 7, 7, 3, 1, 2),
     (2, 3, 4, 40, 36, 3, 1, 1),                        # over MERGE_PIXELS: per-image columns
     (2, 3, 4, 48, 48, 3, 1, 1), (2, 4, 3, 48, 48, 3, 1, 1),   # over AMORTISE_PIXELS: transposes
+    (2, 4, 3, 20, 20, 3, 1, 1),           # over DX_AMORTISE_PIXELS only: dx transposed conv
 ]
 
 
