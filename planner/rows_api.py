@@ -19,7 +19,11 @@ Which plan:
   row plan with the least extra FLOPs (:func:`planner.rows.plan.choose`).
 
 ``budget``: bytes (int), text as ``--budget`` takes it (``"2GB"``, ``"75%"``, a percentage of the
-plain step's peak) or a :class:`planner.budget.Budget`. A budget no plan fits raises
+plain step's peak) or a :class:`planner.budget.Budget`. It holds the whole step
+(:func:`planner.execute.step_memory.predict_rows`: parameters, gradients, band buffers, kernel
+temporaries, the allocator; the report's ``accounting``, ``step_peak_bytes``,
+``step_peak_breakdown``); a percentage is of the plain step's whole peak
+(``step_baseline_peak_bytes``). A budget no plan fits raises
 :class:`hgraph.errors.InfeasibleError` naming the smallest predicted peak.
 
 Example::
@@ -42,7 +46,7 @@ from planner import cg
 from planner.analyses.engine import EngineOptions
 from planner.budget import Budget
 from planner.execute import backend as backend_mod
-from planner.execute import executor, rows_exec
+from planner.execute import executor, rows_exec, step_memory
 from planner.rows import plan as rows_plan
 from planner.rows import with_dp
 from planner.rows.plan import RowPlan
@@ -136,17 +140,34 @@ def plan_rows(graph_or_path, rows: int | None = None, policy: str | None = None,
         g = cg.read(graph_or_path) if isinstance(graph_or_path, (str, Path)) else graph_or_path
     with stages.stage("plain step peak"):
         plain = plain_peak_bytes(g)
-    budget_bytes = None if b is None else b.resolve(plain)
+        plain_step = step_memory.predict(g, executor.plain_schedule(g)).step_peak_bytes
+    budget_bytes = None if b is None else b.resolve(plain_step)
+    steps = {}
+
+    def step_of(q):
+        """The whole step of row plan ``q`` (predicted once per plan): what the budget holds."""
+        if id(q) not in steps:
+            steps[id(q)] = (q, step_memory.predict_rows(g, q))
+        return steps[id(q)][1]
+
+    def peak(q):
+        return step_of(q).step_peak_bytes
+
     if policy == "auto":
         with stages.stage("row plans for the budget (engine)"):
-            p = rows_plan.choose(g, budget_bytes, opts)
+            p = rows_plan.choose(g, budget_bytes, opts, peak=peak)
     else:
         with stages.stage("row plan (engine)"):
             p = rows_plan.plan(g, rows, policy, opts)
         if budget_bytes is not None:
             with stages.stage("rows + DP"):
-                p = with_dp.combine(p, budget_bytes, opts)
+                p = with_dp.combine(p, budget_bytes, opts, peak=peak)
     report = p.report()
+    report.update(step_of(p).report())
+    report["step_baseline_peak_bytes"] = int(plain_step)
+    if budget_bytes is not None:
+        report["budget_bytes"] = int(budget_bytes)
+        report["within_budget"] = report["step_peak_bytes"] <= budget_bytes
     report["graph"] = str(graph_or_path) if isinstance(graph_or_path, (str, Path)) else (
         str(g.path) if getattr(g, "path", None) else g.name)
     report["plain_peak_bytes"] = plain
@@ -170,6 +191,8 @@ class RowsExecution:
     plain: object
     max_relative_error: float
     gradients_match: bool
+    step: object = None          # step_memory.StepPeak of the row step (NumPy, pool)
+    plain_step: object = None    # ... of the plain step
 
     @property
     def peak_within_prediction(self) -> bool:
@@ -194,6 +217,16 @@ class RowsExecution:
         p, r, plain = self.plan, self.rows, self.plain
         fl = p.flops()
         return {"graph": graph, "rows": p.bands, "row_policy": p.policy,
+                "accounting": step_memory.WHOLE_STEP,
+                "step_peak_bytes": self.step.step_peak_bytes,
+                "step_peak_breakdown": dict(self.step.breakdown),
+                "measured_step_peak_bytes": r.measured_step_peak_bytes,
+                "measured_over_step_peak": round(r.measured_step_peak_bytes / max(self.step.step_peak_bytes, 1), 4)
+                if r.measured_step_peak_bytes is not None else None,
+                "step_within_prediction": r.measured_step_peak_bytes is not None and
+                r.measured_step_peak_bytes <= self.step.step_peak_bytes,
+                "plain_step_peak_bytes": self.plain_step.step_peak_bytes,
+                "plain_measured_step_peak_bytes": plain.measured_step_peak_bytes,
                 "predicted_peak_bytes": r.predicted_peak_bytes, "tracked_peak_bytes": r.tracked_peak_bytes,
                 "measured_peak_bytes": r.measured_peak_bytes, "meter": r.meter,
                 "measured_over_predicted": round(r.measured_peak_bytes / max(r.predicted_peak_bytes, 1), 4),
@@ -224,4 +257,6 @@ def execute_rows(planned: RowsPlan, backend=None, seed: int = 0) -> RowsExecutio
     err = rows_exec.relative_error(r.param_grads, plain.param_grads)
     dtype = next(iter(r.param_grads.values())).dtype.name if r.param_grads else "float32"
     return RowsExecution(plan=p, rows=r, plain=plain, max_relative_error=err,
-                         gradients_match=err <= TOLERANCE.get(dtype, 1e-4))
+                         gradients_match=err <= TOLERANCE.get(dtype, 1e-4),
+                         step=step_memory.predict_rows(g, p),
+                         plain_step=step_memory.predict(g, executor.plain_schedule(g)))

@@ -250,13 +250,33 @@ def test_rows_plus_dp_fits_below_rows_alone_and_stays_exact(graphs, plain, name,
         with_dp.combine(p, 1000)
 
 
+def _between_rows_alone_and_dp(dtype) -> int:
+    """A whole-step budget (bytes) below the 2-band ResNet-50 row step alone but above its
+    lowest rows + DP step: where the budget needs the DP."""
+    from hgraph.errors import InfeasibleError
+    from planner.execute import step_memory
+    from planner.rows import with_dp
+
+    g = export.to_cg(zoo.build("resnet50", dtype=dtype))
+    p = rows_plan.plan(g, 2, "overlap")
+
+    def peak(q):
+        return step_memory.predict_rows(g, q).step_peak_bytes
+
+    with pytest.raises(InfeasibleError) as err:
+        with_dp.combine(p, 1, peak=peak)
+    assert err.value.min_budget_bytes < peak(p)
+    return (err.value.min_budget_bytes + peak(p)) // 2
+
+
 def test_jobs_combine_rows_with_the_dp(tmp_path, capsys):
-    (code, rep), (code_e, rep_e) = _jobs(tmp_path, capsys, ["--rows", "2", "--budget", "82%"],
-                                         ["--model", "resnet50", "--rows", "2", "--budget", "82%"],
+    b32, b64 = _between_rows_alone_and_dp("float32"), _between_rows_alone_and_dp("float64")
+    (code, rep), (code_e, rep_e) = _jobs(tmp_path, capsys, ["--rows", "2", "--budget", str(b32)],
+                                         ["--model", "resnet50", "--rows", "2", "--budget", str(b64)],
                                          model="resnet50")
     assert code == 0 and rep["combined_with_dp"] and rep["dp_recomputed_ops"]
-    assert rep["predicted_peak_bytes"] <= 0.82 * rep["plain_peak_bytes"]
-    assert rep["dp"]["rows_alone_peak_bytes"] > rep["predicted_peak_bytes"]
+    assert rep["accounting"] == "whole-step" and rep["step_peak_bytes"] <= rep["budget_bytes"] == b32
+    assert rep["within_budget"]
     assert code_e == 0 and rep_e["combined_with_dp"] and rep_e["gradients_match"]
     assert rep_e["loss_identical"] and rep_e["tracked_peak_bytes"] <= rep_e["predicted_peak_bytes"]
 

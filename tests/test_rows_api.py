@@ -50,9 +50,15 @@ def _hgraph(*argv):
                           text=True, timeout=300)
 
 
+#: The whole-step fields a row plan's report gained (issue 23), left out of the digests of plans
+#: made before them.
+STEP_KEYS = {"accounting", "step_peak_bytes", "step_peak_breakdown", "workspace_bytes",
+             "step_baseline_peak_bytes", "budget_bytes", "within_budget"}
+
+
 def _canonical(report: dict) -> str:
-    """A report's digest without the graph's path."""
-    rest = {k: v for k, v in report.items() if k != "graph"}
+    """A report's digest without the graph's path (and the whole-step fields)."""
+    rest = {k: v for k, v in report.items() if k != "graph" and k not in STEP_KEYS}
     return hashlib.sha256(json.dumps(rest, sort_keys=True).encode()).hexdigest()[:16]
 
 
@@ -96,7 +102,7 @@ def test_checkpoint_and_failure_flags_reach_every_engine_run(paths, engine_runs,
     """``--tasks --blocks --mode --checkpoint-every --inject-failure`` on ``plan --rows`` (rows
     + DP: the row analyses, the DP's statistics and the walk search's re-plans): every engine run
     gets them, a worker is lost and recovered, and the report is the clean one."""
-    base = ["submit", "plan", "--graph", str(paths["resnet50_small"]), "--rows", "2", "--budget", "70%"]
+    base = ["submit", "plan", "--graph", str(paths["resnet50_small"]), "--rows", "2", "--budget", "90%"]
     clean, hurt = tmp_path / "clean.json", tmp_path / "hurt.json"
     assert main([*base, "--report", str(clean)]) == 0
     engine_runs.clear()
@@ -182,23 +188,36 @@ def test_flags_that_apply_are_accepted(paths, capsys, tmp_path):
 def test_plan_rows_returns_a_typed_result(paths):
     from planner.rows_api import RowsPlan, plan_rows
 
-    r = plan_rows(paths["resnet50_small"], rows=2, budget="70%", tasks=2)
+    from planner.execute import step_memory
+
+    r = plan_rows(paths["resnet50_small"], rows=2, budget="90%", tasks=2)
     assert isinstance(r, RowsPlan) and dataclasses.is_dataclass(r)
     assert {f.name for f in dataclasses.fields(r)} == {"plan", "report", "graph", "plain_peak_bytes",
                                                       "budget_bytes", "engine"}
     assert isinstance(r.plan, rows_plan.RowPlan) and r.engine == EngineOptions(tasks=2)
     assert (r.bands, r.policy, r.combined_with_dp) == (2, "overlap", True)
-    assert r.predicted_peak_bytes <= r.budget_bytes == int(0.7 * r.plain_peak_bytes)
+    # the budget holds the whole step: a percentage of the plain step's whole peak
+    rep = r.report
+    assert rep["accounting"] == "whole-step" and rep["within_budget"]
+    assert rep["step_peak_bytes"] <= r.budget_bytes == int(0.9 * rep["step_baseline_peak_bytes"])
+    assert rep["step_peak_bytes"] == step_memory.predict_rows(r.graph, r.plan).step_peak_bytes
     assert r.report["plain_peak_bytes"] == r.plain_peak_bytes
     assert r.report["plain_activation_peak_bytes"] == r.plain_activation_peak_bytes
     assert r.report["graph"] == str(paths["resnet50_small"])
-    # the facade is the composition the job used to make itself
+
+    def peak(q):
+        return step_memory.predict_rows(r.graph, q).step_peak_bytes
+
+    # the facade is the composition of rows, the DP and the whole-step prediction
     alone = rows_plan.plan(r.graph, 2, "overlap")
-    assert r.report["predicted_peak_bytes"] == with_dp.combine(alone, r.budget_bytes).predicted_peak_bytes
-    auto = plan_rows(r.graph, policy="auto", budget="85%")
-    assert auto.report == {**rows_plan.choose(r.graph, auto.budget_bytes).report(), "graph": auto.report["graph"],
-                           "plain_peak_bytes": auto.plain_peak_bytes,
-                           "plain_activation_peak_bytes": auto.plain_activation_peak_bytes}
+    assert peak(alone) > r.budget_bytes              # rows alone do not fit: the DP was needed
+    assert r.report["predicted_peak_bytes"] == \
+        with_dp.combine(alone, r.budget_bytes, peak=peak).predicted_peak_bytes
+    auto = plan_rows(r.graph, policy="auto", budget="90%")
+    chosen = rows_plan.choose(r.graph, auto.budget_bytes, peak=peak)
+    assert {k: v for k, v in auto.report.items() if k not in STEP_KEYS} == \
+        {**chosen.report(), "graph": auto.report["graph"], "plain_peak_bytes": auto.plain_peak_bytes,
+         "plain_activation_peak_bytes": auto.plain_activation_peak_bytes}
 
 
 def test_execute_rows_returns_a_typed_result(paths):
@@ -225,16 +244,18 @@ def test_plan_rows_refuses_in_one_line(paths, options):
 
 
 #: (graph, plan flags, digest of the report without "graph"), made by the code before the facade
-#: (jobs/rows_flags.py composing planner.rows itself): the facade plans the same.
+#: (jobs/rows_flags.py composing planner.rows itself): the facade plans the same. Budgets hold the
+#: whole step since issue 23 (a percentage of the plain step's whole peak): the budgeted rows'
+#: digests were made then.
 BEFORE = [
     ("vgg16", ["--rows", "8", "--row-policy", "share"], "eda3c16a82997200"),
     ("vgg16", ["--rows", "4"], "b976762b9eeeaca4"),
-    ("vgg16", ["--row-policy", "auto", "--budget", "75%"], "1debfe42b4862b44"),
+    ("vgg16", ["--row-policy", "auto", "--budget", "80%"], "ddefec089fb0d34f"),
     ("resnet50", ["--rows", "8"], "f7fa717cd073c902"),
     ("resnet50", ["--rows", "4", "--row-policy", "share"], "af3af5373f8cb025"),
-    ("resnet50", ["--row-policy", "auto", "--budget", "60%"], "9b21978fce461042"),
-    ("resnet50_small", ["--rows", "2", "--budget", "70%"], "e7966f821808ead9"),
-    ("resnet50_small", ["--rows", "2", "--row-policy", "share", "--budget", "72%"], "4d5301b3a7384209"),
+    ("resnet50", ["--row-policy", "auto", "--budget", "75%"], "9b21978fce461042"),
+    ("resnet50_small", ["--rows", "2", "--budget", "90%"], "8e2dec5bbd041328"),
+    ("resnet50_small", ["--rows", "2", "--row-policy", "share", "--budget", "89%"], "62db530df664ffd7"),
 ]
 
 
@@ -242,4 +263,4 @@ BEFORE = [
 def test_row_plans_are_the_same_as_before(paths, tmp_path, capsys, name, flags, digest):
     report = tmp_path / "r.json"
     assert main(["submit", "plan", "--graph", str(paths[name]), *flags, "--report", str(report)]) == 0
-    assert _canonical(json.loads(report.read_text())) == digest
+    assert _canonical(json.loads(report.read_text())) == digest, _canonical(json.loads(report.read_text()))

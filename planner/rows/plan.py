@@ -334,8 +334,11 @@ def _region_outputs(ly, region: np.ndarray) -> np.ndarray:
 
 
 def choose(g, budget_bytes: int, opts: EngineOptions | None = None, stages: bool = True,
-           prune: bool = True) -> RowPlan:
-    """``auto``: the fitting plan with the least extra FLOPs (ties: fewer bands, overlap first)."""
+           prune: bool = True, peak=None) -> RowPlan:
+    """``auto``: the fitting plan with the least extra FLOPs (ties: fewer bands, overlap first).
+    ``peak``: a plan's peak as the budget counts it (default its activations,
+    ``predicted_peak_bytes``; the whole step: ``planner.execute.step_memory.predict_rows``)."""
+    peak = peak or (lambda q: int(q.predicted_peak_bytes))
     ly = layers_mod.read(g)
     image = int(ly.h_in[np.asarray([op == "conv2d" for op in ly.ops], dtype=bool)].max(initial=0))
     found = []
@@ -347,10 +350,11 @@ def choose(g, budget_bytes: int, opts: EngineOptions | None = None, stages: bool
                 if "no convolution stack where" in str(err) and found:
                     break
                 raise
-    fits = [p for p in found if p.predicted_peak_bytes <= budget_bytes]
+    fits = [p for p in found if peak(p) <= budget_bytes]
     if not fits:
-        best = min(found, key=lambda p: p.predicted_peak_bytes)
-        raise InfeasibleError(f"no row plan fits {budget_bytes:,} B; the smallest predicted peak is "
-                              f"{best.predicted_peak_bytes:,} B (--rows {best.bands} "
-                              f"--row-policy {best.policy})")
+        best = min(found, key=peak)
+        err = InfeasibleError(f"no row plan fits {budget_bytes:,} B; the smallest predicted peak is "
+                              f"{peak(best):,} B (--rows {best.bands} --row-policy {best.policy})")
+        err.min_budget_bytes = peak(best)
+        raise err
     return min(fits, key=lambda p: (p.flops()["extra_flops"], p.bands, POLICIES.index(p.policy)))

@@ -157,22 +157,33 @@ def candidates(p: RowPlan, opts=None) -> list:
     return found + walk_search(p, opts=opts)
 
 
-def choose(p: RowPlan, found: list, budget_bytes: int) -> RowPlan:
-    """The plan of ``found`` with the fewest extra FLOPs whose predicted peak fits
-    ``budget_bytes`` (InfeasibleError naming the smallest peak found when none does)."""
-    fits = [q for q in found if q.predicted_peak_bytes <= budget_bytes]
+def choose(p: RowPlan, found: list, budget_bytes: int, peak=None) -> RowPlan:
+    """The plan of ``found`` with the fewest extra FLOPs whose peak (``peak(plan)``, default
+    its activations) fits ``budget_bytes`` (InfeasibleError naming the smallest peak found, as
+    ``min_budget_bytes`` too, when none does)."""
+    peak = peak or _activations
+    fits = [q for q in found if peak(q) <= budget_bytes]
     if not fits:
-        best = min(found, key=lambda q: q.predicted_peak_bytes, default=p)
-        raise InfeasibleError(f"rows {p.bands} {p.policy} + DP: no plan fits {budget_bytes:,} B; the "
-                              f"smallest predicted peak is {best.predicted_peak_bytes:,} B")
-    best = min(fits, key=lambda q: (q.flops()["extra_flops"], q.predicted_peak_bytes))
+        low = min([peak(q) for q in found] + [peak(p)])
+        err = InfeasibleError(f"rows {p.bands} {p.policy} + DP: no plan fits {budget_bytes:,} B; the "
+                              f"smallest predicted peak is {low:,} B")
+        err.min_budget_bytes = low
+        raise err
+    best = min(fits, key=lambda q: (q.flops()["extra_flops"], peak(q)))
     best.dp = {**best.dp, "candidates": len(found), "rows_alone_peak_bytes": int(p.predicted_peak_bytes)}
     return best
 
 
-def combine(p: RowPlan, budget_bytes: int, opts=None) -> RowPlan:
+def combine(p: RowPlan, budget_bytes: int, opts=None, peak=None) -> RowPlan:
     """``p`` itself when it fits ``budget_bytes``, else the cheapest of :func:`candidates` that
-    fits (InfeasibleError naming the smallest peak found when none does)."""
-    if p.predicted_peak_bytes <= budget_bytes:
+    fits (InfeasibleError naming the smallest peak found when none does). ``peak``: a plan's
+    peak as the budget counts it (default its activations, ``predicted_peak_bytes``; the whole
+    step: ``planner.execute.step_memory.predict_rows``)."""
+    peak = peak or _activations
+    if peak(p) <= budget_bytes:
         return p
-    return choose(p, candidates(p, opts), budget_bytes)
+    return choose(p, candidates(p, opts), budget_bytes, peak)
+
+
+def _activations(q: RowPlan) -> int:
+    return int(q.predicted_peak_bytes)
