@@ -8,7 +8,10 @@ allocators; the JSON report (``--report``) holds ``predicted_peak_bytes`` (the p
 accounting), ``tracked_peak_bytes`` (the executor's count of the plan's buffers: an accounting
 cross-check), ``measured_peak_bytes`` (a meter outside the plan, named by ``meter``: tracemalloc
 on NumPy, the CuPy pool's used bytes on CuPy; kernel temporaries included),
-``measured_over_predicted``, ``peak_within_prediction`` (measured at most predicted),
+``measured_over_predicted``, ``peak_within_prediction`` (measured at most predicted), and for
+graphs with op arguments the whole step (:func:`planner.execute.step_memory.evaluate`:
+``step_peak_bytes``, ``step_peak_breakdown``, ``measured_step_peak_bytes``,
+``step_within_prediction``),
 ``tracked_within_prediction``, ``allocator``, ``backend``, ``seconds``, and for real-op graphs
 ``gradients_match``. The exit status is 0 when the tracked peak is within the prediction and the
 gradients match (1 otherwise); a measured peak above the prediction is reported, on stderr too.
@@ -121,7 +124,9 @@ def main(args) -> int:
         else:
             print("hgraph: the Ray cluster has no GPU; executing here", file=sys.stderr)
     if report is None:
-        report = executor.evaluate(g, schedule, backend=args.backend, **options)
+        from planner.execute import step_memory
+
+        report = step_memory.evaluate(g, schedule, backend=args.backend, **options)
     report["graph"] = args.graph or f"zoo:{args.model}"
     report["schedule"] = args.schedule or "plain"
     text = json.dumps(report, indent=2) + "\n"
@@ -139,6 +144,11 @@ def main(args) -> int:
         if row.get("arena"):
             line += f" (lower bound {row['arena']['lower_bound_bytes']:,} B, gap {row['arena']['gap_pct']:.2f}%)"
         print(line, file=sys.stderr)
+    if "step_peak_bytes" in report:
+        print(f"whole step: predicted {report['step_peak_bytes']:,} B (at "
+              f"{report['step_peak_breakdown']['op']}), measured ({report['meter']}, parameters and "
+              f"inputs included) {report['measured_step_peak_bytes']:,} B = "
+              f"{report['measured_over_step_peak']:.3f}x predicted", file=sys.stderr)
     if "gradients_match" in report:
         print(f"gradients_match={report['gradients_match']}", file=sys.stderr)
     if not report["peak_within_prediction"]:

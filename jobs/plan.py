@@ -125,9 +125,10 @@ def _execute(p) -> dict:
     ``execute`` object (``predicted_peak_bytes``, ``tracked_peak_bytes`` -- the plan's count --,
     ``measured_peak_bytes`` by ``meter`` -- tracemalloc / the CuPy pool --, ``recycle``,
     ``peak_within_prediction`` …, :func:`planner.execute.executor.evaluate`)."""
-    from planner.execute import executor
+    from planner.execute import step_memory
 
-    return executor.evaluate(p.graph, p.schedule, allocators=("pool",), recycle=True)
+    return step_memory.evaluate(p.graph, p.schedule, allocators=("pool",), recycle=True,
+                                workspace=p.report.get("workspace_bytes"))
 
 
 if __name__ == "__main__":

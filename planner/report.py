@@ -194,6 +194,7 @@ def summary_table(report: dict, table=None):
                              f"({100 * report['peak_bytes'] / base:.1f}% of baseline)"),
         ("baseline (no recompute)", f"{format_bytes(report['baseline_peak_bytes'])}  "
                                     f"({BASELINE_KINDS.get(kind, kind)})"),
+        *_step_rows(report),
         ("lower bound", format_bytes(report["lower_bound_bytes"])),
         ("recompute / forward", f"{report['recompute_cost']:,} / {report['forward_cost']:,}  "
                                 f"({100 * report['overhead']:.1f}%)"),
@@ -215,6 +216,11 @@ def summary_table(report: dict, table=None):
         rows.append(("peak executed, measured", f"{format_bytes(ex['measured_peak_bytes'])}  "
                                                 f"({ex.get('meter', '?')}; "
                                                 f"{ex['measured_over_predicted']:.2f}x predicted)"))
+        if ex.get("measured_step_peak_bytes") is not None and "step_peak_bytes" in ex:
+            rows.append(("step executed, measured", f"{format_bytes(ex['measured_step_peak_bytes'])}  "
+                                                    f"({ex.get('meter', '?')}; "
+                                                    f"{ex['measured_over_step_peak']:.3f}x the "
+                                                    f"predicted step)"))
     if "recompute_lower_bound" in report:
         c = report.get("certificate", {})
         rows.append(("recompute lower bound", f"{report['recompute_lower_bound']:,} "
@@ -231,6 +237,21 @@ def summary_table(report: dict, table=None):
     for k, v in rows:
         tab.add_row(k, v)
     return tab
+
+
+def _step_rows(report: dict) -> list:
+    """The whole step's rows of the table (graphs with op arguments: the budget's accounting),
+    or the accounting alone."""
+    if report.get("accounting") != "whole-step":
+        return [("accounting", "activations (the reference's)")]
+    bd = report["step_peak_breakdown"]
+    parts = ", ".join(f"{k.replace('_', ' ')} {format_bytes(v)}" for k, v in bd.items()
+                      if k not in ("op", "step") and v)
+    return [("accounting", "whole step (budget, percentages: the step's)"),
+            ("step peak (predicted)", f"{format_bytes(report['step_peak_bytes'])}  "
+                                      f"(no recompute: {format_bytes(report['step_baseline_peak_bytes'])})"),
+            ("at the step peak", f"{bd['op']}: {parts}"),
+            ("convolution workspace", format_bytes(report["workspace_bytes"]))]
 
 
 def print_summary(report: dict, file=None) -> None:

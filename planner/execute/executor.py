@@ -444,7 +444,7 @@ def gradients_equal(a: dict, b: dict) -> bool:
 
 # ---------------------------------------------------------------- one call for jobs
 def evaluate(g, schedule, *, allocators=("pool",), backend=None, recycle=None, seed: int = 0,
-             touch: str | None = None) -> dict:
+             touch: str | None = None, workspace: int | None = None) -> dict:
     """Run ``schedule`` on ``g`` with each allocator and compare with the planner's prediction.
 
     The report holds ``predicted_peak_bytes`` (``planner.simulate``, reference accounting);
@@ -455,7 +455,8 @@ def evaluate(g, schedule, *, allocators=("pool",), backend=None, recycle=None, s
     allocator's *measured* peak at most the prediction: false whenever kernel temporaries,
     rounding or a pool's kept blocks take the step above what the plan counts) and
     ``tracked_within_prediction`` (every allocator's tracked peak at most the prediction: the
-    plan's accounting held); and -- for graphs with real ops -- ``gradients_match``: parameter
+    plan's accounting held); ``measured_step_peak_bytes`` (the meter from before the parameters
+    and inputs are built: the whole step, :mod:`planner.execute.step_memory`); and -- for graphs with real ops -- ``gradients_match``: parameter
     gradients bitwise equal to those of a plain run (no recomputation, nothing freed), whose two
     peaks are ``plain_tracked_peak_bytes`` / ``plain_measured_peak_bytes``. ``recycle=None``
     frees after last use for real kernels and at the schedule's forgets for stand-ins (so the
@@ -474,13 +475,15 @@ def evaluate(g, schedule, *, allocators=("pool",), backend=None, recycle=None, s
     rows = []
     results = []
     for name in allocators:
-        r = run(g, schedule, allocator=name, backend=be, recycle=free_early, seed=seed, touch=touch)
+        r = run(g, schedule, allocator=name, backend=be, recycle=free_early, seed=seed, touch=touch,
+                workspace=workspace)
         results.append(r)
         rows.append(r.report())
     first = results[0]
     predicted = int(sim.peak_bytes)
     report = {"predicted_peak_bytes": predicted, "tracked_peak_bytes": first.tracked_peak_bytes,
               "measured_peak_bytes": first.measured_peak_bytes, "meter": first.meter,
+              "measured_step_peak_bytes": first.measured_step_peak_bytes,
               "measured_over_predicted": round(first.measured_peak_bytes / max(predicted, 1), 4),
               "allocator": first.allocator, "backend": be.name, "device": be.device,
               "seconds": round(first.seconds, 6), "kernels": first.kernels, "recycle": free_early,

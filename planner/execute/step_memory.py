@@ -322,6 +322,24 @@ def plan(plan_fn, g, args: dict):
                                seconds=time.perf_counter() - t0 + p.seconds)
 
 
+def evaluate(g, schedule, *, workspace: int | None = None, **kwargs) -> dict:
+    """:func:`planner.execute.executor.evaluate` with the whole step beside it: for a graph with
+    op arguments whose first allocator is the pool on NumPy, ``accounting`` "whole-step",
+    ``step_peak_bytes`` and ``step_peak_breakdown`` (:func:`predict`), ``workspace_bytes``,
+    ``measured_over_step_peak`` and ``step_within_prediction`` (tracemalloc's whole step at most
+    the prediction); otherwise ``accounting`` "activations" (the reference's)."""
+    report = executor.evaluate(g, schedule, workspace=workspace, **kwargs)
+    if not (applies(g) and report["allocator"] == "pool" and report["backend"] == "numpy"):
+        report["accounting"] = ACTIVATIONS
+        return report
+    pred = predict(g, schedule, recycle=report["recycle"], workspace=workspace)
+    report.update(pred.report())
+    m = report.get("measured_step_peak_bytes")
+    report["measured_over_step_peak"] = None if m is None else round(m / max(pred.step_peak_bytes, 1), 4)
+    report["step_within_prediction"] = m is not None and m <= pred.step_peak_bytes
+    return report
+
+
 # ---------------------------------------------------------------- row plans
 def _pad_shape(shape, cut) -> tuple:
     n, c, _, w = shape
