@@ -7,12 +7,14 @@ DP (``planner.rows.with_dp.combine`` on the overlap plan: whole ops recomputed, 
 swept again and stage ends opened, from the DP's schedules and a greedy search on the exact step
 list, at the smallest of ``--dp-fractions`` x the rows-alone activation peak it reaches; the
 label counts them as ``Nr`` / ``Ns`` / ``No``; none when nothing lowers it),
-each beside the DP alone at that rows + DP peak. Per row, two meters: the executor's tracked peak
+each beside the DP alone at that rows + DP whole-step peak. Per row, two meters: the executor's tracked peak
 (``tracked_peak_bytes``: the plan's own count of its buffers) and the tracked activation peak
 (minus the parameter gradients, which no plan can touch); the measured peak
 (``measured_peak_bytes``, by a meter outside the plan: tracemalloc on NumPy, the CuPy pool's
 used bytes -- ``device_peak_bytes`` -- on CuPy; kernel temporaries included) and its ratio to
-the plain step's; extra FLOPs over the plain step, wall and CPU time (this process, all threads)
+the plain step's; the whole step (``step pred``: ``planner.execute.step_memory``'s prediction;
+``step meas``: the same meter counted from before the parameters and inputs are built) and its
+ratio to the plain step's (the cut a budget of the whole step sees); extra FLOPs over the plain step, wall and CPU time (this process, all threads)
 as ratios to the plain step, and the gradients' relative error against the plain step (max
 |diff| / max |plain| and ||diff|| / ||plain|| per parameter, worst parameter) and, in float32,
 against a float64 step of the same model (||diff|| / ||float64||: the plain row's own figure
@@ -41,7 +43,7 @@ sys.path.insert(0, str(ROOT))
 import planner  # noqa: E402
 from hgraph.errors import HGraphError, InfeasibleError  # noqa: E402
 from hgraph.fileio import write_text  # noqa: E402
-from planner.execute import backend as backend_mod, executor, export, rows_exec, zoo  # noqa: E402
+from planner.execute import backend as backend_mod, executor, export, rows_exec, step_memory, zoo  # noqa: E402
 from planner.rows import layers as rows_layers, plan as rows_plan, with_dp  # noqa: E402
 
 TOLERANCE = {"float32": 1e-4, "float64": 1e-10}
@@ -78,14 +80,22 @@ def _timed(fn, repeat):
     return (fn(meter=True), *best)
 
 
-def _row(label, r, act, extra, timing, base, err, predicted=None):
-    """One table row for run ``r`` (an executor ``RunResult`` or a ``RowsResult``)."""
+def _row(label, r, act, extra, timing, base, err, predicted=None, step=None):
+    """One table row for run ``r`` (an executor ``RunResult`` or a ``RowsResult``); ``step``:
+    the whole step's prediction (``planner.execute.step_memory``), beside the meter's whole step
+    (``measured_step_peak_bytes``: parameters, inputs, gradients, temporaries, the allocator)."""
     err, norm_err, f64_err = err
     seconds, cpu = timing
     measured = int(r.measured_peak_bytes)
+    whole = r.measured_step_peak_bytes
     return {"config": label, "tracked_peak_bytes": int(r.tracked_peak_bytes), "activation_peak_bytes": int(act),
             "measured_peak_bytes": measured, "meter": r.meter,
             "measured_ratio": round(measured / base["measured_peak_bytes"], 4),
+            "step_peak_bytes": None if step is None else int(step.step_peak_bytes),
+            "step_peak_op": None if step is None else step.breakdown["op"],
+            "measured_step_peak_bytes": whole,
+            "measured_step_ratio": round(whole / base["measured_step_peak_bytes"], 4),
+            "measured_over_step_peak": None if step is None else round(whole / step.step_peak_bytes, 4),
             "device_peak_bytes": r.device_peak_bytes, "predicted_peak_bytes": predicted, "extra_flops": extra,
             "seconds": round(seconds, 3), "time_ratio": round(seconds / base["seconds"], 3),
             "cpu_seconds": round(cpu, 3), "cpu_ratio": round(cpu / base["cpu_seconds"], 3),
@@ -149,11 +159,13 @@ def _dp_row(name, g, budget, be, repeat, plain, pgrad, base, ref, fallback=True)
     except HGraphError as err:
         print(f"{name}: DP at {budget}: {err}", file=sys.stderr)
         return None
-    r, wall, cpu = _timed(lambda **kw: executor.run(g, p.schedule, backend=be, recycle=True, **kw), repeat)
+    ws = p.report.get("workspace_bytes")
+    r, wall, cpu = _timed(lambda **kw: executor.run(g, p.schedule, backend=be, recycle=True,
+                                                    workspace=ws, **kw), repeat)
     extra = int((with_dp.recomputations(g, p.schedule) * rows_layers.read(g).flops).sum())
     return _row(f"DP {p.report['budget_bytes'] / 2**20:.1f} MiB", r,
                 r.tracked_peak_bytes - pgrad, extra, (wall, cpu), base,
-                _errors(r.param_grads, plain, ref))
+                _errors(r.param_grads, plain, ref), step=step_memory.predict(g, p.schedule, workspace=ws))
 
 
 def bench_model(name, args, be):
@@ -163,11 +175,13 @@ def bench_model(name, args, be):
                               args.repeat)
     pgrad = sum(int(a.nbytes) for a in plain.param_grads.values())
     base = {"seconds": wall, "cpu_seconds": cpu, "activation_peak_bytes": plain.tracked_peak_bytes - pgrad,
-            "measured_peak_bytes": plain.measured_peak_bytes}
+            "measured_peak_bytes": plain.measured_peak_bytes,
+            "measured_step_peak_bytes": plain.measured_step_peak_bytes}
     fl = rows_plan.plan(g, 2, "overlap", prune=False).flops()["plain_flops"]
     ok, (tol, ref) = True, _reference(name, args, be, plain)
     rows = [_row("plain", plain, base["activation_peak_bytes"], 0, (wall, cpu), base,
-                 _errors(plain.param_grads, plain, ref))]
+                 _errors(plain.param_grads, plain, ref),
+                 step=step_memory.predict(g, executor.plain_schedule(g)))]
     dp_row = _dp_row(name, g, args.budget, be, args.repeat, plain, pgrad, base, ref)
     rows += [dp_row] if dp_row else []
     for bands in args.bands:
@@ -185,15 +199,15 @@ def bench_model(name, args, be):
                     continue
                 label += "".join(f" {len(x)}{c}" for x, c in ((p.recompute, "r"), (p.resweep, "s"),
                                                                  (p.open_stages, "o")) if x)
-                same = _dp_row(name, g, p.predicted_peak_bytes, be, args.repeat, plain, pgrad, base, ref,
-                               fallback=False)
+                same = _dp_row(name, g, step_memory.predict_rows(g, p).step_peak_bytes, be, args.repeat,
+                               plain, pgrad, base, ref, fallback=False)
                 rows += [same] if same else []
             r, wall, cpu = _timed(lambda **kw: rows_exec.run(g, p, backend=be, **kw), args.repeat)
             err = _errors(r.param_grads, plain, ref)
             good = r.tracked_peak_bytes <= r.predicted_peak_bytes and _exact(r.param_grads, plain, tol, ref, args.dtype)
             ok &= good
             rows.append(_row(label, r, r.activation_peak_bytes, p.flops()["extra_flops"], (wall, cpu),
-                             base, err, r.predicted_peak_bytes))
+                             base, err, r.predicted_peak_bytes, step=step_memory.predict_rows(g, p)))
     return {"model": name, "batch": args.batch, "image": args.image, "width": args.width,
             "gradient_tolerance": tol,
             "plain_flops": fl, "param_grad_bytes": pgrad, "rows": rows}, ok
@@ -221,7 +235,10 @@ def main(argv=None) -> int:
     be = backend_mod.get(args.backend)
     print(f"backend {be.name} ({be.device}); MiB; tracked = the plan's count of its buffers, act = tracked "
           f"minus parameter gradients; measured = {'the CuPy pool used bytes' if be.is_gpu else 'tracemalloc'} "
-          f"(kernel temporaries included); ratios to plain")
+          f"(kernel temporaries included, parameters and inputs not); step pred / step meas = the whole "
+          f"step (parameters, inputs, gradients, temporaries, allocator) as predicted "
+          f"(planner.execute.step_memory) and by the same meter; s/pred = step meas / step pred; "
+          f"ratios to plain")
     results, ok = [], True
     for name in args.models.split(","):
         t0 = time.perf_counter()
@@ -231,19 +248,22 @@ def main(argv=None) -> int:
         print(f"\n{name} {args.image}x{args.image} batch {args.batch} width {args.width}: plain "
               f"{res['plain_flops'] / 1e9:.1f} GFLOP, parameter gradients {mib(res['param_grad_bytes'])} MiB")
         print(f"{'config':26s} {'tracked':>9s} {'act':>9s} {'act/plain':>9s} {'measured':>9s} {'m/plain':>7s} "
+              f"{'step pred':>9s} {'step meas':>9s} {'s/plain':>7s} {'s/pred':>6s} "
               f"{'extra FLOPs':>12s} {'wall':>7s} {'w/plain':>7s} {'cpu':>7s} {'c/plain':>7s} "
-              f"{'max err':>8s} {'norm err':>8s} {'f64 err':>8s}")
+              f"{'max err':>8s} {'norm err':>8s} {'f64 err':>8s}  step peak at")
         for r in res["rows"]:
             extra = r["extra_flops"]
             extra = f"{100 * extra / res['plain_flops']:+.1f}%" if isinstance(extra, int) else extra
             print(f"{r['config']:26s} {mib(r['tracked_peak_bytes'])} {mib(r['activation_peak_bytes'])} "
                   f"{r['activation_ratio']:9.3f} {mib(r['measured_peak_bytes'])} {r['measured_ratio']:7.3f} "
+                  f"{mib(r['step_peak_bytes'])} {mib(r['measured_step_peak_bytes'])} "
+                  f"{r['measured_step_ratio']:7.3f} {r['measured_over_step_peak'] or 0:6.3f} "
                   f"{extra:>12s} "
                   f"{r['seconds']:7.2f} {r['time_ratio']:7.2f} {r['cpu_seconds']:7.2f} {r['cpu_ratio']:7.2f} "
                   f"{r['max_relative_error']:8.1e} "
                   f"{r['norm_relative_error']:8.1e} "
                   + ("       -" if r["float64_norm_relative_error"] is None else
-                     f"{r['float64_norm_relative_error']:8.1e}"))
+                     f"{r['float64_norm_relative_error']:8.1e}") + f"  {r['step_peak_op']}")
         print(f"({time.perf_counter() - t0:.0f} s)", flush=True)
     if args.json:
         write_text(args.json, json.dumps(results, indent=2) + "\n")
