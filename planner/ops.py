@@ -361,8 +361,11 @@ def _tile_grad(gy, n0, n1, r0, r1, merged, pixel_major):
 
 def _conv_fwd(xp, xs, a, out=None):
     """Convolution as tiled GEMMs: each tile's columns times the ``(out, c*k*k)`` weight matrix
-    (one batched matmul per tile, BLAS / cuBLAS), written into the NCHW result: straight, per
-    image; through one transposing copy of the tile's output when the layout is merged."""
+    (one batched matmul per tile, BLAS / cuBLAS), written into the NCHW result through one
+    transposing copy of the tile's output: per image, the product is taken pixel-major,
+    ``cols^T @ W^T`` (OpenBLAS runs it 10-20 % faster than ``W @ cols`` at 32-64 output
+    channels: a U-Net decoder's 64 -> 32 layer at 128x128 went 49.6 -> 40.9 ms); a 1x1's
+    product goes straight into the result."""
     x, w = xs
     o, c, k, _ = w.shape
     s, p = a["stride"], a["pad"]
@@ -377,10 +380,12 @@ def _conv_fwd(xp, xs, a, out=None):
         nb, rows = n1 - n0, r1 - r0
         if merged:
             y[n0:n1, :, r0:r1] = xp.matmul(w2, cols).reshape(o, nb, rows, wo).transpose(1, 0, 2, 3)
-        elif rows == ho:
+        elif k == 1 and rows == ho:          # a 1x1's columns are its input: straight into y
             xp.matmul(w2, cols, out=y[n0:n1].reshape(nb, o, ho * wo))
-        else:
-            y[n0:n1, :, r0:r1] = xp.matmul(w2, cols).reshape(nb, o, rows, wo)
+        else:                                # pixel-major product, then one transposing copy
+            t = xp.matmul(cols.transpose(0, 2, 1), w2.T)
+            y[n0:n1, :, r0:r1] = t.transpose(0, 2, 1).reshape(nb, o, rows, wo)
+            del t                            # not beside the next tile's
     return y
 
 
@@ -589,7 +594,11 @@ def _upsample_fwd(xp, xs, a, out=None):
     x, f = xs[0], a["factor"]
     n, c, h, w = x.shape
     y = xp.empty((n, c, h * f, w * f), dtype=x.dtype) if out is None else out
-    y.reshape(n, c, h, f, w, f)[...] = x.reshape(n, c, h, 1, w, 1)
+    y6 = y.reshape(n, c, h, f, w, f)
+    for j in range(f):          # each row's copies: f strided writes of whole rows (a broadcast
+        y6[:, :, :, 0, :, j] = x    # copy runs an inner loop of f elements: ~4x slower)
+    for i in range(1, f):       # the other rows of each block: contiguous row copies
+        y6[:, :, :, i] = y6[:, :, :, 0]
     return y
 
 
@@ -985,7 +994,7 @@ def _conv_fwd_temp(x, wt, s, p, e, cap, out_given) -> int:
     ws = nb * c * k * k * rows * wo * e
     a, b = r0 * s - p, (r1 - 1) * s - p + k
     slab = 0 if p == 0 and a >= 0 and b <= h else nb * c * (b - a) * (w + 2 * p) * e
-    tile_out = nb * o * rows * wo * e if _merged(ho, wo, k) or rows < ho else 0
+    tile_out = 0 if k == 1 and rows == ho and not _merged(ho, wo, k) else nb * o * rows * wo * e
     return result + ws + max(slab * min(len(tiles), 2), slab + tile_out)
 
 
