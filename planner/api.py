@@ -34,7 +34,7 @@ from pathlib import Path
 
 import numpy as np
 
-from hgraph.errors import HGraphError, InfeasibleError
+from hgraph.errors import HGraphError
 from hgraph.progress import current as current_progress
 from planner import cg, report as report_mod, simulate
 from planner.activation_graph import ActivationGraph
@@ -42,11 +42,11 @@ from planner.analyses.engine import EngineOptions
 from planner.analyses.levels import levels
 from planner.budget import Budget, format_bytes
 from planner.dp.subsets import groups_to_chain
-from planner.dp_families import DEFAULT_MAX_LOWER_SETS, DPGraph
+from planner.dp_families import DEFAULT_MAX_LOWER_SETS
 from planner.emit import emit_groups
 from planner.fixed_schedules import checkpoint_schedule
 from planner.schedule import Schedule
-from planner.solver import ModelStats, Solver
+from planner.solver import CLASSES, ModelStats, Solver
 
 __all__ = ["Plan", "plan", "SOLVERS", "STRATEGIES", "UNITS", "baseline_schedule",
            "lower_bound_bytes", "BASELINE_SCHEDULE_LIMIT"]
@@ -215,11 +215,99 @@ def _check_choice(name, value, choices):
         raise HGraphError(f"unknown {name} {value!r}; expected one of {', '.join(choices)}")
 
 
+@dataclass
+class Analysis:
+    """What every later pass reads, made once by :func:`analyse`: the cg graph ``g``, its
+    activation graph ``ir`` (the planner's one graph type), topological ``level`` of every
+    node and ``depth``, the engine's ``supersteps``, and the no-recomputation baseline:
+    ``baseline_peak`` (simulated, or Σ activation bytes past
+    :data:`BASELINE_SCHEDULE_LIMIT` activations: ``baseline_kind``), its schedule and
+    timeline (None then)."""
+
+    g: object
+    ir: ActivationGraph
+    level: np.ndarray
+    depth: int
+    supersteps: int
+    baseline_peak: int
+    baseline_kind: str
+    baseline_schedule: Schedule | None
+    baseline_timeline: np.ndarray | None
+
+    @property
+    def act_sum(self) -> int:
+        return int(self.ir.bytes.sum())
+
+
+def analyse(g, opts: EngineOptions) -> Analysis:
+    """The graph's activation graph, its levels on the engine and the baseline's peak."""
+    stages = current_progress()
+    ir = ActivationGraph.from_cg(g)
+    with stages.stage("levels (engine)"):
+        level, supersteps = levels(ir, opts=opts, with_supersteps=True)
+    base_sched = base_tl = None
+    if ir.n <= BASELINE_SCHEDULE_LIMIT:
+        with stages.stage("baseline replay"):
+            base_sched = baseline_schedule(g)
+            base_sim = simulate.replay(g, base_sched, check=False)
+        baseline_peak, baseline_kind = base_sim.peak_bytes, "simulated"
+        base_tl = base_sim.timeline
+    else:
+        baseline_peak, baseline_kind = int(ir.bytes.sum()), "activation_sum"
+    return Analysis(g, ir, level, int(level.max(initial=-1)) + 1, supersteps, int(baseline_peak),
+                    baseline_kind, base_sched, base_tl)
+
+
 #: Re-solves with a tighter DP budget when the simulated peak exceeds the budget (bytes units).
 FIT_TRIES = 8
 
 
-def _fit(g, ag, s: Solver, budget_bytes: int, units: str, check: bool):
+def fit(a: Analysis, s: Solver, budget_bytes: int, check: bool = True):
+    """(groups, model, schedule, sim): the plan of solver ``s`` whose replayed peak fits
+    ``budget_bytes`` — solve, emit, verify — or the error naming the smallest budget that fits.
+
+    The one owner of the budget. A plan is never worse than not planning: in bytes units,
+    when keeping everything fits, time-centric solvers keep everything and the others do when
+    their plan would not peak lower (Chen's budget-free chain and reference units excepted).
+    Otherwise the solver's chain, re-fitted (:func:`_fit`); failing that, the smallest
+    feasible budget — one pass where the solver has one (:meth:`Solver.direct_min_budget`),
+    else bisection over :meth:`Solver.feasible` — and what its chain replays to.
+    """
+    units = s.units
+    fits_all = (units == "bytes" and not s.budget_free and a.baseline_schedule is not None
+                and a.baseline_peak <= budget_bytes)
+    # time-centric, nothing beats zero recomputation
+    found = None if fits_all and s.strategy == "time" else _fit(a, s, budget_bytes, check)
+    if fits_all and (found is None or found[3].peak_bytes >= a.baseline_peak):
+        found = _keep_everything(a, check)
+    if found is not None:
+        return found
+    # every DP transition's peak (ckpt + 2·Δm + m(A) + m(B)) is at most 5·m(V): at that
+    # budget all of them fit, so if the solver's options allow a plan at all, it is there
+    top = max(5 * a.act_sum, budget_bytes + 1, 1)
+    namer = s.min_budget_solver
+    if namer.direct_min_budget():
+        dp_min = namer.min_budget(top)
+    else:
+        with current_progress().stage("smallest feasible budget (bisection)"):
+            dp_min = _smallest(namer.feasible, max(2 * a.act_sum, budget_bytes + 1, 1), top)
+    if dp_min is None:
+        raise HGraphError(
+            f"no budget gives a plan with {s.options_text()} on {a.g.name}: not even "
+            f"{top:,} bytes ({format_bytes(top)}), where every block fits; widen or drop the "
+            f"DP window", exit_code=3)
+    smallest = dp_min
+    if units == "bytes" and not s.budget_free:
+        at_min = _replay(a, namer, dp_min, check)
+        if at_min[3].peak_bytes <= budget_bytes and namer is s:
+            return at_min
+        smallest = max(dp_min, at_min[3].peak_bytes)
+        if a.baseline_schedule is not None:      # keeping everything is a plan too
+            smallest = min(smallest, a.baseline_peak)
+    raise s.infeasible(a.g.name, budget_bytes, a.baseline_peak, smallest)
+
+
+def _fit(a: Analysis, s: Solver, budget_bytes: int, check: bool):
     """(groups, model, schedule, sim) whose *simulated* peak fits ``budget_bytes``, or None.
 
     The DP's model leaves out what its chain does not decide (gradients of parameters, which
@@ -230,35 +318,37 @@ def _fit(g, ag, s: Solver, budget_bytes: int, units: str, check: bool):
     """
     dp_budget = budget_bytes
     for _ in range(FIT_TRIES):
-        found = _replay(g, ag, s, max(0, dp_budget), check)
+        found = _replay(a, s, max(0, dp_budget), check)
         if found is None:
             return None
         peak = found[3].peak_bytes
-        if units != "bytes" or s.solver == "chen" or peak <= budget_bytes:
+        if s.units != "bytes" or s.budget_free or peak <= budget_bytes:
             return found
         dp_budget -= peak - budget_bytes
     return None
 
 
-def _replay(g, ag, s: Solver, dp_budget: int, check: bool):
-    """(groups, model, schedule, sim) of the solver's chain at ``dp_budget``, or None."""
-    status, groups, model, stages = s.solve(dp_budget)
+def _replay(a: Analysis, s: Solver, dp_budget: int, check: bool):
+    """(groups, model, schedule, sim) of the solver's chain at ``dp_budget``, or None:
+    solve, emit (:func:`planner.emit.emit_groups`), verify (:func:`planner.simulate.replay`)."""
+    status, groups, model, emit_options = s.solve(dp_budget)
     if status != "OK":
         return None
     with current_progress().stage("schedule and replay"):
-        schedule = emit_groups(g, groups, ag, **stages)
-        sim = simulate.replay(g, schedule, check=check)
+        schedule = emit_groups(a.g, groups, a.ir, **emit_options)
+        sim = simulate.replay(a.g, schedule, check=check)
     if sim.violations:
         raise HGraphError(f"internal error: the emitted schedule fails the simulator: "
                           f"{sim.violations[0]}")
     return groups, model, schedule, sim
 
 
-def _keep_everything(g, ag, schedule, check: bool):
+def _keep_everything(a: Analysis, check: bool):
     """(groups, model, schedule, sim) of the no-recomputation schedule: one block, nothing
     recomputed, every value freed after its last use."""
-    sim = simulate.replay(g, schedule, check=check)
-    return np.zeros(ag.n, np.int64), ModelStats.keep_everything(sim.peak_bytes), schedule, sim
+    sim = simulate.replay(a.g, a.baseline_schedule, check=check)
+    return (np.zeros(a.ir.n, np.int64), ModelStats.keep_everything(sim.peak_bytes),
+            a.baseline_schedule, sim)
 
 
 def _smallest(ok, hi: int, top: int) -> int | None:
@@ -276,14 +366,6 @@ def _smallest(ok, hi: int, top: int) -> int | None:
         else:
             lo = mid
     return hi
-
-
-def _options_text(solver: str, strategy: str, units: str, s: "Solver") -> str:
-    """The options a plan was asked with, as the one-line error names them."""
-    parts = [f"--solver {solver}", f"--strategy {strategy}", f"--units {units}"]
-    if s.scale:
-        parts += [f"--dp-window {s.window or 0}", f"--dp-front-cap {s.front_cap or 0}"]
-    return " ".join(parts)
 
 
 def plan(graph_or_path, budget="100%", solver: str = "approx", strategy: str = "time",
@@ -348,102 +430,25 @@ def plan(graph_or_path, budget="100%", solver: str = "approx", strategy: str = "
     opts = EngineOptions(tasks=int(tasks), blocks=int(blocks), mode=mode, runtime=runtime,
                          address=address, checkpoint_every=checkpoint_every,
                          inject_failure=inject_failure)
-    ag = ActivationGraph.from_cg(g)
-    dg_bytes = DPGraph(m=ag.bytes, t=ag.t, src=ag.src, dst=ag.dst)
-    with stages.stage("levels (engine)"):
-        level, level_steps = levels(dg_bytes, opts=opts, with_supersteps=True)
-    depth = int(level.max(initial=-1)) + 1
-    act_sum = int(ag.bytes.sum())
-    base_sched = base_tl = None
-    if ag.n <= BASELINE_SCHEDULE_LIMIT:
-        with stages.stage("baseline replay"):
-            base_sched = baseline_schedule(g)
-            base_sim = simulate.replay(g, base_sched, check=False)
-        baseline_peak, baseline_kind = base_sim.peak_bytes, "simulated"
-        base_tl = base_sim.timeline
-    else:
-        baseline_peak, baseline_kind = act_sum, "activation_sum"
+    a = analyse(g, opts)                                            # analyse
     b = budget if isinstance(budget, Budget) else Budget.parse(budget)
-    budget_bytes = b.resolve(baseline_peak)
-
-    s = Solver(g, solver, strategy, units, opts, max_lower_sets, fallback,
-               dp_window=dp_window, dp_front_cap=dp_front_cap, level=level, ag=ag,
-               milp_time_limit=milp_time_limit, milp_stages=milp_stages)
-    s.engine_supersteps += level_steps
-    fits_all = (units == "bytes" and solver != "chen" and base_sched is not None
-                and baseline_peak <= budget_bytes)
-    # a plan is never worse than not planning: time-centric, nothing beats zero recomputation
-    found = None if fits_all and strategy == "time" else _fit(g, ag, s, budget_bytes, units,
-                                                              check)
-    if fits_all and (found is None or found[3].peak_bytes >= baseline_peak):
-        found = _keep_everything(g, ag, base_sched, check)
-    if found is None:
-        # the smallest budget the DP finds a chain at (one pass where the solver allows it,
-        # else bisection), and what that chain replays to
-        # every DP transition's peak (ckpt + 2·Δm + m(A) + m(B)) is at most 5·m(V): at that
-        # budget all of them fit, so if the solver's options allow a plan at all, it is there
-        top = max(5 * act_sum, budget_bytes + 1, 1)
-        # --solver milp: the approximate DP names a budget that fits (the MILP's model holds
-        # its chains; the MILP's own smallest would take a MILP per bisection step)
-        s_min = s if solver != "milp" else Solver(g, "approx", "time", units, opts,
-                                                  level=level, ag=ag)
-        if s_min.direct_min_budget():
-            dp_min = s_min.min_budget(top)
-        else:
-            with stages.stage("smallest feasible budget (bisection)"):
-                dp_min = _smallest(s_min.feasible, max(2 * act_sum, budget_bytes + 1, 1), top)
-        if dp_min is None:
-            raise HGraphError(
-                f"no budget gives a plan with {_options_text(solver, strategy, units, s)} on "
-                f"{g.name}: not even {top:,} bytes ({format_bytes(top)}), where every block "
-                f"fits; widen or drop the DP window", exit_code=3)
-        smallest = dp_min
-        if units == "bytes" and solver != "chen":
-            at_min = _replay(g, ag, s_min, dp_min, check)
-            if at_min[3].peak_bytes <= budget_bytes and solver != "milp":
-                found = at_min
-            smallest = max(dp_min, at_min[3].peak_bytes)
-            if base_sched is not None:      # keeping everything is a plan too
-                smallest = min(smallest, baseline_peak)
-    if found is None and solver == "milp":
-        _milp_infeasible(g, s, budget_bytes, baseline_peak, smallest)
-    if found is None:
-        err = InfeasibleError(
-            f"budget {budget_bytes:,} bytes ({format_bytes(budget_bytes)}) is infeasible for the "
-            f"{solver} solver on {g.name}; the smallest feasible budget is {smallest:,} bytes "
-            f"({format_bytes(smallest)}, {100 * smallest / max(1, baseline_peak):.1f}% of the "
-            f"no-recomputation peak)")
-        err.min_budget_bytes = smallest
-        raise err
-    groups, model, schedule, sim = found
+    budget_bytes = b.resolve(a.baseline_peak)
+    s = CLASSES[solver](g, solver, strategy, units, opts, max_lower_sets, fallback,
+                        dp_window=dp_window, dp_front_cap=dp_front_cap, level=a.level, ag=a.ir,
+                        milp_time_limit=milp_time_limit, milp_stages=milp_stages)
+    s.engine_supersteps += a.supersteps
+    groups, model, schedule, sim = fit(a, s, budget_bytes, check)   # family, solve, emit, verify
     cert = None
     if certify != "off":
         with stages.stage("certificate (lower bound)"):
-            cert = cert_mod.certify(ag, budget_bytes, units, model, certify,
+            cert = cert_mod.certify(a.ir, budget_bytes, units, model, certify,
                                     **({} if certify_time_limit is None
                                        else {"time_limit": certify_time_limit}))
     return Plan.from_replay(
-        g, ag, schedule, groups, sim, solver=solver, strategy=strategy, units=units, budget=b,
-        budget_bytes=budget_bytes, baseline_peak=baseline_peak, baseline_kind=baseline_kind,
-        lower_bound=lower_bound_bytes(g), model=model, depth=depth,
+        g, a.ir, schedule, groups, sim, solver=solver, strategy=strategy, units=units, budget=b,
+        budget_bytes=budget_bytes, baseline_peak=a.baseline_peak, baseline_kind=a.baseline_kind,
+        lower_bound=lower_bound_bytes(g), model=model, depth=a.depth,
         engine=dict(tasks=opts.tasks, blocks=opts.blocks, mode=opts.mode, runtime=opts.runtime,
                     supersteps=s.engine_supersteps),
-        seconds=time.perf_counter() - t0, baseline_timeline=base_tl, certificate=cert)
-
-
-def _milp_infeasible(g, s: Solver, budget_bytes: int, baseline_peak: int, smallest: int):
-    """The one line for a budget no schedule of the MILP's model fits (HiGHS proved it),
-    naming a budget the approximate DP's plan fits (the MILP's model holds every chain, so
-    the MILP fits there too; its own smallest may be lower)."""
-    from planner.milp import DEFAULT_SOLVER_STAGES
-
-    T = min(s.ag.n, s.milp_stages or DEFAULT_SOLVER_STAGES)
-    model = (f"the model with {T} stages (--milp-stages; {s.ag.n} covers every chain)"
-             if T < s.ag.n else "the model")
-    err = InfeasibleError(
-        f"budget {budget_bytes:,} bytes ({format_bytes(budget_bytes)}) is infeasible for the "
-        f"milp solver on {g.name} (HiGHS: no schedule of {model} fits); the approximate DP's "
-        f"plan fits {smallest:,} bytes ({format_bytes(smallest)}, "
-        f"{100 * smallest / max(1, baseline_peak):.1f}% of the no-recomputation peak)")
-    err.min_budget_bytes = smallest
-    raise err
+        seconds=time.perf_counter() - t0, baseline_timeline=a.baseline_timeline,
+        certificate=cert)

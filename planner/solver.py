@@ -22,17 +22,20 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
+from hgraph.errors import HGraphError, InfeasibleError
 from hgraph.progress import current as current_progress
 from planner.activation_graph import ActivationGraph
 from planner.analyses.engine import EngineOptions
 from planner.analyses.local_stats import local_stats
+from planner.budget import format_bytes
 from planner.dp import scale
 from planner.dp.solve import solve_family
-from planner.dp_families import DEFAULT_MAX_LOWER_SETS, DPGraph, approx_family, exact_family
+from planner.dp_families import DEFAULT_MAX_LOWER_SETS, approx_family, exact_family
 from planner.emit import groups_of_chain
 from planner.units import ratio_windows, scale_units
 
-__all__ = ["Solver", "ModelStats", "MIN_BUDGET_MAX_SETS"]
+__all__ = ["Solver", "ApproxDP", "ExactDP", "ChenChain", "MILPSolver", "CLASSES", "NAMES",
+           "ModelStats", "MIN_BUDGET_MAX_SETS"]
 
 #: Exact families up to this many sets get their smallest feasible budget in one pass
 #: (:meth:`Solver.min_budget`); bigger ones are bisected over :meth:`Solver.feasible`.
@@ -113,56 +116,140 @@ class ModelStats:
                    n_lower_sets=0, comp_ratio=1, family="keep_everything")
 
 
-class Solver:
-    """Solves ``g`` at any budget with fixed options, reusing what does not depend on it.
+#: The solvers' names, in the order ``--solver`` lists them.
+NAMES = ("approx", "exact", "chen", "milp")
 
-    ``solver``: ``"approx"``, ``"exact"``, ``"chen"`` or ``"milp"`` (:mod:`planner.milp`,
-    HiGHS within ``milp_time_limit`` seconds over ``milp_stages`` stages, default every
-    activation: all chains); ``units``: ``"bytes"`` or ``"reference"``; ``opts``: how the
-    engine analyses run; ``level``: topological levels if already known. Above :data:`planner.dp.scale.EXACT_LIMIT` activations, or when a window /
-    front cap is asked for, the approximate family is held segment-locally.
+
+class Solver:
+    """A solver on one graph: the protocol :func:`planner.api.fit` (the budget search and the
+    fit-retry) asks of every solver, and what the solvers share.
+
+    The graph is ``ag`` (:class:`~planner.activation_graph.ActivationGraph`, the planner's one
+    graph type; built from ``g`` when not given) and its units views; ``g`` is kept for the
+    cg-level solvers (Chen's enumeration reads it through ``ag`` too). One class per solver
+    (:data:`CLASSES`): :class:`ApproxDP`, :class:`ExactDP`, :class:`ChenChain`,
+    :class:`MILPSolver`; ``Solver(g, "exact", ...)`` makes the one ``name`` says (the spelling
+    the tests and benches use), ``CLASSES[name](g, ...)`` the same.
+
+    The protocol: :meth:`solve` (a chain at a budget), :meth:`feasible`, and, where one pass
+    finds it (:meth:`direct_min_budget`), :meth:`min_budget`; ``budget_free`` (the chain does
+    not depend on the budget), :attr:`min_budget_solver` (whose chains name the smallest
+    feasible budget), :meth:`options_text` and :meth:`infeasible` (the one-line errors).
+
+    ``units``: ``"bytes"`` or ``"reference"``; ``opts``: how the engine analyses run;
+    ``level``: topological levels if already known. Above
+    :data:`planner.dp.scale.EXACT_LIMIT` activations, or when a window / front cap is asked
+    for, the approximate family is held segment-locally.
     """
 
-    def __init__(self, g, solver: str = "approx", strategy: str = "time", units: str = "bytes",
-                 opts: EngineOptions | None = None, max_lower_sets: int = DEFAULT_MAX_LOWER_SETS,
-                 fallback: bool = False, dp_window=None, dp_front_cap=None, level=None,
+    name = "solver"
+    #: Whether the chain ignores the budget (Chen's: only the units' scaling sees it); the
+    #: search then neither re-fits it nor compares it with keeping everything.
+    budget_free = False
+    #: Whether the family may be held segment-locally with a window / front cap (the
+    #: approximate DP's scale path, :mod:`planner.dp.scale`).
+    scales = False
+
+    def __new__(cls, g, solver: str | None = None, strategy: str = "time",
+                units: str = "bytes", opts: EngineOptions | None = None,
+                max_lower_sets: int = DEFAULT_MAX_LOWER_SETS, fallback: bool = False,
+                dp_window=None, dp_front_cap=None, level=None,
+                ag: ActivationGraph | None = None, milp_time_limit: float | None = None,
+                milp_stages: int | None = None):
+        """``Solver(g, name, ...)``: an instance of ``name``'s class (default ``"approx"``);
+        a subclass called directly makes itself and ignores ``solver``."""
+        if cls is Solver:
+            solver = solver or "approx"
+            if solver not in CLASSES:
+                raise HGraphError(f"unknown solver {solver!r}; expected one of "
+                                  f"{', '.join(NAMES)}")
+            cls = CLASSES[solver]
+        return super().__new__(cls)
+
+    def __init__(self, g, solver: str | None = None, strategy: str = "time",
+                 units: str = "bytes", opts: EngineOptions | None = None,
+                 max_lower_sets: int = DEFAULT_MAX_LOWER_SETS, fallback: bool = False,
+                 dp_window=None, dp_front_cap=None, level=None,
                  ag: ActivationGraph | None = None, milp_time_limit: float | None = None,
                  milp_stages: int | None = None):
-        self.g, self.solver, self.strategy, self.units = g, solver, strategy, units
+        self.g, self.solver, self.strategy, self.units = g, self.name, strategy, units
         self.ag = ag if ag is not None else ActivationGraph.from_cg(g)
         self.opts = opts if opts is not None else EngineOptions()
         self.max_lower_sets, self.fallback, self.level = max_lower_sets, fallback, level
         self.act_sum = int(self.ag.bytes.sum())
-        self._families = {}          # comp_ratio -> (DPGraph, Family)
         self.milp_time_limit, self.milp_stages = milp_time_limit, milp_stages
-        self._seed = None            # --solver milp: the DP whose chain gives the stages
         self.engine_supersteps = 0
+        self._cache = {}             # what a solver keeps across budgets (families per ratio)
         n = self.ag.n
-        self.scale = solver == "approx" and (n > scale.EXACT_LIMIT or bool(dp_window)
-                                             or bool(dp_front_cap))
+        self.scale = self.scales and (n > scale.EXACT_LIMIT or bool(dp_window)
+                                      or bool(dp_front_cap))
         self.window, self.front_cap = scale.plan_options(n, dp_window, dp_front_cap, strategy)
         if not self.scale:
             self.window = self.front_cap = None
 
+    # ---- the protocol ------------------------------------------------------------------------
+    def solve(self, budget_bytes: int):
+        """(status, block index of every node, :class:`ModelStats`, the keep/recompute/retain
+        keywords of :func:`planner.emit.emit_groups` or ``{}``) at ``budget_bytes``."""
+        raise NotImplementedError
+
+    def feasible(self, budget_bytes: int) -> bool:
+        """Whether :meth:`solve` has a plan at ``budget_bytes``, as cheaply as it can be told."""
+        return self.solve(budget_bytes)[0] == "OK"
+
+    def direct_min_budget(self) -> bool:
+        """Whether :meth:`min_budget` applies (else the search bisects over :meth:`feasible`)."""
+        return self._one_pass_min_budget()
+
+    def _one_pass_min_budget(self) -> bool:
+        return False
+
+    def min_budget(self, top: int) -> int | None:
+        """The smallest budget with a plan in one pass (only where :meth:`direct_min_budget`)."""
+        raise NotImplementedError(f"{self.name}: no one-pass smallest budget")
+
+    @property
+    def min_budget_solver(self) -> Solver:
+        """The solver whose chains name the smallest feasible budget: this one."""
+        return self
+
+    def options_text(self) -> str:
+        """The options the plan was asked with, as the one-line error names them."""
+        parts = [f"--solver {self.name}", f"--strategy {self.strategy}", f"--units {self.units}"]
+        if self.scale:
+            parts += [f"--dp-window {self.window or 0}", f"--dp-front-cap {self.front_cap or 0}"]
+        return " ".join(parts)
+
+    def infeasible(self, name: str, budget_bytes: int, baseline_peak: int,
+                   smallest: int) -> InfeasibleError:
+        """The error for a budget below every plan of this solver on graph ``name``;
+        ``smallest``: the smallest feasible budget the search found."""
+        err = InfeasibleError(
+            f"budget {budget_bytes:,} bytes ({format_bytes(budget_bytes)}) is infeasible for "
+            f"the {self.name} solver on {name}; the smallest feasible budget is {smallest:,} "
+            f"bytes ({format_bytes(smallest)}, "
+            f"{100 * smallest / max(1, baseline_peak):.1f}% of the no-recomputation peak)")
+        err.min_budget_bytes = smallest
+        return err
+
+
+class _DP(Solver):
+    """The lower-set DP (:mod:`planner.dp`): the family built once per scaling ratio, on the
+    graph's units view, and reused across budgets (the smallest-budget search solves many)."""
+
+    def _build_family(self, dg):
+        raise NotImplementedError
+
     def family(self, ratio: int):
-        """(DPGraph in units of ``ratio``, its family), built once per ratio."""
-        if ratio not in self._families:
-            ag = self.ag
-            dg = DPGraph(m=ag.bytes // ratio, t=ag.t, src=ag.src, dst=ag.dst)
-            if self.solver == "approx":
-                with current_progress().stage("lower-set statistics (engine)"):
-                    stats = local_stats(dg, opts=self.opts, level=self.level)
-                self.engine_supersteps += stats.supersteps
-                fam = approx_family(dg, stats=stats, dense=not self.scale)
-            else:
-                with current_progress().stage("lower sets (exact family)"):
-                    fam = exact_family(dg, max_lower_sets=self.max_lower_sets,
-                                       fallback=self.fallback, opts=self.opts)
-            self._families[ratio] = (dg, fam)
-        return self._families[ratio]
+        """(the graph's units view at ``ratio``, its family), built once per ratio."""
+        key = ("family", ratio)
+        if key not in self._cache:
+            dg = self.ag.with_ratio(ratio)
+            self._cache[key] = (dg, self._build_family(dg))
+        return self._cache[key]
 
     def dp(self, budget_bytes: int, strategy: str | None = None):
-        """The DP's :class:`~planner.dp.solve.DPResult` at ``budget_bytes`` (approx / exact)."""
+        """The DP's :class:`~planner.dp.solve.DPResult` at ``budget_bytes``."""
         u = scale_units(budget_bytes, self.act_sum, self.units)
         dg, fam = self.family(u.ratio)
         with current_progress().stage(f"DP ({fam.kind}, {fam.num_sets:,} states)"):
@@ -170,16 +257,9 @@ class Solver:
                                 comp_ratio=u.ratio, units=self.units, window=self.window,
                                 front_cap=self.front_cap)
 
-    def direct_min_budget(self) -> bool:
-        """Whether :meth:`min_budget` applies: a DP solver without a window or front cap (their
-        thinned fronts can miss a chain the pass finds), on the approximate family or an
-        exact one of at most :data:`MIN_BUDGET_MAX_SETS` sets."""
-        if self.solver in ("chen", "milp") or self.scale:
-            return False
-        if self.solver == "exact":
-            _, fam = self.family(next(ratio_windows(self.act_sum, self.units))[2])
-            return fam.kind == "approx" or fam.num_sets <= MIN_BUDGET_MAX_SETS
-        return True
+    def solve(self, budget_bytes: int):
+        r = self.dp(budget_bytes)
+        return r.status, r.groups, ModelStats.of_dp(r, scale=self.scale), {}
 
     def min_budget(self, top: int) -> int | None:
         """The smallest budget (bytes, at least 1) at which :meth:`solve` has a plan; None when
@@ -211,36 +291,87 @@ class Solver:
         return None
 
     def feasible(self, budget_bytes: int) -> bool:
-        """Whether :meth:`solve` has a plan at ``budget_bytes``, as cheaply as it can be told.
+        """Whether :meth:`solve` has a plan at ``budget_bytes``.
 
         Without a window or front cap every strategy's search keeps each reachable state's
         least-ckpt entry, so all reach V at the same budgets; the memory-centric one keeps
         only that entry (:meth:`~planner.dp.exact_search.ExactSearch.lexmin`: on GoogLeNet's
         exact family several times cheaper to bisect than the time-centric search;
-        bench/NOTES_scale.md). Chen's chain and the scale
-        path (whose time-centric passes may find chains the memory-centric pass thins away)
-        ask :meth:`solve` itself."""
-        if self.solver in ("chen", "milp") or self.scale:
+        bench/NOTES_scale.md). The scale path (whose time-centric passes may find chains the
+        memory-centric pass thins away) asks :meth:`solve` itself."""
+        if self.scale:
             return self.solve(budget_bytes)[0] == "OK"
         return self.dp(budget_bytes, strategy="memory").status == "OK"
 
+
+class ApproxDP(_DP):
+    """The approximate DP: ∅ and every ``L_v``, statistics from the engine
+    (:mod:`planner.analyses.local_stats`); dense sets, or segment-local on the scale path
+    (above :data:`planner.dp.scale.EXACT_LIMIT` activations or with a window / front cap)."""
+
+    name = "approx"
+    scales = True
+
+    def _build_family(self, dg):
+        with current_progress().stage("lower-set statistics (engine)"):
+            stats = local_stats(dg, opts=self.opts, level=self.level)
+        self.engine_supersteps += stats.supersteps
+        return approx_family(dg, stats=stats, dense=not self.scale)
+
+    def _one_pass_min_budget(self) -> bool:
+        return not self.scale            # thinned fronts can miss a chain the pass finds
+
+
+class ExactDP(_DP):
+    """The exact DP: every lower set (past ``max_lower_sets`` an error, or the approximate
+    family with ``fallback``)."""
+
+    name = "exact"
+
+    def _build_family(self, dg):
+        with current_progress().stage("lower sets (exact family)"):
+            return exact_family(dg, max_lower_sets=self.max_lower_sets, fallback=self.fallback,
+                                opts=self.opts)
+
+    def _one_pass_min_budget(self) -> bool:
+        """On the approximate family (fallback) or an exact one of at most
+        :data:`MIN_BUDGET_MAX_SETS` sets."""
+        _, fam = self.family(next(ratio_windows(self.act_sum, self.units))[2])
+        return fam.kind == "approx" or fam.num_sets <= MIN_BUDGET_MAX_SETS
+
+
+class ChenChain(Solver):
+    """Chen et al.'s √n chain (:mod:`planner.chen`): the budget only sets the units' ratio."""
+
+    name = "chen"
+    budget_free = True
+
     def solve(self, budget_bytes: int):
-        """(status, block index of every node, :class:`ModelStats`, the keep/recompute/retain
-        keywords of :func:`planner.emit.emit_groups` or ``{}``) at ``budget_bytes``."""
-        if self.solver == "milp":
-            return self._milp(budget_bytes)
-        if self.solver == "chen":
-            from planner import chen
+        from planner import chen
 
-            with current_progress().stage("Chen's chain"):
-                p = chen.solve(self.g, budget=max(1, budget_bytes), units=self.units, ag=self.ag,
-                               lower_set_limit=self.max_lower_sets)
-            return "OK", groups_of_chain(self.ag, p.chain), ModelStats.of_chen(p), {}
-        r = self.dp(budget_bytes)
-        return r.status, r.groups, ModelStats.of_dp(r, scale=self.scale), {}
+        with current_progress().stage("Chen's chain"):
+            p = chen.solve(self.g, budget=max(1, budget_bytes), units=self.units, ag=self.ag,
+                           lower_set_limit=self.max_lower_sets)
+        return "OK", groups_of_chain(self.ag, p.chain), ModelStats.of_chen(p), {}
 
-    def _milp(self, budget_bytes: int):
-        """:meth:`solve` with the MILP; no schedule within the time limit is one line.
+
+class MILPSolver(Solver):
+    """Checkmate's MILP in the DP's model (:mod:`planner.milp`, HiGHS within
+    ``milp_time_limit`` seconds over ``milp_stages`` stages, default: the stages of the exact
+    DP's chain). Its smallest feasible budget is named by the approximate DP (the MILP's
+    model holds its chains; the MILP's own smallest would take a MILP per bisection step)."""
+
+    name = "milp"
+
+    @property
+    def min_budget_solver(self) -> Solver:
+        if "namer" not in self._cache:
+            self._cache["namer"] = ApproxDP(self.g, "approx", "time", self.units, self.opts,
+                                            level=self.level, ag=self.ag)
+        return self._cache["namer"]
+
+    def solve(self, budget_bytes: int):
+        """:meth:`Solver.solve` with the MILP; no schedule within the time limit is one line.
 
         Without ``milp_stages`` the stages are the blocks of the DP's chain at this budget
         (the exact family, the approximate one past ``max_lower_sets``): HiGHS then decides
@@ -249,7 +380,6 @@ class Solver:
         stages (default :data:`planner.milp.DEFAULT_SOLVER_STAGES`)."""
         import time
 
-        from hgraph.errors import HGraphError
         from planner import milp
 
         t0 = time.perf_counter()
@@ -258,16 +388,17 @@ class Solver:
         ag = self.ag
         groups, stages_from, seed = None, "free order", None
         if self.milp_stages is None:
-            if self._seed is None:
-                self._seed = Solver(self.g, "exact", "time", self.units, self.opts,
-                                    self.max_lower_sets, fallback=True, level=self.level, ag=ag)
-            seed = self._seed.dp(budget_bytes)
+            if "seed" not in self._cache:        # the exact DP whose chain gives the stages
+                self._cache["seed"] = ExactDP(self.g, "exact", "time", self.units, self.opts,
+                                              self.max_lower_sets, fallback=True,
+                                              level=self.level, ag=ag)
+            seed = self._cache["seed"].dp(budget_bytes)
             if seed.impossible:
                 seed = None
             else:
                 groups = seed.groups
                 stages_from = f"{seed.family} DP chain"
-        dg = DPGraph(m=ag.bytes // u.ratio, t=ag.t, src=ag.src, dst=ag.dst)
+        dg = ag.with_ratio(u.ratio)
         left = max(0.01, limit - (time.perf_counter() - t0))
         with current_progress().stage(f"MILP (HiGHS, {ag.n:,} nodes)"):
             r = milp.solve(dg, u.budget, time_limit=left, groups=groups,
@@ -295,3 +426,25 @@ class Solver:
         stats = ModelStats.of_milp(r, u.ratio, u.budget, limit, stages_from)
         stats.milp["schedule"] = "HiGHS's"
         return "OK", r.groups, stats, dict(keep=r.keep, recompute=r.recompute, retain=r.retain)
+
+    def infeasible(self, name: str, budget_bytes: int, baseline_peak: int,
+                   smallest: int) -> InfeasibleError:
+        """A budget no schedule of the MILP's model fits (HiGHS proved it): the line names a
+        budget the approximate DP's plan fits (the MILP's model holds every chain, so the
+        MILP fits there too; its own smallest may be lower)."""
+        from planner.milp import DEFAULT_SOLVER_STAGES
+
+        T = min(self.ag.n, self.milp_stages or DEFAULT_SOLVER_STAGES)
+        model = (f"the model with {T} stages (--milp-stages; {self.ag.n} covers every chain)"
+                 if T < self.ag.n else "the model")
+        err = InfeasibleError(
+            f"budget {budget_bytes:,} bytes ({format_bytes(budget_bytes)}) is infeasible for "
+            f"the milp solver on {name} (HiGHS: no schedule of {model} fits); the approximate "
+            f"DP's plan fits {smallest:,} bytes ({format_bytes(smallest)}, "
+            f"{100 * smallest / max(1, baseline_peak):.1f}% of the no-recomputation peak)")
+        err.min_budget_bytes = smallest
+        return err
+
+
+#: The solver class of each name (``--solver``).
+CLASSES = {"approx": ApproxDP, "exact": ExactDP, "chen": ChenChain, "milp": MILPSolver}

@@ -4,7 +4,8 @@
 signature), reached lazily so that ``import planner`` stays light; the CLI's plan path reaches
 the DP without a ``**kwargs`` hop; :class:`planner.api.Plan` holds the report's figures as
 fields (the report dict is built from them), and the solver's model statistics are one
-:class:`planner.solver.ModelStats`, made in one class.
+:class:`planner.solver.ModelStats`, made in one class; plan() is a pipeline (analyse, then
+fit: solve, emit, verify) over solver classes behind one protocol.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import sys
 
 import pytest
 
+from hgraph.errors import HGraphError
 import planner
 from planner import report, synth
 from tests.conftest import ROOT
@@ -58,26 +60,58 @@ def test_import_planner_stays_light():
 
 
 def _functions(path):
+    """name -> every function definition of that name in the file (methods of several
+    classes share names: ``solve``, ``__init__``)."""
     tree = ast.parse((ROOT / path).read_text(encoding="utf-8"))
-    return {node.name: node for node in ast.walk(tree)
-            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))}
+    out = {}
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            out.setdefault(node.name, []).append(node)
+    return out
 
 
 def test_the_cli_plan_path_has_no_kwargs_hop():
-    """jobs/plan.py main -> planner.plan (= planner.api.plan) -> Solver -> solve_family:
-    no function on the way takes ``**kwargs`` to pass it on."""
+    """jobs/plan.py main -> planner.plan (= planner.api.plan) -> analyse, fit -> the solver's
+    class (planner.solver: __new__/__init__, solve, dp, family) -> solve_family: no function
+    on the way takes ``**kwargs`` to pass it on."""
     path = {"jobs/plan.py": ["main"],
             "planner/__init__.py": list(_functions("planner/__init__.py")),
-            "planner/api.py": ["plan", "_fit", "_replay", "_keep_everything"],
-            "planner/solver.py": ["__init__", "solve", "dp", "family", "min_budget", "feasible"],
+            "planner/api.py": ["plan", "analyse", "fit", "_fit", "_replay", "_keep_everything"],
+            "planner/solver.py": ["__new__", "__init__", "solve", "dp", "family", "_build_family",
+                                  "min_budget", "feasible", "direct_min_budget"],
             "planner/dp/solve.py": ["solve_family", "bounded_fronts"]}
     for file, names in path.items():
         found = _functions(file)
         for name in names:
             assert name in found, (file, name)
-            kwarg = found[name].args.kwarg
-            assert kwarg is None, f"{file}: {name} takes **{kwarg.arg}"
+            for node in found[name]:
+                kwarg = node.args.kwarg
+                assert kwarg is None, f"{file}: {name} takes **{kwarg.arg}"
     assert "def plan(" not in (ROOT / "planner" / "__init__.py").read_text()
+
+
+def test_plan_reads_as_a_pipeline_and_solvers_are_strategies():
+    """plan() calls analyse then fit (solve, emit, verify) and never branches on the solver's
+    name after picking its class; every solver is a class behind one protocol."""
+    import planner.api as api
+    from planner import solver as solver_mod
+
+    plan_src = inspect.getsource(api.plan)
+    body = plan_src[plan_src.index('"""', plan_src.index('"""') + 3):]
+    assert body.index("analyse(") < body.index("fit(") < body.index("Plan.from_replay(")
+    for name in ("fit", "_fit", "_replay"):
+        src = inspect.getsource(getattr(api, name))
+        for word in ('"chen"', '"milp"', '"approx"', '"exact"', "s.solver"):
+            assert word not in src, (name, word)
+    assert set(solver_mod.CLASSES) == set(api.SOLVERS)
+    g = synth.build(layers=1, heads=2)
+    for name, cls in solver_mod.CLASSES.items():
+        s = solver_mod.Solver(g, name)
+        assert type(s) is cls and isinstance(s, solver_mod.Solver) and s.solver == name
+        for method in ("solve", "feasible", "direct_min_budget", "options_text", "infeasible"):
+            assert callable(getattr(s, method)), (name, method)
+    with pytest.raises(HGraphError, match="unknown solver"):
+        solver_mod.Solver(g, "simplex")
 
 
 def test_plan_is_a_dataclass_and_its_report_is_built_from_its_fields():
