@@ -167,11 +167,18 @@ class _Run:
         saved = {k: self._arg(st, k) for k in opdef.saves_inputs}
         out = self._arg(st, -1) if opdef.saves_output else None
         want = [k for k, a in enumerate(ly.in_vars[i]) if self.act[a] or _param(self.g, a)]
-        grads = opdef.backward(xp, gy, saved, out, ly.attrs[i],
-                               [tuple(s) for s in ly.in_shapes[i]], want)
+        keys = {k: ("g", a) if self.act[a] else ("pg", a)
+                for k, a in enumerate(ly.in_vars[i]) if k in want}
+        into = _first_writes(opdef, keys, st)
+        args = (xp, gy, saved, out, ly.attrs[i], [tuple(s) for s in ly.in_shapes[i]], want)
+        grads = opdef.backward(*args, out={k: self.arrays[keys[k]] for k in into}) if into else \
+            opdef.backward(*args)
         for k in want:
-            a = ly.in_vars[i][k]
-            self.arrays[("g", a) if self.act[a] else ("pg", a)] += grads[k]
+            if k in into:                # the kernel wrote the buffer (or handed back its own)
+                if grads[k] is not self.arrays[keys[k]]:
+                    self.arrays[keys[k]][...] = grads[k]
+            else:
+                self.arrays[keys[k]] += grads[k]
 
     def _band_inputs(self, st, lo, hi):
         """(inputs, cut) of region op ``st.op`` computing output rows ``[lo, hi)``.
@@ -319,6 +326,17 @@ class _Run:
 
 def _param(g, v) -> bool:
     return g.var_names[v].startswith("/")
+
+
+def _first_writes(opdef, keys: dict, st) -> list:
+    """Gradient positions of a whole op's backward step whose buffers this step allocates (its
+    first write): a kernel that fills its gradients writes them there itself, instead of into an
+    array of its own added afterwards -- a second copy of, say, fc6's weight gradient at the FC
+    backward, the peak of a batch-1 VGG-16 row step."""
+    if not opdef.fills_grads:
+        return []
+    vals = list(keys.values())       # an input read twice sums two gradients: added, not filled
+    return [k for k, key in keys.items() if key in st.allocs and vals.count(key) == 1]
 
 
 def run(g, plan, *, backend=None, seed: int = 0, allocator: str = "pool", meter: bool = True) -> RowsResult:

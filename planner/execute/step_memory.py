@@ -387,7 +387,11 @@ def _rows_temp(g, p, st) -> int:
         return t
     if st.kind == "bwd":
         ones = nb if ("g", int(ly.out_var[i])) not in st.reads else 0
-        return ones + kernel_temp_bytes(name, "backward", ins, out, ly.attrs[i], e, want=want)
+        keys = {k: ("g", a) if g.is_activation[a] else ("pg", a)
+                for k, a in enumerate(ly.in_vars[i]) if k in want}
+        into = rows_exec._first_writes(OPS[name], keys, st)
+        return ones + kernel_temp_bytes(name, "backward", ins, out, ly.attrs[i], e, want=want,
+                                        into=into)
     if st.kind in ("band", "bandbwd"):
         lv, j = st.level, st.band
         lo, hi = (int(v) for v in p.phase_ranges[lv, i, j])
