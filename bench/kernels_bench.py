@@ -436,13 +436,16 @@ ROW_MODELS = ("resnet", "unet", "vgg16", "resnet50")
 PLAN_SLACK = 1.25
 
 
-def plan_steps(name, sizes, dtype="float32", budget="60%", rows=4, policy="share", steps=STEPS):
+def plan_steps(name, sizes, dtype="float32", budget="60%", rows=4, policy="share", steps=STEPS,
+               clock="wall"):
     """Step times of the plain step and of plans on zoo model ``name``, in this process on
     NumPy (the thread count is the caller's environment): the DP's recomputation schedule at
     ``budget`` (at its smallest feasible budget when that is infeasible) and, for the CNNs, a
     row plan (``rows`` bands, ``policy``). Runs unmetered and interleaved (one of each per
     round, ``steps`` rounds after a warm-up), median step seconds (``RunResult.seconds``:
-    the step without building parameters or copying gradients out). Each plan's row: FLOP
+    the step without building parameters or copying gradients out; ``clock="cpu"``: the
+    process's CPU time around the whole ``run``, parameters prebuilt, so the schedule's
+    timeline and the gradients' copy-out are in it, on every side alike). Each plan's row: FLOP
     ratio to the plain step, time ratio, and their quotient (the acceptance: at most
     :data:`PLAN_SLACK`)."""
     import planner
@@ -472,12 +475,22 @@ def plan_steps(name, sizes, dtype="float32", budget="60%", rows=4, policy="share
         rp = rows_plan.plan(g, rows, policy)
         runs["rows"] = (lambda: rows_exec.run(g, rp, backend=be, meter=False),
                         float(rp.flops()["row_flops"]), f"{rows} bands, {policy}")
+    leaf = executor.leaves(g, be.xp, 0) if clock == "cpu" else None
+
+    def timed(fn):
+        if clock == "wall":
+            return fn().seconds
+        with _Prebuilt(g, leaf):
+            t0 = time.process_time()
+            fn()
+            return time.process_time() - t0
+
     times = {k: [] for k in runs}
     for k, (fn, _, _) in runs.items():
         fn()                                                 # warm-up
     for _ in range(steps):
         for k, (fn, _, _) in runs.items():
-            times[k].append(fn().seconds)
+            times[k].append(timed(fn))
     base, fastest = statistics.median(times["plain"]), min(times["plain"])
     out = []
     for k, (_, flops, note) in runs.items():
@@ -516,7 +529,8 @@ def _plans_main(args, names) -> int:
     for name in names:
         sizes = sizes_for(name, args)
         print(f"{name} ({_fmt_sizes(sizes)}) ...", flush=True)
-        got = plan_steps(name, sizes, args.dtype, args.budget, args.rows, args.policy, args.steps)
+        got = plan_steps(name, sizes, args.dtype, args.budget, args.rows, args.policy, args.steps,
+                         args.clock)
         for r in got:
             print(f"  {r['plan']:9s} FLOP ratio {r['flop_ratio']:.3f}, time ratio {r['time_ratio']:.3f} "
                   f"({r['time_over_flops']:.2f}x the FLOP ratio)", flush=True)
@@ -524,7 +538,8 @@ def _plans_main(args, names) -> int:
     load1 = os.getloadavg()
     cmd = "python3 bench/kernels_bench.py " + " ".join(sys.argv[1:])
     text = (f"    {cmd.strip()}\n\n{_cpu_name()}, {args.threads} BLAS thread(s), {args.dtype}, NumPy "
-            f"executor; median of {args.steps} interleaved steps after a warm-up (fastest in brackets; "
+            f"executor; median of {args.steps} interleaved steps after a warm-up ({args.clock} clock; "
+            f"fastest in brackets; "
             f"the ratio of the fastest steps is the steadier one on a shared machine); "
             f"load average {load0[0]:.2f} before, {load1[0]:.2f} after. Acceptance: time / FLOP ratio "
             f"<= {PLAN_SLACK}.\n\n" + plans_table(rows))

@@ -111,3 +111,14 @@ def test_cpu_clock_refuses_cuda_rows(bench, capsys):
     assert bench.main(["--clock", "cpu", "--device", "cuda", "--models", "mlp"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "--clock cpu" in err[0]
+
+
+@pytest.mark.parametrize("clock", ["wall", "cpu"])
+def test_plan_steps_time_each_plan_against_the_plain_step(bench, clock):
+    rows = bench.plan_steps("resnet", {}, steps=1, clock=clock)
+    assert [r["plan"] for r in rows] == ["plain", "recompute", "rows"]
+    plain = rows[0]
+    assert plain["flop_ratio"] == 1.0 and plain["time_ratio"] == 1.0
+    for r in rows:
+        assert r["flop_ratio"] >= 1.0 and min(r["times"]) > 0
+        assert r["time_over_flops"] == pytest.approx(r["time_ratio"] / r["flop_ratio"])
