@@ -140,3 +140,19 @@ def test_kernel_temporaries_match_the_kernels(name, monkeypatch):
         a = executor.with_workspace(a, k, 64 << 10)
         pred = ops_mod.kernel_temp_bytes(k, phase, ins, out, a, e, want, into)
         assert got - 6000 <= pred <= 1.1 * got + 12000, (k, phase, ins, out, into, pred, got)
+
+
+def test_the_cli_refuses_an_unreachable_whole_step_budget_in_one_line(tmp_path):
+    import subprocess
+    import sys
+
+    from tests.conftest import ROOT
+
+    path = tmp_path / "resnet.txt"
+    export.write(zoo.build("resnet"), path)
+    proc = subprocess.run([sys.executable, "-m", "jobs", "submit", "plan", "--graph", str(path),
+                           "--budget", "50%", "--certify", "off"], cwd=ROOT, capture_output=True,
+                          text=True, timeout=300)
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 3 and len(lines) == 1 and "Traceback" not in proc.stderr
+    assert "smallest reachable budget is" in lines[0] and "whole step" in lines[0]
