@@ -215,6 +215,8 @@ class RunResult:
     #: the meter's peak counted from before the parameters and inputs were built: the whole
     #: step, as :func:`planner.execute.step_memory.predict` predicts it (``step_peak_bytes``)
     measured_step_peak_bytes: int | None = None
+    #: the process's CPU time over the same span as ``seconds`` (bench/kernels_bench.py --clock cpu)
+    cpu_seconds: float | None = None
 
     def report(self) -> dict:
         out = {k: v for k, v in dataclasses.asdict(self).items() if k != "param_grads"}
@@ -333,21 +335,21 @@ def run(g, schedule, *, allocator: str = "pool", backend=None, recycle: bool = T
         if kernels == "real":    # through the module's ``leaves`` (bench/kernels_bench.py swaps it)
             leaf = _leaves(g, be.xp, seed, leaf_values) if leaf_values else leaves(g, be.xp, seed)
         alloc.leaves_built()
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         if kernels == "real":
             loss, grads = _run_real(g, tl, alloc, be, leaf, workspace)
         else:
             loss, grads = None, None
             run_standin(g, tl, alloc, be, touch or ("full" if be.is_gpu else "page"))
         be.synchronize()
-    seconds = time.perf_counter() - t0
+    seconds, cpu_seconds = time.perf_counter() - t0, time.process_time() - c0
     if grads is not None:        # copied out after the step: the copies are not the step's memory
         grads = {v: be.to_numpy(arr).copy() for v, arr in grads.items()}
     alloc.release()
     return RunResult(int(alloc.peak_bytes), alloc.measured_peak_bytes, alloc.meter, int(alloc.reserved_bytes),
                      alloc.device_peak_bytes, allocator, be.name, seconds, recycle,
                      kernels, tl.num_buffers, loss, grads, plan.summary() if plan else None,
-                     alloc.measured_step_peak_bytes)
+                     alloc.measured_step_peak_bytes, cpu_seconds)
 
 
 def _run_real(g, tl: Timeline, alloc: TrackedAllocator, be, leaf: dict, workspace=None):
