@@ -29,9 +29,9 @@ the cores this process may use) and ``torch.set_num_threads`` the same (threadpo
 installed here). The executor's step is timed by its ``run`` (``RunResult.seconds`` /
 ``cpu_seconds``): the kernels and what the run does between them (the allocator, gradient
 accumulation), not building the parameters before it nor copying the parameter gradients out
-to fresh host arrays after it (torch's stay in ``.grad``; that copy is the run's interface,
-0.30-0.43 s of the 1.84-1.97 s of CPU time ``run`` took for a 224x224, batch-1 VGG-16 step
-here, 134 M parameters; a device-to-host transfer on CuPy). Timed
+to fresh host arrays after it (torch's stay in ``.grad``; that copy is the run's interface, a
+device-to-host transfer on CuPy; ``bench/kernels_profile.py`` shows its share, large for
+VGG-16's 134 M parameters: bench/NOTES_kernels.md). Timed
 steps run unmetered, so their pool reuses the previous step's host blocks
 (``allocator.HOST_CACHE``, as a training loop would) instead of faulting fresh pages in.
 
