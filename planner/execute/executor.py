@@ -28,6 +28,9 @@ allocation of the step goes through (``device_peak_bytes``, the same figure). Bo
 parameters and inputs are built, so neither counts them; the measured peak also counts what the
 plan does not: a kernel's own temporaries (im2col columns, the result before it is copied into
 its buffer), the allocator's rounding and the blocks a pool keeps for reuse.
+``measured_step_peak_bytes`` is the same meter counted from before the parameters and inputs are
+built: the whole step, which :mod:`planner.execute.step_memory` predicts (``step_peak_bytes``)
+and a whole-step budget holds.
 
 Example::
 
