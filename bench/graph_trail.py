@@ -21,13 +21,18 @@ repeats collapse. From it:
   bottom-up module list is its order). Coming back to a caller that imports the callee counts:
   the reader climbs back up to where the graph goes next. Steps between files neither of
   which imports the other count in neither direction;
-* ``returns``: steps into a file the trail had already visited and left.
+* ``returns``: steps into a file the trail had already visited and left;
+* ``up-calls``: recorded calls whose callee's module is above its caller's (a lower module
+  calling into a higher one, through a callback or a method of a higher object): the imports
+  point down only (tests/test_layering.py), so this is the strict reading of "back up the
+  layering"; ``up`` above is the reader's: the trail climbing back to a higher file to go on.
 
 Usage::
 
     python3 bench/graph_trail.py                               # jobs/data ResNet-50, 60 %
     python3 bench/graph_trail.py --graph tests/data/graphs/cg_vgg19.txt --solver exact -v
     python3 bench/graph_trail.py --root /tmp/trail_before      # another checkout of the repo
+    python3 bench/graph_trail.py --all                         # the four solvers (ARCHITECTURE.md)
 
 ``-v`` prints the trail itself. Figures and the command that made them: ARCHITECTURE.md.
 """
@@ -169,6 +174,15 @@ def trail_of(root: Path, calls) -> list[str]:
     return trail
 
 
+def up_calls(root: Path, calls, deps: dict[str, set[str]]) -> int:
+    n = 0
+    for caller, callee, _ in calls:
+        if caller is not None:
+            a, b = module_of(root, Path(caller)), module_of(root, Path(callee))
+            n += a != b and a in deps.get(b, ())
+    return n
+
+
 def measure(trail: list[str], deps: dict[str, set[str]]) -> dict:
     up = returns = 0
     seen = set()
@@ -181,6 +195,13 @@ def measure(trail: list[str], deps: dict[str, set[str]]) -> dict:
     return dict(files=len(set(trail)), up=up, returns=returns, steps=max(0, len(trail) - 1))
 
 
+#: --all: (graph, budget, solver) of each run; the MILP on VGG-19 at 80 %, where HiGHS proves
+#: its optimum in seconds.
+ALL = (("jobs/data/cg_resnet50.txt", "60%", "approx"), ("jobs/data/cg_resnet50.txt", "60%", "exact"),
+       ("jobs/data/cg_resnet50.txt", "60%", "chen"),
+       ("tests/data/graphs/cg_vgg19.txt", "80%", "milp"))
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--root", default=str(Path(__file__).resolve().parents[1]),
@@ -190,6 +211,7 @@ def main(argv=None) -> int:
     ap.add_argument("--budget", default="60%")
     ap.add_argument("--solver", default="approx")
     ap.add_argument("--strategy", default="time")
+    ap.add_argument("--all", action="store_true", help="the runs of ALL, one line each")
     ap.add_argument("-v", "--verbose", action="store_true", help="print the trail")
     args = ap.parse_args(argv)
     root = Path(args.root).resolve()
@@ -198,20 +220,23 @@ def main(argv=None) -> int:
     from planner import cg, synth
 
     assert Path(planner.__file__).resolve().is_relative_to(root), planner.__file__
-    g = synth.build() if args.graph == "synth" else cg.read(root / args.graph)
-    calls = record(root, lambda: planner.plan(g, budget=args.budget, solver=args.solver,
-                                              strategy=args.strategy))
-    trail = trail_of(root, calls)
     deps = below(import_graph(root))
-    m = measure(trail, deps)
-    if args.verbose:
-        for i, mod in enumerate(trail):
-            mark = (" ^" if i and trail[i - 1] in deps.get(mod, ()) else "  ")
-            print(f"{i:4d}{mark} {mod}")
-        print("files:", " ".join(sorted(set(trail))))
-    print(f"{args.graph} {args.solver}/{args.strategy} {args.budget}: {m['files']} files, "
-          f"{m['up']} up the layering, {m['returns']} returns to a file left, "
-          f"{m['steps']} steps ({len(calls)} calls with the graph)")
+    runs = ALL if args.all else ((args.graph, args.budget, args.solver),)
+    for graph, budget, solver in runs:
+        g = synth.build() if graph == "synth" else cg.read(root / graph)
+        calls = record(root, lambda: planner.plan(g, budget=budget, solver=solver,
+                                                  strategy=args.strategy))
+        trail = trail_of(root, calls)
+        m = measure(trail, deps)
+        if args.verbose:
+            for i, mod in enumerate(trail):
+                mark = (" ^" if i and trail[i - 1] in deps.get(mod, ()) else "  ")
+                print(f"{i:4d}{mark} {mod}")
+            print("files:", " ".join(sorted(set(trail))))
+        print(f"{graph} {solver}/{args.strategy} {budget}: {m['files']} files, "
+              f"{m['up']} steps up the layering, {m['returns']} returns to a file left, "
+              f"{up_calls(root, calls, deps)} up-calls, {m['steps']} steps "
+              f"({len(calls)} calls with the graph)")
     return 0
 
 
