@@ -1,13 +1,17 @@
 """The driver API: :func:`plan` a recomputation schedule for a graph under a memory budget.
 
-The main walk (DESIGN.md): read the graph → engine analyses (:mod:`planner.analyses`: levels and,
-for the approximate DP, the segment-local lower-set statistics, over ``tasks`` workers, in a
-few supersteps) → the DP on the driver through :class:`planner.solver.Solver` (:mod:`planner.dp`;
-above ``planner.dp.scale.EXACT_LIMIT`` activations with a window / front cap, reported) or
-Chen's chain (:mod:`planner.chen`) → the schedule (:mod:`planner.emit`) → an independent replay
-(:mod:`planner.simulate`) that checks it and measures its peak and recomputation → the report
-fields (:mod:`planner.report`). Each step is a stage of the current progress
-(:func:`hgraph.progress.current`: a live line when the plan job runs on a terminal).
+One pipeline (DESIGN.md, ARCHITECTURE.md "One pipeline, one graph type"): read the graph →
+:func:`analyse` (the activation graph, the planner's one graph type; its levels on the engine
+over ``tasks`` workers; the no-recomputation baseline) → the solver's strategy object
+(:data:`planner.solver.CLASSES`: the approximate / exact DP of :mod:`planner.dp`, whose
+families are built on the engine's lower-set statistics and, above
+``planner.dp.scale.EXACT_LIMIT`` activations, held with a reported window / front cap; Chen's
+chain; the MILP) → :func:`fit`, the one owner of the budget (solve, emit the schedule with
+:mod:`planner.emit`, verify it by an independent replay, :mod:`planner.simulate`, that
+measures its peak and recomputation; re-solve below the budget when the replay exceeds it;
+else the smallest feasible budget) → the certificate (:mod:`planner.certificate`) → the
+:class:`Plan` and its report (:mod:`planner.report`). Each step is a stage of the current
+progress (:func:`hgraph.progress.current`: a live line when the plan job runs on a terminal).
 
 Example::
 
