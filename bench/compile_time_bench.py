@@ -33,10 +33,11 @@ EXAMPLES = os.path.join(HERE, "..", "examples", "torch")
 
 def load(name):
     """``examples/torch/NAME.py:model`` (its ``model()``): (module, inputs, loss)."""
+    from planner.torch.capture import default_loss
     from planner.torch.model_file import load as load_spec
 
     spec = load_spec(os.path.join(EXAMPLES, f"{name}.py:model"))
-    return spec.model, spec.inputs, spec.loss
+    return spec.model, spec.inputs, spec.loss or default_loss
 
 
 def torch_first_call(m, inputs, loss) -> float:

@@ -4,7 +4,7 @@ For each model, budgets from 100% of the keep-all step's peak down past the lowe
 reaches: ``planner.torch.plan_for_step``'s choice (the front of :mod:`planner.torch.front`,
 ``front.pick``) is applied as an eager step (``planner.torch.apply``) and its second run is
 metered by ``torch.distributed._tools.mem_tracker.MemTracker`` (``measure.measure_step``: every
-tensor through the dispatcher, less parameters and buffers), or the budget is refused with
+tensor through the dispatcher, less parameters, buffers, inputs and the labels the loss reads), or the budget is refused with
 :class:`hgraph.errors.InfeasibleError` (checked to be one line). Each row: the budget, what
 happened, the measured peak, whether it is within the budget; per model, whether the measured
 peaks are monotone (a lower budget never measures higher).

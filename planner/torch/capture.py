@@ -25,7 +25,7 @@ from functorch.compile import aot_function
 
 from hgraph.errors import HGraphError
 
-__all__ = ["Step", "make_step", "loss_slots", "capture", "cse", "decompositions", "default_loss",
+__all__ = ["Step", "make_step", "loss_slots", "loss_reads", "capture", "cse", "decompositions", "default_loss",
            "untraceable", "call_traced", "fresh_inputs", "has_rnn", "native_rnn", "LossError"]
 
 
@@ -108,6 +108,13 @@ def loss_slots(loss_fn) -> list:
         elif isinstance(value, list):
             slots += [_Slot(value, i) for i, v in enumerate(value) if isinstance(v, torch.Tensor)]
     return slots
+
+
+def loss_reads(loss_fn) -> list:
+    """The tensors ``loss_fn`` reads outside its arguments now (labels, masks:
+    :func:`loss_slots`): tensors that exist before a step runs, which a memory meter of the
+    step leaves out as it does the inputs (:func:`planner.torch.measure.measure_step`)."""
+    return [s.get() for s in loss_slots(loss_fn)]
 
 
 @dataclass

@@ -81,14 +81,25 @@ def measure_step(step, model, inputs) -> dict:
 
         replay_under(MemTracker)
         mt = MemTracker()
-        mt.track_external(model)
+        # tensors that exist before the step (its inputs, the labels its loss reads) are not
+        # the step's memory: registered as "other" and left out, as parameters and buffers are
+        mt.track_external(model, *_given(step, inputs))
         with mt, torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
             step(*inputs)
         snap = mt.get_tracker_snapshot("peak")[torch.device("cpu")]
-        peak, how = snap["Total"] - snap[_ref("PARAM")] - snap[_ref("BUFFER")], "MemTracker"
+        peak = snap["Total"] - sum(snap[_ref(k)] for k in ("PARAM", "BUFFER", "OTH"))
+        how = "MemTracker"
     seconds = time.perf_counter() - t0
     return dict(measured_peak_bytes=int(peak), measured_saved_bytes=int(sum(saved.values())),
                 step_seconds=seconds, peak_measured_by=how)
+
+
+def _given(step, inputs) -> list:
+    """The tensors a step reads that exist before it runs: its inputs and what its loss reads
+    outside its arguments (``step.step_reads()``, labels in a closure: :func:`planner.torch.apply`
+    steps say)."""
+    reads = getattr(step, "step_reads", None)
+    return [x for x in (*inputs, *(reads() if reads else ())) if isinstance(x, torch.Tensor)]
 
 
 def allocator_peak(step, inputs) -> tuple:
@@ -264,14 +275,34 @@ def predict_step_peak(forward, backward) -> int:
     """The step peak a partition implies, from the tensor shapes alone (no run).
 
     Forward: each op allocates its output, freed after its last use; what it hands the backward
-    stays. Backward: starts with those saved tensors (parameters and inputs are not counted, as
-    :func:`measure_step` does not count them), frees each after its last use; the gradients it
-    returns live on (as ``.grad``).
+    stays. Backward: starts with those saved tensors, frees each after its last use; the
+    gradients it returns live on (as ``.grad``). The loss and its gradient (autograd's
+    ``ones_like``) stay live through the whole backward (:func:`_held`): torch's memory tracker
+    sees them there. Parameters and inputs (the tensors the step is given, labels included)
+    are not counted, as :func:`measure_step` does not count them.
     """
     fw_peak, _ = _replay(forward, set())
     inputs = {k for n in forward.graph.nodes if n.op == "placeholder"
               for k, _ in _storages(n.meta.get("val"))}
     saved = {n.name for n in backward.graph.nodes
-             if n.op == "placeholder" and not n.name.startswith("primals_")}
+             if n.op == "placeholder" and not n.name.startswith(("primals_", "tangents_"))}
     bw_peak, _ = _replay(backward, saved, inputs)     # saved views of parameters own nothing
-    return int(max(fw_peak, bw_peak))
+    return int(max(fw_peak, bw_peak + _held(forward, backward, inputs)))
+
+
+def _held(forward, backward, inputs) -> int:
+    """Bytes live through the whole backward besides what it computes: the forward's outputs
+    the backward does not take (the loss: the caller holds it) and the loss's gradient
+    (the ``tangents_`` inputs: autograd's engine holds the root gradient until the backward
+    ends)."""
+    to_bw = {k for n in backward.graph.nodes if n.op == "placeholder"
+             for k, _ in _storages(n.meta.get("val"))}
+    out = next(n for n in forward.graph.nodes if n.op == "output")
+    held = {}
+    for a in out.all_input_nodes:
+        held.update((k, b) for k, b in _storages(a.meta.get("val"))
+                    if k not in inputs and k not in to_bw)
+    for n in backward.graph.nodes:
+        if n.op == "placeholder" and n.name.startswith("tangents_"):
+            held.update(_storages(n.meta.get("val")))
+    return int(sum(held.values()))

@@ -318,6 +318,7 @@ def apply_keep(model, keep: set, decompose: bool, loss=None, plan=None):
         return out.detach()
 
     run.partition = info
+    run.step_reads = lambda: list(step.consts)      # labels the loss reads (measure_step)
     return run
 
 
