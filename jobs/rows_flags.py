@@ -146,7 +146,9 @@ def plan_main(args) -> int:
           f"{p.predicted_peak_bytes:,} B (plain {r.plain_peak_bytes:,} B), activations "
           f"{report['predicted_activation_peak_bytes']:,} B = "
           f"{report['predicted_activation_peak_bytes'] / max(r.plain_activation_peak_bytes, 1):.3f} "
-          f"x plain, extra FLOPs {report['extra_flops']:,} ({100 * report['extra_flops_ratio']:.1f}%)",
+          f"x plain, extra FLOPs {report['extra_flops']:,} ({100 * report['extra_flops_ratio']:.1f}%); "
+          f"whole step {report['step_peak_bytes']:,} B = "
+          f"{report['step_peak_bytes'] / max(report['step_baseline_peak_bytes'], 1):.3f} x plain's",
           file=sys.stdout if args.report and args.report != "-" else sys.stderr)  # a result line
     return 0
 
@@ -171,6 +173,8 @@ def execute_main(args, load_graph) -> int:
           f"(plan's count) {m.tracked_peak_bytes:,} B, measured ({m.meter}) {m.measured_peak_bytes:,} B "
           f"= {report['measured_over_predicted']:.2f}x predicted (plain: measured "
           f"{report['plain_measured_peak_bytes']:,} B); tracked activations {m.activation_peak_bytes:,} B "
-          f"vs plain {report['plain_tracked_activation_peak_bytes']:,} B, "
+          f"vs plain {report['plain_tracked_activation_peak_bytes']:,} B; whole step predicted "
+          f"{report['step_peak_bytes']:,} B, measured {report['measured_step_peak_bytes']:,} B "
+          f"(plain: {report['plain_measured_step_peak_bytes']:,} B), "
           f"gradients_match={report['gradients_match']}", file=sys.stderr)
     return 0 if run.ok else 1

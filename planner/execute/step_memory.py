@@ -22,8 +22,12 @@ after last use) really runs holds more, and a meter outside the plan sees all of
 
 :func:`predict` replays a schedule's buffer timeline (:func:`planner.execute.executor.timeline`)
 and returns the peak over the steps of the sum, the parts at that moment and the op at the peak.
-:func:`fit` chooses a plan whose predicted whole step fits a budget (re-planning the activations
-at lower budgets, then the workspace cap), or names the smallest whole-step budget reachable.
+:func:`predict_rows` does the same for a row plan's walk (:mod:`planner.execute.rows_exec`'s
+steps: padded band inputs, band kernels' results before they are copied into band buffers).
+:func:`fit` chooses, among candidates fixed by the graph (a ladder of activation budgets times the
+convolution workspace caps), the plan whose predicted whole step fits a budget, or names the
+smallest reachable one; :func:`plan` is :func:`planner.plan`'s hook for graphs with op
+arguments; :func:`evaluate` adds the whole step to an execution's report.
 
 >>> from planner.execute import export, zoo, executor
 >>> g = export.to_cg(zoo.build("mlp"))
