@@ -52,6 +52,9 @@ def add_arguments(parser) -> None:
                         help="free buffers after their last use or at the schedule's forgets "
                              "(auto: last-use for real kernels, schedule for replay)")
     parser.add_argument("--seed", type=int, default=0, help="parameter/input initialisation seed")
+    parser.add_argument("--workspace", type=int, default=None, metavar="BYTES",
+                        help="convolution workspace cap (a plan report's workspace_bytes: the cap "
+                             "its whole-step budget was planned with; default the kernels' own)")
     parser.add_argument("--model", default=None, help="build this zoo model instead of --graph")
     add_size_arguments(parser)
     parser.add_argument("--runtime", choices=["local", "ray"], default=None,
@@ -111,7 +114,11 @@ def main(args) -> int:
     g, schedule = load_inputs(args)
     allocators = ALLOCATORS if args.allocator == "all" else (args.allocator,)
     recycle = {"auto": None, "last-use": True, "schedule": False}[args.free]
+    if args.workspace is not None and args.workspace < 1:
+        raise HGraphError(f"--workspace must be >= 1 byte, got {args.workspace}")
     options = {"allocators": allocators, "recycle": recycle, "seed": args.seed}
+    if args.workspace is not None:
+        options["workspace"] = args.workspace
     report = None
     if args.runtime == "ray" or args.address:
         from hgraph.runtime.ray_connect import ensure_ray
