@@ -122,3 +122,21 @@ def test_plan_steps_time_each_plan_against_the_plain_step(bench, clock):
     for r in rows:
         assert r["flop_ratio"] >= 1.0 and min(r["times"]) > 0
         assert r["time_over_flops"] == pytest.approx(r["time_ratio"] / r["flop_ratio"])
+
+
+def test_kernels_ab_loads_another_revisions_kernels(capfd):
+    """bench/kernels_ab.py: the baseline's op table comes from git, as a module of its own."""
+    spec = importlib.util.spec_from_file_location("kernels_ab", ROOT / "bench" / "kernels_ab.py")
+    ab = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(ab)
+    old = ab.load_ops("HEAD")
+    assert set(old.OPS) == set(OPS) and old.OPS["conv2d"] is not OPS["conv2d"]
+    assert ab.main(["mlp", "--base", "no-such-revision", "--threads", str(_blas_threads())]) == 2
+    err = capfd.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "no-such-revision" in err[0]
+
+
+def _blas_threads() -> str:
+    import os
+
+    return os.environ.get("OPENBLAS_NUM_THREADS", "1")

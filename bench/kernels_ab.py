@@ -1,0 +1,132 @@
+"""The executor's plain step with this tree's kernels against another revision's, and torch (issue 26).
+
+A kernel change is judged here rather than across two bench runs: on a shared machine two runs
+minutes apart meet different loads. This process builds one zoo model and steps it in turn with
+``planner/ops.py`` as it is, with ``planner/ops.py`` as it was at ``--base`` (loaded from git
+into a module of its own; :data:`planner.ops.OPS` entries swapped for the step), and PyTorch
+eager (bench/kernels_bench.py's translation); one of each per round, the order reversed every
+other round, CPU time by default (``--clock``; one BLAS thread unless ``--threads``). The
+executor's step is timed by its run (``RunResult.cpu_seconds`` / ``seconds``), as in
+kernels_bench. Prints each side's median and fastest step, the ratios, and the largest
+gradient difference between the two kernel sets (relative to each gradient's largest entry).
+
+    python3 bench/kernels_ab.py resnet --base 5ded723 --batch 32 --width 64 --depth 2 --image 32
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+
+def load_ops(rev: str):
+    """``planner/ops.py`` at git revision ``rev`` as a module of its own (``ops_at_<rev>``)."""
+    text = subprocess.run(["git", "-C", str(ROOT), "show", f"{rev}:planner/ops.py"],
+                          capture_output=True, text=True, check=True).stdout
+    name = f"ops_at_{rev.replace('-', '_').replace('~', '_').replace('^', '_')}"
+    folder = Path(tempfile.mkdtemp(prefix="kernels_ab."))
+    path = folder / f"{name}.py"
+    path.write_text(text)
+    spec = importlib.util.spec_from_file_location(name, path)
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[name] = mod                      # dataclasses look their module up by name
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("model")
+    ap.add_argument("--base", required=True, help="git revision whose planner/ops.py is the baseline")
+    for k in ("batch", "width", "depth", "image", "seq", "heads"):
+        ap.add_argument(f"--{k}", type=int, default=None)
+    ap.add_argument("--steps", type=int, default=5)
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--clock", choices=["cpu", "wall"], default="cpu")
+    ap.add_argument("--no-torch", action="store_true")
+    args = ap.parse_args(argv)
+    for var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+        if os.environ.get(var) != str(args.threads):
+            env = {**os.environ, **{v: str(args.threads) for v in
+                                    ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")}}
+            return subprocess.call([sys.executable, str(Path(__file__).resolve())] + sys.argv[1:], env=env)
+    sys.path.insert(0, str(ROOT / "bench"))
+    import numpy as np
+
+    import kernels_bench as kb
+    from planner import ops
+    from planner.execute import backend, executor, export
+
+    try:
+        old = load_ops(args.base)
+    except subprocess.CalledProcessError as err:
+        print(f"kernels_ab: no planner/ops.py at {args.base}: {err.stderr.strip()}", file=sys.stderr)
+        return 2
+    sizes = {k: getattr(args, k) for k in ("batch", "width", "depth", "image", "seq", "heads")
+             if getattr(args, k) is not None}
+    t = kb.build(args.model, sizes)
+    g = export.to_cg(t)
+    be = backend.get("numpy")
+    leaf = executor.leaves(g, np, 0)
+    step = kb.executor_step(g, leaf, be)
+    mine = dict(ops.OPS)
+
+    def run_with(table):
+        ops.OPS.update(table)
+        try:
+            r = step()
+        finally:
+            ops.OPS.update(mine)
+        return kb._run_time(r, args.clock), r
+
+    sides = {"base": lambda: run_with(old.OPS), "this tree": lambda: run_with(mine)}
+    if not args.no_torch:
+        import torch
+
+        torch.set_num_threads(args.threads)
+        t_step, values = kb.torch_step(t, leaf)
+        now = kb.CLOCKS[args.clock]
+
+        def torch_side():
+            kb.clear_grads(values)
+            t0 = now()
+            t_step()
+            return now() - t0, None
+
+        sides["torch"] = torch_side
+    grads = {k: fn()[1] for k, fn in sides.items()}          # warm-up, and the gradients
+    times = {k: [] for k in sides}
+    names = list(sides)
+    for i in range(args.steps):
+        for k in (names if i % 2 == 0 else names[::-1]):
+            times[k].append(sides[k]()[0])
+    gap = max(float(np.abs(grads["this tree"].param_grads[v] - a).max() /
+                    max(float(np.abs(a).max()), 1e-30))
+              for v, a in grads["base"].param_grads.items())
+    med = {k: statistics.median(v) for k, v in times.items()}
+    print(f"{args.model} {sizes}, {args.threads} thread(s), {args.clock} clock, median of {args.steps} "
+          f"(fastest), load {os.getloadavg()[0]:.2f}:")
+    for k in names:
+        line = f"  {k:10s} {med[k]:.4f} s ({min(times[k]):.4f})"
+        if k != "torch" and "torch" in med:
+            line += f"  {med[k] / med['torch']:.2f}x torch ({min(times[k]) / min(times['torch']):.2f}x)"
+        print(line)
+    print(f"  this tree / base: {med['this tree'] / med['base']:.3f} "
+          f"({min(times['this tree']) / min(times['base']):.3f}); "
+          f"max grad rel diff between them {gap:.1e}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
