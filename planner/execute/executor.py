@@ -498,7 +498,9 @@ def evaluate(g, schedule, *, allocators=("pool",), backend=None, recycle=None, s
               "recompute_cost": int(sim.recompute_cost), "forward_cost": int(sim.forward_cost),
               "buffers": first.buffers, "allocators": rows}
     if real:
-        plain = run(g, plain_schedule(g), allocator="pool", backend=be, recycle=False, seed=seed)
+        # the same workspace cap: a convolution's tiles, hence its sums' order, follow the cap
+        plain = run(g, plain_schedule(g), allocator="pool", backend=be, recycle=False, seed=seed,
+                    workspace=workspace)
         report["loss"] = first.loss
         report["gradients_match"] = all(gradients_equal(plain.param_grads, r.param_grads) for r in results)
         report["plain_tracked_peak_bytes"] = plain.tracked_peak_bytes
