@@ -156,3 +156,16 @@ def test_the_cli_refuses_an_unreachable_whole_step_budget_in_one_line(tmp_path):
     lines = proc.stderr.strip().splitlines()
     assert proc.returncode == 3 and len(lines) == 1 and "Traceback" not in proc.stderr
     assert "smallest reachable budget is" in lines[0] and "whole step" in lines[0]
+
+
+def test_evaluate_reports_the_whole_step_under_the_plans_workspace():
+    """The execution report of a plan that chose a small workspace: the whole step predicted and
+    measured, and gradients bitwise equal to a plain step under the same cap."""
+    g = _graph("resnet")
+    p = planner.plan(g, budget=_smallest(g), certify="off")
+    ws = p.report["workspace_bytes"]
+    assert ws < ops_mod.CONV_WORKSPACE_BYTES
+    rep = step_memory.evaluate(g, p.schedule, workspace=ws, recycle=True)
+    assert rep["accounting"] == "whole-step" and rep["workspace_bytes"] == ws
+    assert rep["step_peak_bytes"] == p.report["step_peak_bytes"] and rep["gradients_match"]
+    assert rep["step_within_prediction"] and 0.9 <= rep["measured_over_step_peak"] <= 1.0
