@@ -60,7 +60,8 @@ def main(argv=None) -> int:
         if os.environ.get(var) != str(args.threads):
             env = {**os.environ, **{v: str(args.threads) for v in
                                     ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")}}
-            return subprocess.call([sys.executable, str(Path(__file__).resolve())] + sys.argv[1:], env=env)
+            words = sys.argv[1:] if argv is None else list(argv)
+            return subprocess.call([sys.executable, str(Path(__file__).resolve())] + words, env=env)
     sys.path.insert(0, str(ROOT / "bench"))
     import numpy as np
 

@@ -133,7 +133,7 @@ def test_kernels_ab_loads_another_revisions_kernels(capfd):
     assert set(old.OPS) == set(OPS) and old.OPS["conv2d"] is not OPS["conv2d"]
     assert ab.main(["mlp", "--base", "no-such-revision", "--threads", str(_blas_threads())]) == 2
     err = capfd.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "no-such-revision" in err[0]
+    assert len(err) == 1 and "no-such-revision" in err[0], err
 
 
 def _blas_threads() -> str:
