@@ -287,22 +287,16 @@ def predict_step_peak(forward, backward) -> int:
     saved = {n.name for n in backward.graph.nodes
              if n.op == "placeholder" and not n.name.startswith(("primals_", "tangents_"))}
     bw_peak, _ = _replay(backward, saved, inputs)     # saved views of parameters own nothing
-    return int(max(fw_peak, bw_peak + _held(forward, backward, inputs)))
+    return int(max(fw_peak, bw_peak + _held(backward)))
 
 
-def _held(forward, backward, inputs) -> int:
-    """Bytes live through the whole backward besides what it computes: the forward's outputs
-    the backward does not take (the loss: the caller holds it) and the loss's gradient
-    (the ``tangents_`` inputs: autograd's engine holds the root gradient until the backward
-    ends)."""
-    to_bw = {k for n in backward.graph.nodes if n.op == "placeholder"
-             for k, _ in _storages(n.meta.get("val"))}
-    out = next(n for n in forward.graph.nodes if n.op == "output")
-    held = {}
-    for a in out.all_input_nodes:
-        held.update((k, b) for k, b in _storages(a.meta.get("val"))
-                    if k not in inputs and k not in to_bw)
+def _held(backward) -> int:
+    """Bytes live through the whole backward besides what it computes: the step's outputs
+    (the loss: the caller holds it) and their gradients (the ``tangents_`` inputs: autograd's
+    engine holds the root gradient until the backward ends), a gradient the size of its output.
+    (The forward's other outputs, running statistics written back to buffers, are buffers.)"""
+    tangents = {}
     for n in backward.graph.nodes:
         if n.op == "placeholder" and n.name.startswith("tangents_"):
-            held.update(_storages(n.meta.get("val")))
-    return int(sum(held.values()))
+            tangents.update(_storages(n.meta.get("val")))
+    return 2 * int(sum(tangents.values()))
