@@ -177,8 +177,8 @@ def main(argv=None) -> int:
     os.makedirs(args.out, exist_ok=True)
     percents = [int(p) for p in args.percents.split(",")]
     parts = ["CPU, float64; meter: torch's MemTracker on the applied eager step (second run), "
-             "less parameters and buffers; budget = percent of the keep-all step's replayed "
-             "peak.", ""]
+             "less parameters, buffers and the tensors the step is given (inputs, the labels "
+             "its loss reads); budget = percent of the keep-all step's replayed peak.", ""]
     for name in args.models.split(","):
         parts.append(table(name, sweep(*load_spec(name), percents)))
         print(parts[-1], flush=True)

@@ -102,7 +102,7 @@ class HGraphPartitioner(torch._inductor.custom_graph_pass.CustomPartitionerFn):
             with _progress(self.progress) as stages, stages.stage("hgraph: planning the step"):
                 merged_gm = cap.cse(gm)
                 merged = from_joint(merged_gm, n_out, decompose=True)
-                kept = self._keep_all(tg, merged, gm, merged_gm, key)
+                kept = self._keep_all(tg, merged, gm, merged_gm, key, joint_inputs, **kwargs)
                 if kept is None:
                     with stages.stage("torch's min-cut partitions"):
                         seeds = min_cut_keeps(merged_gm, joint_inputs, self.min_cut_budgets,
@@ -127,26 +127,35 @@ class HGraphPartitioner(torch._inductor.custom_graph_pass.CustomPartitionerFn):
         self.parts.append((c.joint, fw, bw))
         return fw, bw
 
-    def _keep_all(self, tg, merged, gm, merged_gm, key):
+    def _keep_all(self, tg, merged, gm, merged_gm, key, joint_inputs, **kwargs):
         """Plan just the keep-everything step (traced and merged graph) when the budget is at
-        least its step peak, and return True; else None. The front's least-recompute plan that
-        fits is then one of those two (nothing recomputed), so planning the other budgets,
-        partitioning and replaying them and running torch's min-cut would change nothing. This
-        is ``compile``'s default (``"100%"``), which thus costs two plans and two replays, not
-        a front (tens of seconds). None when the budget is lower, or ``"min"``, or the
-        partitioner must see the whole front (:attr:`whole_front`). The two plans are kept in
-        ``self.fronts`` under ``(KEEP_ALL, key)``, apart from whole fronts: a later
+        least its step peak, and return True; else None.
+
+        Why this is the front's pick: a plan keeps a subset of what the keep-everything plan
+        keeps, so its partition recomputes a superset and no plan recomputes less; the pick,
+        the least-recompute candidate that fits, is a keep-everything plan. Where those still
+        recompute something (constant fills such as an LSTM's zero initial state, outside the
+        planner's model), torch's min-cut partition at ``activation_memory_budget`` 1.0 (its
+        default, the one that saves the most) joins them, as it might save those. This is
+        ``compile``'s default (``"100%"``): two plans and two replays (and at most one
+        min-cut), not a front (tens of seconds). None when the budget is lower, or ``"min"``,
+        or the partitioner must see the whole front (:attr:`whole_front`). The candidates are
+        kept in ``self.fronts`` under ``(KEEP_ALL, key)``, apart from whole fronts: a later
         partitioner sharing the dict at another budget plans the whole front."""
         if self.whole_front or (isinstance(self.budget, str)
                                 and self.budget.strip().lower() == front_mod.LOWEST):
             return None
         if (KEEP_ALL, key) not in self.fronts:
-            self.fronts[(KEEP_ALL, key)] = (front_mod.union([
-                front_mod.keep_all(tg, **self.plan_kwargs),
-                front_mod.keep_all(merged, **self.plan_kwargs)]), gm, merged_gm)
+            fr = front_mod.union([front_mod.keep_all(tg, **self.plan_kwargs),
+                                  front_mod.keep_all(merged, **self.plan_kwargs)])
+            if any(c.recompute_flops for c in fr) and 1.0 in self.min_cut_budgets:
+                seeds = min_cut_keeps(merged_gm, joint_inputs, (1.0,), **kwargs)
+                fr = front_mod.union([fr, [front_mod.seeded_candidate(merged, keep, label)
+                                           for label, keep in seeds.items()]])
+            self.fronts[(KEEP_ALL, key)] = (fr, gm, merged_gm)
         fr = self.fronts[(KEEP_ALL, key)][0]
         target = front_mod.resolve_step_budget(fr, self.budget)
-        if target < max(c.step_peak for c in fr) or any(c.recompute_flops for c in fr):
+        if target < max(c.step_peak for c in fr if front_mod.keeps_everything(c)):
             return None
         return True
 

@@ -37,7 +37,7 @@ from hgraph.progress import current as current_progress
 from planner.torch import measure
 from planner.torch.partition import keep_names, partition
 
-__all__ = ["Candidate", "front", "keep_all", "choose", "measured_candidate", "seeded_candidate", "split",
+__all__ = ["Candidate", "front", "keep_all", "keeps_everything", "choose", "measured_candidate", "seeded_candidate", "split",
            "union", "resolve_step_budget",
            "pick", "POINTS", "SOLVERS", "EXACT_MAX_LOWER_SETS", "LOWEST"]
 
@@ -198,14 +198,22 @@ LOWEST = "min"
 
 def resolve_step_budget(fr: list, budget) -> int:
     """A budget (bytes, ``"60%"``, ``"2MB"``, or :data:`LOWEST`) as a step peak in bytes;
-    percent of the keep-all step's replayed peak (the highest among the candidates that
-    recompute nothing: the last point of a front of plans)."""
+    percent of the keep-all step's replayed peak (the highest among the plans that keep
+    everything, :func:`keeps_everything`: the last point of a front of plans)."""
     from planner.budget import Budget
 
     if isinstance(budget, str) and budget.strip().lower() == LOWEST:
         return min(c.step_peak for c in fr)
-    keep_all = [c.step_peak for c in fr if c.recompute_flops == 0] or [c.step_peak for c in fr]
+    keep_all = ([c.step_peak for c in fr if keeps_everything(c)]
+                or [c.step_peak for c in fr if c.recompute_flops == 0]
+                or [c.step_peak for c in fr])
     return Budget.parse(budget).resolve(max(keep_all))
+
+
+def keeps_everything(c: Candidate) -> bool:
+    """A plan that recomputes nothing in the planner's model (its partition may still
+    recompute constant fills the model does not hold, such as an LSTM's zero initial state)."""
+    return c.source == "plan" and c.plan.recompute_cost == 0
 
 
 def choose(fr: list, step_peak: int) -> Candidate:
