@@ -31,7 +31,7 @@ installed here). The executor's step is timed by its ``run`` (``RunResult.second
 accumulation), not building the parameters before it nor copying the parameter gradients out
 to fresh host arrays after it (torch's stay in ``.grad``; that copy is the run's interface, a
 device-to-host transfer on CuPy; ``bench/kernels_profile.py`` shows its share, large for
-VGG-16's 134 M parameters: bench/NOTES_kernels.md). Timed
+VGG-16's classifier: bench/NOTES_kernels.md). Timed
 steps run unmetered, so their pool reuses the previous step's host blocks
 (``allocator.HOST_CACHE``, as a training loop would) instead of faulting fresh pages in.
 

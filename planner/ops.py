@@ -78,8 +78,8 @@ def _matmul_bwd(xp, gy, saved, y, a, in_shapes, want, out=None):
 
 def _times_transposed(xp, g, w, out=None):
     """``g @ w.T`` (a matmul's input gradient), ``w`` read transposed in place by BLAS (a copy of
-    the weight first cost more than it saved: the mlp's 128 x 1024 x 1024 input gradients ran
-    ~2x slower through a blocked transpose, interleaved A/B here); with a handful of rows (a
+    the weight first cost more than it saved: ``bench/kernels_ab.py mlp --base 5ded723`` with the
+    issue's mlp sizes, bench/NOTES_kernels.md); with a handful of rows (a
     classifier at batch 2) the product is ``w @ g.T``, a matrix-vector-like GEMM on ``w`` as
     stored."""
     rows = g.size // g.shape[-1]
@@ -94,7 +94,7 @@ def _times_transposed(xp, g, w, out=None):
 
 def _relu_bwd(xp, gy, saved, y, a, in_shapes, want, out=None):
     """``gy * (y > 0)``: the comparison written as 0.0 / 1.0 into the result, then multiplied in
-    place (no boolean mask beside it; ~20 % faster here), the same bits."""
+    place (no boolean mask beside it, one pass fewer), the same bits."""
     dx = (out or {}).get(0)
     dx = xp.empty(gy.shape, dtype=gy.dtype) if dx is None else dx
     xp.greater(y, 0, out=dx)
@@ -237,7 +237,8 @@ CONV_WORKSPACE_BYTES = 32 << 20
 #: Output pixels a convolution tile aims at: as many images as make up this many pixels, or a
 #: band of rows of one image. A tile's columns then stay in the core's cache from their copy to
 #: the GEMM that reads them (2,304 B a pixel at 64 channels, 3x3: ~2 MiB), and its GEMMs keep
-#: BLAS's speed (measured here: whole 32 MiB tiles ran ~15-30 % slower at 32-224 px maps).
+#: BLAS's speed (whole 32 MiB tiles ran slower at 32-224 px maps in A/Bs here;
+#: ``bench/kernels_ab.py`` measures a model's step either way).
 TILE_PIXELS = 1024
 
 
@@ -373,9 +374,8 @@ def _conv_fwd(xp, xs, a, out=None):
     """Convolution as tiled GEMMs: each tile's columns times the ``(out, c*k*k)`` weight matrix
     (one batched matmul per tile, BLAS / cuBLAS), written into the NCHW result through one
     transposing copy of the tile's output: per image, the product is taken pixel-major,
-    ``cols^T @ W^T`` (OpenBLAS runs it 10-20 % faster than ``W @ cols`` at 32-64 output
-    channels: a U-Net decoder's 64 -> 32 layer at 128x128 went 49.6 -> 40.9 ms); a 1x1's
-    product goes straight into the result."""
+    ``cols^T @ W^T`` (OpenBLAS ran it faster than ``W @ cols`` at 32-64 output channels, a
+    U-Net decoder's, in per-layer A/Bs here); a 1x1's product goes straight into the result."""
     x, w = xs
     o, c, k, _ = w.shape
     s, p = a["stride"], a["pad"]
@@ -457,8 +457,8 @@ def _conv_dx(xp, gy, w, xshape, s, p, cap, out=None):
 #: row-centric step's bands, which call the backward once per band).
 AMORTISE_PIXELS = 4096
 #: The input gradient's transposed convolution pays for its flipped kernel's copy from fewer
-#: pixels: measured here, 512-2,048-pixel layers (a CIFAR ResNet's 4x4-8x8 maps at batch 32)
-#: ran 25-30 % faster than column scatters, a 98-pixel one (7x7, batch 2) 13 % slower.
+#: pixels: in per-layer A/Bs here, 512-2,048-pixel layers (a CIFAR ResNet's 4x4-8x8 maps at
+#: batch 32) ran faster than column scatters, a 98-pixel one (7x7, batch 2) slower.
 DX_AMORTISE_PIXELS = 512
 
 
@@ -606,7 +606,7 @@ def _upsample_fwd(xp, xs, a, out=None):
     y = xp.empty((n, c, h * f, w * f), dtype=x.dtype) if out is None else out
     y6 = y.reshape(n, c, h, f, w, f)
     for i in range(f):          # f * f strided copies of whole rows of x (a broadcast copy runs
-        for j in range(f):      # an inner loop of f elements: ~2x slower; copying y's own rows
+        for j in range(f):      # an inner loop of f elements, slower; copying y's own rows
             y6[:, :, :, i, :, j] = x    # would go through NumPy's overlap temporary)
     return y
 
