@@ -526,7 +526,7 @@ def plans_table(rows: list) -> str:
     return head + "\n".join(lines) + "\n"
 
 
-def _plans_main(args, names) -> int:
+def _plans_main(args, names, argv=None) -> int:
     """``--plans``: the plan-step / plain-step table, in this process with ``--threads`` BLAS
     threads (set before NumPy loads: the driver re-runs itself with the variables set)."""
     from hgraph.fileio import write_text
@@ -535,7 +535,8 @@ def _plans_main(args, names) -> int:
         env = dict(os.environ)
         for var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
             env[var] = str(args.threads)
-        return subprocess.call([sys.executable, str(Path(__file__).resolve())] + sys.argv[1:], env=env)
+        words = sys.argv[1:] if argv is None else list(argv)
+        return subprocess.call([sys.executable, str(Path(__file__).resolve())] + words, env=env)
     load0 = os.getloadavg()
     rows = []
     for name in names:
@@ -548,7 +549,7 @@ def _plans_main(args, names) -> int:
                   f"({r['time_over_flops']:.2f}x the FLOP ratio)", flush=True)
         rows.extend(got)
     load1 = os.getloadavg()
-    cmd = "python3 bench/kernels_bench.py " + " ".join(sys.argv[1:])
+    cmd = "python3 bench/kernels_bench.py " + " ".join(sys.argv[1:] if argv is None else argv)
     text = (f"    {cmd.strip()}\n\n{_cpu_name()}, {args.threads} BLAS thread(s), {args.dtype}, NumPy "
             f"executor; median of {args.steps} interleaved steps after a warm-up ({args.clock} clock; "
             f"fastest in brackets; "
@@ -713,7 +714,7 @@ def main(argv=None) -> int:
     if unknown:
         ap.error(f"unknown model(s) {', '.join(unknown)}; choose from {', '.join(zoo.MODELS)}")
     if args.plans:
-        return _plans_main(args, names)
+        return _plans_main(args, names, argv)
     if args.clock == "cpu" and args.device == "cuda":
         print("kernels_bench: --clock cpu times host work only; CUDA rows take --clock wall",
               file=sys.stderr)
