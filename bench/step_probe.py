@@ -19,9 +19,7 @@ tracemalloc from before the parameters and inputs are built), and print:
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import sys
-import tracemalloc
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -30,32 +28,6 @@ sys.path.insert(0, str(ROOT))
 import planner  # noqa: E402
 from planner import ops as ops_mod, simulate  # noqa: E402
 from planner.execute import executor, export, step_memory, zoo  # noqa: E402
-
-
-def _wrapped(rec) -> dict:
-    """OPS with each kernel metered: (op, phase, shapes, out shape, attrs, itemsize, want, into,
-    bytes) per call into ``rec``."""
-    table = dict(ops_mod.OPS)
-    for k, od in list(table.items()):
-        def fwd(xp, xs, a, out=None, _f=od.forward, _k=k):
-            c0 = tracemalloc.get_traced_memory()[0]
-            tracemalloc.reset_peak()
-            y = _f(xp, xs, a, out=out) if out is not None else _f(xp, xs, a)
-            rec.append((_k, "forward", [x.shape for x in xs], y.shape, a, y.dtype.itemsize, (),
-                        (-1,) if out is not None else (), tracemalloc.get_traced_memory()[1] - c0))
-            return y
-
-        def bwd(xp, gy, saved, y, a, shapes, want, out=None, _f=od.backward, _k=k):
-            c0 = tracemalloc.get_traced_memory()[0]
-            tracemalloc.reset_peak()
-            got = _f(xp, gy, saved, y, a, shapes, want, out=out) if out is not None else \
-                _f(xp, gy, saved, y, a, shapes, want)
-            rec.append((_k, "backward", shapes, gy.shape, a, gy.dtype.itemsize, tuple(want),
-                        tuple(out or ()), tracemalloc.get_traced_memory()[1] - c0))
-            return got
-
-        table[k] = dataclasses.replace(od, forward=fwd, backward=bwd)
-    return table
 
 
 def main(argv=None) -> int:
@@ -90,7 +62,7 @@ def main(argv=None) -> int:
     print("  parts at the predicted peak: " + ", ".join(f"{k} {v:,}" if isinstance(v, int) else f"{k} {v}"
                                                      for k, v in pred.breakdown.items()))
     rec = []
-    table = _wrapped(rec)
+    table = step_memory.metered_ops(rec)
     saved = executor.OPS
     executor.OPS = table
     try:

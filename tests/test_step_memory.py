@@ -8,8 +8,6 @@ never a higher measured peak; a budget below the smallest is refused naming it.
 
 from __future__ import annotations
 
-import dataclasses
-import tracemalloc
 
 import pytest
 
@@ -102,29 +100,8 @@ def test_row_steps_within_prediction(name, kw, batch):
 
 
 def _metered_kernels(monkeypatch, rec):
-    """OPS with every kernel wrapped: (name, phase, in shapes, out shape, attrs, itemsize, want,
-    into, traced bytes above the call's start) per call."""
-    table = dict(ops_mod.OPS)
-    for k, od in list(table.items()):
-        def fwd(xp, xs, a, out=None, _f=od.forward, _k=k):
-            c0 = tracemalloc.get_traced_memory()[0]
-            tracemalloc.reset_peak()
-            y = _f(xp, xs, a, out=out) if out is not None else _f(xp, xs, a)
-            rec.append((_k, "forward", [x.shape for x in xs], y.shape, a, y.dtype.itemsize, (),
-                        (-1,) if out is not None else (), tracemalloc.get_traced_memory()[1] - c0))
-            return y
-
-        def bwd(xp, gy, saved, y, a, shapes, want, out=None, _f=od.backward, _k=k):
-            c0 = tracemalloc.get_traced_memory()[0]
-            tracemalloc.reset_peak()
-            got = _f(xp, gy, saved, y, a, shapes, want, out=out) if out is not None else \
-                _f(xp, gy, saved, y, a, shapes, want)
-            rec.append((_k, "backward", shapes, gy.shape, a, gy.dtype.itemsize, tuple(want),
-                        tuple(out or ()), tracemalloc.get_traced_memory()[1] - c0))
-            return got
-
-        table[k] = dataclasses.replace(od, forward=fwd, backward=bwd)
-    monkeypatch.setattr(executor, "OPS", table)
+    """The executor's kernels metered per call (:func:`step_memory.metered_ops`)."""
+    monkeypatch.setattr(executor, "OPS", step_memory.metered_ops(rec))
 
 
 @pytest.mark.parametrize("name", ["resnet", "unet", "transformer"])

@@ -473,3 +473,35 @@ def predict_rows(g, p, *, alignment: int = 64) -> StepPeak:
             pool.give(blocks.pop(key))
             parts[part_of.pop(key)] -= w.nbytes[key]
     return StepPeak(int(max(best, 0)), at or {}, CONV_WORKSPACE_BYTES, curve)
+
+
+def metered_ops(rec: list) -> dict:
+    """The op table (:data:`planner.ops.OPS`) with every kernel metered by tracemalloc, to
+    check :func:`planner.ops.kernel_temp_bytes` against what each call really allocates: per
+    call, ``(op, phase, input shapes, output shape, attrs, itemsize, want, into, bytes)`` goes
+    to ``rec``, ``bytes`` being tracemalloc's peak during the call above what was traced when it
+    started. tracemalloc must be tracing; run a step with the table in place of
+    ``executor.OPS``."""
+    import tracemalloc
+
+    table = dict(OPS)
+    for k, od in list(table.items()):
+        def fwd(xp, xs, a, out=None, _f=od.forward, _k=k):
+            c0 = tracemalloc.get_traced_memory()[0]
+            tracemalloc.reset_peak()
+            y = _f(xp, xs, a, out=out) if out is not None else _f(xp, xs, a)
+            rec.append((_k, "forward", [x.shape for x in xs], y.shape, a, y.dtype.itemsize, (),
+                        (-1,) if out is not None else (), tracemalloc.get_traced_memory()[1] - c0))
+            return y
+
+        def bwd(xp, gy, saved, y, a, shapes, want, out=None, _f=od.backward, _k=k):
+            c0 = tracemalloc.get_traced_memory()[0]
+            tracemalloc.reset_peak()
+            got = _f(xp, gy, saved, y, a, shapes, want, out=out) if out is not None else \
+                _f(xp, gy, saved, y, a, shapes, want)
+            rec.append((_k, "backward", shapes, gy.shape, a, gy.dtype.itemsize, tuple(want),
+                        tuple(out or ()), tracemalloc.get_traced_memory()[1] - c0))
+            return got
+
+        table[k] = dataclasses.replace(od, forward=fwd, backward=bwd)
+    return table
