@@ -1063,6 +1063,19 @@ def _conv_bwd_temp(x, wt, gy, a, e, want, into) -> int:
     return max(dw, held + dx)
 
 
+def _attention_temps(x, attrs, e: int) -> tuple:
+    """(scores, side, stats) bytes of the attention kernel's temporaries on packed ``x``
+    (batch, seq, 3*d), forward and backward alike: every head's score matrix; a (batch, seq, d)
+    side buffer, or a causal mask's seq x seq booleans and floats where those are larger; the
+    softmax's row statistics."""
+    b, sq, d3 = x
+    hds = attrs["heads"]
+    side = b * sq * (d3 // 3) * e
+    if attrs.get("causal"):
+        side = max(side, sq * sq * (1 + e))
+    return b * hds * sq * sq * e, side, 2 * b * hds * sq * e
+
+
 def kernel_temp_bytes(name, phase, in_shapes, out_shape, attrs, itemsize=4, want=(),
                       into=()) -> int:
     """The most bytes kernel ``name`` (``phase`` ``"forward"`` or ``"backward"``) holds at once
@@ -1097,13 +1110,8 @@ def kernel_temp_bytes(name, phase, in_shapes, out_shape, attrs, itemsize=4, want
             n = ins[0][0]
             return 2 * xs + 8 * n * e + 8 * n
         if name == "attention":
-            b, sq, d3 = ins[0]
-            hds = attrs["heads"]
-            scores = b * hds * sq * sq * e
-            side = b * sq * (d3 // 3) * e
-            if attrs.get("causal"):
-                side = max(side, sq * sq * (1 + e))
-            return res + scores + side + 2 * b * hds * sq * e + _bufs(1, out, e)
+            scores, side, stats = _attention_temps(ins[0], attrs, e)
+            return res + scores + side + stats + _bufs(1, out, e)
         if name == "reshape":
             return 0
         if name == "bias":      # a broadcast add
@@ -1156,14 +1164,8 @@ def kernel_temp_bytes(name, phase, in_shapes, out_shape, attrs, itemsize=4, want
         n = ins[0][0]
         return 3 * xs + 8 * n * e + 8 * n
     if name == "attention":
-        b, sq, d3 = ins[0]
-        hds = attrs["heads"]
-        scores = b * hds * sq * sq * e
-        side = b * sq * (d3 // 3) * e
-        if attrs.get("causal"):
-            side = max(side, sq * sq * (1 + e))
-        return 2 * scores + side + 2 * b * hds * sq * e + (0 if 0 in into else xs) + \
-            _bufs(1, out, e)
+        scores, side, stats = _attention_temps(ins[0], attrs, e)
+        return 2 * scores + side + stats + (0 if 0 in into else xs) + _bufs(1, out, e)
     return 0                     # add, reshape, concat: views of the output gradient
 
 
