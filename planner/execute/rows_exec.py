@@ -88,31 +88,205 @@ def _band_attrs(ly, i) -> dict:
 
 
 class _Run:
+    """One execution of a plan's walk. The steps run from their compiled form
+    (:func:`_program`: each step's kernel, slices, keys and buffer requests resolved once per plan),
+    so a step of a run is its kernels and a few dictionary look-ups: a row step has several times
+    the plain step's kernel calls, and re-deriving each band's cut, offsets and keys on every call
+    cost as much as the band kernels themselves at small sizes (``bench/kernels_bench.py --plans``)."""
+
     def __init__(self, g, plan, be, alloc, leaf):
-        self.g, self.p, self.ly, self.be, self.xp = g, plan, plan.layers, be, be.xp
-        self.alloc, self.leaf = alloc, leaf
-        self.w = plan.walk
-        self.ids = {k: n for n, k in enumerate(self.w.shapes)}
-        self.arrays = {}
+        self.ly, self.be, self.xp = plan.layers, be, be.xp
+        self.alloc = alloc
+        #: leaves and plan buffers in one dict, by key (a leaf is ("v", var); no step writes one)
+        self.arrays = {("v", a): x for a, x in leaf.items()}
         self.loss = None
+        self.prog = _program(g, plan)
+
+    def run(self):
+        arrays, alloc = self.arrays, self.alloc
+        for fn, st, info, allocs, frees in self.prog:
+            for key, buf, nbytes, dtype, shape, zero in allocs:
+                arr = alloc.alloc(buf, nbytes).view(dtype).reshape(shape)
+                if zero:
+                    arr[...] = 0
+                arrays[key] = arr
+            fn(self, st, info)
+            for key, buf in frees:
+                alloc.free(buf)
+                del arrays[key]
+        grads = {k[1]: a for k, a in arrays.items() if k[0] == "pg"}   # copied out by run()
+        return self.loss, grads
+
+    def stats(self, i):
+        """(mean, inv) of batch norm ``i`` shaped to broadcast over its map."""
+        st = self.arrays[("st", i)]
+        return st[0].reshape(1, -1, 1, 1), st[1].reshape(1, -1, 1, 1)
+
+    def band_inputs(self, specs):
+        """The band inputs of :func:`_c_inputs`' specs: rows cut out, padded where the map ends."""
+        arrays, xs = self.arrays, []
+        for sp in specs:
+            if sp is None:
+                xs.append(None)
+                continue
+            key, a, b, pads, fill = sp
+            x = arrays[key]
+            if a is not None:
+                x = x[:, :, a:b]
+                if pads:
+                    x = pad_map(self.xp, x, *pads, fill)
+            xs.append(x)
+        return xs
+
+    # ------------------------------------------------------------ steps (st, compiled info)
+    def _fwd(self, st, info):
+        fwd, keys, attrs, out, stats_key, loss = info
+        arrays, xp = self.arrays, self.xp
+        xs = [arrays[k] for k in keys]
+        y = fwd(xp, xs, attrs)
+        arrays[out][...] = y
+        if stats_key is not None:        # a batch norm of a row region: keep its statistics
+            mean, inv = norm_statistics(xp, xs[0], attrs, (0, 2, 3))
+            arrays[stats_key][...] = xp.stack([mean.reshape(-1), inv.reshape(-1)])
+        if loss:
+            self.loss = float(self.be.to_numpy(arrays[out]))
+
+    def _bwd(self, st, info):
+        opdef, gkey, oshape, dtype, saved_keys, out_key, attrs, shapes, want, keys, into = info
+        arrays, xp = self.arrays, self.xp
+        gy = arrays[gkey] if gkey is not None else xp.ones(oshape, dtype=dtype)
+        saved = {k: arrays[key] for k, key in saved_keys}
+        out = arrays[out_key] if out_key is not None else None
+        args = (xp, gy, saved, out, attrs, shapes, want)
+        grads = opdef.backward(*args, out={k: arrays[keys[k]] for k in into}) if into else \
+            opdef.backward(*args)
+        for k in want:
+            dst = arrays[keys[k]]
+            if k in into:                # the kernel wrote the buffer (or handed back its own)
+                if grads[k] is not dst:
+                    dst[...] = grads[k]
+            else:
+                dst += grads[k]
+
+    def _band(self, st, info):
+        out_key, tail, fresh, specs, crop, width, fwd, attrs, norm = info
+        out = self.arrays[out_key]
+        if tail is not None:
+            out[:, :, :fresh] = self.arrays[tail]
+        if specs is None:
+            return
+        xs = self.band_inputs(specs)
+        if norm is not None:             # normalised with the whole map's statistics
+            mean, inv = self.stats(norm)
+            y = xs[0] - mean                 # the forward's order, in place: the same bits
+            y *= inv
+            y *= xs[1].reshape(mean.shape)
+            y += xs[2].reshape(mean.shape)
+        else:
+            y = fwd(self.xp, xs, attrs)
+        out[:, :, fresh:] = y[:, :, crop:crop + width]
+
+    def _tail(self, st, info):
+        dst, src, a = info
+        self.arrays[dst][...] = self.arrays[src][:, :, a:]
+
+    def _store(self, st, info):
+        dst, src, a, b, a0, b0 = info
+        self.arrays[dst][:, :, a:b] = self.arrays[src][:, :, a0:b0]
+
+    def _seed(self, st, info):
+        dst, src, a0, b0, a, b = info
+        self.arrays[dst][:, :, a0:b0] += self.arrays[src][:, :, a:b]
+
+    def _xhat(self, i, key, a, b):
+        """Batch norm ``i``'s normalised input on rows ``[a, b)`` of buffer ``key`` (recomputed
+        band; a new array the caller may overwrite)."""
+        mean, inv = self.stats(i)
+        xhat = self.arrays[key][:, :, a:b] - mean
+        xhat *= inv
+        return xhat, inv
+
+    def _bnsink(self, st, info):
+        """A band's share of batch norm's output gradient: into the whole gradient, and its two
+        per-channel sums (= the parameter gradients) into ``("s", op)`` and the parameters'."""
+        gkey, xkey, a, b, lo, hi, (gw, s, gamma, beta) = info
+        arrays, xp = self.arrays, self.xp
+        gy = arrays[gkey]
+        xhat, _ = self._xhat(st.op, xkey, a, b)
+        sums_ = xp.stack([sums(xp, gy, (0, 2, 3), keepdims=False),
+                          dots(xp, gy, xhat, (0, 2, 3), keepdims=False)])
+        arrays[gw][:, :, lo:hi] += gy
+        arrays[s] += sums_
+        arrays[gamma] += sums_[1]
+        arrays[beta] += sums_[0]
+
+    def _bnseed(self, st, info):
+        """Batch norm's input gradient on the rows band ``st.band`` owns, from its whole output
+        gradient and the two sums: ``inv / m * (m * dxhat - sum dxhat - xhat * sum dxhat xhat)``."""
+        xkey, xa, xb, gamma_key, m, a, b, key, da, db = info
+        arrays = self.arrays
+        xhat, inv = self._xhat(st.op, xkey, xa, xb)
+        gamma = arrays[gamma_key].reshape(inv.shape)
+        s = arrays[("s", st.op)]
+        t = xhat                         # in place: gamma * s0 + xhat * gamma * s1
+        t *= gamma * s[1].reshape(inv.shape)
+        t += gamma * s[0].reshape(inv.shape)
+        dx = arrays[("gw", st.op)][:, :, a:b] * (gamma * m)        # m * dxhat
+        dx -= t
+        dx *= inv / m
+        arrays[key][:, :, da:db] += dx
+
+    def _bandbwd(self, st, info):
+        opdef, specs, static, gkey, up, ykey, attrs, want, targets = info
+        arrays, xp = self.arrays, self.xp
+        xs = self.band_inputs(specs)
+        shapes = [tuple(x.shape) if x is not None else static[k] for k, x in enumerate(xs)]
+        gy = arrays[gkey]
+        if up is not None:
+            f, crop, width = up
+            full = xp.zeros(shapes[0][:2] + (shapes[0][2] * f, shapes[0][3] * f), dtype=gy.dtype)
+            full[:, :, crop:crop + width] = gy
+            gy = full
+        y = arrays[ykey] if ykey is not None else None
+        grads = opdef.backward(xp, gy, {k: xs[k] for k in opdef.saves_inputs}, y, attrs, shapes, want)
+        for k, key, crop in targets:
+            gk = grads[k]
+            if crop is None:
+                arrays[key] += gk
+                continue
+            top, rows, side, a, b = crop
+            arrays[key][:, :, a:b] += gk[:, :, top:top + rows, side:gk.shape[3] - side]
+
+
+def _program(g, plan) -> list:
+    """The walk's steps compiled for :class:`_Run`: ``(method, step, info, allocs, frees)``
+    each, ``allocs`` as ``(key, buffer id, bytes, dtype, shape, zero)``, ``frees`` as ``(key,
+    buffer id)``; cached on the walk (a plan's steps do not change once built)."""
+    w = plan.walk
+    if w.program is not None and w.program[0] is g and w.program[1] is plan:
+        return w.program[2]
+    ids = {k: n for n, k in enumerate(w.shapes)}
+    c = _Compiler(g, plan)
+    prog = []
+    for st in w.steps:
+        allocs = []
+        for key in st.allocs:
+            shape, dtype = w.shapes[key]
+            zero = any(k == key and m == "acc" for k, m in st.writes)
+            allocs.append((key, ids[key], int(w.nbytes[key]), np.dtype(dtype), tuple(shape), zero))
+        frees = [(key, ids[key]) for key in st.frees]
+        prog.append((getattr(_Run, "_" + st.kind), st, getattr(c, st.kind)(st), allocs, frees))
+    w.program = (g, plan, prog)
+    return prog
+
+
+class _Compiler:
+    """Each step kind's ``info`` for :class:`_Run` (what the step reads, writes and slices,
+    derived from the plan once)."""
+
+    def __init__(self, g, plan):
+        self.g, self.p, self.ly = g, plan, plan.layers
         self.act = g.is_activation
-
-    # ------------------------------------------------------------ buffers
-    def _new(self, key, zero):
-        shape, dtype = self.w.shapes[key]
-        raw = self.alloc.alloc(self.ids[key], self.w.nbytes[key])
-        arr = raw.view(dtype).reshape(shape)
-        if zero:
-            arr[...] = 0
-        self.arrays[key] = arr
-
-    def value(self, a):
-        return self.leaf[a] if a in self.leaf else self.arrays[("v", a)]
-
-    def get(self, key):
-        if key[0] == "v":
-            return self.value(key[1])
-        return self.arrays[key]
 
     def offset(self, key) -> int:
         """First map row held by a band buffer (0 for whole tensors)."""
@@ -120,208 +294,122 @@ class _Run:
             return 0
         return int(self.p.phase_ranges[key[3], key[1], key[2], 0])
 
-    def stats(self, i):
-        """(mean, inv) of batch norm ``i`` shaped to broadcast over its map."""
-        st = self.arrays[("st", i)]
-        return st[0].reshape(1, -1, 1, 1), st[1].reshape(1, -1, 1, 1)
-
-    def band_rows(self, key, lo, hi):
-        """Rows ``[lo, hi)`` of the map held by ``key``."""
-        off = self.offset(key)
-        return self.get(key)[:, :, lo - off:hi - off]
-
-    # ------------------------------------------------------------ steps
-    def run(self):
-        for st in self.w.steps:
-            for key in st.allocs:
-                self._new(key, zero=any(k == key and m == "acc" for k, m in st.writes))
-            getattr(self, "_" + st.kind)(st)
-            for key in st.frees:
-                self.alloc.free(self.ids[key])
-                del self.arrays[key]
-        grads = {k[1]: a for k, a in self.arrays.items() if k[0] == "pg"}   # copied out by run()
-        return self.loss, grads
-
-    def _arg(self, st, k):
-        """Input ``k`` of whole op ``st.op`` (``-1``: its output): the step's key, else a leaf."""
+    def arg(self, st, k):
+        """Key of input ``k`` of whole op ``st.op`` (``-1``: its output): the step's, else a leaf."""
         key = st.inputs.get(k)
-        return self.get(key) if key is not None else self.value(self.ly.in_vars[st.op][k])
+        return key if key is not None else ("v", int(self.ly.in_vars[st.op][k]))
 
-    def _fwd(self, st):
+    def inputs(self, st, lo, hi):
+        """(specs, cut) of region op ``st.op`` computing output rows ``[lo, hi)``: per input
+        ``(key, first row, end row, pads, fill)`` (rows None: the whole array, a parameter), or
+        None for a map input the step does not read (a VJP that needs only its shape)."""
         i, ly = st.op, self.ly
-        y = OPS[ly.ops[i]].forward(self.xp, [self._arg(st, k) for k in range(len(ly.in_vars[i]))],
-                                   ly.attrs[i])
-        key = st.writes[0][0]
-        self.arrays[key][...] = y
-        if len(st.writes) > 1:           # a batch norm of a row region: keep its statistics
-            mean, inv = norm_statistics(self.xp, self._arg(st, 0), ly.attrs[i], (0, 2, 3))
-            self.arrays[st.writes[1][0]][...] = self.xp.stack([mean.reshape(-1), inv.reshape(-1)])
-        if ly.ops[i] == "softmax_cross_entropy" and st.phase != "re":
-            self.loss = float(self.be.to_numpy(self.arrays[key]))
+        cut = _cut(ly, i, lo, hi)
+        fill = -np.inf if ly.ops[i] == "max_pool" else 0.0
+        pads = (cut.top, cut.bottom, cut.side) if (cut.top or cut.bottom or cut.side) else None
+        specs = []
+        for k, a in enumerate(ly.in_vars[i]):
+            if _param(self.g, a):
+                specs.append((("v", int(a)), None, None, None, fill))
+                continue
+            key = st.inputs.get(k) if self.act[a] else ("v", int(a))     # a model input: whole
+            if key is None:
+                specs.append(None)
+                continue
+            off = self.offset(key)
+            specs.append((key, cut.r0 - off, cut.r1 - off, pads, fill))
+        return specs, cut
 
-    def _bwd(self, st):
-        i, ly, xp = st.op, self.ly, self.xp
+    def fwd(self, st):
+        i, ly = st.op, self.ly
+        keys = [self.arg(st, k) for k in range(len(ly.in_vars[i]))]
+        stats_key = st.writes[1][0] if len(st.writes) > 1 else None
+        loss = ly.ops[i] == "softmax_cross_entropy" and st.phase != "re"
+        return OPS[ly.ops[i]].forward, keys, ly.attrs[i], st.writes[0][0], stats_key, loss
+
+    def bwd(self, st):
+        i, ly = st.op, self.ly
         opdef, y = OPS[ly.ops[i]], int(ly.out_var[i])
-        gy = self.arrays[("g", y)] if ("g", y) in st.reads else \
-            xp.ones(tuple(ly.out_shapes[i]), dtype=ly.dtypes[i])
-        saved = {k: self._arg(st, k) for k in opdef.saves_inputs}
-        out = self._arg(st, -1) if opdef.saves_output else None
+        gkey = ("g", y) if ("g", y) in st.reads else None
+        saved = [(k, self.arg(st, k)) for k in opdef.saves_inputs]
+        out_key = self.arg(st, -1) if opdef.saves_output else None
         want = [k for k, a in enumerate(ly.in_vars[i]) if self.act[a] or _param(self.g, a)]
         keys = {k: ("g", a) if self.act[a] else ("pg", a)
                 for k, a in enumerate(ly.in_vars[i]) if k in want}
         into = _first_writes(opdef, keys, st)
-        args = (xp, gy, saved, out, ly.attrs[i], [tuple(s) for s in ly.in_shapes[i]], want)
-        grads = opdef.backward(*args, out={k: self.arrays[keys[k]] for k in into}) if into else \
-            opdef.backward(*args)
-        for k in want:
-            if k in into:                # the kernel wrote the buffer (or handed back its own)
-                if grads[k] is not self.arrays[keys[k]]:
-                    self.arrays[keys[k]][...] = grads[k]
-            else:
-                self.arrays[keys[k]] += grads[k]
+        return (opdef, gkey, tuple(ly.out_shapes[i]), ly.dtypes[i], saved, out_key, ly.attrs[i],
+                [tuple(s) for s in ly.in_shapes[i]], want, keys, into)
 
-    def _band_inputs(self, st, lo, hi):
-        """(inputs, cut) of region op ``st.op`` computing output rows ``[lo, hi)``.
-
-        A map input the step does not read (a VJP that needs only its shape) is ``None``.
-        """
-        i, ly, xp = st.op, self.ly, self.xp
-        cut = _cut(ly, i, lo, hi)
-        fill = -np.inf if ly.ops[i] == "max_pool" else 0.0
-        xs = []
-        for k, a in enumerate(ly.in_vars[i]):
-            if _param(self.g, a):
-                xs.append(self.value(a))
-                continue
-            key = st.inputs.get(k) if self.act[a] else ("v", a)       # a model input: whole
-            if key is None:
-                xs.append(None)
-                continue
-            off = self.offset(key)
-            x = self.get(key)[:, :, cut.r0 - off:cut.r1 - off]
-            if cut.top or cut.bottom or cut.side:
-                x = pad_map(xp, x, cut.top, cut.bottom, cut.side, fill)
-            xs.append(x)
-        return xs, cut
-
-    def _band_shapes(self, i, xs, cut) -> list:
-        """Shapes of the band inputs as the VJP sees them (padded rows and columns included)."""
-        out = []
-        for k, x in enumerate(xs):
-            if x is not None:
-                out.append(tuple(x.shape))
-                continue
-            n, c, _, w = self.ly.in_shapes[i][k]
-            out.append((n, c, cut.r1 - cut.r0 + cut.top + cut.bottom, w + 2 * cut.side))
-        return out
-
-    def _band(self, st):
+    def band(self, st):
         i, j, lv, ly = st.op, st.band, st.level, self.ly
         lo, hi = (int(v) for v in self.p.phase_ranges[lv, i, j])
         fresh = int(self.p.phase_fresh[lv, i, j])
-        out = self.arrays[st.writes[0][0]]
-        if fresh > lo:
-            out[:, :, :fresh - lo] = self.arrays[(st.phase + "t", i, j - 1, lv)]
-        if fresh >= hi:
-            return
-        xs, cut = self._band_inputs(st, fresh, hi)
-        if ly.norm[i]:                   # normalised with the whole map's statistics
-            mean, inv = self.stats(i)
-            y = xs[0] - mean                 # the forward's order, in place: the same bits
-            y *= inv
-            y *= xs[1].reshape(mean.shape)
-            y += xs[2].reshape(mean.shape)
-        else:
-            y = OPS[ly.ops[i]].forward(self.xp, xs, _band_attrs(ly, i))
-        out[:, :, fresh - lo:] = y[:, :, cut.crop:cut.crop + hi - fresh]
+        tail = (st.phase + "t", i, j - 1, lv) if fresh > lo else None
+        info = [st.writes[0][0], tail, fresh - lo, None, 0, 0, OPS[ly.ops[i]].forward,
+                _band_attrs(ly, i), i if ly.norm[i] else None]
+        if fresh < hi:
+            specs, cut = self.inputs(st, fresh, hi)
+            info[3:6] = specs, cut.crop, hi - fresh
+        return tuple(info)
 
-    def _tail(self, st):
+    def tail(self, st):
         i, j, rng = st.op, st.band, self.p.phase_ranges[st.level]
-        lo = int(rng[i, j, 0])
-        self.arrays[st.writes[0][0]][...] = self.arrays[st.reads[0]][:, :, int(rng[i, j + 1, 0]) - lo:]
+        return st.writes[0][0], st.reads[0], int(rng[i, j + 1, 0]) - int(rng[i, j, 0])
 
-    def _store(self, st):
+    def store(self, st):
         i, j = st.op, st.band
         a, b = (int(v) for v in self.p.own[i, j])
         lo = int(self.p.ranges[i, j, 0])
-        self.arrays[st.writes[0][0]][:, :, a:b] = self.arrays[st.reads[0]][:, :, a - lo:b - lo]
+        return st.writes[0][0], st.reads[0], a, b, a - lo, b - lo
 
-    def _seed(self, st):
+    def seed(self, st):
         i, j = st.op, st.band
         a, b = (int(v) for v in self.p.own[i, j])
         lo = int(self.p.ranges[i, j, 0])
-        self.arrays[st.writes[0][0]][:, :, a - lo:b - lo] += self.arrays[st.reads[0]][:, :, a:b]
+        return st.writes[0][0], st.reads[0], a - lo, b - lo, a, b
 
-    def _xhat(self, st, lo, hi):
-        """Batch norm ``st.op``'s normalised input on rows ``[lo, hi)`` (recomputed band; a new
-        array the caller may overwrite)."""
-        mean, inv = self.stats(st.op)
-        xhat = self.band_rows(st.inputs[0], lo, hi) - mean
-        xhat *= inv
-        return xhat, inv
-
-    def _bnsink(self, st):
-        """A band's share of batch norm's output gradient: into the whole gradient, and its two
-        per-channel sums (= the parameter gradients) into ``("s", op)`` and the parameters'."""
+    def bnsink(self, st):
         i, j, lv = st.op, st.band, st.level
         lo, hi = (int(v) for v in self.p.phase_ranges[lv, i, j])
-        gy = self.arrays[("bg", i, j, lv)]
-        xhat, _ = self._xhat(st, lo, hi)
-        sums_ = self.xp.stack([sums(self.xp, gy, (0, 2, 3), keepdims=False),
-                               dots(self.xp, gy, xhat, (0, 2, 3), keepdims=False)])
-        (gw, _), (s, _), (gamma, _), (beta, _) = st.writes
-        self.arrays[gw][:, :, lo:hi] += gy
-        self.arrays[s] += sums_
-        self.arrays[gamma] += sums_[1]
-        self.arrays[beta] += sums_[0]
+        xkey = st.inputs[0]
+        off = self.offset(xkey)
+        return (("bg", i, j, lv), xkey, lo - off, hi - off, lo, hi,
+                tuple(k for k, _ in st.writes))
 
-    def _bnseed(self, st):
-        """Batch norm's input gradient on the rows band ``st.band`` owns, from its whole output
-        gradient and the two sums: ``inv / m * (m * dxhat - sum dxhat - xhat * sum dxhat xhat)``."""
+    def bnseed(self, st):
         i, j, lv, ly = st.op, st.band, st.level, self.ly
         a, b = (int(v) for v in self.p.phase_own[lv, i, j])
-        xhat, inv = self._xhat(st, a, b)
-        gamma = self.value(ly.in_vars[i][1]).reshape(inv.shape)
-        s = self.arrays[("s", i)]
+        xkey = st.inputs[0]
+        xoff = self.offset(xkey)
         n, _, h, w = ly.out_shapes[i]
-        m = np.float32(n * h * w)
-        t = xhat                         # in place: gamma * s0 + xhat * gamma * s1
-        t *= gamma * s[1].reshape(inv.shape)
-        t += gamma * s[0].reshape(inv.shape)
-        dx = self.arrays[("gw", i)][:, :, a:b] * (gamma * m)        # m * dxhat
-        dx -= t
-        dx *= inv / m
         key = st.writes[0][0]
         off = self.offset(key)
-        self.arrays[key][:, :, a - off:b - off] += dx
+        return (xkey, a - xoff, b - xoff, ("v", int(ly.in_vars[i][1])), np.float32(n * h * w), a, b,
+                key, a - off, b - off)
 
-    def _bandbwd(self, st):
-        i, j, lv, ly, xp = st.op, st.band, st.level, self.ly, self.xp
+    def bandbwd(self, st):
+        i, j, lv, ly = st.op, st.band, st.level, self.ly
         lo, hi = (int(v) for v in self.p.phase_ranges[lv, i, j])
         opdef = OPS[ly.ops[i]]
-        xs, cut = self._band_inputs(st, lo, hi)
-        shapes = self._band_shapes(i, xs, cut)
-        gy = self.arrays[("bg", i, j, lv)]
-        if ly.kind[i] == L.UPSAMPLE:
-            f = int(ly.s[i])
-            full = xp.zeros(shapes[0][:2] + (shapes[0][2] * f, shapes[0][3] * f), dtype=gy.dtype)
-            full[:, :, cut.crop:cut.crop + hi - lo] = gy
-            gy = full
-        y = self.arrays[("r", i, j, lv)] if opdef.saves_output else None
+        specs, cut = self.inputs(st, lo, hi)
+        static = []
+        for k, sp in enumerate(specs):
+            n, c, _, w = ly.in_shapes[i][k] if sp is None else (0, 0, 0, 0)
+            static.append((n, c, cut.r1 - cut.r0 + cut.top + cut.bottom, w + 2 * cut.side)
+                          if sp is None else None)
+        up = (int(ly.s[i]), cut.crop, hi - lo) if ly.kind[i] == L.UPSAMPLE else None
+        ykey = ("r", i, j, lv) if opdef.saves_output else None
         want = [k for k, a in enumerate(ly.in_vars[i]) if self.act[a] or _param(self.g, a)]
-        grads = opdef.backward(xp, gy, {k: xs[k] for k in opdef.saves_inputs}, y, _band_attrs(ly, i),
-                               shapes, want)
-        targets = iter(st.writes)
+        targets = []
+        writes = iter(st.writes)
         for k in want:
-            key = next(targets)[0]
-            gk = grads[k]
+            key = next(writes)[0]
             if not self.act[ly.in_vars[i][k]]:
-                self.arrays[key] += gk
+                targets.append((k, key, None))
                 continue
-            rows = cut.r1 - cut.r0
-            gk = gk[:, :, cut.top:cut.top + rows, cut.side:gk.shape[3] - cut.side]
             off = self.offset(key)
-            self.arrays[key][:, :, cut.r0 - off:cut.r1 - off] += gk
+            targets.append((k, key, (cut.top, cut.r1 - cut.r0, cut.side, cut.r0 - off, cut.r1 - off)))
+        return (opdef, specs, static, ("bg", i, j, lv), up, ykey, _band_attrs(ly, i), want, targets)
 
 
 def _param(g, v) -> bool:
@@ -348,6 +436,7 @@ def run(g, plan, *, backend=None, seed: int = 0, allocator: str = "pool", meter:
         raise HGraphError("row execution needs a zoo graph (operator arguments in the details)")
     alloc = TrackedAllocator(be, allocator, alignment=256 if be.is_gpu else 64)
     executor._warm(be.xp)
+    _program(g, plan)                # compiled (once per plan) before the meters start: plan data
     with alloc.tracking(meter):
         leaf = executor.leaves(g, be.xp, seed)
         alloc.leaves_built()

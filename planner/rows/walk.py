@@ -69,6 +69,9 @@ class Walk:
     peak_bytes: int
     param_grad_bytes: int
     span: dict = None        # key -> (first step, last step) it is held
+    #: rows_exec's compiled form of the steps (slices, keys, kernels resolved once per plan,
+    #: not per step of every run): built at the first run, reused by the next ones
+    program: object = dataclasses.field(default=None, compare=False, repr=False)
 
     def held_at(self, s: int) -> list:
         """Keys held during step ``s``."""
