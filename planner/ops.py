@@ -717,17 +717,24 @@ def _batchnorm_axes(x, a):
     return (axis,), axis
 
 
-def _norm_fwd(xp, xs, a, out=None):
-    """``(x - mean) * inv * gamma + beta``, evaluated in that order in place (the same bits as
-    the row-centric band kernel's expression)."""
+def norm_forward(xp, xs, a, out=None):
+    """``(y, mean, inv)``: the norm's result (:func:`_norm_fwd`) and the statistics it
+    normalised with (as :func:`norm_statistics` gives them) -- a row-centric step keeps a
+    region's batch-norm statistics from its whole forward without a second pass over ``x``."""
     x, g, b = xs
     red, axis = _batchnorm_axes(x, a)
-    y, _, inv = _centered(xp, x, a, red, out)
+    y, mean, inv = _centered(xp, x, a, red, out)
     shape = _bias_shape(x.shape, axis)
     y *= inv
     y *= g.reshape(shape)
     y += b.reshape(shape)
-    return y
+    return y, mean, inv
+
+
+def _norm_fwd(xp, xs, a, out=None):
+    """``(x - mean) * inv * gamma + beta``, evaluated in that order in place (the same bits as
+    the row-centric band kernel's expression)."""
+    return norm_forward(xp, xs, a, out)[0]
 
 
 def _norm_bwd(xp, gy, saved, y, a, in_shapes, want, out=None):

@@ -33,7 +33,7 @@ from hgraph.errors import HGraphError
 from planner.execute import backend as backend_mod
 from planner.execute import executor
 from planner.execute.allocator import TrackedAllocator
-from planner.ops import OPS, dots, norm_statistics, pad_map, sums
+from planner.ops import OPS, dots, norm_forward, pad_map, sums
 from planner.rows import layers as L
 from planner.rows import walk as walk_mod
 
@@ -140,14 +140,18 @@ class _Run:
 
     # ------------------------------------------------------------ steps (st, compiled info)
     def _fwd(self, st, info):
-        fwd, keys, attrs, out, stats_key, loss = info
+        opdef, keys, attrs, out, stats_key, loss = info
         arrays, xp = self.arrays, self.xp
         xs = [arrays[k] for k in keys]
-        y = fwd(xp, xs, attrs)
-        arrays[out][...] = y
         if stats_key is not None:        # a batch norm of a row region: keep its statistics
-            mean, inv = norm_statistics(xp, xs[0], attrs, (0, 2, 3))
-            arrays[stats_key][...] = xp.stack([mean.reshape(-1), inv.reshape(-1)])
+            _, mean, inv = norm_forward(xp, xs, attrs, out=arrays[out])
+            st = arrays[stats_key]
+            st[0] = mean.reshape(-1)
+            st[1] = inv.reshape(-1)
+        elif opdef.fills_out:            # the kernel writes into the plan's buffer
+            opdef.forward(xp, xs, attrs, out=arrays[out])
+        else:
+            arrays[out][...] = opdef.forward(xp, xs, attrs)
         if loss:
             self.loss = float(self.be.to_numpy(arrays[out]))
 
@@ -325,7 +329,7 @@ class _Compiler:
         keys = [self.arg(st, k) for k in range(len(ly.in_vars[i]))]
         stats_key = st.writes[1][0] if len(st.writes) > 1 else None
         loss = ly.ops[i] == "softmax_cross_entropy" and st.phase != "re"
-        return OPS[ly.ops[i]].forward, keys, ly.attrs[i], st.writes[0][0], stats_key, loss
+        return OPS[ly.ops[i]], keys, ly.attrs[i], st.writes[0][0], stats_key, loss
 
     def bwd(self, st):
         i, ly = st.op, self.ly

@@ -382,13 +382,9 @@ def _rows_temp(g, p, st) -> int:
     ins = [tuple(s) for s in ly.in_shapes[i]]
     want = [k for k, a in enumerate(ly.in_vars[i]) if g.is_activation[a] or g.var_names[a].startswith("/")]
     nb = int(np.prod(out, dtype=np.int64)) * e
-    if st.kind == "fwd":
-        t = kernel_temp_bytes(name, "forward", ins, out, ly.attrs[i], e)
-        if len(st.writes) > 1:          # the region's batch norm statistics: x - mean, beside y
-            xs = int(np.prod(ins[0], dtype=np.int64)) * e
-            t = max(t, nb + xs + kernel_temp_bytes(name, "forward", ins, out, ly.attrs[i], e,
-                                                   into=(-1,)))
-        return t
+    if st.kind == "fwd":                 # a kernel that fills its output writes the buffer
+        into = (-1,) if OPS[name].fills_out else ()
+        return kernel_temp_bytes(name, "forward", ins, out, ly.attrs[i], e, into=into)
     if st.kind == "bwd":
         ones = nb if ("g", int(ly.out_var[i])) not in st.reads else 0
         keys = {k: ("g", a) if g.is_activation[a] else ("pg", a)
