@@ -80,6 +80,18 @@ def _cut(ly, i, lo, hi) -> _Cut:
     return _Cut(lo, hi, 0, 0, 0, 0)
 
 
+#: Band kernels that write their result straight into the band buffer (a strided view of it):
+#: elementwise ufuncs, whose values do not depend on the output's layout. A batch norm's band
+#: is normalised there too; the other kernels return an array copied in.
+DIRECT_BAND = ("relu", "add")
+
+
+def writes_band_directly(ly, i) -> bool:
+    """Whether region op ``i``'s band step writes its band buffer without a result of its own
+    (:data:`DIRECT_BAND`, or a batch norm)."""
+    return bool(ly.norm[i]) or ly.ops[i] in DIRECT_BAND
+
+
 def _band_attrs(ly, i) -> dict:
     attrs = dict(ly.attrs[i])
     if "pad" in attrs:
@@ -101,6 +113,7 @@ class _Run:
         self.arrays = {("v", a): x for a, x in leaf.items()}
         self.loss = None
         self.prog = _program(g, plan)
+        self._stats = {}                 # op -> (its statistics buffer, mean, inv views)
 
     def run(self):
         arrays, alloc = self.arrays, self.alloc
@@ -120,7 +133,10 @@ class _Run:
     def stats(self, i):
         """(mean, inv) of batch norm ``i`` shaped to broadcast over its map."""
         st = self.arrays[("st", i)]
-        return st[0].reshape(1, -1, 1, 1), st[1].reshape(1, -1, 1, 1)
+        got = self._stats.get(i)
+        if got is None or got[0] is not st:      # views made once per buffer, not per band
+            got = self._stats[i] = (st, st[0].reshape(1, -1, 1, 1), st[1].reshape(1, -1, 1, 1))
+        return got[1], got[2]
 
     def band_inputs(self, specs):
         """The band inputs of :func:`_c_inputs`' specs: rows cut out, padded where the map ends."""
@@ -173,7 +189,7 @@ class _Run:
                 dst += grads[k]
 
     def _band(self, st, info):
-        out_key, tail, fresh, specs, crop, width, fwd, attrs, norm = info
+        out_key, tail, fresh, specs, crop, width, fwd, attrs, norm, direct = info
         out = self.arrays[out_key]
         if tail is not None:
             out[:, :, :fresh] = self.arrays[tail]
@@ -182,13 +198,15 @@ class _Run:
         xs = self.band_inputs(specs)
         if norm is not None:             # normalised with the whole map's statistics
             mean, inv = self.stats(norm)
-            y = xs[0] - mean                 # the forward's order, in place: the same bits
-            y *= inv
+            y = self.xp.subtract(xs[0], mean, out=out[:, :, fresh:])   # the forward's order,
+            y *= inv                                                    # in place: the same bits
             y *= xs[1].reshape(mean.shape)
             y += xs[2].reshape(mean.shape)
+        elif direct:                     # an elementwise kernel: straight into the band buffer
+            fwd(self.xp, xs, attrs, out=out[:, :, fresh:])
         else:
             y = fwd(self.xp, xs, attrs)
-        out[:, :, fresh:] = y[:, :, crop:crop + width]
+            out[:, :, fresh:] = y[:, :, crop:crop + width]
 
     def _tail(self, st, info):
         dst, src, a = info
@@ -217,12 +235,14 @@ class _Run:
         arrays, xp = self.arrays, self.xp
         gy = arrays[gkey]
         xhat, _ = self._xhat(st.op, xkey, a, b)
-        sums_ = xp.stack([sums(xp, gy, (0, 2, 3), keepdims=False),
-                          dots(xp, gy, xhat, (0, 2, 3), keepdims=False)])
+        s0 = sums(xp, gy, (0, 2, 3), keepdims=False)
+        s1 = dots(xp, gy, xhat, (0, 2, 3), keepdims=False)
         arrays[gw][:, :, lo:hi] += gy
-        arrays[s] += sums_
-        arrays[gamma] += sums_[1]
-        arrays[beta] += sums_[0]
+        both = arrays[s]
+        both[0] += s0
+        both[1] += s1
+        arrays[gamma] += s1
+        arrays[beta] += s0
 
     def _bnseed(self, st, info):
         """Batch norm's input gradient on the rows band ``st.band`` owns, from its whole output
@@ -350,7 +370,7 @@ class _Compiler:
         fresh = int(self.p.phase_fresh[lv, i, j])
         tail = (st.phase + "t", i, j - 1, lv) if fresh > lo else None
         info = [st.writes[0][0], tail, fresh - lo, None, 0, 0, OPS[ly.ops[i]].forward,
-                _band_attrs(ly, i), i if ly.norm[i] else None]
+                _band_attrs(ly, i), i if ly.norm[i] else None, ly.ops[i] in DIRECT_BAND]
         if fresh < hi:
             specs, cut = self.inputs(st, fresh, hi)
             info[3:6] = specs, cut.crop, hi - fresh

@@ -402,12 +402,12 @@ def _rows_temp(g, p, st) -> int:
         shapes, copies, cut = _band_args(ly, g, st, i, lo, hi)
         attrs = rows_exec._band_attrs(ly, i)
         band_out, _ = OPS[name].infer(shapes, [ly.dtypes[i]] * len(shapes), attrs)
-        bo = int(np.prod(band_out, dtype=np.int64)) * e
-        if st.kind == "band":
+        if st.kind == "band":            # a kernel writing the band buffer holds no result
+            direct = rows_exec.writes_band_directly(ly, i)
             if ly.norm[i]:
-                return copies + bo + _bufs(1, band_out, e)
-            return copies + kernel_temp_bytes(name, "forward", shapes, band_out, attrs, e) + \
-                _bufs(1, band_out, e)
+                return copies + _bufs(1, band_out, e)
+            return copies + kernel_temp_bytes(name, "forward", shapes, band_out, attrs, e,
+                                              into=(-1,) if direct else ()) + _bufs(1, band_out, e)
         full = 0
         if ly.kind[i] == rows_exec.L.UPSAMPLE:
             full = int(np.prod(shapes[0][:2], dtype=np.int64)) * shapes[0][2] * shapes[0][3] * \
