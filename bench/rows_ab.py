@@ -1,0 +1,121 @@
+"""A/B of the row-centric step: this tree's ``planner/execute/rows_exec.py`` against REV's,
+with the plain step beside them, interleaved in one process (issue 26's second acceptance).
+
+    python3 bench/rows_ab.py resnet50 --base 907bae3 --quick --steps 9
+    python3 bench/rows_ab.py resnet50 --base 907bae3 --batch 2 --width 64 --image 128 --steps 3
+
+REV's ``rows_exec`` is loaded from git (``git show REV:planner/execute/rows_exec.py``) and runs
+on this tree's kernels (``planner.ops``) and plans, so the A/B isolates the row executor. Each
+round runs one plain step, one row step of each side (a ``bands``-band ``share`` plan), timed
+by the process's CPU time around the whole ``run`` (parameters prebuilt, as
+``kernels_bench.py --plans --clock cpu``). Prints median (fastest) seconds, each row step's
+time over the plain step's divided by the plan's FLOP ratio (the acceptance: <= 1.25), and
+whether the two sides' gradients and losses are bitwise equal. BLAS threads: set
+``OPENBLAS_NUM_THREADS`` (the driver re-runs itself with ``--threads``)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import time
+import types
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "bench"))
+sys.path.insert(0, str(ROOT))
+
+
+def load_rows_exec(rev: str):
+    """``planner/execute/rows_exec.py`` as of git revision ``rev``, as a module."""
+    try:
+        src = subprocess.run(["git", "-C", str(ROOT), "show", f"{rev}:planner/execute/rows_exec.py"],
+                             capture_output=True, text=True, check=True).stdout
+    except subprocess.CalledProcessError as err:
+        raise SystemExit(f"rows_ab: no planner/execute/rows_exec.py at {rev!r}: {err.stderr.strip()}")
+    name = f"rows_exec_{rev}"
+    mod = types.ModuleType(name)
+    sys.modules[name] = mod          # dataclasses look their module up
+    exec(compile(src, f"{rev}:planner/execute/rows_exec.py", "exec"), mod.__dict__)
+    return mod
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("model")
+    ap.add_argument("--base", required=True, help="git revision of the other rows_exec")
+    ap.add_argument("--quick", action="store_true", help="kernels_bench's --quick sizes")
+    for key in ("batch", "width", "depth", "image"):
+        ap.add_argument(f"--{key}", type=int)
+    ap.add_argument("--bands", type=int, default=4)
+    ap.add_argument("--steps", type=int, default=7)
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--dtype", default="float32")
+    args = ap.parse_args(argv)
+    if os.environ.get("OPENBLAS_NUM_THREADS") != str(args.threads):
+        env = dict(os.environ)
+        for var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+            env[var] = str(args.threads)
+        words = sys.argv[1:] if argv is None else list(argv)
+        return subprocess.call([sys.executable, str(Path(__file__).resolve())] + words, env=env)
+
+    import numpy as np
+
+    import kernels_bench as kb
+    from planner.execute import backend, executor, export, rows_exec
+    from planner.ops import BACKWARD_FLOPS_FACTOR
+    from planner.rows import layers as rows_layers
+    from planner.rows import plan as rows_plan
+
+    if args.model not in kb.ROW_MODELS:
+        print(f"rows_ab: {args.model!r} has no row plan; choose from {', '.join(kb.ROW_MODELS)}",
+              file=sys.stderr)
+        return 2
+    old = load_rows_exec(args.base)
+    sizes = dict((kb.QUICK if args.quick else kb.SIZES)[args.model])
+    for key in ("batch", "width", "depth", "image"):
+        if getattr(args, key) is not None:
+            sizes[key] = getattr(args, key)
+    g = export.to_cg(kb.build(args.model, sizes, args.dtype))
+    be = backend.get("numpy")
+    plan = rows_plan.plan(g, args.bands, "share")
+    plain_flops = float(rows_layers.read(g).flops.astype(float).sum()) * (1 + BACKWARD_FLOPS_FACTOR)
+    fr = float(plan.flops()["row_flops"]) / plain_flops
+    sched = executor.plain_schedule(g)
+    runs = {"plain": lambda: executor.run(g, sched, backend=be, meter=False),
+            f"rows {args.base}": lambda: old.run(g, plan, backend=be, meter=False),
+            "rows this tree": lambda: rows_exec.run(g, plan, backend=be, meter=False)}
+    leaf = executor.leaves(g, be.xp, 0)
+    got = {k: fn() for k, fn in runs.items()}                # warm-up (and the gradients)
+    a, b = got[f"rows {args.base}"], got["rows this tree"]
+    same = a.param_grads.keys() == b.param_grads.keys() and a.loss == b.loss and all(
+        np.array_equal(a.param_grads[k], b.param_grads[k]) for k in a.param_grads)
+    times = {k: [] for k in runs}
+    load0 = os.getloadavg()[0]
+    with kb._Prebuilt(g, leaf):
+        for _ in range(args.steps):
+            for k, fn in runs.items():
+                t0 = time.process_time()
+                fn()
+                times[k].append(time.process_time() - t0)
+    load1 = os.getloadavg()[0]
+    med = {k: statistics.median(v) for k, v in times.items()}
+    low = {k: min(v) for k, v in times.items()}
+    print(f"{args.model} ({kb._fmt_sizes(sizes)}), {args.bands} bands share, {args.threads} BLAS "
+          f"thread(s), CPU time, median (fastest) of {args.steps} interleaved rounds, load "
+          f"{load0:.2f} -> {load1:.2f}; row FLOP ratio {fr:.3f}")
+    for k in runs:
+        line = f"  {k:22s} {med[k]:.4f} s ({low[k]:.4f})"
+        if k != "plain":
+            tr, tf = med[k] / med["plain"], low[k] / low["plain"]
+            line += f"  time ratio {tr:.3f} ({tf:.3f}), time / FLOP ratio {tr / fr:.2f} ({tf / fr:.2f})"
+        print(line)
+    print(f"  gradients and loss bitwise equal between the two row executors: {same}")
+    return 0 if same else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
