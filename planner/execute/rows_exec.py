@@ -273,13 +273,16 @@ class _Run:
             gy = full
         y = arrays[ykey] if ykey is not None else None
         grads = opdef.backward(xp, gy, {k: xs[k] for k in opdef.saves_inputs}, y, attrs, shapes, want)
-        for k, key, crop in targets:
+        for k, key, crop, fill in targets:
             gk = grads[k]
-            if crop is None:
-                arrays[key] += gk
-                continue
-            top, rows, side, a, b = crop
-            arrays[key][:, :, a:b] += gk[:, :, top:top + rows, side:gk.shape[3] - side]
+            if crop is not None:
+                top, rows, side, a, b = crop
+                gk = gk[:, :, top:top + rows, side:gk.shape[3] - side]
+            dst = arrays[key] if crop is None else arrays[key][:, :, a:b]
+            if fill:                     # the buffer's first write covers all of it: no zeros
+                dst[...] = gk
+            else:
+                dst += gk
 
 
 def _program(g, plan) -> list:
@@ -293,13 +296,15 @@ def _program(g, plan) -> list:
     c = _Compiler(g, plan)
     prog = []
     for st in w.steps:
+        c.filled = set()
+        info = getattr(c, st.kind)(st)
         allocs = []
         for key in st.allocs:
             shape, dtype = w.shapes[key]
-            zero = any(k == key and m == "acc" for k, m in st.writes)
+            zero = key not in c.filled and any(k == key and m == "acc" for k, m in st.writes)
             allocs.append((key, ids[key], int(w.nbytes[key]), np.dtype(dtype), tuple(shape), zero))
         frees = [(key, ids[key]) for key in st.frees]
-        prog.append((getattr(_Run, "_" + st.kind), st, getattr(c, st.kind)(st), allocs, frees))
+        prog.append((getattr(_Run, "_" + st.kind), st, info, allocs, frees))
     w.program = (g, plan, prog)
     return prog
 
@@ -311,6 +316,7 @@ class _Compiler:
     def __init__(self, g, plan):
         self.g, self.p, self.ly = g, plan, plan.layers
         self.act = g.is_activation
+        self.filled = set()              # buffers the step being compiled fills on allocation
 
     def offset(self, key) -> int:
         """First map row held by a band buffer (0 for whole tensors)."""
@@ -426,13 +432,23 @@ class _Compiler:
         want = [k for k, a in enumerate(ly.in_vars[i]) if self.act[a] or _param(self.g, a)]
         targets = []
         writes = iter(st.writes)
+        keys = [key for key, _ in st.writes]
         for k in want:
             key = next(writes)[0]
+            # a gradient buffer this step allocates, written once and whole: filled, not zeroed
+            # and added to (a parameter's at its first band, a producer's band gradient)
+            first = key in st.allocs and keys.count(key) == 1
             if not self.act[ly.in_vars[i][k]]:
-                targets.append((k, key, None))
+                targets.append((k, key, None, first))
+                if first:
+                    self.filled.add(key)
                 continue
             off = self.offset(key)
-            targets.append((k, key, (cut.top, cut.r1 - cut.r0, cut.side, cut.r0 - off, cut.r1 - off)))
+            a, b = cut.r0 - off, cut.r1 - off
+            whole = first and a == 0 and b == self.p.walk.shapes[key][0][2]
+            targets.append((k, key, (cut.top, cut.r1 - cut.r0, cut.side, a, b), whole))
+            if whole:
+                self.filled.add(key)
         return (opdef, specs, static, ("bg", i, j, lv), up, ykey, _band_attrs(ly, i), want, targets)
 
 
