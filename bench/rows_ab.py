@@ -30,12 +30,13 @@ sys.path.insert(0, str(ROOT))
 
 
 def load_rows_exec(rev: str):
-    """``planner/execute/rows_exec.py`` as of git revision ``rev``, as a module."""
-    try:
-        src = subprocess.run(["git", "-C", str(ROOT), "show", f"{rev}:planner/execute/rows_exec.py"],
-                             capture_output=True, text=True, check=True).stdout
-    except subprocess.CalledProcessError as err:
-        raise SystemExit(f"rows_ab: no planner/execute/rows_exec.py at {rev!r}: {err.stderr.strip()}")
+    """``planner/execute/rows_exec.py`` as of git revision ``rev``, as a module (None where git
+    has no such file)."""
+    got = subprocess.run(["git", "-C", str(ROOT), "show", f"{rev}:planner/execute/rows_exec.py"],
+                         capture_output=True, text=True)
+    if got.returncode != 0:
+        return None
+    src = got.stdout
     name = f"rows_exec_{rev}"
     mod = types.ModuleType(name)
     sys.modules[name] = mod          # dataclasses look their module up
@@ -75,6 +76,9 @@ def main(argv=None) -> int:
               file=sys.stderr)
         return 2
     old = load_rows_exec(args.base)
+    if old is None:
+        print(f"rows_ab: git has no planner/execute/rows_exec.py at {args.base!r}", file=sys.stderr)
+        return 2
     sizes = dict((kb.QUICK if args.quick else kb.SIZES)[args.model])
     for key in ("batch", "width", "depth", "image"):
         if getattr(args, key) is not None:

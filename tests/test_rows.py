@@ -302,3 +302,39 @@ def test_open_stages_run_exact_and_the_walk_search_opens_one():
     assert path and path[0].open_stages == (pools[0],)
     assert path[-1].predicted_peak_bytes < p.predicted_peak_bytes
     assert with_dp.choose(p, path, path[-1].predicted_peak_bytes) is not None
+
+
+def test_compiled_steps_are_built_once_per_plan(graphs):
+    """rows_exec compiles a plan's steps at its first run (before the meters start) and reuses
+    them: a second run takes the same program and gives the same bits."""
+    g = graphs["resnet50"]
+    p = rows_plan.plan(g, 4, "share")
+    assert p.walk.program is None
+    a = rows_exec.run(g, p)
+    prog = p.walk.program
+    assert prog is not None and len(prog[2]) == len(p.walk.steps)
+    b = rows_exec.run(g, p)
+    assert p.walk.program is prog
+    assert a.loss == b.loss and a.tracked_peak_bytes == b.tracked_peak_bytes
+    assert all(np.array_equal(a.param_grads[k], b.param_grads[k]) for k in a.param_grads)
+
+
+def test_rows_ab_compares_with_another_revision(capfd):
+    """bench/rows_ab.py: the other side's rows_exec comes from git; HEAD's gives the same bits
+    (exit 0); a revision git does not have is one line and exit 2."""
+    import importlib.util
+    import os
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "bench" / "rows_ab.py"
+    spec = importlib.util.spec_from_file_location("rows_ab", path)
+    ab = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(ab)
+    assert ab.load_rows_exec("HEAD").run is not rows_exec.run
+    threads = os.environ.get("OPENBLAS_NUM_THREADS", "1")
+    assert ab.main(["resnet", "--base", "no-such-revision", "--threads", threads]) == 2
+    err = capfd.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "no-such-revision" in err[0], err
+    assert ab.main(["resnet", "--base", "HEAD", "--quick", "--steps", "1", "--threads", threads]) == 0
+    out = capfd.readouterr().out
+    assert "bitwise equal between the two row executors: True" in out and "time / FLOP ratio" in out
