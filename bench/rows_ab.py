@@ -6,7 +6,7 @@ with the plain step beside them, interleaved in one process (issue 26's second a
 
 REV's ``rows_exec`` is loaded from git (``git show REV:planner/execute/rows_exec.py``) and runs
 on this tree's kernels (``planner.ops``) and plans, so the A/B isolates the row executor. Each
-round runs one plain step, one row step of each side (a ``bands``-band ``share`` plan), timed
+round runs one plain step, one row step of each side (a ``bands``-band plan, ``--policy``), timed
 by the process's CPU time around the whole ``run`` (parameters prebuilt, as
 ``kernels_bench.py --plans --clock cpu``). Prints median (fastest) seconds, each row step's
 time over the plain step's divided by the plan's FLOP ratio (the acceptance: <= 1.25), and
@@ -52,6 +52,7 @@ def main(argv=None) -> int:
     for key in ("batch", "width", "depth", "image"):
         ap.add_argument(f"--{key}", type=int)
     ap.add_argument("--bands", type=int, default=4)
+    ap.add_argument("--policy", default="share", choices=("share", "overlap"))
     ap.add_argument("--steps", type=int, default=7)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--dtype", default="float32")
@@ -85,7 +86,7 @@ def main(argv=None) -> int:
             sizes[key] = getattr(args, key)
     g = export.to_cg(kb.build(args.model, sizes, args.dtype))
     be = backend.get("numpy")
-    plan = rows_plan.plan(g, args.bands, "share")
+    plan = rows_plan.plan(g, args.bands, args.policy)
     plain_flops = float(rows_layers.read(g).flops.astype(float).sum()) * (1 + BACKWARD_FLOPS_FACTOR)
     fr = float(plan.flops()["row_flops"]) / plain_flops
     sched = executor.plain_schedule(g)
@@ -108,7 +109,8 @@ def main(argv=None) -> int:
     load1 = os.getloadavg()[0]
     med = {k: statistics.median(v) for k, v in times.items()}
     low = {k: min(v) for k, v in times.items()}
-    print(f"{args.model} ({kb._fmt_sizes(sizes)}), {args.bands} bands share, {args.threads} BLAS "
+    print(f"{args.model} ({kb._fmt_sizes(sizes)}), {args.dtype}, {args.bands} bands {args.policy}, "
+          f"{args.threads} BLAS "
           f"thread(s), CPU time, median (fastest) of {args.steps} interleaved rounds, load "
           f"{load0:.2f} -> {load1:.2f}; row FLOP ratio {fr:.3f}")
     for k in runs:

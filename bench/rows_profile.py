@@ -1,0 +1,183 @@
+"""Where a row-centric step's time goes: CPU time per step kind (and per op of each kind), the
+allocations and their zero fills, and the convolutions' GFLOP/s by shape class beside the plain
+step's (issue 26's second acceptance: a row step's time over its FLOP ratio).
+
+    python3 bench/rows_profile.py resnet50 --quick
+    python3 bench/rows_profile.py resnet50 --batch 2 --width 64 --image 128 --steps 2
+
+One thread (``--threads``; the driver re-runs itself with the BLAS variables set), NumPy, a
+``bands``-band ``share`` plan, parameters prebuilt, one warm-up run, then ``--steps`` runs of
+the row step (and of the plain step for the convolution table). The timers sit around every
+step of ``rows_exec._Run.run`` and every convolution kernel call, so the totals run a little
+above an untimed step's; compare the shares, not absolute times with the bench's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import subprocess
+import sys
+import time
+from collections import defaultdict
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "bench"))
+sys.path.insert(0, str(ROOT))
+
+
+def _timed_run(kinds: dict, allocs: dict):
+    """A stand-in for ``rows_exec._Run.run`` that times each step (same steps, same order)."""
+    pc = time.process_time
+
+    def run(self):
+        arrays, alloc = self.arrays, self.alloc
+        for fn, st, info, todo, frees in self.prog:
+            t0 = pc()
+            for key, buf, nbytes, dtype, shape, zero in todo:
+                arr = alloc.alloc(buf, nbytes).view(dtype).reshape(shape)
+                if zero:
+                    arr[...] = 0
+                    allocs["zero-filled bytes"] += nbytes
+                arrays[key] = arr
+            allocs["allocations"] += len(todo)
+            t1 = pc()
+            fn(self, st, info)
+            t2 = pc()
+            for key, buf in frees:
+                alloc.free(buf)
+                del arrays[key]
+            t3 = pc()
+            allocs["alloc + zero s"] += t1 - t0
+            allocs["free s"] += t3 - t2
+            op = self.ly.ops[st.op] + (" (norm)" if self.ly.norm[st.op] else "")
+            for k in (st.kind, f"{st.kind}: {op}"):
+                kinds[k][0] += t2 - t1
+                kinds[k][1] += 1
+        return self.loss, {k[1]: a for k, a in arrays.items() if k[0] == "pg"}
+
+    return run
+
+
+def _conv_meter(rec: dict, side: list):
+    """The conv2d op with its forward and backward timed, FLOPs per shape class into ``rec``."""
+    import planner.ops as ops
+
+    base = ops.OPS["conv2d"]
+
+    def cls(k, s, n, ho, wo):
+        return f"{k}x{k} s{s}, {'<' if ho * wo < ops.MERGE_PIXELS else '>='}{ops.MERGE_PIXELS} px/image"
+
+    def fwd(xp, xs, a, out=None):
+        t0 = time.process_time()
+        y = base.forward(xp, xs, a, out=out)
+        t = time.process_time() - t0
+        o, c, k, _ = xs[1].shape
+        n, _, ho, wo = y.shape
+        r = rec[(side[0], "fwd", cls(k, a["stride"], n, ho, wo))]
+        r[0] += t
+        r[1] += 2 * n * o * ho * wo * c * k * k
+        r[2] += 1
+        return y
+
+    def bwd(xp, gy, saved, y, a, in_shapes, want, out=None):
+        t0 = time.process_time()
+        got = base.backward(xp, gy, saved, y, a, in_shapes, want, out)
+        t = time.process_time() - t0
+        o, c, k, _ = in_shapes[1]
+        n, _, ho, wo = gy.shape
+        r = rec[(side[0], "bwd", cls(k, a["stride"], n, ho, wo))]
+        r[0] += t
+        r[1] += 2 * n * o * ho * wo * c * k * k * len(want)
+        r[2] += 1
+        return got
+
+    return dataclasses.replace(base, forward=fwd, backward=bwd)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("model")
+    ap.add_argument("--quick", action="store_true", help="kernels_bench's --quick sizes")
+    for key in ("batch", "width", "depth", "image"):
+        ap.add_argument(f"--{key}", type=int)
+    ap.add_argument("--bands", type=int, default=4)
+    ap.add_argument("--steps", type=int, default=3)
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--top", type=int, default=16, help="rows of the step-kind table")
+    args = ap.parse_args(argv)
+    if os.environ.get("OPENBLAS_NUM_THREADS") != str(args.threads):
+        env = dict(os.environ)
+        for var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+            env[var] = str(args.threads)
+        words = sys.argv[1:] if argv is None else list(argv)
+        return subprocess.call([sys.executable, str(Path(__file__).resolve())] + words, env=env)
+
+    import kernels_bench as kb
+    from planner.execute import backend, executor, export, rows_exec
+    from planner.rows import plan as rows_plan
+
+    if args.model not in kb.ROW_MODELS:
+        print(f"rows_profile: {args.model!r} has no row plan; choose from {', '.join(kb.ROW_MODELS)}",
+              file=sys.stderr)
+        return 2
+    sizes = dict((kb.QUICK if args.quick else kb.SIZES)[args.model])
+    for key in ("batch", "width", "depth", "image"):
+        if getattr(args, key) is not None:
+            sizes[key] = getattr(args, key)
+    g = export.to_cg(kb.build(args.model, sizes))
+    be = backend.get("numpy")
+    plan = rows_plan.plan(g, args.bands, "share")
+    sched = executor.plain_schedule(g)
+    kinds, allocs = defaultdict(lambda: [0.0, 0]), defaultdict(float)
+    rec, side = defaultdict(lambda: [0.0, 0, 0]), ["rows"]
+    conv = _conv_meter(rec, side)
+    saved = (rows_exec._Run.run, rows_exec.OPS["conv2d"], executor.OPS["conv2d"])
+    leaf = executor.leaves(g, be.xp, 0)
+    rows_exec.run(g, plan, backend=be, meter=False)           # warm-up, compiles the steps
+    executor.run(g, sched, backend=be, meter=False)
+    try:
+        rows_exec.OPS["conv2d"] = executor.OPS["conv2d"] = conv
+        plan.walk.program = None                              # recompiled with the metered op
+        rows_exec._program(g, plan)
+        with kb._Prebuilt(g, leaf):
+            rows_exec._Run.run = _timed_run(kinds, allocs)
+            t0 = time.process_time()
+            for _ in range(args.steps):
+                rows_exec.run(g, plan, backend=be, meter=False)
+            rows_t = (time.process_time() - t0) / args.steps
+            rows_exec._Run.run = saved[0]
+            side[0] = "plain"
+            t0 = time.process_time()
+            for _ in range(args.steps):
+                executor.run(g, sched, backend=be, meter=False)
+            plain_t = (time.process_time() - t0) / args.steps
+    finally:
+        rows_exec._Run.run, rows_exec.OPS["conv2d"], executor.OPS["conv2d"] = saved
+        plan.walk.program = None
+    n = args.steps
+    print(f"{args.model} ({kb._fmt_sizes(sizes)}), {args.bands} bands share, {args.threads} BLAS "
+          f"thread(s), CPU time per step (mean of {n}, timers in): row step {rows_t * 1e3:.1f} ms, "
+          f"{len(plan.walk.steps)} steps; plain step {plain_t * 1e3:.1f} ms\n")
+    print("| step kind (: op) | ms a step | calls | us a call |\n|---|---:|---:|---:|")
+    top = sorted(kinds.items(), key=lambda kv: -kv[1][0])[:args.top]
+    for k, (t, c) in top:
+        print(f"| {k} | {t / n * 1e3:.2f} | {c // n} | {t / max(c, 1) * 1e6:.1f} |")
+    print(f"| allocation (+ zero fills) | {allocs['alloc + zero s'] / n * 1e3:.2f} | "
+          f"{int(allocs['allocations']) // n} | |")
+    print(f"| free | {allocs['free s'] / n * 1e3:.2f} | | |")
+    print(f"\nzero-filled bytes a step: {int(allocs['zero-filled bytes']) // n:,}\n")
+    print("| step | convolution class | ms a step | calls | GFLOP/s |\n|---|---|---:|---:|---:|")
+    for (s, ph, c), (t, fl, cnt) in sorted(rec.items(), key=lambda kv: (kv[0][0] != "rows", -kv[1][0])):
+        print(f"| {s} | {ph} {c} | {t / n * 1e3:.1f} | {cnt // n} | {fl / max(t, 1e-12) / 1e9:.1f} |")
+    for s in ("rows", "plain"):
+        tot = sum(t for (s2, _, _), (t, _, _) in rec.items() if s2 == s)
+        print(f"\n{s}: convolutions {tot / n * 1e3:.1f} ms a step", end="")
+    print()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
