@@ -338,3 +338,24 @@ def test_rows_ab_compares_with_another_revision(capfd):
     assert ab.main(["resnet", "--base", "HEAD", "--quick", "--steps", "1", "--threads", threads]) == 0
     out = capfd.readouterr().out
     assert "bitwise equal between the two row executors: True" in out and "time / FLOP ratio" in out
+
+
+def test_rows_profile_splits_a_row_step(capfd):
+    """bench/rows_profile.py: the step-kind table and the convolution table of both steps; a
+    model without row plans is one line and exit 2."""
+    import importlib.util
+    import os
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "bench" / "rows_profile.py"
+    spec = importlib.util.spec_from_file_location("rows_profile", path)
+    prof = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(prof)
+    threads = os.environ.get("OPENBLAS_NUM_THREADS", "1")
+    assert prof.main(["mlp", "--threads", threads]) == 2
+    err = capfd.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "mlp" in err[0], err
+    assert prof.main(["resnet", "--quick", "--steps", "1", "--threads", threads]) == 0
+    out = capfd.readouterr().out
+    assert "| bandbwd: conv2d |" in out and "| rows | fwd 3x3 s1" in out and "| plain | bwd" in out
+    assert "rows: convolutions" in out and "rows: convolutions 0.0 ms" not in out
