@@ -255,7 +255,9 @@ BEFORE = [
     ("resnet50", ["--rows", "4", "--row-policy", "share"], "af3af5373f8cb025"),
     ("resnet50", ["--row-policy", "auto", "--budget", "75%"], "9b21978fce461042"),
     ("resnet50_small", ["--rows", "2", "--budget", "90%"], "8e2dec5bbd041328"),
-    ("resnet50_small", ["--rows", "2", "--row-policy", "share", "--budget", "89%"], "62db530df664ffd7"),
+    # re-made when the row step's band kernels stopped holding results of their own (issue 26,
+    # step_memory._rows_temp): the smaller prediction lets the walk search recompute less
+    ("resnet50_small", ["--rows", "2", "--row-policy", "share", "--budget", "89%"], "4d5301b3a7384209"),
 ]
 
 
