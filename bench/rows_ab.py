@@ -87,11 +87,13 @@ def main(argv=None) -> int:
     g = export.to_cg(kb.build(args.model, sizes, args.dtype))
     be = backend.get("numpy")
     plan = rows_plan.plan(g, args.bands, args.policy)
+    other = rows_plan.plan(g, args.bands, args.policy)       # the same plan, its own object: a
+    # rows_exec caches its compiled steps on the plan's walk, and each side compiles its own
     plain_flops = float(rows_layers.read(g).flops.astype(float).sum()) * (1 + BACKWARD_FLOPS_FACTOR)
     fr = float(plan.flops()["row_flops"]) / plain_flops
     sched = executor.plain_schedule(g)
     runs = {"plain": lambda: executor.run(g, sched, backend=be, meter=False),
-            f"rows {args.base}": lambda: old.run(g, plan, backend=be, meter=False),
+            f"rows {args.base}": lambda: old.run(g, other, backend=be, meter=False),
             "rows this tree": lambda: rows_exec.run(g, plan, backend=be, meter=False)}
     leaf = executor.leaves(g, be.xp, 0)
     got = {k: fn() for k, fn in runs.items()}                # warm-up (and the gradients)

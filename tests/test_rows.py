@@ -304,9 +304,10 @@ def test_open_stages_run_exact_and_the_walk_search_opens_one():
     assert with_dp.choose(p, path, path[-1].predicted_peak_bytes) is not None
 
 
-def test_compiled_steps_are_built_once_per_plan(graphs):
+def test_compiled_steps_are_built_once_per_plan(graphs, monkeypatch):
     """rows_exec compiles a plan's steps at its first run (before the meters start) and reuses
-    them: a second run takes the same program and gives the same bits."""
+    them: a second run takes the same program and gives the same bits; a replaced kernel (a
+    metered op table) makes it compile again."""
     g = graphs["resnet50"]
     p = rows_plan.plan(g, 4, "share")
     assert p.walk.program is None
@@ -317,6 +318,14 @@ def test_compiled_steps_are_built_once_per_plan(graphs):
     assert p.walk.program is prog
     assert a.loss == b.loss and a.tracked_peak_bytes == b.tracked_peak_bytes
     assert all(np.array_equal(a.param_grads[k], b.param_grads[k]) for k in a.param_grads)
+    import dataclasses
+
+    calls = []
+    relu = rows_exec.OPS["relu"]
+    monkeypatch.setitem(rows_exec.OPS, "relu", dataclasses.replace(
+        relu, forward=lambda xp, xs, a, out=None: calls.append(1) or relu.forward(xp, xs, a, out=out)))
+    c = rows_exec.run(g, p)
+    assert p.walk.program is not prog and calls and c.loss == a.loss
 
 
 def test_rows_ab_compares_with_another_revision(capfd):

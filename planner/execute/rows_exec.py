@@ -288,9 +288,13 @@ class _Run:
 def _program(g, plan) -> list:
     """The walk's steps compiled for :class:`_Run`: ``(method, step, info, allocs, frees)``
     each, ``allocs`` as ``(key, buffer id, bytes, dtype, shape, zero)``, ``frees`` as ``(key,
-    buffer id)``; cached on the walk (a plan's steps do not change once built)."""
+    buffer id)``; cached on the walk (a plan's steps do not change once built), rebuilt for
+    another graph or plan object, or when an op of :data:`OPS` it took was replaced since (a
+    metered or patched kernel table)."""
     w = plan.walk
-    if w.program is not None and w.program[0] is g and w.program[1] is plan:
+    kernels = {name: OPS[name] for name in set(plan.layers.ops)}
+    if w.program is not None and w.program[0] is g and w.program[1] is plan and \
+            all(w.program[3].get(k) is v for k, v in kernels.items()):
         return w.program[2]
     ids = {k: n for n, k in enumerate(w.shapes)}
     c = _Compiler(g, plan)
@@ -305,7 +309,7 @@ def _program(g, plan) -> list:
             allocs.append((key, ids[key], int(w.nbytes[key]), np.dtype(dtype), tuple(shape), zero))
         frees = [(key, ids[key]) for key in st.frees]
         prog.append((getattr(_Run, "_" + st.kind), st, info, allocs, frees))
-    w.program = (g, plan, prog)
+    w.program = (g, plan, prog, kernels)
     return prog
 
 
