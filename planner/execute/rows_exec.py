@@ -86,10 +86,18 @@ def _cut(ly, i, lo, hi) -> _Cut:
 DIRECT_BAND = ("relu", "add")
 
 
-def writes_band_directly(ly, i) -> bool:
-    """Whether region op ``i``'s band step writes its band buffer without a result of its own
-    (:data:`DIRECT_BAND`, or a batch norm)."""
-    return bool(ly.norm[i]) or ly.ops[i] in DIRECT_BAND
+def writes_band_directly(p, st) -> bool:
+    """Whether band step ``st`` of plan ``p`` writes its band buffer without a result of its own:
+    :data:`DIRECT_BAND` kernels and batch norms always; a windowed kernel that fills its output
+    (convolution, max pool) when the band computes all its rows (no tail rows first: the buffer,
+    contiguous, is exactly the band's output)."""
+    ly, i = p.layers, st.op
+    if ly.norm[i] or ly.ops[i] in DIRECT_BAND:
+        return True
+    lo, hi = (int(v) for v in p.phase_ranges[st.level, i, st.band])
+    rows = p.walk.shapes[st.writes[0][0]][0][2]
+    return bool(ly.kind[i] == L.WINDOW and OPS[ly.ops[i]].fills_out
+                and int(p.phase_fresh[st.level, i, st.band]) == lo and rows == hi - lo)
 
 
 def _band_attrs(ly, i) -> dict:
@@ -202,7 +210,7 @@ class _Run:
             y *= inv                                                    # in place: the same bits
             y *= xs[1].reshape(mean.shape)
             y += xs[2].reshape(mean.shape)
-        elif direct:                     # an elementwise kernel: straight into the band buffer
+        elif direct:                     # straight into the band buffer (writes_band_directly)
             fwd(self.xp, xs, attrs, out=out[:, :, fresh:])
         else:
             y = fwd(self.xp, xs, attrs)
@@ -380,7 +388,7 @@ class _Compiler:
         fresh = int(self.p.phase_fresh[lv, i, j])
         tail = (st.phase + "t", i, j - 1, lv) if fresh > lo else None
         info = [st.writes[0][0], tail, fresh - lo, None, 0, 0, OPS[ly.ops[i]].forward,
-                _band_attrs(ly, i), i if ly.norm[i] else None, ly.ops[i] in DIRECT_BAND]
+                _band_attrs(ly, i), i if ly.norm[i] else None, writes_band_directly(self.p, st)]
         if fresh < hi:
             specs, cut = self.inputs(st, fresh, hi)
             info[3:6] = specs, cut.crop, hi - fresh

@@ -403,7 +403,7 @@ def _rows_temp(g, p, st) -> int:
         attrs = rows_exec._band_attrs(ly, i)
         band_out, _ = OPS[name].infer(shapes, [ly.dtypes[i]] * len(shapes), attrs)
         if st.kind == "band":            # a kernel writing the band buffer holds no result
-            direct = rows_exec.writes_band_directly(ly, i)
+            direct = rows_exec.writes_band_directly(p, st)
             if ly.norm[i]:
                 return copies + _bufs(1, band_out, e)
             return copies + kernel_temp_bytes(name, "forward", shapes, band_out, attrs, e,
