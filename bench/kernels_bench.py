@@ -531,12 +531,9 @@ def _plans_main(args, names, argv=None) -> int:
     threads (set before NumPy loads: the driver re-runs itself with the variables set)."""
     from hgraph.fileio import write_text
 
-    if os.environ.get("OPENBLAS_NUM_THREADS") != str(args.threads):
-        env = dict(os.environ)
-        for var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
-            env[var] = str(args.threads)
-        words = sys.argv[1:] if argv is None else list(argv)
-        return subprocess.call([sys.executable, str(Path(__file__).resolve())] + words, env=env)
+    rerun = with_threads(args.threads, __file__, argv)
+    if rerun is not None:
+        return rerun
     load0 = os.getloadavg()
     rows = []
     for name in names:
@@ -580,6 +577,34 @@ def _run_worker(side: str, spec: dict, threads: int, timeout: float | None) -> d
             return json.loads(line[len("RESULT "):])
     tail = (proc.stderr.strip().splitlines() or [f"exit {proc.returncode}"])[-1]
     return {"error": f"{side}: {tail} (exit {proc.returncode})"}
+
+
+def with_threads(threads: int, script, argv=None):
+    """Run ``script`` again in a child with ``threads`` BLAS / OpenMP threads (the variables
+    must be set before NumPy loads) and return its exit status; None when this process already
+    has them (the child itself), so the caller goes on."""
+    if os.environ.get("OPENBLAS_NUM_THREADS") == str(threads):
+        return None
+    env = dict(os.environ)
+    for var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+        env[var] = str(threads)
+    words = sys.argv[1:] if argv is None else list(argv)
+    return subprocess.call([sys.executable, str(Path(script).resolve())] + words, env=env)
+
+
+def row_model_sizes(tool: str, args):
+    """The sizes of row model ``args.model`` (``--quick`` or the issue's, with the command
+    line's batch/width/depth/image), or None after one line on stderr when it has no row
+    plan (``tool`` names the command)."""
+    if args.model not in ROW_MODELS:
+        print(f"{tool}: {args.model!r} has no row plan; choose from {', '.join(ROW_MODELS)}",
+              file=sys.stderr)
+        return None
+    sizes = dict((QUICK if args.quick else SIZES)[args.model])
+    for key in ("batch", "width", "depth", "image"):
+        if getattr(args, key) is not None:
+            sizes[key] = getattr(args, key)
+    return sizes
 
 
 def sizes_for(name: str, args) -> dict:

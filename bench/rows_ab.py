@@ -57,33 +57,26 @@ def main(argv=None) -> int:
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--dtype", default="float32")
     args = ap.parse_args(argv)
-    if os.environ.get("OPENBLAS_NUM_THREADS") != str(args.threads):
-        env = dict(os.environ)
-        for var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
-            env[var] = str(args.threads)
-        words = sys.argv[1:] if argv is None else list(argv)
-        return subprocess.call([sys.executable, str(Path(__file__).resolve())] + words, env=env)
+    import kernels_bench as kb                  # stdlib only at import: NumPy not loaded yet
+
+    rerun = kb.with_threads(args.threads, __file__, argv)
+    if rerun is not None:
+        return rerun
 
     import numpy as np
 
-    import kernels_bench as kb
     from planner.execute import backend, executor, export, rows_exec
     from planner.ops import BACKWARD_FLOPS_FACTOR
     from planner.rows import layers as rows_layers
     from planner.rows import plan as rows_plan
 
-    if args.model not in kb.ROW_MODELS:
-        print(f"rows_ab: {args.model!r} has no row plan; choose from {', '.join(kb.ROW_MODELS)}",
-              file=sys.stderr)
+    sizes = kb.row_model_sizes("rows_ab", args)
+    if sizes is None:
         return 2
     old = load_rows_exec(args.base)
     if old is None:
         print(f"rows_ab: git has no planner/execute/rows_exec.py at {args.base!r}", file=sys.stderr)
         return 2
-    sizes = dict((kb.QUICK if args.quick else kb.SIZES)[args.model])
-    for key in ("batch", "width", "depth", "image"):
-        if getattr(args, key) is not None:
-            sizes[key] = getattr(args, key)
     g = export.to_cg(kb.build(args.model, sizes, args.dtype))
     be = backend.get("numpy")
     plan = rows_plan.plan(g, args.bands, args.policy)

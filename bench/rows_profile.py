@@ -16,8 +16,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import os
-import subprocess
 import sys
 import time
 from collections import defaultdict
@@ -108,25 +106,18 @@ def main(argv=None) -> int:
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--top", type=int, default=16, help="rows of the step-kind table")
     args = ap.parse_args(argv)
-    if os.environ.get("OPENBLAS_NUM_THREADS") != str(args.threads):
-        env = dict(os.environ)
-        for var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
-            env[var] = str(args.threads)
-        words = sys.argv[1:] if argv is None else list(argv)
-        return subprocess.call([sys.executable, str(Path(__file__).resolve())] + words, env=env)
+    import kernels_bench as kb                  # stdlib only at import: NumPy not loaded yet
 
-    import kernels_bench as kb
+    rerun = kb.with_threads(args.threads, __file__, argv)
+    if rerun is not None:
+        return rerun
+
     from planner.execute import backend, executor, export, rows_exec
     from planner.rows import plan as rows_plan
 
-    if args.model not in kb.ROW_MODELS:
-        print(f"rows_profile: {args.model!r} has no row plan; choose from {', '.join(kb.ROW_MODELS)}",
-              file=sys.stderr)
+    sizes = kb.row_model_sizes("rows_profile", args)
+    if sizes is None:
         return 2
-    sizes = dict((kb.QUICK if args.quick else kb.SIZES)[args.model])
-    for key in ("batch", "width", "depth", "image"):
-        if getattr(args, key) is not None:
-            sizes[key] = getattr(args, key)
     g = export.to_cg(kb.build(args.model, sizes))
     be = backend.get("numpy")
     plan = rows_plan.plan(g, args.bands, "share")
