@@ -87,6 +87,11 @@ def main(argv=None) -> int:
                     help="hgraph budgets to time (default: 100%%, planner.torch.compile's default)")
     ap.add_argument("--repeats", type=int, default=3)
     args = ap.parse_args(argv)
+    unknown = sorted(set(args.models.split(",")) - set(MODELS) - {""})
+    if unknown:
+        ap.error(f"no example model {unknown[0]!r}; choose from {', '.join(MODELS)}")
+    if args.repeats < 1:
+        ap.error(f"--repeats must be >= 1, got {args.repeats}")
     import torch
 
     torch.set_num_threads(1)

@@ -102,8 +102,9 @@ class HGraphPartitioner(torch._inductor.custom_graph_pass.CustomPartitionerFn):
             with _progress(self.progress) as stages, stages.stage("hgraph: planning the step"):
                 merged_gm = cap.cse(gm)
                 merged = from_joint(merged_gm, n_out, decompose=True)
-                kept = self._keep_all(tg, merged, gm, merged_gm, key, joint_inputs, **kwargs)
-                if kept is None:
+                if self._keep_all(tg, merged, gm, merged_gm, key, joint_inputs, **kwargs):
+                    key = (KEEP_ALL, key)
+                else:
                     with stages.stage("torch's min-cut partitions"):
                         seeds = min_cut_keeps(merged_gm, joint_inputs, self.min_cut_budgets,
                                               **kwargs)
@@ -111,8 +112,6 @@ class HGraphPartitioner(torch._inductor.custom_graph_pass.CustomPartitionerFn):
                         front_mod.front(tg, **self.plan_kwargs),
                         front_mod.front(merged, seeds=seeds, **self.plan_kwargs)]),
                         gm, merged_gm)
-                else:
-                    key = (KEEP_ALL, key)
         fr, traced_gm, old_merged = self.fronts[key]
         c = self.pick(fr)
         # a front planned in another compile holds that compile's joint graph, whose values are
@@ -129,7 +128,7 @@ class HGraphPartitioner(torch._inductor.custom_graph_pass.CustomPartitionerFn):
 
     def _keep_all(self, tg, merged, gm, merged_gm, key, joint_inputs, **kwargs):
         """Plan just the keep-everything step (traced and merged graph) when the budget is at
-        least its step peak, and return True; else None.
+        least its step peak, and say whether it is.
 
         Why this is the front's pick: a plan keeps a subset of what the keep-everything plan
         keeps, so its partition recomputes a superset and no plan recomputes less; the pick,
@@ -138,13 +137,13 @@ class HGraphPartitioner(torch._inductor.custom_graph_pass.CustomPartitionerFn):
         planner's model), torch's min-cut partition at ``activation_memory_budget`` 1.0 (its
         default, the one that saves the most) joins them, as it might save those. This is
         ``compile``'s default (``"100%"``): two plans and two replays (and at most one
-        min-cut), not a front (tens of seconds). None when the budget is lower, or ``"min"``,
+        min-cut), not a front (tens of seconds). False when the budget is lower, or ``"min"``,
         or the partitioner must see the whole front (:attr:`whole_front`). The candidates are
         kept in ``self.fronts`` under ``(KEEP_ALL, key)``, apart from whole fronts: a later
         partitioner sharing the dict at another budget plans the whole front."""
         if self.whole_front or (isinstance(self.budget, str)
                                 and self.budget.strip().lower() == front_mod.LOWEST):
-            return None
+            return False
         if (KEEP_ALL, key) not in self.fronts:
             fr = front_mod.union([front_mod.keep_all(tg, **self.plan_kwargs),
                                   front_mod.keep_all(merged, **self.plan_kwargs)])
@@ -155,9 +154,7 @@ class HGraphPartitioner(torch._inductor.custom_graph_pass.CustomPartitionerFn):
             self.fronts[(KEEP_ALL, key)] = (fr, gm, merged_gm)
         fr = self.fronts[(KEEP_ALL, key)][0]
         target = front_mod.resolve_step_budget(fr, self.budget)
-        if target < max(c.step_peak for c in fr if front_mod.keeps_everything(c)):
-            return None
-        return True
+        return target >= max(c.step_peak for c in fr if front_mod.keeps_everything(c))
 
     def pick(self, fr):
         """The candidate of front ``fr`` this partitioner splits by: :func:`front.pick` at its

@@ -37,8 +37,8 @@ from hgraph.progress import current as current_progress
 from planner.torch import measure
 from planner.torch.partition import keep_names, partition
 
-__all__ = ["Candidate", "front", "keep_all", "keeps_everything", "choose", "measured_candidate", "seeded_candidate", "split",
-           "union", "resolve_step_budget",
+__all__ = ["Candidate", "front", "keep_all", "keeps_everything", "choose", "measured_candidate",
+           "seeded_candidate", "split", "union", "resolve_step_budget",
            "pick", "POINTS", "SOLVERS", "EXACT_MAX_LOWER_SETS", "LOWEST"]
 
 #: Budgets planned per solver, spread evenly from the smallest feasible to keep-everything.
