@@ -5,7 +5,7 @@ at 40 %, 60 % and 80 % of S, the sum of activation bytes (the reference's ``N%ac
 practice its no-recomputation peak; FORMAT.md §1.3), in reference units:
 
 * ``dp``: the exact DP (every lower set, size-ordered: DPfix) — its model recompute cost and
-  time (``planner.solver.Solver(..., "exact", units="reference").dp``);
+  time (``planner.solver.make_solver(..., "exact", units="reference").dp``);
 * ``milp``: :func:`planner.milp.solve` (the unrestricted model) within ``--milp-limit``
   seconds, its stages fixed to the exact DP's chain (``--milp-mode dp``, what ``--solver milp``
   does; where the DP has no chain, free order) or in free order over ``--stages`` stages
@@ -48,7 +48,7 @@ import planner  # noqa: E402
 from planner import certificate, cg, milp, simulate, synth  # noqa: E402
 from planner.activation_graph import ActivationGraph  # noqa: E402
 from planner.emit import emit_groups  # noqa: E402
-from planner.solver import Solver  # noqa: E402
+from planner.solver import make_solver  # noqa: E402
 from planner.units import scale_units  # noqa: E402
 
 GRAPHS = ("vgg19", "unet", "googlenet", "resnet50", "densenet")
@@ -61,7 +61,7 @@ def _graph_path(name: str) -> Path:
 
 def row(name: str, frac: float, args) -> dict:
     g = cg.read(_graph_path(name))
-    s = Solver(g, "exact", units="reference")
+    s = make_solver(g, "exact", units="reference")
     ag = s.ag
     S = s.act_sum
     budget = int(frac * S)

@@ -1,7 +1,7 @@
 """Planner DP time per graph and solver beside the reference's wall_s (results.csv), as ratios.
 
 For every DP2fix (approx) and DPfix (exact) row of ../shared/reference/results.csv this solves
-the same graph, budget and strategy with ``planner.solver.Solver(..., units="reference").dp(budget)`` — family
+the same graph, budget and strategy with ``planner.solver.make_solver(..., units="reference").dp(budget)`` — family
 construction included, the cg.txt parse excluded — checks the row's model numbers, and prints
 our seconds next to the reference's ``wall_s`` (g++ -O3, one core). Rows where the reference
 timed out (TIMEOUT / SKIPPED) are run in a child process with the same 150 s limit; they have
@@ -41,7 +41,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from forked import TIMEOUT, run_limited  # noqa: E402  (bench/ is not a package)
 
 from planner import cg, synth  # noqa: E402
-from planner.solver import Solver  # noqa: E402
+from planner.solver import make_solver  # noqa: E402
 
 SHARED = ROOT.parent / "shared"
 FAMILY = {"DP2fix": "approx", "DPfix": "exact"}
@@ -52,7 +52,7 @@ def _solve(path_or_graph, budget, family, strategy):
     """(wall s, CPU s, status, model numbers); CPU time shows what a shared machine hides."""
     g = cg.read(path_or_graph) if isinstance(path_or_graph, str) else path_or_graph
     t0, c0 = time.perf_counter(), time.process_time()
-    r = Solver(g, solver=family, strategy=strategy, units="reference").dp(budget)
+    r = make_solver(g, solver=family, strategy=strategy, units="reference").dp(budget)
     return (time.perf_counter() - t0, time.process_time() - c0, r.status,
             tuple(getattr(r, k) for k in KEYS))
 

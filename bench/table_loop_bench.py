@@ -41,7 +41,7 @@ sys.path.insert(0, str(ROOT))
 
 from planner import cg                                     # noqa: E402
 from planner.dp import loop, solve                        # noqa: E402
-from planner.solver import Solver                         # noqa: E402
+from planner.solver import make_solver                         # noqa: E402
 from planner.units import scale_units                     # noqa: E402
 
 
@@ -118,7 +118,7 @@ def main(argv=None) -> int:
     for name in names:
         path = SHARED / "graphs" / f"cg_{name}.txt"
         g = cg.read(path)
-        s = Solver(g, "approx", "time", "reference")
+        s = make_solver(g, "approx", "time", "reference")
         if s.ag.n >= args.max_nodes:
             continue
         for r in rows:

@@ -23,13 +23,13 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from planner import synth, threads  # noqa: E402
-from planner.solver import Solver  # noqa: E402
+from planner.solver import make_solver  # noqa: E402
 
 
 def _solve(g, strategy: str, budget: int):
     """(wall s, the plan's identity) of one exact solve from scratch."""
     t0 = time.perf_counter()
-    r = Solver(g, solver="exact", strategy=strategy, units="reference").dp(budget)
+    r = make_solver(g, solver="exact", strategy=strategy, units="reference").dp(budget)
     return time.perf_counter() - t0, (r.status, r.model_recompute_cost, r.ckpt_bytes,
                                       hash(tuple(r.chain_ids)))
 

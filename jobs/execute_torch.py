@@ -105,7 +105,7 @@ def run(spec_text: str, schedule_path: str | None, graph_path: str | None,
 def _run(spec, spec_text, schedule_path, graph_path, eager) -> dict:
     import planner.torch as pt
     from planner import cg, simulate
-    from planner.api import baseline_schedule
+    from planner.fixed_schedules import baseline_schedule
     from types import SimpleNamespace
 
     from planner.schedule import Schedule

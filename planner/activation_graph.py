@@ -35,7 +35,6 @@ from __future__ import annotations
 import numpy as np
 
 from planner.arrays import csr, distinct
-from planner.units import forward_costs
 
 __all__ = ["ActivationGraph"]
 
@@ -84,7 +83,7 @@ class ActivationGraph:
         node_of_var = np.full(g.num_vars, -1, dtype=np.int64)
         node_of_var[var] = np.arange(len(var))
         func = g.producer[var]
-        t = forward_costs(g)[func]
+        t = g.forward_costs[func]
         a, y = (node_of_var[x] for x in g.forward_edges)
         ag = cls(var, func, g.var_bytes[var], t, a[a >= 0], y[a >= 0], ratio=ratio)
         ag.node_of_var = node_of_var

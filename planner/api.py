@@ -48,14 +48,15 @@ from planner.budget import Budget, format_bytes
 from planner.dp.subsets import groups_to_chain
 from planner.dp_families import DEFAULT_MAX_LOWER_SETS
 from planner.emit import emit_groups
-from planner.fixed_schedules import checkpoint_schedule
+from planner.fixed_schedules import replay_baseline
 from planner.schedule import Schedule
-from planner.solver import CLASSES, ModelStats, Solver
+from planner.solver import NAMES, ModelStats, Solver, make_solver
 
-__all__ = ["Plan", "plan", "SOLVERS", "STRATEGIES", "UNITS", "baseline_schedule",
+__all__ = ["Plan", "plan", "SOLVERS", "STRATEGIES", "UNITS",
            "lower_bound_bytes", "BASELINE_SCHEDULE_LIMIT"]
 
-SOLVERS = ("approx", "exact", "chen", "milp")
+#: The solvers ``--solver`` names (:data:`planner.solver.NAMES`).
+SOLVERS = NAMES
 STRATEGIES = ("time", "memory")
 UNITS = ("bytes", "reference")
 #: Graphs up to this many activations get a simulated no-recomputation baseline schedule; larger
@@ -177,11 +178,6 @@ class Plan:
         return groups_to_chain(self.groups)
 
 
-def baseline_schedule(g):
-    """No recomputation: every value kept through the forward pass, freed after its last use."""
-    return checkpoint_schedule(g, keep=np.flatnonzero(g.is_activation))
-
-
 def lower_bound_bytes(g) -> int:
     """A peak no valid schedule can go below (the reference's accounting).
 
@@ -252,8 +248,7 @@ def analyse(g, opts: EngineOptions) -> Analysis:
     base_sched = base_tl = None
     if ir.n <= BASELINE_SCHEDULE_LIMIT:
         with stages.stage("baseline replay"):
-            base_sched = baseline_schedule(g)
-            base_sim = simulate.replay(g, base_sched, check=False)
+            base_sched, base_sim = replay_baseline(g)
         baseline_peak, baseline_kind = base_sim.peak_bytes, "simulated"
         base_tl = base_sim.timeline
     else:
@@ -426,9 +421,9 @@ def plan(graph_or_path, budget="100%", solver: str = "approx", strategy: str = "
         raise HGraphError(f"{g.path or 'graph'}: no forward functions to plan")
     _check_choice("accounting", accounting, ("auto", "activations"))
     if accounting == "auto" and units == "bytes":
-        from planner.execute import step_memory
+        from planner.execute import executor, step_memory
 
-        if step_memory.applies(g):       # the budget holds the whole step: a plan of plans
+        if executor.implements(g.ops):   # the budget holds the whole step: a plan of plans
             return step_memory.plan(lambda **kw: plan(**{**args, "graph_or_path": g,
                                                          "accounting": "activations", **kw}), g, args)
     opts = EngineOptions(tasks=int(tasks), blocks=int(blocks), mode=mode, runtime=runtime,
@@ -437,7 +432,7 @@ def plan(graph_or_path, budget="100%", solver: str = "approx", strategy: str = "
     a = analyse(g, opts)                                            # analyse
     b = budget if isinstance(budget, Budget) else Budget.parse(budget)
     budget_bytes = b.resolve(a.baseline_peak)
-    s = CLASSES[solver](g, solver, strategy, units, opts, max_lower_sets, fallback,
+    s = make_solver(g, solver, strategy, units, opts, max_lower_sets, fallback,
                         dp_window=dp_window, dp_front_cap=dp_front_cap, level=a.level, ag=a.ir,
                         milp_time_limit=milp_time_limit, milp_stages=milp_stages)
     s.engine_supersteps += a.supersteps

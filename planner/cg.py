@@ -35,6 +35,7 @@ import numpy as np
 
 from hgraph.errors import InputError
 from hgraph.fileio import write_text
+from planner.units import function_cost
 
 __all__ = ["Function", "FunctionColumns", "ComputationalGraph", "TAGS", "read", "loads", "write",
            "dumps"]
@@ -227,7 +228,7 @@ class ComputationalGraph:
         """int64 [M/2] per-forward-function costs from the details' ``"cost"`` key, or None.
 
         Graphs imported from PyTorch carry measured costs (FLOPs) there; reference graphs do not,
-        and then the reference's cost model applies (:func:`planner.units.forward_costs`).
+        and then the reference's cost model applies (:attr:`forward_costs`).
         """
         if "_costs" not in self.__dict__:
             details = self.columns.details[:self.num_forward]
@@ -238,6 +239,43 @@ class ComputationalGraph:
                     own = np.asarray(vals, dtype=np.int64)
             self._costs = own
         return self._costs
+
+    @property
+    def forward_costs(self) -> np.ndarray:
+        """int64 [M/2]: the cost of each forward function, what the planner minimises.
+
+        The graph's own costs where it carries them (:attr:`costs`, e.g. FLOPs from
+        :mod:`planner.torch`), otherwise the reference's model
+        (:func:`planner.units.function_cost`: 10 for a convolution, 1 for anything else).
+        """
+        if "_forward_costs" not in self.__dict__:
+            own = self.costs
+            if own is None:
+                types = self.columns.types[:self.num_forward].tolist()
+                cost = {t: function_cost(t) for t in set(types)}
+                own = np.fromiter(map(cost.__getitem__, types), dtype=np.int64,
+                                  count=len(types))
+            self._forward_costs = own
+        return self._forward_costs
+
+    @property
+    def ops(self) -> tuple | None:
+        """The op each forward function runs (its details' ``"op"``), or None.
+
+        Graphs written by the zoo, a trace or the PyTorch bridge name every forward block's op
+        with its argument shapes (``"in_shapes"``): only they can run on real kernels or have
+        their whole step budgeted (:mod:`planner.execute.step_memory`). The reference's graphs
+        do not, and are None here.
+        """
+        if "_ops" not in self.__dict__:
+            details = self.columns.details[:self.num_forward]
+            ops = None
+            if details and all('"in_shapes"' in d for d in details):
+                parsed = [json.loads(d) for d in details]
+                if all("in_shapes" in d and "op" in d for d in parsed):
+                    ops = tuple(d["op"] for d in parsed)
+            self._ops = ops
+        return self._ops
 
     @property
     def num_vars(self) -> int:

@@ -38,6 +38,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from hgraph.errors import HGraphError
+from hgraph.progress import current as current_progress
 from planner.activation_graph import ActivationGraph
 from planner.analyses.local_stats import local_stats
 from planner.arrays import distinct, ranges, run_starts
@@ -89,6 +90,7 @@ class Family:
     local: object = None             # approx only: LocalStats behind segment-local sets
     covers: tuple | None = None      # exact only: (k, v, id of L_k ∪ {v}), every one-node step
     fell_back: bool = False
+    supersteps: int = 0     # engine supersteps its statistics took (approx; 0 when given)
     cache: dict = field(default_factory=dict, repr=False, compare=False)   # budget-free tables
 
     @property
@@ -200,15 +202,19 @@ def approx_family(g: DPGraph, stats=None, dense: bool = True, opts=None, **engin
     """∅ plus every ``L_v``, numbered by (m(L), |L|, v) — the reference DP2 with a strict order.
 
     ``stats``: the engine's :class:`~planner.analyses.local_stats.LocalStats` (computed with
-    ``opts``/``engine`` keywords when not given). ``dense``: hold the sets as n-bit rows (the
-    DP's one-bit subset test; n² bits) or segment-local (big graphs).
+    ``opts``/``engine`` keywords when not given; the family's ``supersteps`` then says how
+    many the engine ran). ``dense``: hold the sets as n-bit rows (the DP's one-bit subset
+    test; n² bits) or segment-local (big graphs).
     """
     sinks = np.flatnonzero(np.bincount(g.src, minlength=g.n) == 0)
     if sinks.size != 1:
         raise HGraphError(f"the approximate DP needs a single sink (the loss); this graph has "
                           f"{sinks.size} nodes without successors")
+    supersteps = 0
     if stats is None:
-        stats = local_stats(g, opts=opts, **engine)
+        with current_progress().stage("lower-set statistics (engine)"):
+            stats = local_stats(g, opts=opts, **engine)
+        supersteps = stats.supersteps
     z = np.zeros(1, np.int64)
     size, mL = np.r_[z, stats.size], np.r_[z, stats.mL]
     order = np.lexsort((np.arange(size.size), size, mL))
@@ -217,11 +223,11 @@ def approx_family(g: DPGraph, stats=None, dense: bool = True, opts=None, **engin
                 mAB=np.r_[z, stats.mAB][order],
                 node=np.arange(-1, g.n, dtype=np.int64)[order])
     if not dense:
-        return Family("approx", local=stats, **cols)
+        return Family("approx", local=stats, supersteps=supersteps, **cols)
     sets, bnd = stats.dense_sets()
     zw = np.zeros((1, sets.shape[1]), np.uint64)
     return Family("approx", sets=np.vstack([zw, sets])[order], bnd=np.vstack([zw, bnd])[order],
-                  **cols)
+                  supersteps=supersteps, **cols)
 
 
 def _lower_set_levels(g: DPGraph, limit: int):

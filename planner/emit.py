@@ -17,7 +17,9 @@ op for op:
 Chains may be given as bool masks, bitset ints or lists of node indices (activation-graph nodes,
 not var ids); a leading ∅ is optional and dropped, the last set must be V.
 
-``topsor`` and the optimizer are :mod:`planner.reference_order`. :func:`emit_groups` takes the
+``topsor`` (the reference's DFS order of forward functions) and the optimizer
+(:func:`hoist_forgets`) are the reference's own, copied so that the schedules equal its op for
+op; they are at the end of this file. :func:`emit_groups` takes the
 chain as ``groups``, the block index of every node (``L_i = {groups ≤ i}``), the form the DP
 returns; :func:`emit` takes lower sets, checks them and converts.
 
@@ -41,6 +43,8 @@ Example::
     >>> one_block = emit_groups(g, np.zeros(n, np.int64))        # keep everything
     >>> one_block.dumps() == emit(g, [np.arange(n)]).dumps()
     True
+    >>> sorted(topsor(g).tolist()) == list(range(len(g.forward)))
+    True
 """
 
 from __future__ import annotations
@@ -48,11 +52,11 @@ from __future__ import annotations
 import numpy as np
 
 from planner.activation_graph import ActivationGraph
+from planner.arrays import ranges
 from planner.cg import TAGS
-from planner.reference_order import hoist_forgets, topsor
 from planner.schedule import Op, Schedule
 
-__all__ = ["normalize_chain", "groups_of_chain", "emit", "emit_groups"]
+__all__ = ["normalize_chain", "groups_of_chain", "emit", "emit_groups", "topsor", "hoist_forgets"]
 
 
 def normalize_chain(ag: ActivationGraph, chain) -> list:
@@ -234,3 +238,85 @@ def emit_groups(g, groups: np.ndarray, ag: ActivationGraph | None = None,
     if optimize:
         ops = hoist_forgets(g, ops)
     return Schedule(ops)
+
+
+# ---- the reference's order and optimizer ------------------------------------------------------
+# topsor: the order DP.cpp / DP2.cpp / Chen.cpp compute forward functions in: a DFS over all N
+# variables from var 0..N-1, out-edges in insertion order (forward blocks in file order, inputs
+# in order), reverse postorder. hoist_forgets: their forget-hoisting optimizer.
+
+def topsor(g) -> np.ndarray:
+    """Forward function indices in the reference's DFS topological order of their outputs."""
+    n = g.num_vars
+    a, y = g.forward_edges                         # edge a -> output, in insertion order
+    order = np.argsort(a, kind="stable")
+    succ = y[order].tolist()
+    ptr = np.concatenate(([0], np.cumsum(np.bincount(a, minlength=n)))).tolist()
+    seen = bytearray(n)
+    post = []
+    for root in range(n):
+        if seen[root]:
+            continue
+        seen[root] = 1
+        stack = [(root, ptr[root])]
+        while stack:
+            u, k = stack[-1]
+            end = ptr[u + 1]
+            while k < end and seen[succ[k]]:
+                k += 1
+            if k < end:
+                stack[-1] = (u, k + 1)
+                w = succ[k]
+                seen[w] = 1
+                stack.append((w, ptr[w]))
+            else:
+                stack.pop()
+                post.append(u)
+    order = np.asarray(post[::-1], dtype=np.int64)
+    prod = g.producer[order]
+    return prod[prod >= 0]
+
+
+def hoist_forgets(g, ops: list) -> list:
+    """The reference's optimizer: move each forget up to just after the last earlier compute
+    that reads or produces the same value (forgets pass other forgets).
+
+    Equivalent to the reference's bubbling walk, vectorised: a forget lands right after its
+    anchor compute (or at the front), and forgets sharing an anchor end up in reverse order.
+    The anchor is found by one ``searchsorted`` of every forget's (key, position) among the
+    computes' touches — a key is a var, or var + N for a gradient.
+    """
+    nf, n, cols = g.num_forward, g.num_vars, g.columns
+    nops = len(ops)
+    if nops == 0:
+        return []
+    is_c = np.fromiter((op.kind == "compute" for op in ops), bool, nops)
+    index = np.fromiter((op.index for op in ops), np.int64, nops)
+    cpos = np.flatnonzero(is_c)
+    fpos = np.flatnonzero(~is_c)
+    f = index[cpos]
+    # touches: every input of a compute, a forward compute's output, a backward one's grads
+    keys = cols.in_var + np.where(cols.in_grad, n, 0)
+    cnt = cols.k[f]
+    first = ranges(cols.in_ptr[f], cnt)
+    t_key = [keys[first], cols.out_var[cols.out_ptr[f[f < nf]]]]
+    t_pos = [np.repeat(cpos, cnt), cpos[f < nf]]
+    bpos = cpos[f >= nf]
+    grads = [ops[i].grads for i in bpos.tolist()]
+    glen = np.fromiter(map(len, grads), np.int64, len(grads))
+    j = np.fromiter((x for gr in grads for x in gr), np.int64, int(glen.sum()))
+    t_key.append(cols.out_var[np.repeat(cols.out_ptr[index[bpos]], glen) + j] + n)
+    t_pos.append(np.repeat(bpos, glen))
+    span = nops + 1
+    touch = np.sort(np.concatenate(t_key) * span + np.concatenate(t_pos))
+    which_bwd = np.fromiter((ops[i].which == "backward" for i in fpos.tolist()), bool, fpos.size)
+    q_key = index[fpos] + np.where(which_bwd, n, 0)
+    at = np.searchsorted(touch, q_key * span + fpos) - 1
+    hit = (at >= 0) & (touch[np.maximum(at, 0)] // span == q_key)
+    ordinal = np.cumsum(is_c) - 1                  # computes up to each op, minus one
+    group = np.empty(nops, np.int64)
+    group[cpos] = ordinal[cpos] + 1
+    group[fpos] = np.where(hit, ordinal[touch[np.maximum(at, 0)] % span] + 1, 0)
+    # each group: its compute, then its forgets last-first
+    order = np.lexsort((np.where(is_c, 0, -np.arange(nops)), ~is_c, group))
+    return [ops[i] for i in order.tolist()]

@@ -1,6 +1,7 @@
 """Schedules that need no planning: no recomputation at all, or keep a given set of values.
 
-They are the baselines a plan is measured against (:func:`planner.api.baseline_schedule`) and
+They are the baseline a plan is measured against (:func:`baseline_schedule`, replayed by
+:func:`replay_baseline`) and
 the executor's own checks (a schedule independent of the DP), so they live below both.
 
 Example::
@@ -20,9 +21,10 @@ import numpy as np
 
 from hgraph.errors import HGraphError
 
+from planner import simulate
 from planner.schedule import Op, Schedule
 
-__all__ = ["plain_schedule", "checkpoint_schedule", "forward_order", "loss_outputs"]
+__all__ = ["baseline_schedule", "replay_baseline", "plain_schedule", "checkpoint_schedule", "forward_order", "loss_outputs"]
 
 
 def loss_outputs(g) -> set:
@@ -38,6 +40,18 @@ def plain_schedule(g) -> Schedule:
     ops = [Op("compute", f) for f in order]
     ops += [Op("compute", nf + f, tuple(range(len(g.backward[f].outputs)))) for f in reversed(order)]
     return Schedule(ops)
+
+
+def baseline_schedule(g) -> Schedule:
+    """No recomputation: every value kept through the forward pass, freed after its last use."""
+    return checkpoint_schedule(g, keep=np.flatnonzero(g.is_activation))
+
+
+def replay_baseline(g, check: bool = False) -> tuple[Schedule, simulate.SimResult]:
+    """The no-recomputation baseline every plan is measured against: its schedule
+    (:func:`baseline_schedule`) and its replay (:func:`planner.simulate.replay`)."""
+    schedule = baseline_schedule(g)
+    return schedule, simulate.replay(g, schedule, check=check)
 
 
 def checkpoint_schedule(g, keep) -> Schedule:

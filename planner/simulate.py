@@ -47,7 +47,6 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from planner.cg import GRADIENT
-from planner.units import forward_costs
 
 __all__ = ["SimResult", "replay"]
 
@@ -95,7 +94,7 @@ def replay(g, schedule, mode: str = "reference", check: bool = True) -> SimResul
     n = g.num_vars
     vbytes = g.var_bytes.tolist()
     is_act = g.is_activation.tolist()
-    t = forward_costs(g)
+    t = g.forward_costs
     res = SimResult(forward_cost=int(t.sum()), param_bytes=int(g.var_bytes[~g.is_activation].sum()))
     if getattr(schedule, "impossible", False):
         res.impossible = True
@@ -239,3 +238,4 @@ def replay(g, schedule, mode: str = "reference", check: bool = True) -> SimResul
     res.recompute_cost = int((t * np.maximum(comp - 1, 0)).sum())
     res.timeline = timeline
     return res
+

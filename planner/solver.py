@@ -11,7 +11,7 @@ Example::
 
     >>> import numpy as np
     >>> from planner import synth
-    >>> s = Solver(synth.build(layers=1, heads=2))
+    >>> s = make_solver(synth.build(layers=1, heads=2))
     >>> r = s.dp(s.act_sum)                       # half the no-recomputation model peak
     >>> r.status, r.model_peak_bytes <= s.act_sum, r.comp_ratio
     ('OK', True, 1)
@@ -26,7 +26,6 @@ from hgraph.errors import HGraphError, InfeasibleError
 from hgraph.progress import current as current_progress
 from planner.activation_graph import ActivationGraph
 from planner.analyses.engine import EngineOptions
-from planner.analyses.local_stats import local_stats
 from planner.budget import format_bytes
 from planner.dp import scale
 from planner.dp.solve import solve_family
@@ -34,7 +33,7 @@ from planner.dp_families import DEFAULT_MAX_LOWER_SETS, approx_family, exact_fam
 from planner.emit import groups_of_chain
 from planner.units import ratio_windows, scale_units
 
-__all__ = ["Solver", "ApproxDP", "ExactDP", "ChenChain", "MILPSolver", "CLASSES", "NAMES",
+__all__ = ["Solver", "make_solver", "ApproxDP", "ExactDP", "ChenChain", "MILPSolver", "CLASSES", "NAMES",
            "ModelStats", "MIN_BUDGET_MAX_SETS"]
 
 #: Exact families up to this many sets get their smallest feasible budget in one pass
@@ -128,8 +127,7 @@ class Solver:
     graph type; built from ``g`` when not given) and its units views; ``g`` is kept for the
     cg-level solvers (Chen's enumeration reads it through ``ag`` too). One class per solver
     (:data:`CLASSES`): :class:`ApproxDP`, :class:`ExactDP`, :class:`ChenChain`,
-    :class:`MILPSolver`; ``Solver(g, "exact", ...)`` makes the one ``name`` says (the spelling
-    the tests and benches use), ``CLASSES[name](g, ...)`` the same.
+    :class:`MILPSolver`; :func:`make_solver` makes the one a name says.
 
     The protocol: :meth:`solve` (a chain at a budget), :meth:`feasible`, and, where one pass
     finds it (:meth:`direct_min_budget`), :meth:`min_budget`; ``budget_free`` (the chain does
@@ -149,22 +147,6 @@ class Solver:
     #: Whether the family may be held segment-locally with a window / front cap (the
     #: approximate DP's scale path, :mod:`planner.dp.scale`).
     scales = False
-
-    def __new__(cls, g, solver: str | None = None, strategy: str = "time",
-                units: str = "bytes", opts: EngineOptions | None = None,
-                max_lower_sets: int = DEFAULT_MAX_LOWER_SETS, fallback: bool = False,
-                dp_window=None, dp_front_cap=None, level=None,
-                ag: ActivationGraph | None = None, milp_time_limit: float | None = None,
-                milp_stages: int | None = None):
-        """``Solver(g, name, ...)``: an instance of ``name``'s class (default ``"approx"``);
-        a subclass called directly makes itself and ignores ``solver``."""
-        if cls is Solver:
-            solver = solver or "approx"
-            if solver not in CLASSES:
-                raise HGraphError(f"unknown solver {solver!r}; expected one of "
-                                  f"{', '.join(NAMES)}")
-            cls = CLASSES[solver]
-        return super().__new__(cls)
 
     def __init__(self, g, solver: str | None = None, strategy: str = "time",
                  units: str = "bytes", opts: EngineOptions | None = None,
@@ -313,10 +295,9 @@ class ApproxDP(_DP):
     scales = True
 
     def _build_family(self, dg):
-        with current_progress().stage("lower-set statistics (engine)"):
-            stats = local_stats(dg, opts=self.opts, level=self.level)
-        self.engine_supersteps += stats.supersteps
-        return approx_family(dg, stats=stats, dense=not self.scale)
+        fam = approx_family(dg, dense=not self.scale, opts=self.opts, level=self.level)
+        self.engine_supersteps += fam.supersteps
+        return fam
 
     def _one_pass_min_budget(self) -> bool:
         return not self.scale            # thinned fronts can miss a chain the pass finds
@@ -448,3 +429,18 @@ class MILPSolver(Solver):
 
 #: The solver class of each name (``--solver``).
 CLASSES = {"approx": ApproxDP, "exact": ExactDP, "chen": ChenChain, "milp": MILPSolver}
+
+
+def make_solver(g, solver: str = "approx", strategy: str = "time", units: str = "bytes",
+                opts: EngineOptions | None = None,
+                max_lower_sets: int = DEFAULT_MAX_LOWER_SETS, fallback: bool = False,
+                dp_window=None, dp_front_cap=None, level=None,
+                ag: ActivationGraph | None = None, milp_time_limit: float | None = None,
+                milp_stages: int | None = None) -> Solver:
+    """The solver ``solver`` names (:data:`CLASSES`) on graph ``g``; the other arguments are
+    :class:`Solver`'s. An unknown name is the one-line error ``--solver`` gives."""
+    if solver not in CLASSES:
+        raise HGraphError(f"unknown solver {solver!r}; expected one of {', '.join(NAMES)}")
+    return CLASSES[solver](g, solver, strategy, units, opts, max_lower_sets, fallback,
+                           dp_window=dp_window, dp_front_cap=dp_front_cap, level=level, ag=ag,
+                           milp_time_limit=milp_time_limit, milp_stages=milp_stages)

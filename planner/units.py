@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["LIMIT", "UNLIMITED_BUDGET", "function_cost", "forward_costs", "comp_ratio", "Units",
+__all__ = ["LIMIT", "UNLIMITED_BUDGET", "function_cost", "comp_ratio", "Units",
            "scale_units", "ratio_windows"]
 
 #: The reference's bound on scaled sizes (1e8, so sums fit a 32-bit int).
@@ -37,20 +37,6 @@ UNLIMITED_BUDGET = 100_000_000_000
 def function_cost(ftype: str) -> int:
     """The reference's cost of one forward function: 10 for Conv*, else 1."""
     return 10 if ftype.startswith("Conv") else 1
-
-
-def forward_costs(g) -> np.ndarray:
-    """int64 [M/2]: cost of each forward function of a ComputationalGraph.
-
-    A graph that carries its own costs (``g.costs``: the ``"cost"`` key of every forward block's
-    details, e.g. FLOPs from :mod:`planner.torch`) uses them; otherwise the reference's model.
-    """
-    own = getattr(g, "costs", None)
-    if own is not None:
-        return own
-    types = g.columns.types[:g.num_forward].tolist()
-    cost = {t: function_cost(t) for t in set(types)}
-    return np.fromiter(map(cost.__getitem__, types), dtype=np.int64, count=len(types))
 
 
 def comp_ratio(budget: int, act_sum: int) -> int:

@@ -33,14 +33,13 @@ def test_reference_graphs_round_trip_and_match_the_table(name, tmp_path):
     assert (tmp_path / "out.txt").read_bytes() == path.read_bytes()
 
     from planner.activation_graph import ActivationGraph
-    from planner.units import forward_costs
 
     n, m, acts, edges, s, tv = TABLE[name]
     ag = ActivationGraph.from_cg(g)
     assert (g.num_vars, g.num_functions, int(g.is_activation.sum())) == (n, m, acts)
     assert (ag.n, ag.num_edges) == (acts, edges)
     assert int(g.var_bytes[g.is_activation].sum()) == s
-    assert int(forward_costs(g).sum()) == tv
+    assert int(g.forward_costs.sum()) == tv
     assert g.var_bytes.dtype == np.int64
     assert all(bw.index == f.index + m // 2 for f, bw in zip(g.forward, g.backward))
     assert len(ag.sinks) == 1

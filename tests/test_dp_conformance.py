@@ -34,7 +34,7 @@ from planner.activation_graph import ActivationGraph
 from planner.dp.loop import run_dp
 from planner.dp.solve import solve_family
 from planner.dp_families import DPGraph, approx_family, exact_family
-from planner.solver import Solver
+from planner.solver import make_solver
 from planner.units import scale_units
 from tests.family_oracle import random_single_sink_dag
 
@@ -56,7 +56,7 @@ def _graph(name):
 @functools.lru_cache(maxsize=None)
 def _solver(name, family):
     """The product's solver for a graph (families are kept per scaling ratio across rows)."""
-    return Solver(_graph(name), solver=family, units="reference")
+    return make_solver(_graph(name), solver=family, units="reference")
 
 
 def _solve_row(row):
@@ -196,8 +196,8 @@ def test_exact_family_limit_refuses_or_falls_back():
     with pytest.raises(HGraphError, match="single sink"):
         approx_family(two_sinks)
     with pytest.raises(HGraphError):
-        Solver(_graph("unet"), "exact", max_lower_sets=100).dp(10**11)
-    r = Solver(_graph("unet"), "exact", max_lower_sets=100, fallback=True).dp(10**11)
+        make_solver(_graph("unet"), "exact", max_lower_sets=100).dp(10**11)
+    r = make_solver(_graph("unet"), "exact", max_lower_sets=100, fallback=True).dp(10**11)
     assert r.fell_back and r.n_lower_sets == 61 and r.status == "OK"
 
 
@@ -431,7 +431,7 @@ def test_bytes_units_plans_fit(name):
     from planner import emit, simulate
 
     g = _graph(name)
-    solvers = {family: Solver(g, family) for family in ("approx", "exact")}
+    solvers = {family: make_solver(g, family) for family in ("approx", "exact")}
     S = solvers["approx"].act_sum
     for frac in (0.4, 0.7, 1.0):
         for family, solver in solvers.items():

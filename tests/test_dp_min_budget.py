@@ -24,7 +24,7 @@ from planner import api, cg
 from planner.dp.min_budget import min_budget
 from planner.dp.solve import solve_family
 from planner.dp_families import DPGraph, approx_family, exact_family
-from planner.solver import Solver
+from planner.solver import Solver, make_solver
 from tests.family_oracle import random_single_sink_dag
 
 
@@ -80,7 +80,7 @@ SHARED = {"vgg19": True, "unet": True, "resnet50": True, "googlenet": True, "den
 @pytest.mark.parametrize("units", ["bytes", "reference"])
 @pytest.mark.parametrize("name", sorted(SHARED))
 def test_shared_graphs_approx(name, units):
-    s = Solver(_graph(name), "approx", "time", units)
+    s = make_solver(_graph(name), "approx", "time", units)
     assert s.direct_min_budget()
     top = 5 * s.act_sum
     b = s.min_budget(top)
@@ -95,7 +95,7 @@ def test_shared_graphs_exact(name):
     """Small exact families (47 and 331 sets): a plan at the value, both strategies, none
     below (resnet50's 241 sets agree too, 1 s more)."""
     for strategy in ("time", "memory"):
-        s = Solver(_graph(name), "exact", strategy, "reference")
+        s = make_solver(_graph(name), "exact", strategy, "reference")
         assert s.direct_min_budget()
         b = s.min_budget(5 * s.act_sum)
         assert s.solve(b)[0] == "OK" and s.solve(b - 1)[0] != "OK"
@@ -109,11 +109,11 @@ def test_big_exact_family_and_chen_bisect(monkeypatch):
     from planner import solver as solver_mod
 
     g = _graph("vgg19")
-    assert not Solver(g, "chen").direct_min_budget()
-    assert not Solver(g, "approx", dp_window=8, dp_front_cap=64).direct_min_budget()
+    assert not make_solver(g, "chen").direct_min_budget()
+    assert not make_solver(g, "approx", dp_window=8, dp_front_cap=64).direct_min_budget()
     direct = _error(g, "exact", "bytes")
     monkeypatch.setattr(solver_mod, "MIN_BUDGET_MAX_SETS", 10)
-    assert not Solver(g, "exact").direct_min_budget()
+    assert not make_solver(g, "exact").direct_min_budget()
     assert _error(g, "exact", "bytes") == direct
 
 
@@ -121,7 +121,7 @@ def test_big_exact_family_and_chen_bisect(monkeypatch):
 def test_feasible_is_solve_status(solver):
     """:meth:`Solver.feasible` (memory-centric) says what a time-centric :meth:`Solver.solve`
     says, around the smallest budget and above it."""
-    s = Solver(_graph("vgg19"), solver, "time", "reference")
+    s = make_solver(_graph("vgg19"), solver, "time", "reference")
     b = s.min_budget(5 * s.act_sum)
     for x in (b - 1000, b - 1, b, b + 1, int(1.3 * b), 2 * s.act_sum):
         assert s.feasible(x) == (s.solve(x)[0] == "OK"), x
@@ -151,7 +151,7 @@ def test_reference_units_across_ratio_windows():
     answer in the next."""
     from planner.units import LIMIT, comp_ratio
 
-    s = Solver(_graph("vgg19"), "approx", "time", "reference")
+    s = make_solver(_graph("vgg19"), "approx", "time", "reference")
     m = s.ag.bytes.astype(np.int64)
     has_succ = np.zeros(s.ag.n, bool)
     has_succ[s.ag.src] = True

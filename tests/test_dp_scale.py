@@ -19,7 +19,7 @@ from planner.dp import scale
 from planner.dp.loop import run_dp
 from planner.dp.solve import solve_family
 from planner.dp_families import DPGraph, approx_family
-from planner.solver import Solver
+from planner.solver import make_solver
 from tests.conftest import data_path
 from tests.family_oracle import family_arrays, stats_arrays, topological_levels
 
@@ -114,7 +114,7 @@ def test_emitted_dp_plans_round_trip_and_replay_cleanly(name):
     from planner import simulate
 
     g, _ = _dg(name)
-    solver = Solver(g)
+    solver = make_solver(g)
     ag = solver.ag
     for frac in (0.5, 1.0):
         r = solver.dp(int(frac * solver.act_sum))

@@ -10,7 +10,7 @@ import pytest
 from conftest import data_path
 from planner import cg, chen, emit, simulate
 from planner.activation_graph import ActivationGraph
-from planner.reference_order import hoist_forgets
+from planner.emit import hoist_forgets
 from planner.schedule import Schedule
 from planner.units import scale_units
 

@@ -28,7 +28,7 @@ from planner.activation_graph import ActivationGraph
 from planner.dp.min_budget import min_budget
 from planner.dp.solve import solve_family
 from planner.dp_families import DPGraph, exact_family
-from planner.solver import ModelStats, Solver
+from planner.solver import ModelStats, make_solver
 from planner.units import scale_units
 from tests.family_oracle import random_single_sink_dag
 
@@ -105,7 +105,7 @@ def test_findings_are_reported(capsys):
 
 def test_dp_chain_is_a_point_of_the_chain_milp_on_vgg19():
     g = cg.read(data_path("graphs", "cg_vgg19.txt"))
-    s = Solver(g, solver="exact", units="reference")
+    s = make_solver(g, solver="exact", units="reference")
     budget = int(0.6 * s.act_sum)
     r = s.dp(budget)
     dg, _ = s.family(r.comp_ratio)

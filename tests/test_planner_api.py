@@ -72,12 +72,12 @@ def _functions(path):
 
 def test_the_cli_plan_path_has_no_kwargs_hop():
     """jobs/plan.py main -> planner.plan (= planner.api.plan) -> analyse, fit -> the solver's
-    class (planner.solver: __new__/__init__, solve, dp, family) -> solve_family: no function
+    class (planner.solver: make_solver, __init__, solve, dp, family) -> solve_family: no function
     on the way takes ``**kwargs`` to pass it on."""
     path = {"jobs/plan.py": ["main"],
             "planner/__init__.py": list(_functions("planner/__init__.py")),
             "planner/api.py": ["plan", "analyse", "fit", "_fit", "_replay", "_keep_everything"],
-            "planner/solver.py": ["__new__", "__init__", "solve", "dp", "family", "_build_family",
+            "planner/solver.py": ["make_solver", "__init__", "solve", "dp", "family", "_build_family",
                                   "min_budget", "feasible", "direct_min_budget"],
             "planner/dp/solve.py": ["solve_family", "bounded_fronts"]}
     for file, names in path.items():
@@ -106,12 +106,12 @@ def test_plan_reads_as_a_pipeline_and_solvers_are_strategies():
     assert set(solver_mod.CLASSES) == set(api.SOLVERS)
     g = synth.build(layers=1, heads=2)
     for name, cls in solver_mod.CLASSES.items():
-        s = solver_mod.Solver(g, name)
+        s = solver_mod.make_solver(g, name)
         assert type(s) is cls and isinstance(s, solver_mod.Solver) and s.solver == name
         for method in ("solve", "feasible", "direct_min_budget", "options_text", "infeasible"):
             assert callable(getattr(s, method)), (name, method)
     with pytest.raises(HGraphError, match="unknown solver"):
-        solver_mod.Solver(g, "simplex")
+        solver_mod.make_solver(g, "simplex")
 
 
 def test_plan_is_a_dataclass_and_its_report_is_built_from_its_fields():

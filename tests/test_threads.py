@@ -11,7 +11,7 @@ import pytest
 from planner import synth, threads
 from planner.dp import exact_search, knapsack
 from planner.dp.knapsack import KnapsackBound, checkpoint_room
-from planner.solver import Solver
+from planner.solver import make_solver
 
 
 def test_map_ordered_keeps_the_order(monkeypatch):
@@ -49,7 +49,7 @@ def test_a_forked_child_gets_its_own_pool(monkeypatch):
 
 def _graph():
     g = synth.build_cnn(blocks=3)
-    return Solver(g, solver="exact", strategy="time", units="reference"), g
+    return make_solver(g, solver="exact", strategy="time", units="reference"), g
 
 
 @pytest.mark.parametrize("cells", [1 << 12, 1 << 20])
@@ -84,7 +84,7 @@ def test_family_and_plans_are_the_same_on_any_number_of_threads(strategy, monkey
     got = {}
     for n in ("1", "2", "3"):
         monkeypatch.setenv("HGRAPH_THREADS", n)
-        solver = Solver(g, solver="exact", strategy=strategy, units="reference")
+        solver = make_solver(g, solver="exact", strategy=strategy, units="reference")
         dg, fam = solver.family(1)
         plans = []
         for pct in (30, 50, 80):

@@ -227,12 +227,15 @@ class RunResult:
 
 
 def has_real_ops(g) -> bool:
-    """Whether every forward block's details name an op this executor implements."""
-    for f in g.forward:
-        d = _details(f)
-        if d.get("op") not in OPS or "in_shapes" not in d:
-            return False
-    return True
+    """Whether every forward block's details name an op this executor implements, with its
+    argument shapes (:attr:`planner.cg.ComputationalGraph.ops`)."""
+    return implements(g.ops)
+
+
+def implements(ops) -> bool:
+    """Whether ``ops`` (op names, or None: a graph without op arguments) are all in the op
+    table: what a graph needs to run on real kernels and to have its whole step budgeted."""
+    return ops is not None and all(op in OPS for op in set(ops))
 
 
 def _details(f) -> dict:

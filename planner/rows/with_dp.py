@@ -35,7 +35,7 @@ from hgraph.errors import HGraphError, InfeasibleError
 from planner.activation_graph import ActivationGraph
 from planner.emit import emit_groups
 from planner.rows.plan import RowPlan, plan, with_recompute
-from planner.solver import Solver
+from planner.solver import make_solver
 
 #: DP budgets tried, as fractions of the bytes of the whole tensors that remain.
 LADDER = (1.0, 0.9, 0.8, 0.7, 0.6, 0.5, 0.4, 0.3, 0.2, 0.1, 0.05)
@@ -140,7 +140,7 @@ def candidates(p: RowPlan, opts=None) -> list:
     does not see the band buffers and the whole gradients a region's backward holds, so its
     choices can miss the walk's peak)."""
     ag = remaining_graph(p)
-    solver = Solver(p.graph, opts=opts, ag=ag)
+    solver = make_solver(p.graph, opts=opts, ag=ag)
     remaining = int(ag.bytes.sum())
     tried, found = set(), []
     for fraction in LADDER:
