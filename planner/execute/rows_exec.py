@@ -31,6 +31,7 @@ import numpy as np
 
 from hgraph.errors import HGraphError
 from planner.execute import backend as backend_mod
+from planner.execute import band_kernels
 from planner.execute import executor
 from planner.execute.allocator import TrackedAllocator
 from planner.ops import OPS, dots, norm_forward, pad_map, sums
@@ -105,6 +106,25 @@ def _band_attrs(ly, i) -> dict:
     if "pad" in attrs:
         attrs["pad"] = 0           # the band is padded explicitly (rows only where the map ends)
     return attrs
+
+
+def conv1x1_band(ly, i, phase: str, rows: int) -> bool:
+    """Whether region op ``i``'s band step runs :mod:`planner.execute.band_kernels`' 1x1
+    convolution: an unpadded 1x1 convolution's backward always (its weight gradient added inside
+    the GEMM, its input gradient written into the buffer), its forward where the band's images
+    merge into one GEMM (``rows`` output rows a band; elsewhere the whole-op kernel, the same
+    per-image GEMMs)."""
+    if ly.ops[i] != "conv2d" or int(ly.k[i]) != 1 or ly.attrs[i]["pad"] != 0:
+        return False
+    o, c = ly.in_shapes[i][1][:2]
+    return phase == "backward" or band_kernels.merged(rows, int(ly.out_shapes[i][3]), int(o), int(c))
+
+
+def buffer_offset(p, key) -> int:
+    """First map row held by buffer ``key`` of plan ``p``'s walk (0 for whole tensors)."""
+    if key[0] in walk_mod.WHOLE:
+        return 0
+    return int(p.phase_ranges[key[3], key[1], key[2], 0])
 
 
 class _Run:
@@ -216,6 +236,25 @@ class _Run:
             y = fwd(self.xp, xs, attrs)
             out[:, :, fresh:] = y[:, :, crop:crop + width]
 
+    def _band1x1(self, st, info):
+        """A 1x1 convolution's band straight into the band buffer (:func:`conv1x1_band`)."""
+        out_key, tail, fresh, specs, s = info
+        out = self.arrays[out_key]
+        if tail is not None:
+            out[:, :, :fresh] = self.arrays[tail]
+        x, w = self.band_inputs(specs)
+        band_kernels.conv1x1_forward(self.xp, x, w, s, out[:, :, fresh:])
+
+    def _bandbwd1x1(self, st, info):
+        """A 1x1 convolution's band backward (:func:`conv1x1_band`): the weight gradient into
+        the parameter's buffer, the input gradient into the rows of the input's band gradient."""
+        specs, gkey, s, dx, dw = info
+        arrays = self.arrays
+        x, w = self.band_inputs(specs)
+        dxv, dx_fill = (arrays[dx[0]][:, :, dx[1]:dx[2]], dx[3]) if dx is not None else (None, False)
+        dwv, dw_fill = (arrays[dw[0]], dw[1]) if dw is not None else (None, False)
+        band_kernels.conv1x1_backward(self.xp, arrays[gkey], x, w, s, dwv, dw_fill, dxv, dx_fill)
+
     def _tail(self, st, info):
         dst, src, a = info
         self.arrays[dst][...] = self.arrays[src][:, :, a:]
@@ -308,7 +347,7 @@ def _program(g, plan) -> list:
     c = _Compiler(g, plan)
     prog = []
     for st in w.steps:
-        c.filled = set()
+        c.filled, c.method = set(), None
         info = getattr(c, st.kind)(st)
         allocs = []
         for key in st.allocs:
@@ -316,7 +355,7 @@ def _program(g, plan) -> list:
             zero = key not in c.filled and any(k == key and m == "acc" for k, m in st.writes)
             allocs.append((key, ids[key], int(w.nbytes[key]), np.dtype(dtype), tuple(shape), zero))
         frees = [(key, ids[key]) for key in st.frees]
-        prog.append((getattr(_Run, "_" + st.kind), st, info, allocs, frees))
+        prog.append((getattr(_Run, c.method or "_" + st.kind), st, info, allocs, frees))
     w.program = (g, plan, prog, kernels)
     return prog
 
@@ -329,12 +368,10 @@ class _Compiler:
         self.g, self.p, self.ly = g, plan, plan.layers
         self.act = g.is_activation
         self.filled = set()              # buffers the step being compiled fills on allocation
+        self.method = None               # the _Run method of the step, when not its kind's
 
     def offset(self, key) -> int:
-        """First map row held by a band buffer (0 for whole tensors)."""
-        if key[0] in walk_mod.WHOLE:
-            return 0
-        return int(self.p.phase_ranges[key[3], key[1], key[2], 0])
+        return buffer_offset(self.p, key)
 
     def arg(self, st, k):
         """Key of input ``k`` of whole op ``st.op`` (``-1``: its output): the step's, else a leaf."""
@@ -392,6 +429,9 @@ class _Compiler:
         if fresh < hi:
             specs, cut = self.inputs(st, fresh, hi)
             info[3:6] = specs, cut.crop, hi - fresh
+            if conv1x1_band(ly, i, "forward", hi - fresh):
+                self.method = "_band1x1"
+                return tuple(info[:4]) + (int(ly.s[i]),)
         return tuple(info)
 
     def tail(self, st):
@@ -461,6 +501,11 @@ class _Compiler:
             targets.append((k, key, (cut.top, cut.r1 - cut.r0, cut.side, a, b), whole))
             if whole:
                 self.filled.add(key)
+        if conv1x1_band(ly, i, "backward", hi - lo):
+            self.method = "_bandbwd1x1"
+            dx = next(((key, crop[3], crop[4], fill) for k, key, crop, fill in targets if k == 0), None)
+            dw = next(((key, fill) for k, key, crop, fill in targets if k == 1), None)
+            return specs, ("bg", i, j, lv), int(ly.s[i]), dx, dw
         return (opdef, specs, static, ("bg", i, j, lv), up, ykey, _band_attrs(ly, i), want, targets)
 
 

@@ -370,6 +370,28 @@ def _band_args(run_ly, g, st, i, lo, hi):
     return shapes, copies, cut
 
 
+def _conv1x1_temp(g, p, st, i, phase, shapes, cut, want, e) -> int:
+    """A 1x1 convolution's band kernel (``band_kernels.conv1x1_forward`` / ``_backward``):
+    whether the step fills the weight gradient and reads its input as a whole buffer, as
+    ``rows_exec._Compiler.bandbwd`` decides them."""
+    from planner.execute import band_kernels, rows_exec
+
+    ly = p.layers
+    s = int(ly.s[i])
+    if phase == "forward":
+        return band_kernels.conv1x1_temp_bytes(phase, shapes[0], shapes[1], s, e)
+    keys = [key for key, _ in st.writes]
+    wkey = ("pg", int(ly.in_vars[i][1]))
+    dw_fill = wkey in st.allocs and keys.count(wkey) == 1
+    a = int(ly.in_vars[i][0])
+    xkey = st.inputs.get(0) if g.is_activation[a] else ("v", a)      # a model input: whole
+    rows = p.walk.shapes[xkey][0][2] if xkey in p.walk.shapes else ly.in_shapes[i][0][2]
+    whole = xkey is not None and cut.r0 == rows_exec.buffer_offset(p, xkey) and \
+        cut.r1 - cut.r0 == rows
+    return band_kernels.conv1x1_temp_bytes(phase, shapes[0], shapes[1], s, e, want=want,
+                                           dw_fill=dw_fill, x_whole=whole)
+
+
 def _rows_temp(g, p, st) -> int:
     """Kernel temporaries of one row step (``planner.execute.rows_exec``'s step kinds)."""
     from planner.execute import rows_exec
@@ -402,6 +424,10 @@ def _rows_temp(g, p, st) -> int:
         shapes, copies, cut = _band_args(ly, g, st, i, lo, hi)
         attrs = rows_exec._band_attrs(ly, i)
         band_out, _ = OPS[name].infer(shapes, [ly.dtypes[i]] * len(shapes), attrs)
+        phase = "forward" if st.kind == "band" else "backward"
+        if rows_exec.conv1x1_band(ly, i, phase, hi - lo):      # planner.execute.band_kernels
+            return copies + _conv1x1_temp(g, p, st, i, phase, shapes, cut, want, e) + \
+                _bufs(1, band_out, e)
         if st.kind == "band":            # a kernel writing the band buffer holds no result
             direct = rows_exec.writes_band_directly(p, st)
             if ly.norm[i]:

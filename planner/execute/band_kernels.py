@@ -1,0 +1,178 @@
+"""Band kernels of the row executor (:mod:`planner.execute.rows_exec`) for 1x1 convolutions.
+
+A row step runs a region's convolutions once per band of 1-8 output rows. A ResNet's 1x1
+convolutions are most of its convolutions, and at its deep stages a band is a few pixels per
+image under a large weight (2048x512 on a 4x4 map: one row, 4 pixels). The whole-op kernel
+(:data:`planner.ops.OPS`) is built for whole maps: one GEMM per image, reading the weight once
+per image for a few columns; its weight gradient a per-image product, their weight-sized sum
+and the caller's add into the parameter gradient (several weight-sized passes for a few dozen
+multiply-adds a weight); its input gradient a zeroed array, the product copied in, then cropped
+and added by the caller. Measured here (``bench/rows_profile.py resnet50 --batch 2 --width 64
+--image 128``): the row step's 1x1 band backward at 12-22 GFLOP/s against the plain step's
+28-42. These kernels do the same products for a band:
+
+* below :data:`MERGE_PIXELS` output pixels per image, the band's images share one GEMM
+  (transposing copies of the band's input and output gradient, ``(channels, images x pixels)``,
+  a few KB to a few hundred). Each output column is the same dot product as in the per-image
+  GEMM: OpenBLAS's results do not depend on the other columns, so the forward and the input
+  gradient are bitwise the whole-op kernel's (tests/test_band_kernels.py checks it);
+* the weight gradient goes straight into the parameter's gradient buffer: written by the GEMM at
+  the first band, added by it at the others (BLAS ``gemm`` with ``beta = 1`` through SciPy on
+  NumPy; a product and an add elsewhere), no weight-sized temporary. One GEMM over the band's
+  images and the accumulation inside BLAS round differently from per-image products summed: the
+  weight gradients agree with the whole-op kernel's within float32 rounding, not bitwise;
+* the input gradient is written (or added) into the band gradient buffer's rows, no zeroed
+  array of its own (a strided 1x1's skipped rows are zeroed there when the step fills it).
+
+:func:`conv1x1_temp_bytes` says what each kernel holds beyond its inputs and the buffers it
+writes (:mod:`planner.execute.step_memory` reads it; tests/test_step_memory.py meters it).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+#: A 1x1 band convolution merges its images into one GEMM below this many output pixels per
+#: image and from :data:`MERGE_WEIGHT` weight elements: there the per-image GEMMs re-read a
+#: large weight for a few columns each. In A/Bs here (one thread, 2 images, forward and
+#: backward; /tmp scripts, figures in bench/NOTES_kernels.md) merging gained 10-45% at 4-64
+#: pixels under 256x1024-2048x512 weights, was even at 128x512, and lost 10-40% under 64x256
+#: weights (the two copies then cost more than the second read of the weight saves) and at
+#: 128-256 pixels.
+MERGE_PIXELS = 128
+MERGE_WEIGHT = 1 << 18
+#: From this many elements of the matrix it adds into, :func:`gemm_into` accumulates inside
+#: BLAS (SciPy's ``gemm``, ~6 us a call more than ``matmul``): below, a product and an add are
+#: faster (measured here: even at 16-32K elements, 30% faster at 128K).
+BLAS_ACCUMULATE_MIN = 1 << 15
+
+
+def merged(ho: int, wo: int, o: int, c: int) -> bool:
+    """Whether a 1x1 band convolution with ``ho x wo`` output maps and an ``o x c`` weight
+    merges its images."""
+    return ho * wo < MERGE_PIXELS and o * c >= MERGE_WEIGHT
+
+
+def accumulates_in_blas(xp, c) -> bool:
+    """Whether :func:`gemm_into` adds into ``c`` inside BLAS (no product-sized temporary)."""
+    return c.size >= BLAS_ACCUMULATE_MIN and c.flags.c_contiguous and \
+        _blas_gemm(xp, c.dtype) is not None
+
+
+def _images_merged(xp, a):
+    """``(C, N*H*W)`` contiguous copy of an ``(N, C, H, W)`` array (any strides)."""
+    n, c, h, w = a.shape
+    m = xp.empty((c, n, h, w), dtype=a.dtype)
+    m[...] = a.transpose(1, 0, 2, 3)
+    return m.reshape(c, n * h * w)
+
+
+def _blas_gemm(xp, dtype):
+    """SciPy's BLAS ``gemm`` for ``dtype`` on NumPy (float32 / float64), else None."""
+    if xp is not np or dtype not in (np.float32, np.float64):
+        return None
+    from scipy.linalg import blas
+
+    return blas.sgemm if dtype == np.float32 else blas.dgemm
+
+
+def _blas_operand(m):
+    """``(array, trans)`` with ``op(array) = m^T`` for a column-major BLAS call: no copy when ``m``
+    is C- or F-contiguous."""
+    if m.flags.c_contiguous:
+        return m.T, 0
+    if m.flags.f_contiguous:
+        return m, 1
+    return np.ascontiguousarray(m).T, 0
+
+
+def gemm_into(xp, a, b, c, accumulate: bool) -> None:
+    """``c = a @ b`` or, ``accumulate``, ``c += a @ b`` inside the GEMM (``beta = 1``: no
+    product-sized temporary) where the backend's BLAS is reachable; ``c`` a C-contiguous matrix."""
+    if not accumulate:
+        xp.matmul(a, b, out=c)
+        return
+    if not accumulates_in_blas(xp, c):
+        c += xp.matmul(a, b)
+        return
+    gemm = _blas_gemm(xp, c.dtype)
+    # row-major c = a @ b is column-major c^T = b^T a^T
+    (ba, ta), (bb, tb) = _blas_operand(b), _blas_operand(a)
+    got = gemm(1.0, ba, bb, 1.0, c.T, trans_a=ta, trans_b=tb, overwrite_c=1)
+    if got.ctypes.data != c.ctypes.data:         # SciPy had to copy: put the result back
+        c[...] = got.T
+
+
+def conv1x1_forward(xp, x, w, s: int, out) -> None:
+    """A 1x1, unpadded, stride-``s`` convolution of band input ``x`` (``(N, C, H, W)``, a view)
+    with weight ``w`` into ``out`` (``(N, O, Ho, Wo)``, a view of the band buffer), the images in
+    one GEMM (use it where :func:`merged`; elsewhere the whole-op kernel's per-image GEMMs)."""
+    if s > 1:
+        x = x[:, :, ::s, ::s]
+    n, c, ho, wo = x.shape
+    o = w.shape[0]
+    y = xp.matmul(w.reshape(o, c), _images_merged(xp, x))
+    out[...] = y.reshape(o, n, ho, wo).transpose(1, 0, 2, 3)
+
+
+def conv1x1_backward(xp, gy, x, w, s: int, dw, dw_fill: bool, dx, dx_fill: bool) -> None:
+    """Gradients of a 1x1, unpadded, stride-``s`` band convolution from its output gradient
+    ``gy`` (``(N, O, Ho, Wo)``): the weight's into ``dw`` (the ``(O, C, 1, 1)`` parameter gradient
+    buffer; None: not wanted), written when ``dw_fill`` else added; the input's into ``dx`` (the
+    band input's rows of its gradient buffer, ``(N, C, H, W)``; None: not wanted), likewise."""
+    n, o, ho, wo = gy.shape
+    c = w.shape[1]
+    merge = merged(ho, wo, o, c)
+    gm = _images_merged(xp, gy) if merge else None
+    if dw is not None:
+        xs = x[:, :, ::s, ::s] if s > 1 else x
+        d2 = dw.reshape(o, c)
+        if merge:
+            xm = _images_merged(xp, xs)
+            gemm_into(xp, gm, xm.T, d2, not dw_fill)
+            del xm
+        else:
+            g3, x3 = gy.reshape(n, o, ho * wo), xs.reshape(n, c, ho * wo)
+            for i in range(n):           # per image (few): one weight-sized pass each
+                gemm_into(xp, g3[i], x3[i].T, d2, not dw_fill or i > 0)
+            del x3
+    if dx is not None:
+        w2t = w.reshape(o, c).T
+        if merge:
+            d = xp.matmul(w2t, gm).reshape(c, n, ho, wo).transpose(1, 0, 2, 3)
+        else:
+            d = xp.matmul(w2t, gy.reshape(n, o, ho * wo)).reshape(n, c, ho, wo)
+        if s > 1:
+            if dx_fill:
+                dx[...] = 0
+            dx = dx[:, :, ::s, ::s]
+        if dx_fill:
+            dx[...] = d
+        else:
+            dx += d
+
+
+def conv1x1_temp_bytes(phase: str, x_shape, w_shape, s: int, itemsize: int, want=(),
+                       dw_fill: bool = False, x_whole: bool = True) -> int:
+    """The most bytes :func:`conv1x1_forward` (``phase`` ``"forward"``) or
+    :func:`conv1x1_backward` (``"backward"``: gradient positions ``want``, 0 the input's, 1 the
+    weight's; ``dw_fill`` as passed) holds at once on NumPy beyond its inputs and the buffers it
+    writes. ``x_shape``: the band input as the kernel gets it; ``x_whole``: whether that is a
+    whole (contiguous) buffer, not rows cut out of one (the per-image weight gradient then
+    reshapes a copy)."""
+    n, c, h, w = x_shape
+    o = w_shape[0]
+    ho, wo = (h - 1) // s + 1, (w - 1) // s + 1
+    px = n * ho * wo * itemsize
+    if phase == "forward":
+        return px * (c + o)                       # the merged input, then the product beside it
+    merge = merged(ho, wo, o, c)
+    dw = 0
+    if 1 in want:
+        if merge or s > 1 or not x_whole:
+            dw = px * c                           # the merged input / the reshape's copy
+        adds = not dw_fill or (not merge and n > 1)
+        if adds and o * c < BLAS_ACCUMULATE_MIN:
+            dw += o * c * itemsize                # gemm_into's product before its add
+    dx = px * c if 0 in want else 0               # the product before it goes into the buffer
+    return (px * o if merge else 0) + max(dw, dx)
