@@ -353,6 +353,79 @@ def _im2col_tiles(xp, x, k, s, p, cap):
             yield n0, n1, r0, r1, ws[:size].reshape(nb, c * k * k, rows * wo)
 
 
+#: Convolutions whose output maps are at most this wide, on at least
+#: :data:`PIXEL_MAJOR_MIN_CHANNELS` input channels, take their columns pixel-major (below).
+#: The channel-major columns' copy runs one inner loop per output row of each channel and tap
+#: (``wo`` elements: 4-16 on a CIFAR ResNet's maps), which NumPy's per-loop overhead dominates;
+#: the pixel-major copy runs ``k * channels`` contiguous elements a loop. On wider maps the two
+#: copies cost about the same (``bench/kernels_ab.py`` measures a model's step either way).
+PIXEL_MAJOR_MAX_WIDTH = 32
+PIXEL_MAJOR_MIN_CHANNELS = 16
+
+
+def _pixel_major(c, k, wo) -> bool:
+    """Whether a ``k x k`` convolution on ``c`` channels with ``wo``-wide output maps takes its
+    columns pixel-major (:func:`_pm_tiles`)."""
+    return k > 1 and c >= PIXEL_MAJOR_MIN_CHANNELS and wo <= PIXEL_MAJOR_MAX_WIDTH
+
+
+def _pm_slab(xp, x, n0, n1, a, b, p, buf):
+    """Input rows ``[a, b)`` of images ``[n0, n1)`` pixel-major, ``(images, rows, columns +
+    2p, channels)``, in ``buf`` (one buffer serves every tile): zeros where the rows leave the
+    map and in the ``p`` columns each side, one transposing copy of the rows inside."""
+    n, c, h, w = x.shape
+    nb, wp = n1 - n0, w + 2 * p
+    slab = buf[:nb * (b - a) * wp * c].reshape(nb, b - a, wp, c)
+    ra, rb = max(a, 0), max(min(b, h), max(a, 0))
+    if ra > a:
+        slab[:, :ra - a] = 0
+    if rb < b:
+        slab[:, rb - a:] = 0
+    if p:
+        slab[:, ra - a:rb - a, :p] = 0
+        slab[:, ra - a:rb - a, p + w:] = 0
+    slab[:, ra - a:rb - a, p:p + w] = x[n0:n1, :, ra:rb].transpose(0, 2, 3, 1)
+    return slab
+
+
+def _pm_tiles(xp, x, k, s, p, cap):
+    """Yield ``(n0, n1, r0, r1, cols)`` over :func:`_conv_tiles` (the same tiles as
+    :func:`_im2col_tiles`): ``cols`` ``(images*rows*wo, k*k*c)``, one output pixel a row, its
+    taps in ``(i, j, channel)`` order -- so that a pixel's ``j`` taps of a kernel row are ``k *
+    c`` contiguous elements of the pixel-major slab, copied in one inner loop. One slab buffer
+    and one column workspace serve every tile."""
+    n, c, h, w = x.shape
+    ho, wo = _out_hw(h, w, k, s, p)
+    tiles = _conv_tiles(n, ho, wo, c * k * k, x.dtype.itemsize, cap)
+    n0, n1, r0, r1 = tiles[0]
+    wp = w + 2 * p
+    ws = xp.empty((n1 - n0) * (r1 - r0) * wo * k * k * c, dtype=x.dtype)
+    buf = xp.empty((n1 - n0) * ((r1 - r0 - 1) * s + k) * wp * c, dtype=x.dtype)
+    e = x.dtype.itemsize
+    for n0, n1, r0, r1 in tiles:
+        nb, rows = n1 - n0, r1 - r0
+        a, b = r0 * s - p, (r1 - 1) * s - p + k
+        slab = _pm_slab(xp, x, n0, n1, a, b, p, buf)
+        windows = _as_strided(slab, (nb, rows, wo, k, k, c),
+                              ((b - a) * wp * c * e, s * wp * c * e, s * c * e, wp * c * e, c * e, e))
+        size = nb * rows * wo * k * k * c
+        ws[:size].reshape(nb, rows, wo, k, k, c)[...] = windows
+        yield n0, n1, r0, r1, ws[:size].reshape(nb * rows * wo, k * k * c)
+
+
+def _pm_conv(xp, x, wmat, k, s, p, cap, y):
+    """Convolution of ``x`` into ``y`` (NCHW) through pixel-major columns: each tile's
+    ``cols @ wmat`` (``wmat``: ``(k*k*c, out)``, rows in the columns' ``(i, j, channel)``
+    order), written into ``y`` through one transposing copy of the tile's product."""
+    o, wo = y.shape[1], y.shape[3]
+    for n0, n1, r0, r1, cols in _pm_tiles(xp, x, k, s, p, cap):
+        nb, rows = n1 - n0, r1 - r0
+        t = xp.matmul(cols, wmat)
+        y[n0:n1, :, r0:r1] = t.reshape(nb, rows, wo, o).transpose(0, 3, 1, 2)
+        del t                                # not beside the next tile's
+    return y
+
+
 def _workspace(a):
     return a.get("workspace", CONV_WORKSPACE_BYTES)
 
@@ -385,6 +458,9 @@ def _conv_fwd(xp, xs, a, out=None):
     y = xp.empty((n, o, ho, wo), dtype=x.dtype) if out is None else out
     if k == 1 and p == 0 and s > 1:          # a strided 1x1: the subsampled input is the columns
         x, s = xp.ascontiguousarray(x[:, :, ::s, ::s]), 1
+    if _pixel_major(c, k, wo):               # weight rows in the columns' (i, j, channel) order
+        wmat = xp.ascontiguousarray(w.transpose(0, 2, 3, 1)).reshape(o, k * k * c)
+        return _pm_conv(xp, x, wmat.T, k, s, p, _workspace(a), y)
     merged = _merged(ho, wo, k)
     for n0, n1, r0, r1, cols in _im2col_tiles(xp, x, k, s, p, _workspace(a)):
         nb, rows = n1 - n0, r1 - r0
@@ -436,6 +512,10 @@ def _conv_dx(xp, gy, w, xshape, s, p, cap, out=None):
     o, _, k, _ = w.shape
     ho, wo = gy.shape[2], gy.shape[3]
     if s == 1 and p <= k - 1 and o <= c and n * ho * wo >= DX_AMORTISE_PIXELS:
+        if _pixel_major(o, k, wd):          # the flipped kernel as (i, j, out) x in: one copy
+            wmat = xp.ascontiguousarray(w[:, :, ::-1, ::-1].transpose(2, 3, 0, 1))
+            y = xp.empty(xshape, dtype=gy.dtype) if out is None else out
+            return _pm_conv(xp, gy, wmat.reshape(k * k * o, c), k, 1, k - 1 - p, cap, y)
         wt = _swap01(xp, w.reshape(o, c, k * k)[:, :, ::-1]).reshape(c, o, k, k)
         return _conv_fwd(xp, [gy, wt], {"stride": 1, "pad": k - 1 - p, "workspace": cap}, out=out)
     w2t = w.reshape(o, c * k * k).T
@@ -471,6 +551,8 @@ def _conv_dw(xp, gy, x, wshape, s, p, cap, out=None):
     n, _, ho, wo = gy.shape
     if k == 1 and p == 0 and s > 1:
         x, s = xp.ascontiguousarray(x[:, :, ::s, ::s]), 1
+    if _pixel_major(c, k, wo):
+        return _pm_conv_dw(xp, gy, x, wshape, s, p, cap, out)
     merged = _merged(ho, wo, k)
     direct = n * ho * wo < AMORTISE_PIXELS
     acc = None
@@ -490,6 +572,31 @@ def _conv_dw(xp, gy, x, wshape, s, p, cap, out=None):
         return out
     dw = _swap01(xp, acc, out)
     return out if out is not None else dw.reshape(wshape)
+
+
+def _pm_conv_dw(xp, gy, x, wshape, s, p, cap, out=None):
+    """Weight gradient through pixel-major columns: the sum over tiles of ``g @ cols``, ``g``
+    the tile's output gradient as ``(out, images*pixels)`` (a view for one image, else one copy
+    of the tile's), a ``(out, k*k*c)`` matrix in the columns' ``(i, j, channel)`` order,
+    reordered to ``(out, c, k, k)`` once at the end."""
+    o, c, k, _ = wshape
+    acc = None
+    for n0, n1, r0, r1, cols in _pm_tiles(xp, x, k, s, p, cap):
+        nb, rows = n1 - n0, r1 - r0
+        g = gy[n0:n1, :, r0:r1]
+        if nb == 1:
+            g2 = g[0].reshape(o, rows * g.shape[3])
+        else:
+            g2 = xp.empty((o, nb, rows * g.shape[3]), dtype=gy.dtype)
+            g2[...] = g.reshape(nb, o, rows * g.shape[3]).transpose(1, 0, 2)
+            g2 = g2.reshape(o, -1)
+        part = xp.matmul(g2, cols)
+        del g2
+        acc = part if acc is None else xp.add(acc, part, out=acc)
+        del part
+    dw = xp.empty(wshape, dtype=gy.dtype) if out is None else out.reshape(wshape)
+    dw[...] = acc.reshape(o, k, k, c).transpose(0, 3, 1, 2)
+    return out if out is not None else dw
 
 
 def _conv_bwd(xp, gy, saved, y, a, in_shapes, want, out=None):
@@ -997,6 +1104,18 @@ def _stats_temp(shape, reduce_axes, e) -> int:
     return e * (shape[-1] + 8 * (_numel(shape) // max(1, shape[-1])))
 
 
+def _pm_temp(x, o, k, s, p, e, cap) -> tuple:
+    """(slab buffer and column workspace, one tile's product) bytes of :func:`_pm_tiles` /
+    :func:`_pm_conv` on input ``x`` with ``o`` output channels (a ``(images*pixels, o)``
+    product; the weight gradient's ``(o, k*k*c)`` parts are counted by its caller)."""
+    n, c, h, w = x
+    ho, wo = _out_hw(h, w, k, s, p)
+    n0, n1, r0, r1 = _conv_tiles(n, ho, wo, c * k * k, e, cap)[0]
+    nb, rows = n1 - n0, r1 - r0
+    work = nb * rows * wo * k * k * c * e + nb * ((rows - 1) * s + k) * (w + 2 * p) * c * e
+    return work, nb * rows * wo * o * e
+
+
 def _conv_fwd_temp(x, wt, s, p, e, cap, out_given) -> int:
     n, c, h, w = x
     o, _, k, _ = wt
@@ -1004,6 +1123,8 @@ def _conv_fwd_temp(x, wt, s, p, e, cap, out_given) -> int:
     result = 0 if out_given else n * o * ho * wo * e
     if k == 1 and p == 0:                # no columns (a strided 1x1: its subsampled copy)
         return result + (n * c * ho * wo * e if s > 1 else 0)
+    if _pixel_major(c, k, wo):           # the reordered weight, slab and columns, a tile's product
+        return result + o * c * k * k * e + sum(_pm_temp(x, o, k, s, p, e, cap))
     tiles = _conv_tiles(n, ho, wo, c * k * k, e, cap)
     n0, n1, r0, r1 = tiles[0]
     nb, rows = n1 - n0, r1 - r0
@@ -1022,6 +1143,15 @@ def _conv_dw_temp(x, wt, gy, s, p, e, cap, out_given) -> int:
     if k == 1 and p == 0 and s > 1:
         sub, s = n * c * ho * wo * e, 1
         x = (n, c, ho, wo)
+    if _pixel_major(c, k, wo):
+        # slab and columns, a tile's gradient copy (several images) and its part beside the
+        # running sum; at the end the sum and its reordered copy
+        work, _ = _pm_temp(x, o, k, s, p, e, cap)
+        tiles = _conv_tiles(n, ho, wo, c * k * k, e, cap)
+        n0, n1, r0, r1 = tiles[0]
+        g = o * (n1 - n0) * (r1 - r0) * wo * e if n1 - n0 > 1 else 0
+        loop = work + g + wm + (wm if len(tiles) > 1 else 0)
+        return max(loop, wm + (0 if out_given else wm))
     merged = _merged(ho, wo, k)
     direct = n * ho * wo < AMORTISE_PIXELS
     if k == 1 and s == 1 and p == 0:
@@ -1051,6 +1181,9 @@ def _conv_dx_temp(x, wt, gy, s, p, e, cap, out_given) -> int:
     _, _, ho, wo = gy
     xs = n * c * h * w * e
     if s == 1 and p <= k - 1 and o <= c and n * ho * wo >= DX_AMORTISE_PIXELS:
+        if _pixel_major(o, k, w):        # the flipped kernel, then the forward's pixel-major work
+            return (o * c * k * k * e + (0 if out_given else xs)
+                    + sum(_pm_temp(gy, c, k, 1, k - 1 - p, e, cap)))
         return o * c * k * k * e + _conv_fwd_temp(gy, (c, o, k, k), 1, k - 1 - p, e, cap, out_given)
     if k == 1 and p == 0:
         return xs + n * c * ho * wo * e

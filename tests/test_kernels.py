@@ -47,6 +47,9 @@ CASES = [  # n, c, o, h, w, k, stride, pad
     (2, 3, 4, 40, 36, 3, 1, 1),                        # over MERGE_PIXELS: per-image columns
     (2, 3, 4, 48, 48, 3, 1, 1), (2, 4, 3, 48, 48, 3, 1, 1),   # over AMORTISE_PIXELS: transposes
     (2, 4, 3, 20, 20, 3, 1, 1),           # over DX_AMORTISE_PIXELS only: dx transposed conv
+    # pixel-major columns (PIXEL_MAJOR_MIN_CHANNELS channels, maps up to PIXEL_MAJOR_MAX_WIDTH)
+    (2, 16, 16, 16, 16, 3, 1, 1), (3, 20, 16, 17, 15, 3, 1, 1), (2, 16, 32, 9, 9, 3, 2, 1),
+    (2, 16, 16, 18, 18, 3, 1, 0), (2, 16, 16, 16, 16, 5, 1, 1), (1, 16, 24, 11, 32, 3, 1, 1),
 ]
 
 
