@@ -32,6 +32,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from planner.ops import UFUNC_BUFSIZE
+
 #: A 1x1 band convolution merges its images into one GEMM below this many output pixels per
 #: image and from :data:`MERGE_WEIGHT` weight elements: there the per-image GEMMs re-read a
 #: large weight for a few columns each. In A/Bs here (one thread, 2 images, forward and
@@ -153,13 +155,15 @@ def conv1x1_backward(xp, gy, x, w, s: int, dw, dw_fill: bool, dx, dx_fill: bool)
 
 
 def conv1x1_temp_bytes(phase: str, x_shape, w_shape, s: int, itemsize: int, want=(),
-                       dw_fill: bool = False, x_whole: bool = True) -> int:
+                       dw_fill: bool = False, dx_fill: bool = False, x_whole: bool = True,
+                       dx_whole: bool = True) -> int:
     """The most bytes :func:`conv1x1_forward` (``phase`` ``"forward"``) or
     :func:`conv1x1_backward` (``"backward"``: gradient positions ``want``, 0 the input's, 1 the
-    weight's; ``dw_fill`` as passed) holds at once on NumPy beyond its inputs and the buffers it
-    writes. ``x_shape``: the band input as the kernel gets it; ``x_whole``: whether that is a
-    whole (contiguous) buffer, not rows cut out of one (the per-image weight gradient then
-    reshapes a copy)."""
+    weight's; ``dw_fill`` and ``dx_fill`` as passed) holds at once on NumPy beyond its inputs
+    and the buffers it writes. ``x_shape``: the band input as the kernel gets it; ``x_whole`` /
+    ``dx_whole``: whether the band input / its gradient rows are a whole buffer, not rows cut out
+    of a larger one (SciPy's ``gemm`` reads contiguous matrices only: it takes a copy of an
+    image's rows; NumPy adds into a strided view through ufunc buffers)."""
     n, c, h, w = x_shape
     o = w_shape[0]
     ho, wo = (h - 1) // s + 1, (w - 1) // s + 1
@@ -169,10 +173,18 @@ def conv1x1_temp_bytes(phase: str, x_shape, w_shape, s: int, itemsize: int, want
     merge = merged(ho, wo, o, c)
     dw = 0
     if 1 in want:
-        if merge or s > 1 or not x_whole:
-            dw = px * c                           # the merged input / the reshape's copy
+        # the merged input, or a strided band's subsampled copy (a band's rows reshape to a view)
+        dw = px * c if merge or s > 1 else 0
         adds = not dw_fill or (not merge and n > 1)
         if adds and o * c < BLAS_ACCUMULATE_MIN:
             dw += o * c * itemsize                # gemm_into's product before its add
-    dx = px * c if 0 in want else 0               # the product before it goes into the buffer
+        elif adds and not merge and s == 1 and not x_whole:
+            dw += px * c // n                     # one image's rows, contiguous, for SciPy
+    dx = 0
+    if 0 in want:                                 # the product before it goes into the buffer
+        dx = px * c
+        if not dx_fill:                           # NumPy's in-place add: a buffer for the
+            # target and its copy where that is strided, one for a transposed (merged) product
+            bufs = (2 if s > 1 or not dx_whole else 0) + (1 if merge and n > 1 else 0)
+            dx += bufs * min(UFUNC_BUFSIZE, n * c * ho * wo) * itemsize
     return (px * o if merge else 0) + max(dw, dx)

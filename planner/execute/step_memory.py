@@ -371,9 +371,9 @@ def _band_args(run_ly, g, st, i, lo, hi):
 
 
 def _conv1x1_temp(g, p, st, i, phase, shapes, cut, want, e) -> int:
-    """A 1x1 convolution's band kernel (``band_kernels.conv1x1_forward`` / ``_backward``):
-    whether the step fills the weight gradient and reads its input as a whole buffer, as
-    ``rows_exec._Compiler.bandbwd`` decides them."""
+    """A 1x1 convolution's band kernel (``band_kernels.conv1x1_forward`` / ``_backward``), with
+    what ``rows_exec._Compiler.bandbwd`` decides: whether the step fills the weight gradient and
+    the input gradient's rows, and whether the band input and those rows are whole buffers."""
     from planner.execute import band_kernels, rows_exec
 
     ly = p.layers
@@ -381,15 +381,22 @@ def _conv1x1_temp(g, p, st, i, phase, shapes, cut, want, e) -> int:
     if phase == "forward":
         return band_kernels.conv1x1_temp_bytes(phase, shapes[0], shapes[1], s, e)
     keys = [key for key, _ in st.writes]
-    wkey = ("pg", int(ly.in_vars[i][1]))
-    dw_fill = wkey in st.allocs and keys.count(wkey) == 1
+
+    def first(key):                      # allocated here and written once: filled
+        return key in st.allocs and keys.count(key) == 1
+
+    def whole(key):                      # the band's input rows are all of buffer ``key``
+        rows = p.walk.shapes[key][0][2] if key in p.walk.shapes else ly.in_shapes[i][0][2]
+        return cut.r0 == rows_exec.buffer_offset(p, key) and cut.r1 - cut.r0 == rows
+
     a = int(ly.in_vars[i][0])
     xkey = st.inputs.get(0) if g.is_activation[a] else ("v", a)      # a model input: whole
-    rows = p.walk.shapes[xkey][0][2] if xkey in p.walk.shapes else ly.in_shapes[i][0][2]
-    whole = xkey is not None and cut.r0 == rows_exec.buffer_offset(p, xkey) and \
-        cut.r1 - cut.r0 == rows
-    return band_kernels.conv1x1_temp_bytes(phase, shapes[0], shapes[1], s, e, want=want,
-                                           dw_fill=dw_fill, x_whole=whole)
+    dx_key = next(iter(keys)) if 0 in want else None
+    dx_whole = dx_key is not None and whole(dx_key)
+    return band_kernels.conv1x1_temp_bytes(
+        phase, shapes[0], shapes[1], s, e, want=want, dw_fill=first(("pg", int(ly.in_vars[i][1]))),
+        dx_fill=dx_whole and first(dx_key), x_whole=xkey is not None and whole(xkey),
+        dx_whole=dx_whole)
 
 
 def _rows_temp(g, p, st) -> int:
@@ -426,8 +433,7 @@ def _rows_temp(g, p, st) -> int:
         band_out, _ = OPS[name].infer(shapes, [ly.dtypes[i]] * len(shapes), attrs)
         phase = "forward" if st.kind == "band" else "backward"
         if rows_exec.conv1x1_band(ly, i, phase, hi - lo):      # planner.execute.band_kernels
-            return copies + _conv1x1_temp(g, p, st, i, phase, shapes, cut, want, e) + \
-                _bufs(1, band_out, e)
+            return copies + _conv1x1_temp(g, p, st, i, phase, shapes, cut, want, e)
         if st.kind == "band":            # a kernel writing the band buffer holds no result
             direct = rows_exec.writes_band_directly(p, st)
             if ly.norm[i]:
