@@ -1,207 +1,51 @@
 """``hgraph submit execute --torch FILE.py:FUNC --schedule s.txt --report r.json``.
 
-Runs a PyTorch model's real training step under a plan (:func:`planner.torch.apply`: the
-backward keeps exactly the schedule's tensors) and reports predicted against measured:
-``predicted_peak_bytes`` (the partitioned step's liveness replayed from tensor shapes,
-:func:`planner.torch.measure.predict_step_peak`) / ``measured_peak_bytes`` (allocator level),
-``plan_model_peak_bytes`` (the planner's own model of the schedule: it keeps every block
-boundary until the backward, where torch frees what no backward op reads), ``predicted_saved_bytes``
-/ ``measured_saved_bytes``, ``recompute_flops`` (the plan's recomputation in the graph's
-costs), ``step_seconds`` and ``gradients_match``.
-
-One capture for every path: the step run is the graph ``hgraph graph torch FILE.py:FUNC``
-writes with the same flags — Inductor's decomposition by default, the aten graph eager autograd
-runs with ``--eager`` — so ``graph torch``, ``submit plan`` and ``execute --torch`` round-trip
-(without ``--eager``, a schedule that is not the default graph's but the ``--eager`` one's
-runs that capture; ``capture`` in the report says which ran). With ``--graph g.txt`` the
-capture is the one that file was made with (its details' ``capture``) and the re-imported graph
-must be the same one. Without ``--schedule`` the step keeps everything (the no-recomputation
-baseline, default capture unless ``--eager``).
-
-``gradients_match``: the planned step's gradients equal, bit for bit, those of the same capture
-keeping everything (recomputation changes nothing) — for the eager capture, those of the plain
-eager step itself when they are equal (``gradients_reference`` says which).
-``eager_gradients_max_rel_diff``: the largest difference from the plain eager step's gradients,
-relative to their largest entry (0.0: bitwise equal; an Inductor capture rounds differently,
-and draws other random numbers than eager where the model has dropout). Every step (plain,
-planned, keep-all) starts from the same random state.
-
-Errors raised in the model file are one line naming its file and line
-(:func:`planner.torch.model_file.user_errors`).
+Runs a PyTorch model's real training step under a plan and reports predicted against measured:
+:func:`planner.torch.execute` does the work and says what each key means
+(:class:`planner.torch.execution.TorchExecution`); this job checks the flags, calls it, writes
+its report (JSON, ``--report`` or stdout) and a one-line summary on stderr. Exit status 0 when
+the gradients match, 1 otherwise; bad input is one line naming the problem, exit 2.
 """
 
 from __future__ import annotations
 
-import copy
 import json
 import sys
 
-from hgraph.errors import HGraphError
-from hgraph.fileio import write_text
+from hgraph.common.errors import HGraphError
+from hgraph.common.fileio import write_text
+
+#: execute's flags (dest, flag) that the PyTorch step has no use for: the model, its sizes and
+#: kernels are the model file's, and the step runs in this process. Refused, not dropped.
+NOT_WITH_TORCH = (("model", "--model"), ("batch", "--batch"), ("width", "--width"),
+                  ("depth", "--depth"), ("image", "--image"), ("seq", "--seq"),
+                  ("backend", "--backend"), ("workspace", "--workspace"),
+                  ("address", "--address"))
 
 
-def _structure(g) -> tuple:
-    """What a schedule depends on: the blocks' reads and writes, the vars' sizes and names."""
-    return ([(f.direction, list(f.inputs), list(f.outputs)) for f in g.functions],
-            [int(b) for b in g.var_bytes], list(g.var_names))
-
-
-def _import_flags(spec_text: str, decompose: bool) -> str:
-    return f"'hgraph graph torch {spec_text}{'' if decompose else ' --eager'}'"
-
-
-def _max_rel_diff(a: list, b: list) -> float | None:
-    """Largest ``|x - y|`` over the gradients, relative to the largest entry of ``b``'s (a
-    gradient that is zero up to rounding, like a conv bias before batch norm's, does not
-    count as a difference of 100%); None where they do not compare (a gradient missing on one
-    side, another shape)."""
-    gap = scale = 0.0
-    if len(a) != len(b):
-        return None
-    for x, y in zip(a, b):
-        if x is None and y is None:
-            continue
-        if x is None or y is None or x.shape != y.shape:
-            return None
-        if y.numel():
-            gap = max(gap, float((x - y).abs().max()))
-            scale = max(scale, float(y.abs().max()))
-    return gap / scale if scale else (0.0 if gap == 0 else None)
-
-
-def _same_random(fn):
-    """``fn`` run from the random state of now on every call: the plain step, the planned step
-    (traced, then measured) and the keep-all step draw the same dropout masks."""
-    import torch
-
-    cpu = torch.get_rng_state()
-    cuda = torch.cuda.get_rng_state_all() if torch.cuda.is_initialized() else None
-
-    def call(*args):
-        torch.set_rng_state(cpu)
-        if cuda is not None:
-            torch.cuda.set_rng_state_all(cuda)
-        return fn(*args)
-
-    return call
-
-
-def run(spec_text: str, schedule_path: str | None, graph_path: str | None,
-        eager: bool | None = None) -> dict:
-    """The report dict (see the module docstring). ``eager``: True runs the undecomposed
-    capture (``graph torch --eager``), False Inductor's decomposition; None (not said) the
-    default capture, or the eager one where the schedule is that graph's; with ``graph_path``
-    the graph's own capture decides."""
-    from planner.torch import require_torch
-
-    require_torch()
-    from planner.torch.model_file import load, user_errors
-
-    spec = load(spec_text)
-    with user_errors(spec):
-        return _run(spec, spec_text, schedule_path, graph_path, eager)
-
-
-def _run(spec, spec_text, schedule_path, graph_path, eager) -> dict:
-    import planner.torch as pt
-    from planner import cg, simulate
-    from planner.fixed_schedules import baseline_schedule
-    from types import SimpleNamespace
-
-    from planner.schedule import Schedule
-    from planner.torch import capture as cap
-    from planner.torch import measure
-    from planner.torch.model_graph import KEEP
-    from planner.torch.partition import apply_keep, keep_names, plan_capture, saved_nodes
-
-    want = None
-    if graph_path:
-        want = cg.read(graph_path)
-        decompose = plan_capture(want) == "inductor"
-        if eager and decompose:
-            raise HGraphError(f"{graph_path}: captured for Inductor, not --eager (drop --eager: "
-                              f"execute runs the capture the graph was made with)")
-        tries = [decompose]
-    elif eager is None:         # graph torch's default; a schedule of its --eager graph also runs
-        tries = [True, False]
-    else:
-        tries = [not eager]
-    model0 = copy.deepcopy(spec.model)
-    schedule = Schedule.read(schedule_path) if schedule_path else None
-    if schedule is not None and schedule.impossible:
-        raise HGraphError(f"{schedule_path}: the schedule is IMPOSSIBLE (no plan fits the budget)")
-    first = None
-    for decompose in tries:
-        capture = "inductor" if decompose else "eager"
-        tg = pt.graph(copy.deepcopy(model0), *spec.inputs, loss=spec.loss, decompose=decompose,
-                      source=spec.source)
-        g = tg.cg
-        if want is not None and _structure(want) != _structure(g):
-            raise HGraphError(f"{graph_path}: not the {capture} graph of {spec_text} (re-import "
-                              f"it with {_import_flags(spec_text, decompose)})")
-        if schedule is None:
-            schedule = baseline_schedule(g)
-        sim = simulate.replay(g, schedule)
-        if not sim.violations:
-            break
-        first = first or (capture, decompose, sim.violations[0])
-    else:
-        capture, decompose, violation = first
-        hint = (f"; plan on {graph_path} itself" if want is not None else
-                f"; plan on the graph {_import_flags(spec_text, decompose)} writes, or pass "
-                f"the planned graph with --graph")
-        raise HGraphError(f"{schedule_path}: not a valid schedule for the {capture} capture of "
-                          f"{spec_text}" + (" (nor for the eager one)" if len(tries) > 1 else "")
-                          + f": {violation}{hint}")
-    everything = {g.var_names[v] for v in g.activations} - {KEEP}
-    keep = keep_names(g, schedule) if schedule_path else everything
-    var_of_name = {name: v for v, name in enumerate(g.var_names)}
-    saved = {n.name for n in saved_nodes(tg.joint, keep) if n.op != "placeholder"}
-    predicted_saved = sum(int(g.var_bytes[var_of_name[n]]) for n in saved if n in var_of_name)
-
-    plain = copy.deepcopy(model0)
-    loss_fn = spec.loss or cap.default_loss
-    same_random = _same_random(lambda f, *xs: f(*xs))
-    same_random(lambda: loss_fn(plain(*spec.inputs)).backward())
-    eager_grads = measure.grads_of(plain)
-    planned = copy.deepcopy(model0)
-    order = SimpleNamespace(graph=g, schedule=schedule) if schedule_path else None
-    step = apply_keep(planned, keep, decompose, loss=spec.loss, plan=order)
-    got = measure.measure_step(lambda *xs: same_random(step, *xs), planned, spec.inputs)
-    grads = measure.grads_of(planned)
-    recomputed = measure.recompute_flops(tg.joint, step.partition["backward"])
-    if not decompose and measure.same_grads(grads, eager_grads):
-        match, reference = True, "eager"
-    elif not schedule_path:
-        match, reference = True, "keep-all"     # the step run is the keep-all step
-    else:                   # the same capture keeping everything: what the plan could change
-        whole = copy.deepcopy(model0)
-        same_random(apply_keep(whole, everything, decompose, loss=spec.loss), *spec.inputs)
-        match, reference = measure.same_grads(grads, measure.grads_of(whole)), "keep-all"
-    report = dict(model=spec_text, schedule=schedule_path or "keep-all", capture=capture,
-                  predicted_peak_bytes=measure.predict_step_peak(step.partition["forward"],
-                                                                 step.partition["backward"]),
-                  plan_model_peak_bytes=int(sim.peak_bytes),
-                  measured_peak_bytes=got["measured_peak_bytes"],
-                  predicted_saved_bytes=int(predicted_saved),
-                  measured_saved_bytes=got["measured_saved_bytes"],
-                  predicted_recompute_flops=int(sim.recompute_cost),
-                  recompute_flops=int(recomputed), step_seconds=got["step_seconds"],
-                  gradients_match=bool(match), gradients_reference=reference,
-                  eager_gradients_max_rel_diff=_max_rel_diff(grads, eager_grads),
-                  peak_measured_by=got["peak_measured_by"])
-    return report
+def check_flags(args) -> None:
+    """One line for a flag given with ``--torch`` that the step would not use."""
+    if getattr(args, "runtime", None) == "ray":
+        raise HGraphError("--runtime ray does not apply with --torch (the PyTorch step runs in "
+                          "this process)")
+    for dest, flag in NOT_WITH_TORCH:
+        if getattr(args, dest, None) is not None:
+            raise HGraphError(f"{flag} does not apply with --torch (the model file builds the "
+                              f"model, its inputs and sizes, and the step runs in this process)")
 
 
 def main(args) -> int:
-    report = run(args.torch, args.schedule, args.graph, getattr(args, "eager", None))
-    text = json.dumps(report, indent=2) + "\n"
+    import planner.torch as pt
+
+    check_flags(args)
+    result = pt.execute(args.torch, args.schedule, args.graph, eager=getattr(args, "eager", None))
+    text = json.dumps(result.report(), indent=2) + "\n"
     if args.report:
         write_text(args.report, text)
     else:
         sys.stdout.write(text)
-    print(f"{args.torch}: predicted peak {report['predicted_peak_bytes']:,} B, measured "
-          f"{report['measured_peak_bytes']:,} B; saved {report['predicted_saved_bytes']:,} / "
-          f"{report['measured_saved_bytes']:,} B; recompute {report['recompute_flops']:,} FLOPs; "
-          f"gradients_match={report['gradients_match']}", file=sys.stderr)
-    return 0 if report["gradients_match"] else 1
+    print(f"{args.torch}: predicted peak {result.predicted_peak_bytes:,} B, measured "
+          f"{result.measured_peak_bytes:,} B; saved {result.predicted_saved_bytes:,} / "
+          f"{result.measured_saved_bytes:,} B; recompute {result.recompute_flops:,} FLOPs; "
+          f"gradients_match={result.gradients_match}", file=sys.stderr)
+    return 0 if result.gradients_match else 1

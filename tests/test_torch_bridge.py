@@ -12,9 +12,10 @@ nn = torch.nn
 
 import planner.torch as pt  # noqa: E402
 from jobs.cli import main as cli_main  # noqa: E402
-from hgraph.errors import HGraphError, InfeasibleError  # noqa: E402
+from hgraph.common.errors import HGraphError, InfeasibleError  # noqa: E402
 from planner import cg, simulate  # noqa: E402
 from planner.torch.partition import kept_vars  # noqa: E402
+from tests.test_torch_facade import REPORT_KEYS  # noqa: E402
 
 
 def small_cnn():
@@ -116,8 +117,10 @@ def test_without_torch_one_line_install_hint(monkeypatch, tmp_path, capsys):
     assert len(lines) == 1 and "pip install" in lines[0]
 
 
-def test_execute_torch_reports_saved_bytes_and_matching_gradients(tmp_path):
-    from jobs import execute_torch
+def test_execute_reports_saved_bytes_and_matching_gradients(tmp_path):
+    """pt.execute (what ``submit execute --torch`` prints): a typed result, its fields the
+    report's keys in the report's order."""
+    import dataclasses
 
     spec = tmp_path / "cnn.py"
     spec.write_text("import torch, torch.nn as nn\n"
@@ -131,17 +134,28 @@ def test_execute_torch_reports_saved_bytes_and_matching_gradients(tmp_path):
     p = tightest(pt.graph(model, x, decompose=False))
     sched = tmp_path / "s.txt"
     p.schedule.write(sched)
-    r = execute_torch.run(f"{spec}:model", str(sched), None)
-    assert r["gradients_match"] is True
-    assert r["predicted_recompute_flops"] == p.recompute_cost > 0
-    assert abs(r["measured_saved_bytes"] - r["predicted_saved_bytes"]) <= 0.01 * r["predicted_saved_bytes"]
-    base = execute_torch.run(f"{spec}:model", None, None)
-    assert base["recompute_flops"] == 0 and base["measured_saved_bytes"] >= r["measured_saved_bytes"]
+    r = pt.execute(f"{spec}:model", str(sched))     # the eager capture's schedule: runs that one
+    assert isinstance(r, pt.TorchExecution)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        r.gradients_match = False
+    report = r.report()
+    assert list(report) == REPORT_KEYS
+    assert report == {k: getattr(r, k) for k in REPORT_KEYS}
+    assert (r.model, r.schedule, r.capture) == (f"{spec}:model", str(sched), "eager")
+    assert r.gradients_match is True and r.gradients_reference == "eager"
+    assert r.eager_gradients_max_rel_diff == 0.0
+    assert r.predicted_recompute_flops == p.recompute_cost > 0
+    assert r.plan_model_peak_bytes == p.peak_bytes
+    assert abs(r.measured_saved_bytes - r.predicted_saved_bytes) <= 0.01 * r.predicted_saved_bytes
+    base = pt.execute(f"{spec}:model")
+    assert (base.schedule, base.capture, base.gradients_reference) == ("keep-all", "inductor",
+                                                                       "keep-all")
+    assert base.recompute_flops == 0 and base.measured_saved_bytes >= r.measured_saved_bytes
     for rep in (r, base):               # the partition's liveness replay predicts the peak
-        assert abs(rep["measured_peak_bytes"] - rep["predicted_peak_bytes"]) <= \
-            0.05 * rep["measured_peak_bytes"]
+        assert abs(rep.measured_peak_bytes - rep.predicted_peak_bytes) <= \
+            0.05 * rep.measured_peak_bytes
     # saved tensors are freed at their last backward use: recomputing lowers the real peak
-    assert r["measured_peak_bytes"] < base["measured_peak_bytes"]
+    assert r.measured_peak_bytes < base.measured_peak_bytes
 
 
 def test_compile_partition_matches_torch_compile_default():

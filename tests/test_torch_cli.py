@@ -22,9 +22,10 @@ nn = torch.nn
 
 import planner  # noqa: E402
 import planner.torch as pt  # noqa: E402
-from hgraph.errors import InfeasibleError  # noqa: E402
+from hgraph.common.errors import InfeasibleError  # noqa: E402
 from jobs.cli import main as cli_main  # noqa: E402
 from planner import cg  # noqa: E402
+from tests.test_torch_facade import REPORT_KEYS  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 EXAMPLES = os.path.join(ROOT, "examples", "torch")
@@ -60,7 +61,9 @@ def round_trip(tmp_path, spec, *flags):
     assert cli_main(["submit", "execute", "--torch", spec, "--schedule", s, "--report", r,
                      *flags]) == 0
     with open(r) as f:
-        return json.load(f), g, s
+        report = json.load(f)
+    assert list(report) == REPORT_KEYS             # the job prints planner.torch.execute's record
+    return report, g, s
 
 
 def test_cli_round_trip_gpt(tmp_path, capsys):

@@ -20,11 +20,23 @@ rest of the planner works without it; :func:`require_torch` says in one line how
 ``pt.compile(model, budget="60%")`` returns the model under torch.compile with hgraph as the
 partitioner (``torch._inductor.config.custom_partitioner_fn``); its budget is the step's peak
 (bytes, or percent of the no-recompute step's), met as :func:`plan_for_step` meets it.
+``pt.execute("model.py:model", "s.txt")`` runs a model file's real training step under a
+schedule file and measures it against the prediction, a :class:`TorchExecution` (what
+``hgraph submit execute --torch`` prints).
+
+Every name here loads its module on first use (:class:`TorchExecution` through the module's
+``__getattr__``), so ``import planner.torch`` imports neither torch nor NumPy.
 """
 
 from __future__ import annotations
 
-from hgraph.errors import HGraphError
+from typing import TYPE_CHECKING
+
+from hgraph.common.errors import HGraphError
+
+if TYPE_CHECKING:                       # for readers' tools; at run time, __getattr__ below
+    from planner.api import Plan
+    from planner.torch.execution import TorchExecution
 
 INSTALL_HINT = ("PyTorch is not installed: pip install torch==2.13.0 (CPU wheel) or "
                 "pip install 'hgraph[torch]'")
@@ -48,20 +60,47 @@ def graph(model, *inputs, loss=None, decompose: bool = True, costs: str = "flops
     return import_model(model, inputs, loss=loss, decompose=decompose, costs=costs, source=source)
 
 
-def plan(tg, budget="100%", **kwargs):
-    """:func:`planner.plan` on an imported graph (``tg.cg``); same keywords."""
-    import planner
+def plan(tg, budget="100%", solver: str = "approx", strategy: str = "time",
+         units: str = "bytes", tasks: int = 1, blocks: int = 1, mode: str = "hybrid",
+         runtime: str = "local", address: str | None = None,
+         max_lower_sets: int = 200_000, fallback: bool = False,
+         check: bool = True, checkpoint_every: int | None = None,
+         inject_failure: int | None = None, dp_window: int | None = None,
+         dp_front_cap: int | None = None, certify: str = "on",
+         certify_time_limit: float | None = None, milp_time_limit: float | None = None,
+         milp_stages: int | None = None, accounting: str = "auto") -> Plan:
+    """:func:`planner.plan` on an imported graph (``tg.cg``): the same parameters, the same
+    :class:`planner.Plan`.
 
-    return planner.plan(tg.cg, budget=budget, **kwargs)
+    The parameters are spelled out, not passed on as ``**kwargs``, so that ``help()``, an IDE
+    and a reader see them here and the call below reads straight into :func:`planner.api.plan`
+    (a signature copied at run time would need the planner imported to show it, and static
+    tools would still not see it). tests/test_torch_facade.py holds them, defaults included,
+    equal to :func:`planner.api.plan`'s: a parameter added there fails it until added here.
+    """
+    from planner.api import plan as plan_graph
+
+    return plan_graph(tg.cg, budget=budget, solver=solver, strategy=strategy, units=units,
+                      tasks=tasks, blocks=blocks, mode=mode, runtime=runtime, address=address,
+                      max_lower_sets=max_lower_sets, fallback=fallback, check=check,
+                      checkpoint_every=checkpoint_every, inject_failure=inject_failure,
+                      dp_window=dp_window, dp_front_cap=dp_front_cap, certify=certify,
+                      certify_time_limit=certify_time_limit, milp_time_limit=milp_time_limit,
+                      milp_stages=milp_stages, accounting=accounting)
 
 
 def plan_for_step(tg, budget="100%", **plan_kwargs):
     """The plan whose training step, as torch partitions and runs it, peaks within ``budget``
     (bytes, percent of the no-recompute step's peak, or ``"min"``: the lowest reachable) with
     the least recomputation, chosen from the plan front (:mod:`planner.torch.front`); a budget
-    below every plan's step peak raises :class:`hgraph.errors.InfeasibleError` naming the
+    below every plan's step peak raises :class:`hgraph.common.errors.InfeasibleError` naming the
     smallest. Its report says ``step_peak_bytes``, ``step_recompute_flops``,
-    ``step_budget_bytes`` and ``within_budget`` (by the step's replayed peak)."""
+    ``step_budget_bytes`` and ``within_budget`` (by the step's replayed peak).
+
+    ``plan_kwargs`` go to :func:`planner.torch.front.front` as they are (its ``solvers``,
+    ``points``, ``exact_max_lower_sets``, ``seeds``, and :func:`planner.plan`'s keywords but
+    ``solver``, with ``certify`` "off" unless said): which keywords a front takes is the front's
+    to say, so they are not repeated here."""
     from planner.torch import front
 
     return front.pick(front.front(tg, **plan_kwargs), budget).plan
@@ -76,8 +115,39 @@ def apply(model, the_plan, *inputs, loss=None):
 
 
 def compile(model, budget="100%", loss=None, **plan_kwargs):  # noqa: A001 - mirrors torch.compile
-    """``torch.compile(model)`` with hgraph as Inductor's partitioner at ``budget``."""
+    """``torch.compile(model)`` with hgraph as Inductor's partitioner at ``budget``;
+    ``plan_kwargs`` are :class:`planner.torch.compiled.HGraphPartitioner`'s (``fronts``,
+    ``min_cut_budgets``, ``progress``, ``whole_front``, and the planner keywords it hands the
+    front, as :func:`plan_for_step` does): the partitioner says which, so they are not
+    repeated here."""
     require_torch()
     from planner.torch.compiled import compile_model
 
     return compile_model(model, budget=budget, loss=loss, **plan_kwargs)
+
+
+def execute(spec: str, schedule=None, graph=None, *, eager: bool | None = None
+            ) -> TorchExecution:
+    """The real training step of the model file ``spec`` (``FILE.py:FUNC``) under the schedule
+    file ``schedule`` (None: keep everything), measured against its prediction: a
+    :class:`TorchExecution` (:func:`planner.torch.execution.execute`; ``graph``: the cg.txt the
+    schedule was planned on, whose capture then runs; ``eager``: which capture otherwise)."""
+    require_torch()
+    from planner.torch.execution import execute as execute_step
+
+    return execute_step(spec, schedule, graph, eager=eager)
+
+
+#: Names of :mod:`planner.torch.execution` handed out here as they are, imported on first use.
+_LAZY = frozenset({"TorchExecution"})
+
+
+def __getattr__(name):
+    """:class:`TorchExecution` is :class:`planner.torch.execution.TorchExecution` itself,
+    imported on first use (that module imports torch only when a step runs)."""
+    if name in _LAZY:
+        from planner.torch import execution
+
+        value = globals()[name] = getattr(execution, name)
+        return value
+    raise AttributeError(f"module 'planner.torch' has no attribute {name!r}")
