@@ -35,7 +35,7 @@ def _timed_run(kinds: dict, allocs: dict):
         for fn, st, info, todo, frees in self.prog:
             t0 = pc()
             for key, buf, nbytes, dtype, shape, zero in todo:
-                arr = alloc.alloc(buf, nbytes).view(dtype).reshape(shape)
+                arr = alloc.take(buf, nbytes, dtype, shape)
                 if zero:
                     arr[...] = 0
                     allocs["zero-filled bytes"] += nbytes

@@ -369,3 +369,32 @@ def test_rows_profile_splits_a_row_step(capfd):
     out = capfd.readouterr().out
     assert "| bandbwd: conv2d |" in out and "| rows | fwd 3x3 s1" in out and "| plain | bwd" in out
     assert "rows: convolutions" in out and "rows: convolutions 0.0 ms" not in out
+
+
+def test_allocator_take_is_alloc_typed():
+    """TrackedAllocator.take (the row executor's request): the pool's blocks and counts as
+    alloc + view; an unmetered run hands out the same typed view of a block again; a buffer
+    taken twice is an error."""
+    from planner.execute.allocator import TrackedAllocator
+    from planner.execute.backend import get
+
+    be = get("numpy")
+    a, b = TrackedAllocator(be, "pool", alignment=64), TrackedAllocator(be, "pool", alignment=64)
+    reqs = [(0, (2, 3)), (1, (4, 4)), (2, (2, 3)), (3, (1, 5))]
+    with b.tracking(False):
+        for buf, shape in reqs:
+            nb = int(np.prod(shape)) * 4
+            x = a.alloc(buf, nb).view(np.float32).reshape(shape)
+            y = b.take(buf, nb, np.dtype(np.float32), shape)
+            assert y.shape == x.shape and y.dtype == x.dtype
+            if buf == 1:
+                a.free(0), b.free(0)
+        assert (a.peak_bytes, a.reserved_bytes, a.allocations) == \
+            (b.peak_bytes, b.reserved_bytes, b.allocations)
+        b.free(2)
+        again = b.take(9, 24, np.dtype(np.float32), (2, 3))      # buffer 2's block, its view
+        b.free(9)
+        assert b.take(10, 24, np.dtype(np.float32), (2, 3)) is again
+        with pytest.raises(HGraphError, match="allocated twice"):
+            b.take(10, 24, np.dtype(np.float32), (2, 3))
+    b.release()

@@ -41,6 +41,7 @@ True
 from __future__ import annotations
 
 import dataclasses
+import functools
 
 import numpy as np
 
@@ -381,9 +382,7 @@ def _conv1x1_temp(g, p, st, i, phase, shapes, cut, want, e) -> int:
     if phase == "forward":
         return band_kernels.conv1x1_temp_bytes(phase, shapes[0], shapes[1], s, e)
     keys = [key for key, _ in st.writes]
-
-    def first(key):                      # allocated here and written once: filled
-        return key in st.allocs and keys.count(key) == 1
+    first = functools.partial(rows_exec._first, st)      # allocated here, written once: set
 
     def whole(key):                      # the band's input rows are all of buffer ``key``
         rows = p.walk.shapes[key][0][2] if key in p.walk.shapes else ly.in_shapes[i][0][2]
@@ -392,11 +391,10 @@ def _conv1x1_temp(g, p, st, i, phase, shapes, cut, want, e) -> int:
     a = int(ly.in_vars[i][0])
     xkey = st.inputs.get(0) if g.is_activation[a] else ("v", a)      # a model input: whole
     dx_key = next(iter(keys)) if 0 in want else None
-    dx_whole = dx_key is not None and whole(dx_key)
     return band_kernels.conv1x1_temp_bytes(
         phase, shapes[0], shapes[1], s, e, want=want, dw_fill=first(("pg", int(ly.in_vars[i][1]))),
-        dx_fill=dx_whole and first(dx_key), x_whole=xkey is not None and whole(xkey),
-        dx_whole=dx_whole)
+        dx_fill=dx_key is not None and first(dx_key), x_whole=xkey is not None and whole(xkey),
+        dx_whole=dx_key is not None and whole(dx_key))
 
 
 def _rows_temp(g, p, st) -> int:
@@ -452,7 +450,10 @@ def _rows_temp(g, p, st) -> int:
         lo, hi = (int(v) for v in rng[lv, i, j])
         n, c, _, w = out
         band = n * c * max(0, hi - lo) * w * e
-        return (1 if st.kind == "bnsink" else 2) * band + 16 * c * e + _bufs(2, (n, c, hi - lo, w), e)
+        # bnsink: the normalised band; bnseed: that and its result, unless it writes the result
+        # straight into the rows of a buffer it writes first
+        held = 1 if st.kind == "bnsink" or rows_exec._first(st, st.writes[0][0]) else 2
+        return held * band + 16 * c * e + _bufs(2, (n, c, hi - lo, w), e)
     if st.kind in ("seed", "store", "tail"):
         n, c, _, w = out
         return _bufs(3, (n, c, max(1, int(p.ranges[i, max(st.band, 0), 1] - p.ranges[i, max(st.band, 0), 0])), w), e)
