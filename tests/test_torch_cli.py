@@ -79,6 +79,16 @@ def test_cli_round_trip_gpt(tmp_path, capsys):
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "not a valid schedule for the eager capture" in err[0]
     assert "hgraph graph torch" in err[0]
+    # --eager with the Inductor graph, an IMPOSSIBLE schedule: one line each, before any capture
+    impossible = tmp_path / "impossible.txt"
+    impossible.write_text("IMPOSSIBLE\n")
+    for argv, word in ((["--schedule", s, "--graph", g, "--eager"],
+                        f"{g}: captured for Inductor, not --eager"),
+                       (["--schedule", str(impossible)],
+                        f"{impossible}: the schedule is IMPOSSIBLE")):
+        assert cli_main(["submit", "execute", "--torch", spec, *argv]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and word in err[0], err
 
 
 def test_cli_round_trip_cnn_eager_and_with_graph(tmp_path, capsys):
