@@ -388,24 +388,48 @@ def _pm_slab(xp, x, n0, n1, a, b, p, buf):
     return slab
 
 
-def _pm_tiles(xp, x, k, s, p, cap):
+#: Stride-1 convolutions with pixel-major columns whose output maps have at least this many
+#: pixels copy only one kernel row's taps into their columns (``k * c`` a pixel, a third of the
+#: copy at 3x3) and sum ``k`` GEMMs over row-shifted slices of them: per image, output row ``r``'s
+#: taps of kernel row ``i`` are the columns of input row ``r + i``. On smaller maps the k
+#: products of a few dozen rows each run below one product's speed.
+ROW_TAPS_PIXELS = 256
+
+
+def _row_taps(s, ho, wo) -> bool:
+    """Whether :func:`_pm_conv` takes one kernel row's taps a column (:data:`ROW_TAPS_PIXELS`)."""
+    return s == 1 and ho * wo >= ROW_TAPS_PIXELS
+
+
+def _pm_tiles(xp, x, k, s, p, cap, row_taps=False):
     """Yield ``(n0, n1, r0, r1, cols)`` over :func:`_conv_tiles` (the same tiles as
     :func:`_im2col_tiles`): ``cols`` ``(images*rows*wo, k*k*c)``, one output pixel a row, its
     taps in ``(i, j, channel)`` order -- so that a pixel's ``j`` taps of a kernel row are ``k *
-    c`` contiguous elements of the pixel-major slab, copied in one inner loop. One slab buffer
-    and one column workspace serve every tile."""
+    c`` contiguous elements of the pixel-major slab, copied in one inner loop. With
+    ``row_taps`` (stride 1), ``(images, (rows + k - 1) * wo, k*c)``: the ``j`` taps of every
+    input row the tile reads (:data:`ROW_TAPS_PIXELS`). One slab buffer and one column workspace
+    serve every tile."""
     n, c, h, w = x.shape
     ho, wo = _out_hw(h, w, k, s, p)
     tiles = _conv_tiles(n, ho, wo, c * k * k, x.dtype.itemsize, cap)
     n0, n1, r0, r1 = tiles[0]
     wp = w + 2 * p
-    ws = xp.empty((n1 - n0) * (r1 - r0) * wo * k * k * c, dtype=x.dtype)
-    buf = xp.empty((n1 - n0) * ((r1 - r0 - 1) * s + k) * wp * c, dtype=x.dtype)
+    rows_in = (r1 - r0 - 1) * s + k
+    per_row = (rows_in if row_taps else (r1 - r0) * k) * wo * k * c
+    ws = xp.empty((n1 - n0) * per_row, dtype=x.dtype)
+    buf = xp.empty((n1 - n0) * rows_in * wp * c, dtype=x.dtype)
     e = x.dtype.itemsize
     for n0, n1, r0, r1 in tiles:
         nb, rows = n1 - n0, r1 - r0
         a, b = r0 * s - p, (r1 - 1) * s - p + k
         slab = _pm_slab(xp, x, n0, n1, a, b, p, buf)
+        if row_taps:
+            windows = _as_strided(slab, (nb, b - a, wo, k * c),
+                                  ((b - a) * wp * c * e, wp * c * e, c * e, e))
+            size = nb * (b - a) * wo * k * c
+            ws[:size].reshape(nb, b - a, wo, k * c)[...] = windows
+            yield n0, n1, r0, r1, ws[:size].reshape(nb, (b - a) * wo, k * c)
+            continue
         windows = _as_strided(slab, (nb, rows, wo, k, k, c),
                               ((b - a) * wp * c * e, s * wp * c * e, s * c * e, wp * c * e, c * e, e))
         size = nb * rows * wo * k * k * c
@@ -416,11 +440,23 @@ def _pm_tiles(xp, x, k, s, p, cap):
 def _pm_conv(xp, x, wmat, k, s, p, cap, y):
     """Convolution of ``x`` into ``y`` (NCHW) through pixel-major columns: each tile's
     ``cols @ wmat`` (``wmat``: ``(k*k*c, out)``, rows in the columns' ``(i, j, channel)``
-    order), written into ``y`` through one transposing copy of the tile's product."""
-    o, wo = y.shape[1], y.shape[3]
-    for n0, n1, r0, r1, cols in _pm_tiles(xp, x, k, s, p, cap):
+    order; with :func:`_row_taps`, the sum over kernel rows ``i`` of row-shifted column slices
+    times ``wmat``'s ``i``-th ``k*c`` rows), written into ``y`` through one transposing copy of
+    the tile's product."""
+    o, ho, wo = y.shape[1], y.shape[2], y.shape[3]
+    kc = k * x.shape[1]
+    row_taps = _row_taps(s, ho, wo)
+    for n0, n1, r0, r1, cols in _pm_tiles(xp, x, k, s, p, cap, row_taps):
         nb, rows = n1 - n0, r1 - r0
-        t = xp.matmul(cols, wmat)
+        if row_taps:
+            pix = rows * wo
+            t = xp.matmul(cols[:, :pix], wmat[:kc])
+            for i in range(1, k):
+                part = xp.matmul(cols[:, i * wo:i * wo + pix], wmat[i * kc:(i + 1) * kc])
+                t += part
+                del part
+        else:
+            t = xp.matmul(cols, wmat)
         y[n0:n1, :, r0:r1] = t.reshape(nb, rows, wo, o).transpose(0, 3, 1, 2)
         del t                                # not beside the next tile's
     return y
@@ -518,6 +554,8 @@ def _conv_dx(xp, gy, w, xshape, s, p, cap, out=None):
             return _pm_conv(xp, gy, wmat.reshape(k * k * o, c), k, 1, k - 1 - p, cap, y)
         wt = _swap01(xp, w.reshape(o, c, k * k)[:, :, ::-1]).reshape(c, o, k, k)
         return _conv_fwd(xp, [gy, wt], {"stride": 1, "pad": k - 1 - p, "workspace": cap}, out=out)
+    if _pixel_major(c, k, wo):
+        return _pm_col2im(xp, gy, w, xshape, s, p, cap, out)
     w2t = w.reshape(o, c * k * k).T
     if k == 1 and p == 0:
         dx = xp.zeros(xshape, dtype=gy.dtype)
@@ -529,6 +567,33 @@ def _conv_dx(xp, gy, w, xshape, s, p, cap, out=None):
         g = _tile_grad(gy, n0, n1, r0, r1, merged, pixel_major=False)
         _col2im_add(xp, dxpad, xp.matmul(w2t, g), n0, n1, r0, k, s, r1 - r0, wo, merged)
     return dxpad[:, :, p:p + h, p:p + wd].copy() if p else dxpad
+
+
+def _pm_col2im(xp, gy, w, xshape, s, p, cap, out=None):
+    """Input gradient through pixel-major column gradients (strided or widening layers that
+    :func:`_pixel_major` covers): per tile, the output gradient as ``(pixels, out)`` (one
+    transposing copy) times the ``(out, k*k*c)`` weight in ``(i, j, channel)`` order, each
+    tap's ``(pixels, c)`` slice added onto a pixel-major padded gradient -- inner loops of ``c``
+    elements where :func:`_col2im_add`'s run ``wo`` -- and one transposing copy back to NCHW."""
+    n, c, h, wd = xshape
+    o, _, k, _ = w.shape
+    ho, wo = gy.shape[2], gy.shape[3]
+    wmat = xp.ascontiguousarray(w.transpose(0, 2, 3, 1)).reshape(o, k * k * c)
+    dxpad = xp.zeros((n, h + 2 * p, wd + 2 * p, c), dtype=gy.dtype)
+    for n0, n1, r0, r1 in _conv_tiles(n, ho, wo, c * k * k, gy.dtype.itemsize, cap):
+        nb, rows = n1 - n0, r1 - r0
+        g = xp.empty((nb, rows, wo, o), dtype=gy.dtype)
+        g[...] = gy[n0:n1, :, r0:r1].transpose(0, 2, 3, 1)
+        d6 = xp.matmul(g.reshape(nb * rows * wo, o), wmat).reshape(nb, rows, wo, k, k, c)
+        del g
+        for i in range(k):
+            top = r0 * s + i
+            for j in range(k):
+                dxpad[n0:n1, top:top + s * (rows - 1) + 1:s, j:j + s * (wo - 1) + 1:s] += d6[:, :, :, i, j]
+        del d6
+    dx = xp.empty(xshape, dtype=gy.dtype) if out is None else out
+    dx[...] = dxpad[:, p:p + h, p:p + wd].transpose(0, 3, 1, 2)
+    return dx
 
 
 #: From this many output pixels (images x rows x columns) a convolution's backward amortises a
@@ -796,6 +861,28 @@ def dots(xp, a, b, reduce_axes, keepdims=True):
     return out.reshape(_bias_shape(a.shape, axis))
 
 
+#: A per-channel operand of a norm's elementwise pass is expanded over the map (one ``(c, h,
+#: w)`` copy, ``1 / batch`` of the pass's array) when a map has fewer pixels than this: NumPy
+#: then runs the pass in inner loops of ``c*h*w`` elements instead of ``h*w`` (4-64 on a CIFAR
+#: ResNet's maps, where the loops' overhead made a broadcast pass several times slower than a
+#: plain one). The same arithmetic per element, so the same bits.
+EXPAND_PIXELS = 256
+
+
+def _expands(shape, axis) -> bool:
+    """Whether :func:`_per_channel` expands a per-channel operand over ``shape``."""
+    after = _numel(shape[axis + 1:])
+    return 1 < after < EXPAND_PIXELS and _numel(shape[:axis]) > 1
+
+
+def _per_channel(xp, v, shape, axis):
+    """``v`` (shaped ``_bias_shape(shape, axis)``) as the operand of an elementwise pass over
+    an array of ``shape``: expanded over the axes after ``axis`` where :func:`_expands`."""
+    if not _expands(shape, axis):
+        return v
+    return xp.ascontiguousarray(xp.broadcast_to(v, (1,) * axis + tuple(shape[axis:])))
+
+
 def _centered(xp, x, a, reduce_axes, out=None):
     """(x - mean, mean, 1 / sqrt(var + eps)) over ``reduce_axes``: the one computation of a
     norm's statistics (forward, backward, and :func:`norm_statistics`); ``x - mean`` goes to
@@ -832,6 +919,11 @@ def norm_forward(xp, xs, a, out=None):
     red, axis = _batchnorm_axes(x, a)
     y, mean, inv = _centered(xp, x, a, red, out)
     shape = _bias_shape(x.shape, axis)
+    if red == _norm_axes(x.ndim, axis)[0]:         # batch norm: (1, c, 1, 1) operands
+        y *= _per_channel(xp, inv, x.shape, axis)
+        y *= _per_channel(xp, g.reshape(shape), x.shape, axis)
+        y += _per_channel(xp, b.reshape(shape), x.shape, axis)
+        return y, mean, inv
     y *= inv
     y *= g.reshape(shape)
     y += b.reshape(shape)
@@ -844,41 +936,59 @@ def _norm_fwd(xp, xs, a, out=None):
     return norm_forward(xp, xs, a, out)[0]
 
 
-def _norm_bwd(xp, gy, saved, y, a, in_shapes, want, out=None):
-    x, g = saved[0], saved[1]
-    red, axis = _batchnorm_axes(x, a)
-    xhat, _, inv = _centered(xp, x, a, red)
-    xhat *= inv
-    other = tuple(i for i in range(x.ndim) if i != axis)
-    shape = _bias_shape(x.shape, axis)
+def _batchnorm_bwd(xp, gy, x, g, a, red, axis, want, into):
+    """Batch norm's VJP in nine passes over the map: the statistics (mean, ``x - mean``, its
+    squares' sum), the two sums of ``gy`` (plain and times ``x - mean``), then ``dx = gy *
+    gamma * inv + (x - mean) * kx + k0`` with per-channel ``kx``, ``k0`` folded from those sums
+    (``gamma * inv * (gy - sum(gy) / m - xhat * sum(gy * xhat) / m)`` rearranged); per-channel
+    operands through :func:`_per_channel`."""
+    xc, _, inv = _centered(xp, x, a, red)
     m = _numel([x.shape[i] for i in red])
-    into = out or {}
+    inv1 = inv.reshape(-1)
+    gsum = sums(xp, gy, red, keepdims=False)
+    gxsum = dots(xp, gy, xc, red, keepdims=False) * inv1     # the sum of gy * xhat
     out = {}
-    gsum = sums(xp, gy, other, keepdims=False) if (2 in want or red == other) else None
-    gxsum = dots(xp, gy, xhat, other, keepdims=False) if (1 in want or red == other) else None
     if 2 in want:
         out[2] = gsum
     if 1 in want:
         out[1] = gxsum
     if 0 in want:
-        gamma = g.reshape(shape)
-        if red == other:        # batch norm: the two sums over red are gamma times those above
-            s1, s2 = gsum.reshape(shape) / m, gxsum.reshape(shape) / m
-            dx = xhat
-            dx *= s2
-            dx += s1
-            xp.subtract(gy, dx, out=dx)
-            dx = xp.multiply(dx, gamma * inv, out=into.get(0))
-        else:                   # layer norm: per-row sums of gy * gamma
-            dxhat = gy * gamma
-            s1 = sums(xp, dxhat, red) / m
-            s2 = dots(xp, dxhat, xhat, red) / m
-            dx = xhat
-            dx *= s2
-            dx += s1
-            xp.subtract(dxhat, dx, out=dx)
-            dx = xp.multiply(dx, inv, out=into.get(0))
+        shape = _bias_shape(x.shape, axis)
+        ginv = g * inv1
+        xc *= _per_channel(xp, (ginv * inv1 * (gxsum / -m)).reshape(shape), x.shape, axis)
+        xc += _per_channel(xp, (ginv * (gsum / -m)).reshape(shape), x.shape, axis)
+        dx = xp.multiply(gy, _per_channel(xp, ginv.reshape(shape), x.shape, axis),
+                         out=into.get(0))
+        dx += xc
         out[0] = dx
+    return out
+
+
+def _norm_bwd(xp, gy, saved, y, a, in_shapes, want, out=None):
+    x, g = saved[0], saved[1]
+    red, axis = _batchnorm_axes(x, a)
+    if red == _norm_axes(x.ndim, axis)[0]:
+        return _batchnorm_bwd(xp, gy, x, g, a, red, axis, want, out or {})
+    # layer norm: statistics per row (over ``axis``), parameter gradients over the other axes
+    xhat, _, inv = _centered(xp, x, a, red)
+    xhat *= inv
+    other = tuple(i for i in range(x.ndim) if i != axis)
+    m = _numel([x.shape[i] for i in red])
+    into = out or {}
+    out = {}
+    if 2 in want:
+        out[2] = sums(xp, gy, other, keepdims=False)
+    if 1 in want:
+        out[1] = dots(xp, gy, xhat, other, keepdims=False)
+    if 0 in want:
+        dxhat = gy * g.reshape(_bias_shape(x.shape, axis))
+        s1 = sums(xp, dxhat, red) / m
+        s2 = dots(xp, dxhat, xhat, red) / m
+        dx = xhat
+        dx *= s2
+        dx += s1
+        xp.subtract(dxhat, dx, out=dx)
+        out[0] = xp.multiply(dx, inv, out=into.get(0))
     return out
 
 
@@ -1104,16 +1214,19 @@ def _stats_temp(shape, reduce_axes, e) -> int:
     return e * (shape[-1] + 8 * (_numel(shape) // max(1, shape[-1])))
 
 
-def _pm_temp(x, o, k, s, p, e, cap) -> tuple:
-    """(slab buffer and column workspace, one tile's product) bytes of :func:`_pm_tiles` /
-    :func:`_pm_conv` on input ``x`` with ``o`` output channels (a ``(images*pixels, o)``
-    product; the weight gradient's ``(o, k*k*c)`` parts are counted by its caller)."""
+def _pm_temp(x, o, k, s, p, e, cap, row_taps=False) -> tuple:
+    """(slab buffer and column workspace, the tile products held at once) bytes of
+    :func:`_pm_tiles` / :func:`_pm_conv` on input ``x`` with ``o`` output channels (a
+    ``(images*pixels, o)`` product, two with ``row_taps``: the sum and a kernel row's part; the
+    weight gradient's ``(o, k*k*c)`` parts are counted by its caller)."""
     n, c, h, w = x
     ho, wo = _out_hw(h, w, k, s, p)
     n0, n1, r0, r1 = _conv_tiles(n, ho, wo, c * k * k, e, cap)[0]
     nb, rows = n1 - n0, r1 - r0
-    work = nb * rows * wo * k * k * c * e + nb * ((rows - 1) * s + k) * (w + 2 * p) * c * e
-    return work, nb * rows * wo * o * e
+    rows_in = (rows - 1) * s + k
+    cols = nb * (rows_in if row_taps else rows * k) * wo * k * c * e
+    work = cols + nb * rows_in * (w + 2 * p) * c * e
+    return work, nb * rows * wo * o * e * (2 if row_taps else 1)
 
 
 def _conv_fwd_temp(x, wt, s, p, e, cap, out_given) -> int:
@@ -1124,7 +1237,8 @@ def _conv_fwd_temp(x, wt, s, p, e, cap, out_given) -> int:
     if k == 1 and p == 0:                # no columns (a strided 1x1: its subsampled copy)
         return result + (n * c * ho * wo * e if s > 1 else 0)
     if _pixel_major(c, k, wo):           # the reordered weight, slab and columns, a tile's product
-        return result + o * c * k * k * e + sum(_pm_temp(x, o, k, s, p, e, cap))
+        return result + o * c * k * k * e + sum(_pm_temp(x, o, k, s, p, e, cap,
+                                                         _row_taps(s, ho, wo)))
     tiles = _conv_tiles(n, ho, wo, c * k * k, e, cap)
     n0, n1, r0, r1 = tiles[0]
     nb, rows = n1 - n0, r1 - r0
@@ -1183,11 +1297,17 @@ def _conv_dx_temp(x, wt, gy, s, p, e, cap, out_given) -> int:
     if s == 1 and p <= k - 1 and o <= c and n * ho * wo >= DX_AMORTISE_PIXELS:
         if _pixel_major(o, k, w):        # the flipped kernel, then the forward's pixel-major work
             return (o * c * k * k * e + (0 if out_given else xs)
-                    + sum(_pm_temp(gy, c, k, 1, k - 1 - p, e, cap)))
+                    + sum(_pm_temp(gy, c, k, 1, k - 1 - p, e, cap, _row_taps(1, h, w))))
         return o * c * k * k * e + _conv_fwd_temp(gy, (c, o, k, k), 1, k - 1 - p, e, cap, out_given)
     if k == 1 and p == 0:
         return xs + n * c * ho * wo * e
     pad = n * c * (h + 2 * p) * (w + 2 * p) * e
+    if _pixel_major(c, k, wo):           # the reordered weight, the padded gradient, then a
+        n0, n1, r0, r1 = _conv_tiles(n, ho, wo, c * k * k, e, cap)[0]   # tile's g and columns
+        pix = (n1 - n0) * (r1 - r0) * wo
+        adds = _bufs(3, (n1 - n0, r1 - r0, wo, c), e)             # the taps' strided adds
+        return (o * c * k * k * e + pad + max(pix * o * e + pix * k * k * c * e + adds,
+                                              0 if out_given else xs))
     n0, n1, r0, r1 = _conv_tiles(n, ho, wo, c * k * k, e, cap)[0]
     cols = (n1 - n0) * c * k * k * (r1 - r0) * wo * e
     g = (n1 - n0) * o * (r1 - r0) * wo * e if _merged(ho, wo, k) else 0
@@ -1245,7 +1365,7 @@ def kernel_temp_bytes(name, phase, in_shapes, out_shape, attrs, itemsize=4, want
             return 2 * ys if ins[0][2] == attrs["kernel"] and ins[0][3] == attrs["kernel"] else ys
         if name in ("batch_norm", "layer_norm"):
             return res + _stats_temp(ins[0], _batchnorm_axes_of(ins[0], attrs)[0], e) + \
-                _bufs(1, out, e)
+                _bufs(1, out, e) + _expanded_temp(name, ins[0], attrs, e)
         if name == "softmax_cross_entropy":
             n = ins[0][0]
             return 2 * xs + 8 * n * e + 8 * n
@@ -1299,7 +1419,7 @@ def kernel_temp_bytes(name, phase, in_shapes, out_shape, attrs, itemsize=4, want
         extra = xs if name == "layer_norm" and 0 in want else 0
         return (xs + extra + (0 if 0 in into or 0 not in want else xs)
                 + 2 * _stats_temp(ins[0], red, e) + _stats_temp(ins[0], other, e)
-                + _bufs(1, ins[0], e))
+                + _bufs(1, ins[0], e) + (_expanded_temp(name, ins[0], attrs, e) if 0 in want else 0))
     if name == "softmax_cross_entropy":
         n = ins[0][0]
         return 3 * xs + 8 * n * e + 8 * n
@@ -1307,6 +1427,15 @@ def kernel_temp_bytes(name, phase, in_shapes, out_shape, attrs, itemsize=4, want
         scores, side, stats = _attention_temps(ins[0], attrs, e)
         return 2 * scores + side + stats + (0 if 0 in into else xs) + _bufs(1, out, e)
     return 0                     # add, reshape, concat: views of the output gradient
+
+
+def _expanded_temp(name, shape, a, e) -> int:
+    """A batch norm's per-channel operand expanded over the map (:func:`_per_channel`; one at
+    a time)."""
+    axis = a["axis"] % len(shape)
+    if name != "batch_norm" or not _expands(shape, axis):
+        return 0
+    return _numel(shape[axis:]) * e
 
 
 def _batchnorm_axes_of(shape, a):

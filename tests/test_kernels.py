@@ -50,6 +50,7 @@ CASES = [  # n, c, o, h, w, k, stride, pad
     # pixel-major columns (PIXEL_MAJOR_MIN_CHANNELS channels, maps up to PIXEL_MAJOR_MAX_WIDTH)
     (2, 16, 16, 16, 16, 3, 1, 1), (3, 20, 16, 17, 15, 3, 1, 1), (2, 16, 32, 9, 9, 3, 2, 1),
     (2, 16, 16, 18, 18, 3, 1, 0), (2, 16, 16, 16, 16, 5, 1, 1), (1, 16, 24, 11, 32, 3, 1, 1),
+    (2, 16, 16, 20, 20, 5, 1, 2),         # and ROW_TAPS_PIXELS: one kernel row's taps a column
 ]
 
 
