@@ -27,10 +27,11 @@ def _band(rng, dtype, n, c, rows, w, extra=2):
 CASES = [(2, 8, 3, 5, 16, 1), (2, 8, 3, 5, 16, 2), (1, 16, 1, 4, 8, 1), (3, 4, 5, 7, 6, 2)]
 
 
+@pytest.mark.parametrize("merge", [True, False])
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 @pytest.mark.parametrize("n,c,rows,w,o,s", CASES)
-def test_forward_is_the_whole_op_kernel_bit_for_bit(monkeypatch, dtype, n, c, rows, w, o, s):
-    monkeypatch.setattr(bk, "MERGE_WEIGHT", 0)            # merged at these small weights too
+def test_forward_is_the_whole_op_kernel_bit_for_bit(monkeypatch, merge, dtype, n, c, rows, w, o, s):
+    monkeypatch.setattr(bk, "MERGE_WEIGHT", 0 if merge else 1 << 60)   # merged at small weights
     rng = np.random.default_rng(1)
     x = _band(rng, dtype, n, c, rows, w)
     wt = rng.standard_normal((o, c, 1, 1)).astype(dtype)
@@ -38,6 +39,9 @@ def test_forward_is_the_whole_op_kernel_bit_for_bit(monkeypatch, dtype, n, c, ro
     buf = np.full((n, o, ref.shape[2] + 1, ref.shape[3]), np.nan, dtype=dtype)
     bk.conv1x1_forward(np, x, wt, s, buf[:, :, 1:])          # a view: tail rows before it
     assert np.array_equal(buf[:, :, 1:], ref) and np.isnan(buf[:, :, 0]).all()
+    out = np.empty_like(ref)
+    bk.conv1x1_forward(np, x, wt, s, out)                    # a whole buffer
+    assert np.array_equal(out, ref)
 
 
 @pytest.mark.parametrize("merge", [True, False])
@@ -102,7 +106,9 @@ def test_temporaries_are_what_the_plan_counts(monkeypatch, merge, whole, fill, n
     gy = rng.standard_normal((n, o, ho, wo)).astype(np.float32)
     y = np.empty((n, o, ho, wo), np.float32)
     dw, dx = np.zeros(wt.shape, np.float32), np.zeros(x.shape, np.float32)
-    cases = [("forward", (), lambda: bk.conv1x1_forward(np, x, wt, s, y))]
+    ytail = np.empty((n, o, ho + 1, wo), np.float32)[:, :, 1:]
+    cases = [("forward", (), lambda: bk.conv1x1_forward(np, x, wt, s, y)),
+             ("forward", "tail", lambda: bk.conv1x1_forward(np, x, wt, s, ytail))]
     for want in ((0, 1), (1,), (0,)):
         cases.append(("backward", want, lambda want=want: bk.conv1x1_backward(
             np, gy, x, wt, s, dw if 1 in want else None, fill, dx if 0 in want else None, fill)))
@@ -110,7 +116,8 @@ def test_temporaries_are_what_the_plan_counts(monkeypatch, merge, whole, fill, n
         fn()                                                   # BLAS / SciPy set up
         got = _traced(fn)
         pred = bk.conv1x1_temp_bytes(phase, x.shape, wt.shape, s, 4, want, dw_fill=fill,
-                                     dx_fill=fill, x_whole=whole, dx_whole=True)
+                                     dx_fill=fill, x_whole=whole, dx_whole=True,
+                                     out_whole=want != "tail")
         # never below what was allocated by more than a call's Python objects (ufunc iterators),
         # as tests/test_step_memory's kernel check, and not far above
         assert got - 6000 <= pred <= 1.1 * got + 6000, (phase, want, pred, got)

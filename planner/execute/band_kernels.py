@@ -107,14 +107,24 @@ def gemm_into(xp, a, b, c, accumulate: bool) -> None:
 
 def conv1x1_forward(xp, x, w, s: int, out) -> None:
     """A 1x1, unpadded, stride-``s`` convolution of band input ``x`` (``(N, C, H, W)``, a view)
-    with weight ``w`` into ``out`` (``(N, O, Ho, Wo)``, a view of the band buffer), the images in
-    one GEMM (use it where :func:`merged`; elsewhere the whole-op kernel's per-image GEMMs)."""
+    with weight ``w`` into ``out`` (``(N, O, Ho, Wo)``, a view of the band buffer): the images in
+    one GEMM where :func:`merged`, else the whole-op kernel's per-image GEMMs (the same call:
+    the same bits), straight into ``out`` when it is contiguous."""
     if s > 1:
         x = x[:, :, ::s, ::s]
     n, c, ho, wo = x.shape
     o = w.shape[0]
-    y = xp.matmul(w.reshape(o, c), _images_merged(xp, x))
-    out[...] = y.reshape(o, n, ho, wo).transpose(1, 0, 2, 3)
+    w2 = w.reshape(o, c)
+    if merged(ho, wo, o, c):
+        y = xp.matmul(w2, _images_merged(xp, x))
+        out[...] = y.reshape(o, n, ho, wo).transpose(1, 0, 2, 3)
+        return
+    if s > 1:                            # the subsampled input as the columns (as planner.ops)
+        x = xp.ascontiguousarray(x)
+    if out.flags.c_contiguous:
+        xp.matmul(w2, x.reshape(n, c, ho * wo), out=out.reshape(n, o, ho * wo))
+    else:
+        out[...] = xp.matmul(w2, x.reshape(n, c, ho * wo)).reshape(n, o, ho, wo)
 
 
 def conv1x1_backward(xp, gy, x, w, s: int, dw, dw_fill: bool, dx, dx_fill: bool) -> None:
@@ -156,20 +166,23 @@ def conv1x1_backward(xp, gy, x, w, s: int, dw, dw_fill: bool, dx, dx_fill: bool)
 
 def conv1x1_temp_bytes(phase: str, x_shape, w_shape, s: int, itemsize: int, want=(),
                        dw_fill: bool = False, dx_fill: bool = False, x_whole: bool = True,
-                       dx_whole: bool = True) -> int:
+                       dx_whole: bool = True, out_whole: bool = True) -> int:
     """The most bytes :func:`conv1x1_forward` (``phase`` ``"forward"``) or
     :func:`conv1x1_backward` (``"backward"``: gradient positions ``want``, 0 the input's, 1 the
     weight's; ``dw_fill`` and ``dx_fill`` as passed) holds at once on NumPy beyond its inputs
     and the buffers it writes. ``x_shape``: the band input as the kernel gets it; ``x_whole`` /
-    ``dx_whole``: whether the band input / its gradient rows are a whole buffer, not rows cut out
-    of a larger one (SciPy's ``gemm`` reads contiguous matrices only: it takes a copy of an
+    ``dx_whole`` / ``out_whole``: whether the band input / its gradient rows / the forward's
+    output rows are a whole buffer, not rows cut out of a larger one (SciPy's ``gemm`` reads contiguous matrices only: it takes a copy of an
     image's rows; NumPy adds into a strided view through ufunc buffers)."""
     n, c, h, w = x_shape
     o = w_shape[0]
     ho, wo = (h - 1) // s + 1, (w - 1) // s + 1
     px = n * ho * wo * itemsize
     if phase == "forward":
-        return px * (c + o)                       # the merged input, then the product beside it
+        if merged(ho, wo, o, c):                  # the merged input, then the product beside it
+            return px * (c + o)
+        # a strided band's subsampled copy; the product, when not straight into ``out``
+        return (px * c if s > 1 else 0) + (0 if out_whole else px * o)
     merge = merged(ho, wo, o, c)
     dw = 0
     if 1 in want:

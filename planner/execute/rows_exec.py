@@ -108,16 +108,14 @@ def _band_attrs(ly, i) -> dict:
     return attrs
 
 
-def conv1x1_band(ly, i, phase: str, rows: int) -> bool:
-    """Whether region op ``i``'s band step runs :mod:`planner.execute.band_kernels`' 1x1
-    convolution: an unpadded 1x1 convolution's backward always (its weight gradient added inside
-    the GEMM, its input gradient written into the buffer), its forward where the band's images
-    merge into one GEMM (``rows`` output rows a band; elsewhere the whole-op kernel, the same
-    per-image GEMMs)."""
+def conv1x1_band(ly, i) -> bool:
+    """Whether region op ``i``'s band steps run :mod:`planner.execute.band_kernels`' 1x1
+    convolution (an unpadded 1x1 convolution): its forward straight into the band buffer (a
+    band's images in one GEMM where that pays), its backward's weight gradient added inside the
+    GEMM and input gradient written into the buffer."""
     if ly.ops[i] != "conv2d" or int(ly.k[i]) != 1 or ly.attrs[i]["pad"] != 0:
         return False
-    o, c = ly.in_shapes[i][1][:2]
-    return phase == "backward" or band_kernels.merged(rows, int(ly.out_shapes[i][3]), int(o), int(c))
+    return True
 
 
 def buffer_offset(p, key) -> int:
@@ -456,7 +454,7 @@ class _Compiler:
         if fresh < hi:
             specs, cut = self.inputs(st, fresh, hi)
             info[3:6] = specs, cut.crop, hi - fresh
-            if conv1x1_band(ly, i, "forward", hi - fresh):
+            if conv1x1_band(ly, i):
                 self.method = "_band1x1"
                 return tuple(info[:4]) + (int(ly.s[i]),)
         return tuple(info)
@@ -524,7 +522,7 @@ class _Compiler:
             off = self.offset(key)
             a, b = cut.r0 - off, cut.r1 - off
             targets.append((k, key, (cut.top, cut.r1 - cut.r0, cut.side, a, b), first))
-        if conv1x1_band(ly, i, "backward", hi - lo):
+        if conv1x1_band(ly, i):
             self.method = "_bandbwd1x1"
             dx = next(((key, crop[3], crop[4], fill) for k, key, crop, fill in targets if k == 0), None)
             dw = next(((key, fill) for k, key, crop, fill in targets if k == 1), None)

@@ -379,8 +379,12 @@ def _conv1x1_temp(g, p, st, i, phase, shapes, cut, want, e) -> int:
 
     ly = p.layers
     s = int(ly.s[i])
-    if phase == "forward":
-        return band_kernels.conv1x1_temp_bytes(phase, shapes[0], shapes[1], s, e)
+    if phase == "forward":               # into the band buffer: all of it without tail rows
+        lo, hi = (int(v) for v in p.phase_ranges[st.level, i, st.band])
+        out_whole = int(p.phase_fresh[st.level, i, st.band]) == lo and \
+            p.walk.shapes[st.writes[0][0]][0][2] == hi - lo
+        return band_kernels.conv1x1_temp_bytes(phase, shapes[0], shapes[1], s, e,
+                                               out_whole=out_whole)
     keys = [key for key, _ in st.writes]
     first = functools.partial(rows_exec._first, st)      # allocated here, written once: set
 
@@ -430,7 +434,7 @@ def _rows_temp(g, p, st) -> int:
         attrs = rows_exec._band_attrs(ly, i)
         band_out, _ = OPS[name].infer(shapes, [ly.dtypes[i]] * len(shapes), attrs)
         phase = "forward" if st.kind == "band" else "backward"
-        if rows_exec.conv1x1_band(ly, i, phase, hi - lo):      # planner.execute.band_kernels
+        if rows_exec.conv1x1_band(ly, i):                     # planner.execute.band_kernels
             return copies + _conv1x1_temp(g, p, st, i, phase, shapes, cut, want, e)
         if st.kind == "band":            # a kernel writing the band buffer holds no result
             direct = rows_exec.writes_band_directly(p, st)
