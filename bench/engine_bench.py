@@ -80,7 +80,7 @@ def make_graph(n: int, m: int, seed: int, kind: str = "powerlaw", exponent: floa
 
 def save_edgelist(path, src, dst, weights, header: str) -> None:
     """The graph as ``src dst weight`` lines (weights at full precision), written atomically."""
-    from hgraph.fileio import atomic_write
+    from hgraph.common.fileio import atomic_write
 
     with atomic_write(path, "w", encoding="ascii") as handle:
         handle.write(f"# {header}\n")
@@ -119,7 +119,7 @@ def main(argv=None) -> int:
 
     import hgraph
     from hgraph.algorithms import SSSP
-    from hgraph.progress import mode_runs
+    from hgraph.common.progress import mode_runs
 
     n, m = args.vertices, args.edges
     t0 = time.perf_counter()
@@ -192,7 +192,7 @@ def main(argv=None) -> int:
                       ratio_ray_over_inprocess_after_first=ray_steps_s / local_steps_s)
 
     if args.json:
-        from hgraph.fileio import write_text
+        from hgraph.common.fileio import write_text
 
         write_text(args.json, json.dumps(record, indent=1) + "\n")
         print(f"wrote {args.json}")

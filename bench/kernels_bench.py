@@ -460,8 +460,8 @@ def plan_steps(name, sizes, dtype="float32", budget="60%", rows=4, policy="share
     timeline and the gradients' copy-out are in it, on every side alike). Each plan's row: FLOP
     ratio to the plain step, time ratio, and their quotient (the acceptance: at most
     :data:`PLAN_SLACK`)."""
+    from hgraph.common.errors import InfeasibleError
     import planner
-    from hgraph.errors import InfeasibleError
     from planner.execute import backend, executor, export, rows_exec
     from planner.ops import BACKWARD_FLOPS_FACTOR
     from planner.rows import layers as rows_layers
@@ -529,7 +529,7 @@ def plans_table(rows: list) -> str:
 def _plans_main(args, names, argv=None) -> int:
     """``--plans``: the plan-step / plain-step table, in this process with ``--threads`` BLAS
     threads (set before NumPy loads: the driver re-runs itself with the variables set)."""
-    from hgraph.fileio import write_text
+    from hgraph.common.fileio import write_text
 
     rerun = with_threads(args.threads, __file__, argv)
     if rerun is not None:
@@ -730,7 +730,7 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     if args.worker:
         return _worker_main(args.worker, args.spec)
-    from hgraph.fileio import write_text
+    from hgraph.common.fileio import write_text
 
     if args.threads is None:
         args.threads = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()

@@ -69,8 +69,8 @@ def _strip(x):
 
 def plan_hash(g, **options) -> str:
     """sha256 of the plan's schedule and report (no ``seconds``), or of its one-line error."""
+    from hgraph.common.errors import HGraphError
     import planner
-    from hgraph.errors import HGraphError
 
     h = hashlib.sha256()
     try:

@@ -35,8 +35,8 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from forked import TIMEOUT, run_limited  # noqa: E402  (bench/ is not a package)
 
+from hgraph.common.fileio import write_text  # noqa: E402
 from planner import cg, synth  # noqa: E402
-from hgraph.fileio import write_text  # noqa: E402
 from planner.dp import scale  # noqa: E402
 
 GENERATORS = ("transformer", "cnn")
@@ -55,8 +55,8 @@ def write_graph(kind: str, nodes: int, work: Path) -> Path:
 
 
 def _plan(path, budget, strategy, window, cap):
+    from hgraph.common.errors import InfeasibleError
     import planner
-    from hgraph.errors import InfeasibleError
 
     t0 = time.perf_counter()
     try:

@@ -40,9 +40,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from hgraph.common.errors import HGraphError, InfeasibleError  # noqa: E402
+from hgraph.common.fileio import write_text  # noqa: E402
 import planner  # noqa: E402
-from hgraph.errors import HGraphError, InfeasibleError  # noqa: E402
-from hgraph.fileio import write_text  # noqa: E402
 from planner.execute import backend as backend_mod, executor, export, rows_exec, step_memory, zoo  # noqa: E402
 from planner.rows import layers as rows_layers, plan as rows_plan, with_dp  # noqa: E402
 

@@ -21,8 +21,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from hgraph.common.errors import InfeasibleError  # noqa: E402
 import planner  # noqa: E402
-from hgraph.errors import InfeasibleError  # noqa: E402
 from planner.execute import executor, export, rows_exec, step_memory, zoo  # noqa: E402
 from planner.rows import plan as rows_plan  # noqa: E402
 from tests.test_step_memory import ROWS, SIZES  # noqa: E402

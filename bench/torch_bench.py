@@ -215,7 +215,7 @@ def _the_plan(target, fronts):
     where the front has none such (the fx
     capture's front, for MemTracker's column), the plan at ``target``'s replayed peak, or the
     lowest plan where none fits."""
-    from hgraph.errors import InfeasibleError
+    from hgraph.common.errors import InfeasibleError
     from planner.torch.compiled import HGraphPartitioner
 
     class Same(HGraphPartitioner):
@@ -402,7 +402,7 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     if args.list_front:
         return list_fronts(args.models.split(","))
-    from hgraph.fileio import write_text
+    from hgraph.common.fileio import write_text
     from planner.torch.model_file import load
 
     os.makedirs(args.out, exist_ok=True)

@@ -5,7 +5,7 @@ reaches: ``planner.torch.plan_for_step``'s choice (the front of :mod:`planner.to
 ``front.pick``) is applied as an eager step (``planner.torch.apply``) and its second run is
 metered by ``torch.distributed._tools.mem_tracker.MemTracker`` (``measure.measure_step``: every
 tensor through the dispatcher, less parameters, buffers, inputs and the labels the loss reads), or the budget is refused with
-:class:`hgraph.errors.InfeasibleError` (checked to be one line). Each row: the budget, what
+:class:`hgraph.common.errors.InfeasibleError` (checked to be one line). Each row: the budget, what
 happened, the measured peak, whether it is within the budget; per model, whether the measured
 peaks are monotone (a lower budget never measures higher).
 
@@ -116,9 +116,9 @@ def load_spec(name):
 def sweep(model, inputs, loss, percents=PERCENTS) -> list:
     """One row per budget: percent, budget bytes, outcome ('plan' or the refusal's line),
     measured peak (MemTracker), within (measured <= budget), replayed peak, recompute FLOPs."""
-    import planner.torch as pt
-    from hgraph.errors import InfeasibleError
+    from hgraph.common.errors import InfeasibleError
     from planner.torch import front, measure
+    import planner.torch as pt
 
     tg = pt.graph(model, *inputs, loss=loss)
     fr = front.front(tg)
@@ -172,7 +172,7 @@ def main(argv=None) -> int:
     ap.add_argument("--out", default="out/torch_budget_sweep")
     args = ap.parse_args(argv)
     sys.path[:0] = [os.path.dirname(HERE)]
-    from hgraph.fileio import write_text
+    from hgraph.common.fileio import write_text
 
     os.makedirs(args.out, exist_ok=True)
     percents = [int(p) for p in args.percents.split(",")]

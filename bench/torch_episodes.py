@@ -69,7 +69,7 @@ def main(argv=None) -> int:
     ap.add_argument("--solver", default="approx")
     ap.add_argument("--capture", choices=("eager", "inductor"), default="eager")
     a = ap.parse_args(argv)
-    from hgraph.errors import HGraphError
+    from hgraph.common.errors import HGraphError
 
     try:
         budgets = [float(b) for b in a.budgets.split(",")]

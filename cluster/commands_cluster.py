@@ -53,7 +53,7 @@ import sys
 import time
 from pathlib import Path, PurePath
 
-from hgraph.errors import HGraphError
+from hgraph.common.errors import HGraphError
 from hgraph.runtime.ray_connect import probe
 
 NAME = "cluster"

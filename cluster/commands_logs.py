@@ -38,7 +38,7 @@ def add_arguments(parser) -> None:
 
 def main(args) -> int:
     from cluster import jobs_api, ship_outputs
-    from hgraph.errors import HGraphError
+    from hgraph.common.errors import HGraphError
 
     client = jobs_api.connect(args.address)
     if args.follow:

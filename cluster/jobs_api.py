@@ -45,8 +45,8 @@ import time
 from pathlib import Path
 
 from cluster import ship_outputs
-from hgraph.errors import HGraphError
-from hgraph.fileio import check_writable, write_bytes
+from hgraph.common.errors import HGraphError
+from hgraph.common.fileio import check_writable, write_bytes
 from hgraph.runtime.ray_connect import is_dashboard_address, probe, split_host_port
 
 #: Packages a job needs on the cluster.

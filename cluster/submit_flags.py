@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 import os
 
-from hgraph.errors import HGraphError
+from hgraph.common.errors import HGraphError
 from hgraph.runtime.ray_connect import is_dashboard_address
 
 DEFAULT_JOB_TIMEOUT_S = 3600.0

@@ -4,9 +4,11 @@
     g = hgraph.Graph.from_edges(src, dst, weights)
     result = hgraph.run(program, g, tasks=4, mode="hybrid")     # see hgraph.api.run
 
-The names below are loaded on first use (a module ``__getattr__``), so ``import hgraph.errors``
-or ``hgraph.fileio`` does not start NumPy, the master loop, the wire format or the checkpoint
-store: a command line that only builds its parser, or fails on a bad flag, stays instant.
+The names below are loaded on first use (a module ``__getattr__``), so ``import
+hgraph.common.errors`` or ``hgraph.common.fileio`` (:mod:`hgraph.common`: what the engine, the
+planner and the jobs share) does not start NumPy, the master loop, the wire format or the
+checkpoint store: a command line that only builds its parser, or fails on a bad flag, stays
+instant.
 """
 
 import importlib

@@ -8,7 +8,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from hgraph.errors import HGraphError
+from hgraph.common.errors import HGraphError
 from hgraph.master import MODES, Master
 from hgraph.partition import Partition
 from hgraph.runtime import RUNTIMES, create
@@ -60,7 +60,7 @@ def run(program, graph, tasks: int = 1, blocks: int = 1, mode: str = "hybrid",
     ``checkpoint_dir`` (default: a new temporary directory); when a worker dies the job resumes
     from the last checkpoint. ``inject_failure=S`` kills one worker at superstep S (once) to
     exercise that. ``max_recoveries`` bounds the recoveries of one job: a worker that dies every
-    time (out of memory, say) fails the job with one :class:`~hgraph.errors.HGraphError` line
+    time (out of memory, say) fails the job with one :class:`~hgraph.common.errors.HGraphError` line
     naming the worker and the superstep instead of replaying forever. ``progress`` is called with each superstep's stats row. ``timeout`` bounds every
     wait on a Ray worker (seconds).
 

@@ -27,7 +27,7 @@ from pathlib import Path
 
 import msgpack
 
-from hgraph.fileio import write_bytes, write_text
+from hgraph.common.fileio import write_bytes, write_text
 
 VERSION = 1
 

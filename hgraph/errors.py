@@ -1,43 +1,4 @@
-"""User-facing errors.
+"""Temporary alias of :mod:`hgraph.common.errors` while in-flight branches move over; removed in
+this session (issue 25)."""
 
-Anything a user can cause (a malformed file, an absurd argument, an unreachable cluster) raises
-:class:`HGraphError` (or a subclass). The CLI prints ``str(err)`` as one line on stderr and exits
-with ``err.exit_code`` — never a traceback. Library callers get an ordinary exception.
-"""
-
-from __future__ import annotations
-
-
-class HGraphError(Exception):
-    """An error whose message is fit to show a user as one line."""
-
-    exit_code = 2
-
-    def __init__(self, message: str, *, exit_code: int | None = None):
-        super().__init__(message)
-        if exit_code is not None:
-            self.exit_code = exit_code
-
-
-class InputError(HGraphError):
-    """A malformed input file: the message names the file, the line and the problem."""
-
-    def __init__(self, path, line: int | None, problem: str):
-        where = f"{path}:{line}" if line is not None else f"{path}"
-        super().__init__(f"{where}: {problem}")
-        self.path, self.line, self.problem = path, line, problem
-
-
-class InfeasibleError(HGraphError):
-    """No plan fits the request (for example a memory budget below the smallest feasible one)."""
-
-    exit_code = 3
-
-
-class WorkerLost(Exception):
-    """A worker (task) died mid-job. Raised by a runtime; the master recovers from the last
-    checkpoint (not a user error: it is caught, never shown, unless recovery gives up)."""
-
-    def __init__(self, tasks, cause: str = ""):
-        self.tasks = sorted(set(tasks))
-        super().__init__(f"worker(s) {self.tasks} lost{': ' + cause if cause else ''}")
+from hgraph.common.errors import *  # noqa: F401,F403

@@ -19,7 +19,7 @@ from typing import Mapping
 
 import numpy as np
 
-from hgraph.errors import HGraphError
+from hgraph.common.errors import HGraphError
 
 
 def _stable_order(keys: np.ndarray) -> np.ndarray:

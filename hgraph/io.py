@@ -13,7 +13,7 @@ Vertices are ``0..max id`` (or the ``n`` given): ids are dense, so the largest i
 per-vertex array. Without ``n``, an id of more than :data:`ID_SPACE_PER_ID` times the number of
 ids in the file (and at least :data:`MIN_ID_SPACE`) is refused: it is almost surely a stray
 value, and would otherwise allocate memory for every id below it. A malformed file raises
-:class:`hgraph.errors.InputError` naming the file, the line and the problem.
+:class:`hgraph.common.errors.InputError` naming the file, the line and the problem.
 
 Parsing does not loop in Python per line: the bytes are scanned with NumPy to find the tokens and
 their lines, and the numbers are read by one ``np.fromstring`` call, so a 10M-edge file loads in
@@ -34,7 +34,7 @@ from pathlib import Path
 
 import numpy as np
 
-from hgraph.errors import InputError
+from hgraph.common.errors import InputError
 from hgraph.graph import Graph
 
 FORMATS = ("auto", "edgelist", "adjacency", "adjacency-weighted", "adjacency-unweighted")

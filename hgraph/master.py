@@ -27,8 +27,9 @@ from typing import Any, Callable
 
 import numpy as np
 
+from hgraph.common.errors import HGraphError
 from hgraph.cost_model import HybridSwitcher
-from hgraph.errors import HGraphError, WorkerLost
+from hgraph.runtime import WorkerLost
 from hgraph.worker import finish_aggregates, reduce_aggregates
 
 MODES = ("push", "pull", "hybrid")

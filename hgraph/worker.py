@@ -34,7 +34,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from hgraph import wire
-from hgraph.errors import HGraphError
+from hgraph.common.errors import HGraphError
 from hgraph.exactsum import ExactSum
 
 _ALWAYS_EXACT = {np.minimum, np.maximum, np.fmin, np.fmax, np.logical_or, np.logical_and,

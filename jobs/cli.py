@@ -14,7 +14,7 @@ job does:
     def add_arguments(parser): ...     # argparse, job-specific flags
     def main(args) -> int: ...         # run; return the exit code
 
-Errors a user can cause are :class:`hgraph.errors.HGraphError`; they print as one line and exit
+Errors a user can cause are :class:`hgraph.common.errors.HGraphError`; they print as one line and exit
 non-zero, never with a traceback.
 
 A command that only plans runs NumPy's BLAS on one thread unless ``OPENBLAS_NUM_THREADS`` says
@@ -37,7 +37,7 @@ import sys
 from typing import Sequence
 
 from cluster import submit_flags
-from hgraph.errors import HGraphError
+from hgraph.common.errors import HGraphError
 
 #: The job table: name -> module. The only place that names what jobs exist.
 JOBS = {
@@ -232,7 +232,7 @@ def main(argv: list[str] | None = None) -> int:
         for name, help_text in rows:
             print(f"{name.ljust(width)}  {help_text}")
         return 0
-    from hgraph.fileio import check_writable
+    from hgraph.common.fileio import check_writable
 
     try:
         for flag in OUTPUT_FLAGS:       # an output that cannot be written fails before any work

@@ -6,7 +6,7 @@ vertex program, how its values print — and hands the rest to :func:`run_engine
 * the graph comes from ``--graph`` through :func:`hgraph.io.load` (bad input: one line naming
   file and line, exit 2);
 * the runtime is in-process unless ``--runtime ray`` or ``--address`` says otherwise;
-* per-superstep progress goes to stderr (:mod:`hgraph.progress`);
+* per-superstep progress goes to stderr (:mod:`hgraph.common.progress`);
 * ``--out`` gets ``vid<TAB>value`` lines sorted by vid and ``--stats`` a JSON list with one
   object per superstep, both written atomically (a failed run leaves no half-written file and
   keeps an earlier one).
@@ -27,8 +27,8 @@ from typing import Any, Callable, Iterable, Sequence
 
 import numpy as np
 
-from hgraph.errors import HGraphError
-from hgraph.fileio import atomic_write
+from hgraph.common.errors import HGraphError
+from hgraph.common.fileio import atomic_write
 from jobs.flags import add_common_arguments, add_recovery_arguments
 
 #: Stats fields every superstep row carries (the engine may add more, e.g. failures).
@@ -86,7 +86,7 @@ def load_graph(path: str | os.PathLike):
 def run_program(args: argparse.Namespace, program, graph, *, progress_total: int | None = None):
     """Run ``program`` on ``graph`` with the engine flags in ``args``; returns the engine's result."""
     import hgraph
-    from hgraph.progress import make_reporter
+    from hgraph.common.progress import make_reporter
 
     runtime = runtime_of(args)
     max_supersteps = getattr(args, "max_supersteps", None)
@@ -133,7 +133,7 @@ def run_engine_job(args: argparse.Namespace, make_program: Callable[[Any], Any],
     if getattr(args, "stats", None):
         write_stats(args.stats, result.stats)
     if (getattr(args, "progress", "auto") or "auto") != "off":
-        from hgraph.progress import summary_line
+        from hgraph.common.progress import summary_line
 
         print(f"{getattr(args, 'job', None) or 'job'}: {summary_line(result.stats)}", file=sys.stderr)
     return 0

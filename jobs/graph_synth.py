@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import sys
 
-from hgraph.errors import HGraphError
+from hgraph.common.errors import HGraphError
 from jobs.flags import positive_int
 
 NAME = "synth"

@@ -20,8 +20,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from hgraph.errors import HGraphError
 from hgraph.algorithms import PageRank, pagerank
+from hgraph.common.errors import HGraphError
 from jobs import common
 
 NAME = "pagerank"

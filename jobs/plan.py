@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import sys
 
-from hgraph.errors import HGraphError
+from hgraph.common.errors import HGraphError
 from jobs import common, rows_flags
 
 NAME = "plan"
@@ -71,9 +71,9 @@ def add_arguments(parser) -> None:
 
 
 def main(args) -> int:
-    import planner
-    from hgraph.progress import tracking
+    from hgraph.common.progress import tracking
     from planner import report
+    import planner
     from planner.budget import Budget
 
     for flag in ("max_supersteps", "stats"):

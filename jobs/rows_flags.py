@@ -32,8 +32,8 @@ from __future__ import annotations
 import json
 import sys
 
-from hgraph.errors import HGraphError
-from hgraph.fileio import write_text
+from hgraph.common.errors import HGraphError
+from hgraph.common.fileio import write_text
 from jobs import common
 
 POLICIES = ("overlap", "share", "auto")
@@ -133,7 +133,7 @@ def _emit(report: dict, path) -> None:
 
 def plan_main(args) -> int:
     """The plan job with ``--rows``: write the row plan's report and print its result line."""
-    from hgraph.progress import tracking
+    from hgraph.common.progress import tracking
 
     _refuse(args, PLAN_ONLY)
     with tracking(args.progress or "auto"):

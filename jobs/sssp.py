@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from hgraph.errors import HGraphError
 from hgraph.algorithms import SSSP
+from hgraph.common.errors import HGraphError
 from jobs import common
 
 NAME = "sssp"

@@ -11,7 +11,7 @@ chain; the MILP) → :func:`fit`, the one owner of the budget (solve, emit the s
 measures its peak and recomputation; re-solve below the budget when the replay exceeds it;
 else the smallest feasible budget) → the certificate (:mod:`planner.certificate`) → the
 :class:`Plan` and its report (:mod:`planner.report`). Each step is a stage of the current
-progress (:func:`hgraph.progress.current`: a live line when the plan job runs on a terminal).
+progress (:func:`hgraph.common.progress.current`: a live line when the plan job runs on a terminal).
 
 Example::
 
@@ -23,7 +23,7 @@ Example::
 
 ``p.schedule.write("sch.txt")`` writes the schedule in the reference's format.
 
-An infeasible budget raises :class:`hgraph.errors.InfeasibleError` whose message gives the
+An infeasible budget raises :class:`hgraph.common.errors.InfeasibleError` whose message gives the
 smallest feasible budget for that solver (``err.min_budget_bytes``). A plan is never worse than
 not planning: in bytes units, when the no-recomputation schedule fits the budget, the DP solvers
 keep everything (time-centric always; memory-centric when the DP's plan would not peak lower);
@@ -38,13 +38,14 @@ from pathlib import Path
 
 import numpy as np
 
-from hgraph.errors import HGraphError
-from hgraph.progress import current as current_progress
+from hgraph.common.errors import HGraphError
+from hgraph.common.formatting import format_bytes
+from hgraph.common.progress import current as current_progress
 from planner import cg, report as report_mod, simulate
 from planner.activation_graph import ActivationGraph
 from planner.analyses.engine import EngineOptions
 from planner.analyses.levels import levels
-from planner.budget import Budget, format_bytes
+from planner.budget import Budget
 from planner.dp.subsets import groups_to_chain
 from planner.dp_families import DEFAULT_MAX_LOWER_SETS
 from planner.emit import emit_groups

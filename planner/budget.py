@@ -8,7 +8,7 @@ Accepted forms (case-insensitive units, optional space before the unit):
 * ``60%`` — a percentage of ``baseline`` (the peak without recomputation), which the caller
   supplies once the graph is known.
 
-Anything else is one clear :class:`~hgraph.errors.HGraphError` naming the value. Two slips get
+Anything else is one clear :class:`~hgraph.common.errors.HGraphError` naming the value. Two slips get
 their own line: a bare number below 1 (``0.5`` — bytes, so almost surely a fraction meant as
 ``50%``) and a negative budget (``-5GB``).
 
@@ -28,9 +28,10 @@ import math
 import re
 from dataclasses import dataclass
 
-from hgraph.errors import HGraphError
+from hgraph.common.errors import HGraphError
+from hgraph.common.formatting import format_bytes  # noqa: F401  temporary: step_memory still imports it here
 
-__all__ = ["Budget", "parse_budget", "format_bytes"]
+__all__ = ["Budget", "parse_budget"]
 
 _UNITS = {
     "": 1, "b": 1,
@@ -126,12 +127,3 @@ def _exact_product(number_text: str, scale: int) -> int:
 def parse_budget(text, baseline: int | None = None) -> int:
     """Bytes for a ``--budget`` value; percentages need ``baseline`` (the no-recompute peak)."""
     return Budget.parse(text).resolve(baseline)
-
-
-def format_bytes(n: int) -> str:
-    """Human-readable bytes with binary units (``3.73 GiB``)."""
-    n = int(n)
-    for unit, scale in (("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
-        if abs(n) >= scale:
-            return f"{n / scale:.2f} {unit}"
-    return f"{n} B"

@@ -21,7 +21,8 @@ The bound is the largest of these, each valid on its own:
 * ``lp`` (``--certify lp``): the optimum of the model's LP relaxation over all ``n`` stages
   (every schedule of the model is a point of it), rounded up; only when HiGHS proves it
   optimal within the time limit, and only up to :data:`LP_MAX_CELLS` stage × node cells
-  (bigger models do not finish in minutes: resnet50's 176² does not in 90 s);
+  (bigger models do not finish in minutes; bench/NOTES_certificate.md, "Figures formerly
+  quoted in the code");
 * ``milp``: HiGHS's dual bound when the plan came from ``--solver milp`` over all ``n``
   stages at a budget no lower than the one certified.
 
@@ -52,9 +53,9 @@ __all__ = ["Certificate", "certify", "knapsack_bound", "MODES", "LP_AUTO_NODES",
 #: (the LP relaxation too, up to :data:`LP_MAX_CELLS`, within the time limit), ``off``.
 MODES = ("on", "lp", "off")
 #: Graphs up to this many activations get the LP relaxation with ``--certify on``. 0: the
-#: LP costs far more than the plan even on tiny graphs (0.23 s against a 0.013 s plan on 19
-#: activations, bench/NOTES_certificate.md), and on the reference graphs it is never above
-#: the knapsack bound where it finishes; ``--certify lp`` asks for it.
+#: LP costs far more than the plan even on tiny graphs (bench/NOTES_certificate.md, the
+#: timing section), and on the reference graphs it is never above the knapsack bound where
+#: it finishes; ``--certify lp`` asks for it.
 LP_AUTO_NODES = 0
 #: Largest model (stages × activations) the LP relaxation is tried on.
 LP_MAX_CELLS = 40_000

@@ -11,7 +11,7 @@ The format (spec: ``docs/FORMAT.md`` §1) is a header ``N M``, N variable lines
     <FunctionType>
     <JSON details>   (one line)
 
-The reader is strict: any deviation raises :class:`hgraph.errors.InputError` naming file, line and
+The reader is strict: any deviation raises :class:`hgraph.common.errors.InputError` naming file, line and
 what was expected, so a plan is never computed from a half-understood file. Because it accepts
 only the canonical spelling of every line, :func:`dumps` reproduces an accepted file byte for byte.
 
@@ -33,8 +33,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from hgraph.errors import InputError
-from hgraph.fileio import write_text
+from hgraph.common.errors import InputError
+from hgraph.common.fileio import write_text
 from planner.units import function_cost
 
 __all__ = ["Function", "FunctionColumns", "ComputationalGraph", "TAGS", "read", "loads", "write",

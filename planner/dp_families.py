@@ -8,7 +8,7 @@ activation graph. Which lower sets it may use is the *family*:
   N + 1 sets.
 * ``exact`` (``DP.cpp`` with lower sets sorted by size, "DPfix"): every lower set, numbered by
   size. Their number can explode (GoogLeNet: 27,358 for 134 nodes), so enumeration stops with a
-  clear :class:`~hgraph.errors.HGraphError` past ``max_lower_sets`` — unless the caller asked to
+  clear :class:`~hgraph.common.errors.HGraphError` past ``max_lower_sets`` — unless the caller asked to
   fall back to the approximate family.
 
 Sets are held in one of two ways (the DP reads either, :mod:`planner.dp.subsets`): rows of a
@@ -37,8 +37,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from hgraph.errors import HGraphError
-from hgraph.progress import current as current_progress
+from hgraph.common.errors import HGraphError
+from hgraph.common.progress import current as current_progress
 from planner.activation_graph import ActivationGraph
 from planner.analyses.local_stats import local_stats
 from planner.arrays import distinct, ranges, run_starts

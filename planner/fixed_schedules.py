@@ -19,7 +19,7 @@ import graphlib
 
 import numpy as np
 
-from hgraph.errors import HGraphError
+from hgraph.common.errors import HGraphError
 
 from planner import simulate
 from planner.schedule import Op, Schedule

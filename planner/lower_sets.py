@@ -32,7 +32,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from hgraph.errors import HGraphError
+from hgraph.common.errors import HGraphError
 
 __all__ = ["LowerSets", "all_lower_sets", "articulation_sets", "DEFAULT_MAX_LOWER_SETS",
            "TooManyLowerSets"]

@@ -40,8 +40,8 @@ import json
 
 import numpy as np
 
-from hgraph.fileio import atomic_write, write_text
-from planner.budget import format_bytes
+from hgraph.common.fileio import atomic_write, write_text
+from hgraph.common.formatting import format_bytes
 
 __all__ = ["build", "decisions", "dumps", "write_json", "summary_table", "print_summary", "plot",
            "solver_text", "approximations_text", "BASELINE_KINDS", "NO_BOUND_TEXT"]

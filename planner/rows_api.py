@@ -24,7 +24,7 @@ plain step's peak) or a :class:`planner.budget.Budget`. It holds the whole step
 temporaries, the allocator; the report's ``accounting``, ``step_peak_bytes``,
 ``step_peak_breakdown``); a percentage is of the plain step's whole peak
 (``step_baseline_peak_bytes``). A budget no plan fits raises
-:class:`hgraph.errors.InfeasibleError` naming the smallest predicted peak.
+:class:`hgraph.common.errors.InfeasibleError` naming the smallest predicted peak.
 
 Example::
 
@@ -40,8 +40,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from hgraph.errors import HGraphError
-from hgraph.progress import current as current_progress
+from hgraph.common.errors import HGraphError
+from hgraph.common.progress import current as current_progress
 from planner import cg
 from planner.analyses.engine import EngineOptions
 from planner.budget import Budget

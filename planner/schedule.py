@@ -22,8 +22,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
-from hgraph.errors import InputError
-from hgraph.fileio import write_text
+from hgraph.common.errors import InputError
+from hgraph.common.fileio import write_text
 
 __all__ = ["Op", "Schedule", "compute", "forget"]
 

@@ -5,7 +5,7 @@ activation sizes go through :func:`planner.units.scale_units` (bytes, or the ref
 scaled ints), the family is built once per scaling ratio and reused across budgets (the
 smallest-budget search solves many), and the DP runs on it (:mod:`planner.dp.solve`), or
 Chen's chain (:mod:`planner.chen`). :func:`planner.plan` and the conformance tests both go
-through here. Each step is a stage of the current progress (:func:`hgraph.progress.current`).
+through here. Each step is a stage of the current progress (:func:`hgraph.common.progress.current`).
 
 Example::
 
@@ -22,11 +22,11 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from hgraph.errors import HGraphError, InfeasibleError
-from hgraph.progress import current as current_progress
+from hgraph.common.errors import HGraphError, InfeasibleError
+from hgraph.common.formatting import format_bytes
+from hgraph.common.progress import current as current_progress
 from planner.activation_graph import ActivationGraph
 from planner.analyses.engine import EngineOptions
-from planner.budget import format_bytes
 from planner.dp import scale
 from planner.dp.solve import solve_family
 from planner.dp_families import DEFAULT_MAX_LOWER_SETS, approx_family, exact_family

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from hgraph.errors import HGraphError
+from hgraph.common.errors import HGraphError
 from planner.execute import backend
 
 

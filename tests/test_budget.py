@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from hgraph.errors import HGraphError
-from planner.budget import Budget, format_bytes, parse_budget
+from hgraph.common.errors import HGraphError
+from hgraph.common.formatting import format_bytes
+from planner.budget import Budget, parse_budget
 
 
 @pytest.mark.parametrize("text, expected", [

@@ -8,8 +8,8 @@ did not reproduce on this importer's graphs; these sweeps are the guard.
 import numpy as np
 import pytest
 
+from hgraph.common.errors import InfeasibleError
 import planner
-from hgraph.errors import InfeasibleError
 from planner.synth import _Builder
 
 

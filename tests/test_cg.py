@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from conftest import data_path
-from hgraph.errors import InputError
+from hgraph.common.errors import InputError
 from planner import cg
 
 BAD = Path(__file__).parent / "badinput"

@@ -123,7 +123,7 @@ class _AlwaysLosesWorker1:
     """A runtime whose worker 1 dies at superstep 2 every time (out of memory, say)."""
 
     def __new__(cls, program, partition, **options):
-        from hgraph.errors import WorkerLost
+        from hgraph.runtime import WorkerLost
         from hgraph.runtime.local import LocalRuntime
 
         class Flaky(LocalRuntime):
@@ -137,8 +137,8 @@ class _AlwaysLosesWorker1:
 
 @pytest.mark.parametrize("every", [None, 1])
 def test_a_worker_that_dies_every_time_fails_after_max_recoveries(graph, monkeypatch, every):
+    from hgraph.common.errors import HGraphError
     import hgraph.runtime
-    from hgraph.errors import HGraphError
 
     monkeypatch.setitem(hgraph.runtime.RUNTIMES, "flaky", _AlwaysLosesWorker1)
     seen = []
@@ -154,8 +154,8 @@ def test_a_worker_that_dies_every_time_fails_after_max_recoveries(graph, monkeyp
 
 
 def test_default_allows_three_recoveries(graph, monkeypatch):
+    from hgraph.common.errors import HGraphError
     import hgraph.runtime
-    from hgraph.errors import HGraphError
 
     monkeypatch.setitem(hgraph.runtime.RUNTIMES, "flaky", _AlwaysLosesWorker1)
     with pytest.raises(HGraphError, match="after 3 recoveries"):
@@ -163,7 +163,7 @@ def test_default_allows_three_recoveries(graph, monkeypatch):
 
 
 def test_unknown_runtime_is_one_line(graph):
-    from hgraph.errors import HGraphError
+    from hgraph.common.errors import HGraphError
 
     with pytest.raises(HGraphError, match="runtime must be one of local, ray"):
         hgraph.run(SSSP(0), graph, runtime="nope")

@@ -15,9 +15,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import hgraph
 from cluster import commands_cluster
-from hgraph.errors import HGraphError
+import hgraph
+from hgraph.common.errors import HGraphError
 from jobs.cli import main
 from tests.conftest import ROOT
 

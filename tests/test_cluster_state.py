@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 
 from cluster import commands_cluster as cc
-from hgraph.errors import HGraphError
+from hgraph.common.errors import HGraphError
 from jobs.cli import main
 
 SLEEP = "import time; time.sleep(60)"

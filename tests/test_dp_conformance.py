@@ -28,7 +28,7 @@ import numpy as np
 import pytest
 
 from conftest import data_path
-from hgraph.errors import HGraphError
+from hgraph.common.errors import HGraphError
 from planner import cg
 from planner.activation_graph import ActivationGraph
 from planner.dp.loop import run_dp

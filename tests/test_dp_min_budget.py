@@ -19,7 +19,7 @@ import pytest
 
 import planner
 from conftest import data_path
-from hgraph.errors import InfeasibleError
+from hgraph.common.errors import InfeasibleError
 from planner import api, cg
 from planner.dp.min_budget import min_budget
 from planner.dp.solve import solve_family

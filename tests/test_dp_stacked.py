@@ -216,7 +216,7 @@ def test_stacked_equals_per_pass_when_the_one_key_sort_would_overflow(seed):
 def test_the_walk_reports_its_position():
     """The DP's position (state of L) goes to the current progress tracker, ascending, a few
     hundred times at most, and nowhere outside a tracker."""
-    from hgraph.progress import tracking
+    from hgraph.common.progress import tracking
 
     class Recorder:
         def __init__(self):

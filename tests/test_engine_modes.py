@@ -11,8 +11,8 @@ import scipy.sparse as sp
 from scipy.sparse.csgraph import connected_components, dijkstra
 
 import hgraph
-from hgraph.errors import HGraphError
 from hgraph.algorithms import SSSP, MinLabel, pagerank, symmetrize
+from hgraph.common.errors import HGraphError
 from hgraph.generators import random_graph
 
 TASKS = (1, 2, 3, 4)

@@ -71,7 +71,7 @@ def test_gradients_equal_detects_a_flipped_bit(zoo_graphs):
 
 
 def test_invalid_schedule_is_refused(zoo_graphs):
-    from hgraph.errors import HGraphError
+    from hgraph.common.errors import HGraphError
     g = zoo_graphs["mlp"]
     with pytest.raises(HGraphError, match="not live"):
         executor.timeline(g, Schedule.loads("compute 1\n"))

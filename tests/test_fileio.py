@@ -7,7 +7,7 @@ import threading
 
 import pytest
 
-from hgraph.fileio import atomic_write, write_text
+from hgraph.common.fileio import atomic_write, write_text
 
 
 def test_failed_write_keeps_the_old_file_and_leaves_no_temp(tmp_path):
@@ -63,7 +63,7 @@ def test_new_files_get_umask_permissions_and_old_files_keep_theirs(tmp_path):
 
 def test_new_files_get_the_umask_without_changing_it(tmp_path, monkeypatch):
     """The process umask is read, never set (setting it, even for a moment, races other threads)."""
-    from hgraph.fileio import process_umask
+    from hgraph.common.fileio import process_umask
 
     old = os.umask(0o027)
     try:
@@ -92,7 +92,7 @@ def test_new_files_get_the_umask_without_changing_it(tmp_path, monkeypatch):
 
 def test_check_writable_leaves_an_existing_file_untouched(tmp_path):
     """The up-front check opens an existing output for writing without truncating it."""
-    from hgraph.fileio import check_writable
+    from hgraph.common.fileio import check_writable
 
     target = tmp_path / "out.txt"
     target.write_text("old\n")

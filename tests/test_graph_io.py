@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import hgraph
-from hgraph.errors import HGraphError, InputError
+from hgraph.common.errors import HGraphError, InputError
 from hgraph.partition import Partition
 
 EXAMPLES = __import__("pathlib").Path(__file__).resolve().parents[1] / "examples"

@@ -323,7 +323,7 @@ def test_a_worker_that_dies_every_time_fails_in_one_line(graph_file, tmp_path, m
     """--max-recoveries N: past N recoveries the job fails with one line naming the worker and the
     superstep, a non-zero exit and no output file (here worker 1 dies at superstep 2 every time)."""
     import hgraph.runtime
-    from hgraph.errors import WorkerLost
+    from hgraph.runtime import WorkerLost
     from hgraph.runtime.local import LocalRuntime
 
     class AlwaysLosesWorker1(LocalRuntime):
@@ -347,7 +347,7 @@ def test_a_worker_that_dies_every_time_fails_in_one_line(graph_file, tmp_path, m
 
 
 def test_make_reporter_kinds():
-    from hgraph.progress import make_reporter
+    from hgraph.common.progress import make_reporter
 
     row = {"superstep": 4, "mode": "push", "active": 12345, "messages": 7, "bytes": 3 * 2**20,
            "seconds": 0.25}
@@ -355,7 +355,7 @@ def test_make_reporter_kinds():
     report = make_reporter("plain", stream=buf)
     report(row)
     report.close()
-    assert buf.getvalue() == ("superstep 4  push  active 12,345  messages 7  bytes 3.0 MiB  "
+    assert buf.getvalue() == ("superstep 4  push  active 12,345  messages 7  bytes 3.00 MiB  "
                               "0.250 s\n")
 
     buf = io.StringIO()
@@ -363,7 +363,7 @@ def test_make_reporter_kinds():
     report(row)
     report.close()
     text = buf.getvalue()
-    assert "push" in text and "12,345" in text and "3.0 MiB" in text
+    assert "push" in text and "12,345" in text and "3.00 MiB" in text
 
     failed = dict(row, failure={"superstep": 4, "worker": 1, "resumed_at": 2},
                   recovery_seconds=0.5)
@@ -396,7 +396,7 @@ def test_stage_tracking_kinds():
     """Stage progress (issue 11 item 5): nothing in a pipe under auto, one line per top-level
     stage with ``plain``, a live line with the stage, position and ETA on a terminal; outside
     a tracked job every report is a no-op."""
-    from hgraph.progress import current, tracking
+    from hgraph.common.progress import current, tracking
 
     class Terminal(io.StringIO):
         def isatty(self):

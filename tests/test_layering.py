@@ -248,6 +248,33 @@ def test_op_table_sits_below_rows_and_execute():
     assert imports_from("planner.rows", ("planner.execute",)) == []
 
 
+#: What the planner takes from the engine: its public API (``import hgraph``: ``hgraph.Graph``,
+#: ``hgraph.run`` and the vertex-program types its analyses run on), nothing of its modules.
+ENGINE_API_USED_BY_PLANNER = {"hgraph"}
+
+
+def test_the_common_package_sits_below_the_engine_and_the_planner():
+    """hgraph.common (errors, progress, output files, byte formatting) imports nothing of the
+    project outside itself; the planner takes those from it, not from the engine's modules."""
+    assert {"hgraph.common.errors", "hgraph.common.progress", "hgraph.common.fileio",
+            "hgraph.common.formatting"} <= set(MODULES)
+    outside = [f"{MODULES[m].relative_to(ROOT)}:{line} imports {name}"
+               for m in MODULES if _within(m, "hgraph.common")
+               for name, line in imports_of(m)
+               if _resolve(name) is not None and not _within(_resolve(name), "hgraph.common")]
+    assert outside == []
+    engine = [f"{MODULES[m].relative_to(ROOT)}:{line} imports {name}"
+              for m in MODULES if m.split(".")[0] == "planner"
+              for name, line in imports_of(m)
+              if _resolve(name) is not None and _within(_resolve(name), "hgraph")
+              and not _within(_resolve(name), "hgraph.common")
+              and _resolve(name) not in ENGINE_API_USED_BY_PLANNER]
+    assert engine == []
+    defs = [path for path in MODULES.values()
+            if "def format_bytes(" in path.read_text(encoding="utf-8")]
+    assert [p.relative_to(ROOT).as_posix() for p in defs] == ["hgraph/common/formatting.py"]
+
+
 @pytest.mark.parametrize("importer, imported, edge", [
     ("planner.rows.plan", "planner.execute.ops", ("planner.rows", "planner.execute")),
     ("planner.rows.plan", "planner.ops", ("planner.rows", "planner.ops")),

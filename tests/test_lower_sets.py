@@ -69,7 +69,7 @@ def test_lower_set_counts_and_dfs_ids(name):
 
 
 def test_limit_is_enforced():
-    from hgraph.errors import HGraphError
+    from hgraph.common.errors import HGraphError
     ag = ActivationGraph.from_cg(cg.read(data_path("graphs", "cg_googlenet.txt")))
     with pytest.raises(HGraphError, match="lower sets"):
         all_lower_sets(ag, limit=1000)

@@ -21,7 +21,7 @@ import pytest
 
 import planner
 from conftest import data_path
-from hgraph.errors import HGraphError
+from hgraph.common.errors import HGraphError
 from jobs.cli import main
 from planner import cg, certificate, milp, synth
 from planner.activation_graph import ActivationGraph

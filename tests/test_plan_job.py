@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-import planner
+from hgraph.common.errors import HGraphError, InfeasibleError
 from jobs.cli import main
-from hgraph.errors import HGraphError, InfeasibleError
 from planner import cg, simulate
+import planner
 from planner.schedule import Schedule
 from tests.conftest import ROOT, data_path
 
@@ -267,7 +267,7 @@ class _Recorder:
 def test_plan_reports_stages_supersteps_and_dp_position(solver):
     """Item 5: the planner tells the current tracker its stage, the engine's supersteps and
     the DP's position (state j of L) — what the live line shows (on main: no such hooks)."""
-    from hgraph.progress import tracking
+    from hgraph.common.progress import tracking
 
     rec = _Recorder()
     with tracking(tracker=rec):

@@ -19,9 +19,9 @@ import sys
 
 import pytest
 
-from hgraph.errors import HGraphError
-import planner
+from hgraph.common.errors import HGraphError
 from planner import report, synth
+import planner
 from tests.conftest import ROOT
 
 SAMPLE = ROOT / "jobs" / "data" / "cg_resnet50.txt"

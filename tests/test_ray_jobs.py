@@ -321,8 +321,8 @@ def test_embedded_ray_has_laptop_settings(tmp_path):
 
 
 def test_a_process_joins_one_cluster(ray_session):
+    from hgraph.common.errors import HGraphError
     from hgraph.runtime.ray_connect import ensure_ray
-    from hgraph.errors import HGraphError
 
     with pytest.raises(HGraphError, match="already connected to the Ray cluster at .*; it cannot "
                                           "also join 127.0.0.1:1$"):

@@ -99,7 +99,7 @@ def test_impossible_schedule():
 
 
 def test_schedule_reader_rejects_garbage():
-    from hgraph.errors import InputError
+    from hgraph.common.errors import InputError
     with pytest.raises(InputError, match=r"x.txt:2: expected 'compute"):
         Schedule.loads("compute 0\ncompute -1\n", "x.txt")
     with pytest.raises(InputError, match="only line"):

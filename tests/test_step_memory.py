@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import pytest
 
-import planner
-from hgraph.errors import InfeasibleError
+from hgraph.common.errors import InfeasibleError
 from planner import ops as ops_mod
+import planner
 from planner.execute import executor, export, rows_exec, step_memory, zoo
 from planner.rows import plan as rows_plan
 

@@ -8,11 +8,11 @@ import pytest
 torch = pytest.importorskip("torch", reason="the torch extra is not installed")
 nn = torch.nn
 
-import planner.torch as pt  # noqa: E402
-from hgraph.errors import InfeasibleError  # noqa: E402
+from hgraph.common.errors import InfeasibleError  # noqa: E402
 from planner import schedule as sched  # noqa: E402
 from planner import simulate  # noqa: E402
 from planner.torch import measure  # noqa: E402
+import planner.torch as pt  # noqa: E402
 from planner.torch.partition import apply_keep, apply_plan, keep_names  # noqa: E402
 
 

@@ -8,9 +8,9 @@ import pytest
 torch = pytest.importorskip("torch", reason="the torch extra is not installed")
 nn = torch.nn
 
-import planner.torch as pt  # noqa: E402
-from hgraph.errors import HGraphError  # noqa: E402
+from hgraph.common.errors import HGraphError  # noqa: E402
 from planner.torch import front, measure, seeds  # noqa: E402
+import planner.torch as pt  # noqa: E402
 from planner.torch.capture import capture, cse  # noqa: E402
 
 
@@ -118,7 +118,7 @@ def test_compile_shows_its_planning_on_stderr(capsys):
     stderr, a job's own tracker sees each stage, and the default stays quiet in a pipe."""
     from contextlib import nullcontext
 
-    from hgraph.progress import tracking
+    from hgraph.common.progress import tracking
 
     m, x = small_gpt_block()
     pt.compile(copy.deepcopy(m), progress="plain")(x)

@@ -13,8 +13,8 @@ import torch._functorch.config as functorch_config  # noqa: E402
 import torch._inductor.config as inductor_config  # noqa: E402
 from torch._inductor.custom_graph_pass import CustomPartitionerFn  # noqa: E402
 
+from hgraph.common.errors import HGraphError  # noqa: E402
 import planner.torch as pt  # noqa: E402
-from hgraph.errors import HGraphError  # noqa: E402
 from planner.torch.partition import apply_keep, partition  # noqa: E402
 
 
@@ -94,7 +94,7 @@ def test_recomputed_dropout_under_apply_equals_eager(how):
 
 
 def _smallest(tg):
-    from hgraph.errors import InfeasibleError
+    from hgraph.common.errors import InfeasibleError
 
     try:
         return pt.plan(tg, 1).peak_bytes
@@ -348,7 +348,7 @@ def test_a_budget_below_every_plan_is_refused_not_raised():
     """A step budget no plan meets raises InfeasibleError (one line, the smallest reachable
     peak), from plan_for_step and from the first call of a compiled step alike; a plan that
     meets its budget says so."""
-    from hgraph.errors import InfeasibleError
+    from hgraph.common.errors import InfeasibleError
 
     torch.manual_seed(0)
     m = nn.Sequential(nn.Linear(8, 32), nn.Tanh(), nn.Linear(32, 1)).double()

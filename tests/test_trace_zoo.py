@@ -102,7 +102,7 @@ def test_zoo_sizes_and_errors():
     small, big = zoo.build("resnet", width=4), zoo.build("resnet", width=8)
     assert small.activation_bytes() < big.activation_bytes()
     assert zoo.build("transformer", seq=8).vars[0].shape == (4, 8, 32)
-    from hgraph.errors import HGraphError
+    from hgraph.common.errors import HGraphError
     with pytest.raises(HGraphError, match="unknown zoo model"):
         zoo.build("vgg")
     with pytest.raises(HGraphError, match="divisible"):

@@ -4,7 +4,7 @@ The master (:mod:`hgraph.master`) drives any object with the :class:`Runtime` me
 asks which one it has. :func:`hgraph.run` looks the ``runtime=`` name up in :data:`RUNTIMES`
 (``"local"``: workers in this process; ``"ray"``: one Ray actor per task), so a new runtime is
 one :func:`register` call, not an edit of the driver. A runtime reports a dead worker by raising
-:class:`hgraph.errors.WorkerLost` from any method; the master then recovers.
+:class:`WorkerLost` from any method; the master then recovers.
 
 Factories are imported lazily, so choosing ``"local"`` never imports Ray.
 """
@@ -14,7 +14,16 @@ from __future__ import annotations
 import importlib
 from typing import Any, Callable, Protocol, Sequence
 
-from hgraph.errors import HGraphError
+from hgraph.common.errors import HGraphError
+
+
+class WorkerLost(Exception):
+    """A worker (task) died mid-job. Raised by a runtime; the master recovers from the last
+    checkpoint (not a user error: it is caught, never shown, unless recovery gives up)."""
+
+    def __init__(self, tasks, cause: str = ""):
+        self.tasks = sorted(set(tasks))
+        super().__init__(f"worker(s) {self.tasks} lost{': ' + cause if cause else ''}")
 
 
 class Runtime(Protocol):

@@ -8,7 +8,7 @@ then recovers it from the last checkpoint as it would a dead actor.
 
 from __future__ import annotations
 
-from hgraph.errors import WorkerLost
+from hgraph.runtime import WorkerLost
 from hgraph.worker import Worker
 
 

@@ -7,7 +7,7 @@ stats dict — "pattern A" of ``shared/notes/ray.md``: workers never wait on eac
 driver is the barrier. Returned blocks are owned by the driver, so they outlive a dead actor.
 
 A dead actor (``RayActorError``/``ActorDiedError``, ``ActorUnavailableError``) surfaces as
-:class:`hgraph.errors.WorkerLost`; the master then calls :meth:`RayRuntime.restore`, which
+:class:`hgraph.runtime.WorkerLost`; the master then calls :meth:`RayRuntime.restore`, which
 starts a replacement actor and restores every actor from the checkpoint. Every ``ray.get`` has a
 timeout, so a hung cluster is an error, not a hang.
 """
@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import time
 
-from hgraph.errors import HGraphError, WorkerLost
+from hgraph.common.errors import HGraphError
+from hgraph.runtime import WorkerLost
 from hgraph.runtime.ray_connect import ensure_ray
 from hgraph.worker import Worker
 

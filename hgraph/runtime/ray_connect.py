@@ -18,7 +18,7 @@
 Joining never hangs: the address is checked for shape, then probed with a plain TCP connect
 (:data:`PROBE_TIMEOUT_S`) before Ray is asked, because Ray itself retries an unreachable GCS for
 a long time (measured: ``ray.init("127.0.0.1:1")`` was still retrying after 60 s). Every failure
-is one :class:`~hgraph.errors.HGraphError` line naming the address.
+is one :class:`~hgraph.common.errors.HGraphError` line naming the address.
 
 This module lives in the engine's runtime package because the engine needs it; code that
 operates clusters builds on it, never the other way round.
@@ -39,7 +39,7 @@ import sys
 import tempfile
 from urllib.parse import urlparse
 
-from hgraph.errors import HGraphError
+from hgraph.common.errors import HGraphError
 
 #: Object store for the embedded Ray: bounded so a laptop keeps its memory.
 EMBEDDED_OBJECT_STORE_BYTES = 512 * 2**20

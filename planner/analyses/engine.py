@@ -3,7 +3,7 @@
 The plan is the same for any ``tasks``/``blocks``/``mode``/``runtime`` (the analyses combine with
 bitwise OR, max and integer sums, which do not depend on grouping); these options only say
 where and how the supersteps run. Each superstep is reported to the current stage progress
-(:func:`hgraph.progress.current`; silent unless a job tracks one).
+(:func:`hgraph.common.progress.current`; silent unless a job tracks one).
 
 Example::
 
@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import hgraph
-from hgraph.progress import current as current_progress
+from hgraph.common.progress import current as current_progress
 
 __all__ = ["EngineOptions", "options"]
 

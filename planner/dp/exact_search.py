@@ -68,7 +68,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from hgraph.progress import current as current_progress
+from hgraph.common.progress import current as current_progress
 from planner.arrays import distinct, ranges
 from planner.bitsets import unpack
 from planner.dp.fronts import (INF, Fronts, best_per_saved, end_entry, has_end, run_starts,

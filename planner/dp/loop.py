@@ -12,7 +12,7 @@ Speed: sources are filtered first by a per-source key (``min ckpt − 2·m(L)``,
 ``break`` on the cheapest entry) and, on the approximate family (ids ascend with ``m(L)``), by
 a window of ids found with one ``searchsorted``; only the feasible prefix of each source front
 is expanded. One Python step per state, NumPy over arrays within it. The position (state j of
-L) goes to the current stage progress (:func:`hgraph.progress.current`) every ~0.5 %.
+L) goes to the current stage progress (:func:`hgraph.common.progress.current`) every ~0.5 %.
 
 Example::
 
@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from hgraph.progress import current as current_progress
+from hgraph.common.progress import current as current_progress
 from planner.arrays import csr, distinct
 from planner.bitsets import unpack
 from planner.dp.fronts import (INF, Fronts, best_per_saved, expand_fronts, pareto_mask,

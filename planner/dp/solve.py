@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from hgraph.errors import HGraphError
+from hgraph.common.errors import HGraphError
 from planner.dp.fronts import Fronts, end_entry, has_end, path
 from planner.dp.loop import run_dp
 from planner.dp.scale import pass_lambdas

@@ -50,8 +50,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from hgraph.errors import HGraphError
-from hgraph.progress import current as current_progress
+from hgraph.common.errors import HGraphError
+from hgraph.common.progress import current as current_progress
 from planner.dp.fronts import INF, Fronts, pareto_mask
 from planner.dp.reach import reach_limits
 from planner.dp.scale import thin_lagrange

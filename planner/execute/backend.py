@@ -19,7 +19,7 @@ import os
 
 import numpy
 
-from hgraph.errors import HGraphError
+from hgraph.common.errors import HGraphError
 
 ENV = "HGRAPH_BACKEND"
 

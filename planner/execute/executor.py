@@ -52,7 +52,7 @@ import time
 
 import numpy as np
 
-from hgraph.errors import HGraphError
+from hgraph.common.errors import HGraphError
 from planner import arena as arena_mod
 from planner.execute import backend as backend_mod
 from planner.execute.allocator import TrackedAllocator

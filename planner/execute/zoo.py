@@ -18,7 +18,7 @@ a gradient bit.
 
 from __future__ import annotations
 
-from hgraph.errors import HGraphError
+from hgraph.common.errors import HGraphError
 from planner.execute.trace import Tracer
 
 CLASSES = 10

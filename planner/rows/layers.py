@@ -37,7 +37,7 @@ import json
 
 import numpy as np
 
-from hgraph.errors import HGraphError
+from hgraph.common.errors import HGraphError
 from planner.ops import OPS
 
 #: Row geometry kinds (the ``kind`` column of the engine programs).

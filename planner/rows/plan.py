@@ -36,7 +36,7 @@ import numpy as np
 from scipy.sparse import coo_matrix
 from scipy.sparse.csgraph import breadth_first_order, connected_components
 
-from hgraph.errors import HGraphError, InfeasibleError
+from hgraph.common.errors import HGraphError, InfeasibleError
 from planner.analyses.engine import EngineOptions
 from planner.ops import BACKWARD_FLOPS_FACTOR
 from planner.rows import layers as layers_mod

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from hgraph.errors import HGraphError, InfeasibleError
+from hgraph.common.errors import HGraphError, InfeasibleError
 from planner.activation_graph import ActivationGraph
 from planner.emit import emit_groups
 from planner.rows.plan import RowPlan, plan, with_recompute

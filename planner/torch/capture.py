@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import torch
 from functorch.compile import aot_function
 
-from hgraph.errors import HGraphError
+from hgraph.common.errors import HGraphError
 
 __all__ = ["Step", "make_step", "loss_slots", "loss_reads", "capture", "cse", "decompositions",
            "default_loss", "untraceable", "call_traced", "fresh_inputs", "has_rnn", "native_rnn",

@@ -14,7 +14,7 @@ import types
 import torch
 import torch._inductor.custom_graph_pass  # noqa: F401  (CustomPartitionerFn)
 
-from hgraph.errors import HGraphError
+from hgraph.common.errors import HGraphError
 from planner.torch import capture as cap
 from planner.torch import front as front_mod
 from planner.torch.model_graph import from_joint
@@ -46,7 +46,7 @@ class HGraphPartitioner(torch._inductor.custom_graph_pass.CustomPartitionerFn):
     the plan front (:func:`planner.torch.front.front`): the least-recompute plan whose replayed
     partition peak (``measure.predict_step_peak``: the unfused fx graph, not Inductor's step)
     fits; ``"min"``: the lowest; a budget below every plan's peak raises
-    :class:`hgraph.errors.InfeasibleError` naming the smallest reachable one.
+    :class:`hgraph.common.errors.InfeasibleError` naming the smallest reachable one.
     ``plan_kwargs`` go to the planner; ``fronts``: a dict shared between partitioners to reuse
     the front of a graph already planned (keyed by the graph's text). ``self.plans``: the plans
     used, their reports carrying ``step_peak_bytes`` / ``step_recompute_flops``;
@@ -70,7 +70,7 @@ class HGraphPartitioner(torch._inductor.custom_graph_pass.CustomPartitionerFn):
 
     def __init__(self, budget="100%", fronts=None, min_cut_budgets=MIN_CUT_BUDGETS,
                  progress: str = "auto", whole_front: bool = False, **plan_kwargs):
-        from hgraph.progress import KINDS
+        from hgraph.common.progress import KINDS
 
         if progress not in KINDS:
             raise HGraphError(f"progress must be one of {', '.join(KINDS)}, got {progress!r}")
@@ -169,7 +169,7 @@ def _progress(kind: str):
     """The stage progress to report to: the running job's, else a new one of ``kind``."""
     import contextlib
 
-    from hgraph.progress import current, tracking
+    from hgraph.common.progress import current, tracking
 
     have = current()
     return contextlib.nullcontext(have) if have.kind != "off" else tracking(kind)

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from hgraph.progress import current as current_progress
+from hgraph.common.progress import current as current_progress
 from planner.torch import measure
 from planner.torch.partition import keep_names, partition
 
@@ -78,8 +78,8 @@ def split(c: Candidate, num_fwd_outputs: int, joint=None):
 
 
 def _smallest_budget(g, solver: str, **plan_kwargs) -> int:
+    from hgraph.common.errors import InfeasibleError
     import planner
-    from hgraph.errors import InfeasibleError
 
     try:
         return int(planner.plan(g, budget=1, solver=solver, **plan_kwargs).peak_bytes)
@@ -230,12 +230,12 @@ def pick(fr: list, budget) -> Candidate:
     the plan's report gains ``step_peak_bytes``, ``step_recompute_flops``, ``step_budget_bytes``
     and sets ``within_budget`` by the step's replayed peak against that budget.
 
-    A budget below every plan's step peak raises :class:`hgraph.errors.InfeasibleError` (one
+    A budget below every plan's step peak raises :class:`hgraph.common.errors.InfeasibleError` (one
     line naming the smallest reachable step peak, ``err.min_budget_bytes``): a budget is a
     promise, never silently raised.
     """
-    from hgraph.errors import InfeasibleError
-    from planner.budget import format_bytes
+    from hgraph.common.errors import InfeasibleError
+    from hgraph.common.formatting import format_bytes
 
     target = resolve_step_budget(fr, budget)
     lowest = min(c.step_peak for c in fr)

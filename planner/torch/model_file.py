@@ -1,6 +1,6 @@
 """Load ``FILE.py:FUNC`` model specs: ``FUNC()`` returns ``(model, inputs[, loss_fn])``.
 
-Bad specs raise :class:`hgraph.errors.InputError` naming the file and the problem (the CLI
+Bad specs raise :class:`hgraph.common.errors.InputError` naming the file and the problem (the CLI
 prints one line, exit 2). ``inputs`` may be one tensor or a tuple of them.
 
 Errors raised by the user's own code are one line too, naming the line of the model file where
@@ -20,7 +20,7 @@ import traceback
 from contextlib import contextmanager
 from dataclasses import dataclass
 
-from hgraph.errors import HGraphError, InputError
+from hgraph.common.errors import HGraphError, InputError
 
 __all__ = ["ModelSpec", "load", "user_errors", "user_line"]
 

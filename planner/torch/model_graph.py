@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from hgraph.errors import HGraphError
+from hgraph.common.errors import HGraphError
 from planner import cg
 from planner.torch import capture as cap
 from planner.torch import costs as costs_mod

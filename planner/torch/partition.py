@@ -26,7 +26,7 @@ import torch
 from torch._functorch.partitioners import (_extract_fwd_bwd_modules,
                                            reordering_to_mimic_autograd_engine)
 
-from hgraph.errors import HGraphError
+from hgraph.common.errors import HGraphError
 from planner.torch import capture as cap
 from planner.torch.episodes import follow_episodes
 from planner.torch.model_graph import is_random, is_view
