@@ -29,8 +29,8 @@ from __future__ import annotations
 import json
 import sys
 
-from hgraph.errors import HGraphError
-from hgraph.fileio import write_text
+from hgraph.common.errors import HGraphError
+from hgraph.common.fileio import write_text
 from jobs import rows_flags
 
 NAME = "execute"
@@ -63,7 +63,7 @@ def add_arguments(parser) -> None:
     parser.add_argument("--report", default=None, help="write the JSON report here (default: stdout)")
     parser.add_argument("--torch", default=None, metavar="FILE.py:FUNC",
                         help="run this PyTorch model's real training step under --schedule "
-                             "(jobs.execute_torch)")
+                             "(planner.torch.execute)")
     parser.add_argument("--eager", action="store_true", default=None,
                         help="with --torch: run the undecomposed capture ('hgraph graph torch "
                              "--eager''s graph); default: the capture 'graph torch' writes by "
