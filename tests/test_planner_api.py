@@ -114,6 +114,18 @@ def test_plan_reads_as_a_pipeline_and_solvers_are_strategies():
         solver_mod.make_solver(g, "simplex")
 
 
+def test_make_solver_spells_out_the_solvers_own_signature():
+    """make_solver names Solver's parameters itself (no **kwargs hop for help() and IDEs):
+    they must stay the same, defaults included."""
+    from planner import solver as solver_mod
+
+    made = inspect.signature(solver_mod.make_solver).parameters
+    own = dict(inspect.signature(solver_mod.Solver.__init__).parameters)
+    own.pop("self")
+    assert [(p.name, p.default) for p in made.values() if p.name != "solver"] == \
+        [(p.name, p.default) for p in own.values() if p.name != "solver"]
+
+
 def test_plan_is_a_dataclass_and_its_report_is_built_from_its_fields():
     from planner.api import Plan
     from planner.solver import ModelStats
