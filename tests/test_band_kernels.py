@@ -141,3 +141,67 @@ def test_a_row_step_through_the_merged_kernels(monkeypatch):
     pred = step_memory.predict_rows(g32, p32)
     got = rows_exec.run(g32, p32).measured_step_peak_bytes
     assert 0.9 <= got / pred.step_peak_bytes <= 1.0, (got, pred.step_peak_bytes)
+
+
+KXK = [(2, 8, 6, 7, 16, 3, 1), (2, 8, 7, 9, 4, 3, 2), (1, 3, 9, 12, 8, 7, 2), (3, 16, 3, 4, 8, 3, 1)]
+
+
+@pytest.mark.parametrize("n,c,h,w,o,k,s", KXK)
+def test_kxk_band_convolution_is_the_whole_op_kernels_within_rounding(n, c, h, w, o, k, s):
+    """conv_forward / conv_backward on a padded band (a strided view) against planner.ops'
+    kernels (float64: rounding only); the weight gradient written or added in its buffer."""
+    rng = np.random.default_rng(5)
+    x = _band(rng, np.float64, n, c, h, w)
+    wt = rng.standard_normal((o, c, k, k))
+    a = {"stride": s, "pad": 0}
+    ref = CONV.forward(np, [x, wt], a)
+    out = np.full((n, o, ref.shape[2] + 1, ref.shape[3]), np.nan)
+    bk.conv_forward(np, x, wt, s, out[:, :, 1:])
+    assert np.allclose(out[:, :, 1:], ref, rtol=1e-12, atol=1e-12) and np.isnan(out[:, :, 0]).all()
+    gy = rng.standard_normal(ref.shape)
+    g = CONV.backward(np, gy, {0: x, 1: wt}, None, a, [x.shape, wt.shape], [0, 1])
+    for fill in (True, False):
+        dw0 = rng.standard_normal(wt.shape)
+        dw = dw0.copy()
+        dx = bk.conv_backward(np, gy, x, wt, s, dw, fill, True)
+        assert np.allclose(dw, g[1] if fill else dw0 + g[1], rtol=1e-12, atol=1e-12)
+        assert dx.shape == x.shape and np.allclose(dx, g[0], rtol=1e-12, atol=1e-12)
+    assert bk.conv_backward(np, gy, x, wt, s, None, False, False) is None
+
+
+@pytest.mark.parametrize("fill", [True, False])
+@pytest.mark.parametrize("n,c,h,w,o,k,s", KXK + [(2, 128, 4, 10, 256, 3, 1)])
+def test_kxk_temporaries_are_what_the_plan_counts(fill, n, c, h, w, o, k, s):
+    rng = np.random.default_rng(6)
+    x = _band(rng, np.float32, n, c, h, w)
+    wt = rng.standard_normal((o, c, k, k)).astype(np.float32)
+    ho, wo = (h - k) // s + 1, (w - k) // s + 1
+    gy = rng.standard_normal((n, o, ho, wo)).astype(np.float32)
+    out = np.empty((n, o, ho, wo), np.float32)
+    dw = np.zeros(wt.shape, np.float32)
+    cases = [("forward", (), lambda: bk.conv_forward(np, x, wt, s, out))]
+    for want in ((0, 1), (1,), (0,)):
+        cases.append(("backward", want, lambda want=want: bk.conv_backward(
+            np, gy, x, wt, s, dw if 1 in want else None, fill, 0 in want)))
+    for phase, want, fn in cases:
+        fn()
+        got = _traced(fn)
+        pred = bk.conv_temp_bytes(phase, x.shape, wt.shape, s, 4, want, dw_fill=fill)
+        assert got - 6000 <= pred <= 1.1 * got + 6000, (phase, want, pred, got)
+
+
+def test_row_steps_take_the_band_kernels_outside_the_forward_sweep():
+    """VGG-16 (no batch norm: its forward is banded) keeps the whole-op kernel in the forward
+    sweep (phase b: the loss's bits) and takes the k x k band kernel in the backward's
+    recomputations and VJPs; the loss equals the plain step's, the gradients within rounding."""
+    g = export.to_cg(zoo.build("vgg16", dtype="float64"))
+    p = rows_plan.plan(g, 4, "share")
+    prog = rows_exec._program(g, p)
+    ly = p.layers
+    got = {(fn.__name__, st.phase) for fn, st, *_ in prog if ly.ops[st.op] == "conv2d" and st.kind == "band"}
+    assert ("_band", "b") in got and ("_bandconv", "b") not in got and ("_bandconv", "r") in got
+    assert any(fn.__name__ == "_bandbwdconv" for fn, *_ in prog)
+    ref = executor.run(g, executor.plain_schedule(g), recycle=False)
+    r = rows_exec.run(g, p)
+    assert r.loss == ref.loss
+    assert rows_exec.relative_error(r.param_grads, ref.param_grads) <= 1e-12

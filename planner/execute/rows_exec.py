@@ -118,6 +118,20 @@ def conv1x1_band(ly, i) -> bool:
     return True
 
 
+def conv_band(ly, i, phase: str, cut) -> bool:
+    """Whether region op ``i``'s band step (``phase``: its walk phase, ``"bwd"`` for its VJP)
+    runs :mod:`planner.execute.band_kernels`' k x k convolution (k > 1): its VJP always, its
+    forward in the backward's recomputations and re-sweeps (phases ``r`` / ``c``: their values
+    feed gradients only), while the forward sweep (``b``, whose values make the loss) keeps the
+    whole-op kernel's bits; and only when the band's columns fit ``band_kernels.COLS_BYTES``."""
+    if ly.ops[i] != "conv2d" or int(ly.k[i]) == 1 or phase == "b":
+        return False
+    n, c, _, w = ly.in_shapes[i][0]
+    shape = (n, c, cut.r1 - cut.r0 + cut.top + cut.bottom, w + 2 * cut.side)
+    return band_kernels.conv_fits(shape, ly.in_shapes[i][1], int(ly.s[i]),
+                                  np.dtype(ly.dtypes[i]).itemsize)
+
+
 def buffer_offset(p, key) -> int:
     """First map row held by buffer ``key`` of plan ``p``'s walk (0 for whole tensors)."""
     if key[0] in walk_mod.WHOLE:
@@ -254,6 +268,33 @@ class _Run:
             _clear_outside(arrays[dx[0]], dx[1], dx[2])
         dwv, dw_fill = (arrays[dw[0]], dw[1]) if dw is not None else (None, False)
         band_kernels.conv1x1_backward(self.xp, arrays[gkey], x, w, s, dwv, dw_fill, dxv, dx_fill)
+
+    def _bandconv(self, st, info):
+        """A k x k convolution's band straight into the band buffer (:func:`conv_band`)."""
+        out_key, tail, fresh, specs, s = info
+        out = self.arrays[out_key]
+        if tail is not None:
+            out[:, :, :fresh] = self.arrays[tail]
+        x, w = self.band_inputs(specs)
+        band_kernels.conv_forward(self.xp, x, w, s, out[:, :, fresh:])
+
+    def _bandbwdconv(self, st, info):
+        """A k x k convolution's band backward (:func:`conv_band`): the weight gradient into
+        the parameter's buffer, the input gradient cropped into the rows of its buffer."""
+        specs, gkey, s, dx, dw = info
+        arrays = self.arrays
+        x, w = self.band_inputs(specs)
+        dwv, dw_fill = (arrays[dw[0]], dw[1]) if dw is not None else (None, False)
+        got = band_kernels.conv_backward(self.xp, arrays[gkey], x, w, s, dwv, dw_fill, dx is not None)
+        if dx is not None:
+            key, (top, rows, side, a, b), fill = dx
+            gk = got[:, :, top:top + rows, side:got.shape[3] - side]
+            dst = arrays[key]
+            if fill:                     # its first write: the rows outside the band zeroed
+                _clear_outside(dst, a, b)
+                dst[:, :, a:b] = gk
+            else:
+                dst[:, :, a:b] += gk
 
     def _tail(self, st, info):
         dst, src, a = info
@@ -457,6 +498,9 @@ class _Compiler:
             if conv1x1_band(ly, i):
                 self.method = "_band1x1"
                 return tuple(info[:4]) + (int(ly.s[i]),)
+            if conv_band(ly, i, st.phase, cut):
+                self.method = "_bandconv"
+                return tuple(info[:4]) + (int(ly.s[i]),)
         return tuple(info)
 
     def tail(self, st):
@@ -525,6 +569,11 @@ class _Compiler:
         if conv1x1_band(ly, i):
             self.method = "_bandbwd1x1"
             dx = next(((key, crop[3], crop[4], fill) for k, key, crop, fill in targets if k == 0), None)
+            dw = next(((key, fill) for k, key, crop, fill in targets if k == 1), None)
+            return specs, ("bg", i, j, lv), int(ly.s[i]), dx, dw
+        if conv_band(ly, i, "bwd", cut):
+            self.method = "_bandbwdconv"
+            dx = next(((key, crop, fill) for k, key, crop, fill in targets if k == 0), None)
             dw = next(((key, fill) for k, key, crop, fill in targets if k == 1), None)
             return specs, ("bg", i, j, lv), int(ly.s[i]), dx, dw
         return (opdef, specs, static, ("bg", i, j, lv), up, ykey, _band_attrs(ly, i), want, targets)

@@ -436,6 +436,12 @@ def _rows_temp(g, p, st) -> int:
         phase = "forward" if st.kind == "band" else "backward"
         if rows_exec.conv1x1_band(ly, i):                     # planner.execute.band_kernels
             return copies + _conv1x1_temp(g, p, st, i, phase, shapes, cut, want, e)
+        if rows_exec.conv_band(ly, i, st.phase if st.kind == "band" else "bwd", cut):
+            from planner.execute import band_kernels
+
+            return copies + band_kernels.conv_temp_bytes(
+                phase, shapes[0], shapes[1], int(ly.s[i]), e, want,
+                dw_fill=rows_exec._first(st, ("pg", int(ly.in_vars[i][1]))))
         if st.kind == "band":            # a kernel writing the band buffer holds no result
             direct = rows_exec.writes_band_directly(p, st)
             if ly.norm[i]:
