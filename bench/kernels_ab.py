@@ -11,6 +11,7 @@ kernels_bench. Prints each side's median and fastest step, the ratios, and the l
 gradient difference between the two kernel sets (relative to each gradient's largest entry).
 
     python3 bench/kernels_ab.py resnet --base 5ded723 --batch 32 --width 64 --depth 2 --image 32
+    python3 bench/kernels_ab.py resnet50 --base ede6890 --dtype float64 --no-torch --steps 1 ...
 """
 
 from __future__ import annotations
@@ -55,6 +56,8 @@ def main(argv=None) -> int:
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--clock", choices=["cpu", "wall"], default="cpu")
     ap.add_argument("--no-torch", action="store_true")
+    ap.add_argument("--dtype", choices=["float32", "float64"], default="float32",
+                    help="float64: check that two kernel sets agree beyond float32 rounding")
     args = ap.parse_args(argv)
     for var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
         if os.environ.get(var) != str(args.threads):
@@ -76,7 +79,7 @@ def main(argv=None) -> int:
         return 2
     sizes = {k: getattr(args, k) for k in ("batch", "width", "depth", "image", "seq", "heads")
              if getattr(args, k) is not None}
-    t = kb.build(args.model, sizes)
+    t = kb.build(args.model, sizes, args.dtype)
     g = export.to_cg(t)
     be = backend.get("numpy")
     leaf = executor.leaves(g, np, 0)
@@ -116,7 +119,7 @@ def main(argv=None) -> int:
                     max(float(np.abs(a).max()), 1e-30))
               for v, a in grads["base"].param_grads.items())
     med = {k: statistics.median(v) for k, v in times.items()}
-    print(f"{args.model} {sizes}, {args.threads} thread(s), {args.clock} clock, median of {args.steps} "
+    print(f"{args.model} {sizes}, {args.dtype}, {args.threads} thread(s), {args.clock} clock, median of {args.steps} "
           f"(fastest), load {os.getloadavg()[0]:.2f}:")
     for k in names:
         line = f"  {k:10s} {med[k]:.4f} s ({min(times[k]):.4f})"
