@@ -238,9 +238,12 @@ class _Run:
         xs = self.band_inputs(specs)
         if norm is not None:             # normalised with the whole map's statistics
             mean, inv = self.stats(norm)
-            y = self.xp.subtract(xs[0], mean, out=out[:, :, fresh:])   # the forward's order,
-            y *= inv                                                    # in place: the same bits
-            y *= xs[1].reshape(mean.shape)
+            y = self.xp.subtract(xs[0], mean, out=out[:, :, fresh:])
+            if st.phase == "b":          # the forward's order, in place: the same bits
+                y *= inv
+                y *= xs[1].reshape(mean.shape)
+            else:                        # a recomputation (values for gradients): one pass less
+                y *= inv * xs[1].reshape(mean.shape)
             y += xs[2].reshape(mean.shape)
         elif direct:                     # straight into the band buffer (writes_band_directly)
             fwd(self.xp, xs, attrs, out=out[:, :, fresh:])
@@ -343,23 +346,31 @@ class _Run:
 
     def _bnseed(self, st, info):
         """Batch norm's input gradient on the rows band ``st.band`` owns, from its whole output
-        gradient and the two sums: ``inv / m * (m * dxhat - sum dxhat - xhat * sum dxhat xhat)``."""
-        xkey, xa, xb, gamma_key, m, a, b, key, da, db, first = info
-        arrays = self.arrays
-        xhat, inv = self._xhat(st.op, xkey, xa, xb)
-        gamma = arrays[gamma_key].reshape(inv.shape)
+        gradient ``gw`` and the two sums ``s0 = sum gw``, ``s1 = sum gw xhat``:
+        ``inv / m * gamma * (m gw - s0 - xhat s1)`` = ``A gw + B (x - mean) + C`` per channel,
+        ``A = gamma inv``, ``B = -A inv s1 / m``, ``C = -A s0 / m``: five passes over the band
+        (eight before; the rounding differs). The op's first band turns its sums buffer
+        ``("s", op)``, which only its bnseeds read, into ``(C, B)`` in place."""
+        xkey, xa, xb, gamma_key, m, a, b, key, da, db, first, coef = info
+        arrays, xp = self.arrays, self.xp
+        mean, inv = self.stats(st.op)
+        gain = arrays[gamma_key].reshape(inv.shape) * inv          # A
         s = arrays[("s", st.op)]
-        t = xhat                         # in place: gamma * s0 + xhat * gamma * s1
-        t *= gamma * s[1].reshape(inv.shape)
-        t += gamma * s[0].reshape(inv.shape)
+        if coef:
+            s *= gain.reshape(1, -1)
+            s *= -1.0 / float(m)
+            s[1] *= inv.reshape(-1)
+        t = xp.subtract(arrays[xkey][:, :, xa:xb], mean)
+        t *= s[1].reshape(inv.shape)
+        t += s[0].reshape(inv.shape)
         dst = arrays[key]
+        gw = arrays[("gw", st.op)][:, :, a:b]
         if first:                        # computed in the buffer's rows
             _clear_outside(dst, da, db)
-            dx = self.xp.multiply(arrays[("gw", st.op)][:, :, a:b], gamma * m, out=dst[:, :, da:db])
+            dx = xp.multiply(gw, gain, out=dst[:, :, da:db])
         else:
-            dx = arrays[("gw", st.op)][:, :, a:b] * (gamma * m)    # m * dxhat
-        dx -= t
-        dx *= inv / m
+            dx = gw * gain
+        dx += t
         if not first:
             dst[:, :, da:db] += dx
 
@@ -427,6 +438,7 @@ class _Compiler:
         self.act = g.is_activation
         self.filled = set()              # buffers the step being compiled fills on allocation
         self.method = None               # the _Run method of the step, when not its kind's
+        self.bn_state = {}               # batch norm -> "sink" / "seed": its last such step
 
     def offset(self, key) -> int:
         return buffer_offset(self.p, key)
@@ -525,6 +537,7 @@ class _Compiler:
         xkey = st.inputs[0]
         off = self.offset(xkey)
         writes = tuple(k for k, _ in st.writes)
+        self.bn_state[i] = "sink"
         return (("bg", i, j, lv), xkey, lo - off, hi - off, lo, hi, writes,
                 self.first(st, writes[0]))
 
@@ -536,8 +549,10 @@ class _Compiler:
         n, _, h, w = ly.out_shapes[i]
         key = st.writes[0][0]
         off = self.offset(key)
+        coef = self.bn_state.get(i) != "seed"          # the first band since its sums
+        self.bn_state[i] = "seed"
         return (xkey, a - xoff, b - xoff, ("v", int(ly.in_vars[i][1])), np.float32(n * h * w), a, b,
-                key, a - off, b - off, self.first(st, key))
+                key, a - off, b - off, self.first(st, key), coef)
 
     def bandbwd(self, st):
         i, j, lv, ly = st.op, st.band, st.level, self.ly
