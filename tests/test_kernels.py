@@ -83,6 +83,28 @@ def test_convolution_tiles_respect_the_workspace_bound():
     assert sum((t[1] - t[0]) * (t[3] - t[2]) for t in tiles) == 4 * 32
 
 
+def test_convolution_cases_take_every_pixel_major_path(monkeypatch):
+    """CASES reach each pixel-major kernel, with and without row taps (thresholds that move
+    would otherwise leave a path untested by the definition check above)."""
+    seen = set()
+    for fn in ("_pm_conv", "_pm_col2im", "_pm_conv_dw"):
+        real = getattr(ops, fn)
+
+        def spy(xp, *args, _real=real, _fn=fn, **kw):
+            # _pm_conv(xp, x, wmat, k, s, p, cap, y): row taps from its stride and output map
+            seen.add((_fn, _fn == "_pm_conv" and ops._row_taps(args[3], *args[-1].shape[2:])))
+            return _real(xp, *args, **kw)
+        monkeypatch.setattr(ops, fn, spy)
+    for n, c, o, h, w, k, s, p in CASES:
+        rng = np.random.default_rng(0)
+        x, wt = rng.standard_normal((n, c, h, w)), rng.standard_normal((o, c, k, k))
+        attrs = {"stride": s, "pad": p}
+        y = ops.OPS["conv2d"].forward(np, [x, wt], attrs)
+        ops.OPS["conv2d"].backward(np, y, {0: x, 1: wt}, None, attrs, [x.shape, wt.shape], [0, 1])
+    assert {("_pm_conv", True), ("_pm_conv", False), ("_pm_col2im", False),
+            ("_pm_conv_dw", False)} <= seen
+
+
 def _first_call(name, models, seed):
     """(graph, forward function, its details, input arrays, the generator) of the first ``name``
     op in the zoo ``models``: parameters and data as the executor makes them, other inputs random."""
