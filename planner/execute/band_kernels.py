@@ -235,6 +235,24 @@ def conv_fits(x_shape, w_shape, s: int, itemsize: int) -> bool:
     return c * k * k * n * ((h - k) // s + 1) * ((w - k) // s + 1) * itemsize <= COLS_BYTES
 
 
+#: The band backward (:func:`conv_backward`) runs where the weight is large for the band -- the
+#: whole-op kernel's weight-sized reorder, products and sums then cost more than the band's
+#: product -- or the band is small (its per-call overhead): from :data:`BWD_WEIGHT` weight
+#: elements or up to :data:`BWD_PIXELS` output pixels (all images). Measured here (one thread,
+#: /tmp A/B of both kernels on the bands of resnet50 / CIFAR resnet plans): 1.2-4x faster under
+#: 147K-2.4M-element weights, even at 32-128 pixels under 9K-37K, the whole-op kernel 1.3-1.5x
+#: faster on 16-image bands of 256-4,096 pixels under 2K-37K-element weights.
+BWD_WEIGHT = 1 << 16
+BWD_PIXELS = 64
+
+
+def backward_pays(w_shape, pixels: int) -> bool:
+    """Whether a k x k band convolution's backward runs :func:`conv_backward` (``pixels``: the
+    band's output pixels, all images)."""
+    o, c, k, _ = w_shape
+    return o * c * k * k >= BWD_WEIGHT or pixels <= BWD_PIXELS
+
+
 def conv_forward(xp, x, w, s: int, out) -> None:
     """A ``k x k`` stride-``s`` convolution of a padded band ``x`` into ``out`` (a view of the
     band buffer): one GEMM of the ``(O, C*k*k)`` weight -- as it is stored, no reordered copy

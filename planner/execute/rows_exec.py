@@ -120,16 +120,20 @@ def conv1x1_band(ly, i) -> bool:
 
 def conv_band(ly, i, phase: str, cut) -> bool:
     """Whether region op ``i``'s band step (``phase``: its walk phase, ``"bwd"`` for its VJP)
-    runs :mod:`planner.execute.band_kernels`' k x k convolution (k > 1): its VJP always, its
-    forward in the backward's recomputations and re-sweeps (phases ``r`` / ``c``: their values
-    feed gradients only), while the forward sweep (``b``, whose values make the loss) keeps the
-    whole-op kernel's bits; and only when the band's columns fit ``band_kernels.COLS_BYTES``."""
+    runs :mod:`planner.execute.band_kernels`' k x k convolution (k > 1): its VJP where
+    ``band_kernels.backward_pays``, its forward in the backward's recomputations and re-sweeps
+    (phases ``r`` / ``c``: their values feed gradients only), while the forward sweep (``b``,
+    whose values make the loss) keeps the whole-op kernel's bits; and only when the band's
+    columns fit ``band_kernels.COLS_BYTES``."""
     if ly.ops[i] != "conv2d" or int(ly.k[i]) == 1 or phase == "b":
         return False
     n, c, _, w = ly.in_shapes[i][0]
     shape = (n, c, cut.r1 - cut.r0 + cut.top + cut.bottom, w + 2 * cut.side)
-    return band_kernels.conv_fits(shape, ly.in_shapes[i][1], int(ly.s[i]),
-                                  np.dtype(ly.dtypes[i]).itemsize)
+    k, s = int(ly.k[i]), int(ly.s[i])
+    if phase == "bwd" and not band_kernels.backward_pays(
+            ly.in_shapes[i][1], n * ((shape[2] - k) // s + 1) * ((shape[3] - k) // s + 1)):
+        return False
+    return band_kernels.conv_fits(shape, ly.in_shapes[i][1], s, np.dtype(ly.dtypes[i]).itemsize)
 
 
 def buffer_offset(p, key) -> int:
