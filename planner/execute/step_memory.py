@@ -401,8 +401,10 @@ def _conv1x1_temp(g, p, st, i, phase, shapes, cut, want, e) -> int:
         dx_whole=dx_key is not None and whole(dx_key))
 
 
-def _rows_temp(g, p, st) -> int:
-    """Kernel temporaries of one row step (``planner.execute.rows_exec``'s step kinds)."""
+def _rows_temp(g, p, st, whole_sums=frozenset()) -> int:
+    """Kernel temporaries of one row step (``planner.execute.rows_exec``'s step kinds);
+    ``whole_sums``: the bnseed steps (by id) that take a batch norm's deferred sum over its whole
+    output gradient (``rows_exec._deferred_sums``)."""
     from planner.execute import rows_exec
     from planner.ops import _bufs
 
@@ -463,7 +465,9 @@ def _rows_temp(g, p, st) -> int:
         # bnsink: the normalised band; bnseed: that and its result, unless it writes the result
         # straight into the rows of a buffer it writes first
         held = 1 if st.kind == "bnsink" or rows_exec._first(st, st.writes[0][0]) else 2
-        return held * band + 16 * c * e + _bufs(2, (n, c, hi - lo, w), e)
+        # the whole gradient's sum: its ones and partial sums (sums of planner.ops)
+        whole = (out[2] * w + n * c + n + c) * e if id(st) in whole_sums else 0
+        return held * band + 16 * c * e + whole + _bufs(2, (n, c, hi - lo, w), e)
     if st.kind in ("seed", "store", "tail"):
         n, c, _, w = out
         return _bufs(3, (n, c, max(1, int(p.ranges[i, max(st.band, 0), 1] - p.ranges[i, max(st.band, 0), 0])), w), e)
@@ -478,6 +482,13 @@ def predict_rows(g, p, *, alignment: int = 64) -> StepPeak:
     w = p.walk
     params, inputs = leaf_bytes(g)
     pool = BestFit(alignment)
+    from planner.execute import rows_exec
+
+    deferred, whole_sums = rows_exec._deferred_sums(w.steps), set()
+    for st in w.steps:                   # each deferred batch norm's first bnseed
+        if st.kind == "bnseed" and st.op in deferred:
+            whole_sums.add(id(st))
+            deferred.discard(st.op)
     blocks = {}
     reserved = nblocks = computes = 0
     parts = {"v": 0, "g": 0, "pg": 0}
@@ -495,7 +506,7 @@ def predict_rows(g, p, *, alignment: int = 64) -> StepPeak:
             part = "pg" if key[0] == "pg" else "g" if key[0] in ("g", "bg", "gw", "s") else "v"
             part_of[key] = part
             parts[part] += w.nbytes[key]
-        temp = _rows_temp(g, p, st)
+        temp = _rows_temp(g, p, st, whole_sums)
         computes += st.kind not in ("tail", "store", "seed")
         live = sum(parts.values())
         objects = PYTHON_BYTES + OBJECT_BYTES * (nblocks + len(blocks)) + STEP_BYTES * computes
