@@ -190,18 +190,20 @@ def test_kxk_temporaries_are_what_the_plan_counts(fill, n, c, h, w, o, k, s):
         assert got - 6000 <= pred <= 1.1 * got + 6000, (phase, want, pred, got)
 
 
-def test_row_steps_take_the_band_kernels_outside_the_forward_sweep():
-    """VGG-16 (no batch norm: its forward is banded) keeps the whole-op kernel in the forward
-    sweep (phase b: the loss's bits) and takes the k x k band kernel in the backward's
-    recomputations and VJPs; the loss equals the plain step's, the gradients within rounding."""
-    g = export.to_cg(zoo.build("vgg16", dtype="float64"))
-    p = rows_plan.plan(g, 4, "share")
-    prog = rows_exec._program(g, p)
-    ly = p.layers
-    got = {(fn.__name__, st.phase) for fn, st, *_ in prog if ly.ops[st.op] == "conv2d" and st.kind == "band"}
-    assert ("_band", "b") in got and ("_bandconv", "b") not in got and ("_bandconv", "r") in got
-    assert any(fn.__name__ == "_bandbwdconv" for fn, *_ in prog)
-    ref = executor.run(g, executor.plain_schedule(g), recycle=False)
-    r = rows_exec.run(g, p)
-    assert r.loss == ref.loss
-    assert rows_exec.relative_error(r.param_grads, ref.param_grads) <= 1e-12
+def test_row_steps_take_the_kxk_forward_only_where_the_forward_ran_whole():
+    """VGG-16 (no batch norm: its regions sweep the forward in bands) keeps the whole-op kernel
+    in its recomputations too (their values are then its forward's bits); ResNet-50 (batch
+    norm: whole forwards) recomputes through the band kernel. Both: the plain step's loss, its
+    gradients within rounding."""
+    for name, kernel in (("vgg16", False), ("resnet50", True)):
+        g = export.to_cg(zoo.build(name, dtype="float64"))
+        p = rows_plan.plan(g, 4, "share")
+        prog = rows_exec._program(g, p)
+        ly = p.layers
+        got = {(fn.__name__, st.phase) for fn, st, *_ in prog
+               if ly.ops[st.op] == "conv2d" and st.kind == "band"}
+        assert (("_bandconv", "r") in got) == kernel and ("_bandconv", "b") not in got, got
+        ref = executor.run(g, executor.plain_schedule(g), recycle=False)
+        r = rows_exec.run(g, p)
+        assert r.loss == ref.loss
+        assert rows_exec.relative_error(r.param_grads, ref.param_grads) <= 1e-12

@@ -438,7 +438,7 @@ def _rows_temp(g, p, st, whole_sums=frozenset()) -> int:
         phase = "forward" if st.kind == "band" else "backward"
         if rows_exec.conv1x1_band(ly, i):                     # planner.execute.band_kernels
             return copies + _conv1x1_temp(g, p, st, i, phase, shapes, cut, want, e)
-        if rows_exec.conv_band(ly, i, st.phase if st.kind == "band" else "bwd", cut):
+        if rows_exec.conv_band(p, i, st.phase if st.kind == "band" else "bwd", cut):
             from planner.execute import band_kernels
 
             return copies + band_kernels.conv_temp_bytes(
