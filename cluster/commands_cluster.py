@@ -530,6 +530,17 @@ def _session_members(sids: set[int], ray_only: dict | None = None) -> list[int]:
     return pids
 
 
+def _still_running(signalled: dict[int, int]) -> list[int]:
+    """Of ``signalled`` (pid -> start time), the pids still running as that same process (not
+    gone, not a zombie, not a new process that reused the pid)."""
+    out = []
+    for pid, started in signalled.items():
+        info = _proc_info(pid)
+        if info is not None and not info["zombie"] and info["create_time"] == started:
+            out.append(pid)
+    return out
+
+
 def _started_by(pid: int, record: dict, ray_dir: str | None) -> bool:
     """Whether ``pid`` is a Ray process that started with or after ``record``'s node."""
     info = _proc_info(pid)
@@ -572,19 +583,29 @@ def down(state_dir: Path, *, keep_logs: bool = False) -> int | None:
                  f"{state['processes'].index(p)}, whose `ray start` has gone): not a Ray process "
                  "started since; left alone")
     # Workers first, the head last: the head's GCS should see its nodes leave.
+    signalled: dict[int, int] = {}      # pid -> its start time when it was sent SIGTERM
     for p in reversed(state["processes"]):
         if p["sid"] not in sids:
             continue
         for pid in _session_members({p["sid"]}, orphans):
             stopped.add(p["sid"])
+            info = _proc_info(pid)
             try:
                 os.kill(pid, signal.SIGTERM)
             except ProcessLookupError:
-                pass
+                continue
+            if info is not None:
+                signalled[pid] = info["create_time"]
+
+    def running() -> list[int]:
+        # a process on its way out has lost its command line before it is a zombie, and then no
+        # longer looks like Ray's: wait on what was signalled too, not only on the sessions
+        return sorted(set(_session_members(sids, orphans)) | set(_still_running(signalled)))
+
     deadline = time.monotonic() + STOP_GRACE_S
-    while _session_members(sids, orphans) and time.monotonic() < deadline:
+    while running() and time.monotonic() < deadline:
         time.sleep(0.2)
-    for pid in _session_members(sids, orphans):
+    for pid in running():
         try:
             os.kill(pid, signal.SIGKILL)
         except ProcessLookupError:
@@ -598,7 +619,7 @@ def down(state_dir: Path, *, keep_logs: bool = False) -> int | None:
                 os.waitpid(p["pid"], os.WNOHANG)
             except ChildProcessError:
                 pass
-        if not _session_members(sids, orphans):
+        if not running():
             break
         time.sleep(0.1)
     state_path(Path(state_dir)).unlink(missing_ok=True)
