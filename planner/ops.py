@@ -708,21 +708,36 @@ def _maxpool_bwd(xp, gy, saved, y, a, in_shapes, want, out=None):
     ho, wo = gy.shape[2], gy.shape[3]
     xpad = _pad(xp, x, p, fill=-np.inf)
     into = (out or {}).get(0) if p == 0 else None
-    if into is not None:
+    # windows that tile the map exactly (stride = kernel, no padding, no rows or columns left
+    # over) write every input element once: no zero fill
+    tiled = s == k and p == 0 and h == ho * k and w == wo * k
+    if into is not None and not tiled:
         into[...] = 0
-    dxpad = xp.zeros((n, c, h + 2 * p, w + 2 * p), dtype=gy.dtype) if into is None else into
-    left = xp.ones(gy.shape, dtype=bool)       # windows whose maximum is not yet found
+    if into is None:
+        shape = (n, c, h + 2 * p, w + 2 * p)
+        dxpad = xp.empty(shape, dtype=gy.dtype) if tiled else xp.zeros(shape, dtype=gy.dtype)
+    else:
+        dxpad = into
+    left = xp.empty(gy.shape, dtype=bool)      # windows whose maximum is not yet found
     hit = xp.empty(gy.shape, dtype=bool)
-    for i in range(k):          # the first maximum of each window gets the gradient
-        for j in range(k):
+    last = k * k - 1
+    for t in range(k * k):      # the first maximum of each window gets the gradient
+        i, j = divmod(t, k)
+        if t == 0:
+            xp.equal(_window(xpad, i, j, s, ho, wo), y, out=hit)
+            xp.logical_not(hit, out=left)
+        elif t < last:
             xp.equal(_window(xpad, i, j, s, ho, wo), y, out=hit)
             hit &= left
             left ^= hit
-            target = _window(dxpad, i, j, s, ho, wo)
-            if s >= k:          # disjoint windows: each input element is written once
-                xp.multiply(gy, hit, out=target)
-            else:
-                target += gy * hit
+        else:                   # the last tap holds the maximum of every window left
+            xp.equal(_window(xpad, i, j, s, ho, wo), y, out=hit)
+            hit &= left
+        target = _window(dxpad, i, j, s, ho, wo)
+        if s >= k:              # disjoint windows: each input element is written once
+            xp.multiply(gy, hit, out=target)
+        else:
+            target += gy * hit
     return {0: dxpad[:, :, p:p + h, p:p + w].copy() if p else dxpad}
 
 
