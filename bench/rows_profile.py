@@ -8,8 +8,10 @@ step's (issue 26's second acceptance: a row step's time over its FLOP ratio).
 One thread (``--threads``; the driver re-runs itself with the BLAS variables set), NumPy, a
 ``bands``-band ``share`` plan, parameters prebuilt, one warm-up run, then ``--steps`` runs of
 the row step (and of the plain step for the convolution table). The timers sit around every
-step of ``rows_exec._Run.run`` and every convolution kernel call, so the totals run a little
-above an untimed step's; compare the shares, not absolute times with the bench's.
+step of ``rows_exec._Run.run`` and every convolution kernel call (``planner.ops``' and
+``planner/execute/band_kernels.py``'s, the latter's classes marked "band kernel"), so the
+totals run a little above an untimed step's; compare the shares, not absolute times with the
+bench's.
 """
 
 from __future__ import annotations
@@ -95,6 +97,42 @@ def _conv_meter(rec: dict, side: list):
     return dataclasses.replace(base, forward=fwd, backward=bwd)
 
 
+def _band_meter(rec: dict, side: list) -> dict:
+    """planner/execute/band_kernels.py's convolutions timed like :func:`_conv_meter`'s (the row
+    executor calls them through the module): ``{name: wrapper}`` to set on the module."""
+    from planner.execute import band_kernels as bk
+
+    def cls(k, s, ho, wo):
+        return f"{k}x{k} s{s}, {'<' if ho * wo < 256 else '>='}256 px/image, band kernel"
+
+    def timed(kind, fn, flops):
+        def run(*args):
+            t0 = time.process_time()
+            got = fn(*args)
+            t = time.process_time() - t0
+            name, fl = flops(*args)
+            r = rec[(side[0], kind, name)]
+            r[0] += t
+            r[1] += fl
+            r[2] += 1
+            return got
+        return run
+
+    def fwd_flops(xp, x, w, s, out):
+        n, o, ho, wo = out.shape
+        return cls(w.shape[2], s, ho, wo), 2 * n * o * ho * wo * w.shape[1] * w.shape[2] ** 2
+
+    def bwd_flops(xp, gy, x, w, s, dw, *rest):
+        n, o, ho, wo = gy.shape
+        grads = (dw is not None) + (rest[1] is not None and rest[1] is not False)   # dx / want_dx
+        return cls(w.shape[2], s, ho, wo), 2 * n * o * ho * wo * w.shape[1] * w.shape[2] ** 2 * grads
+
+    return {"conv1x1_forward": timed("fwd", bk.conv1x1_forward, fwd_flops),
+            "conv_forward": timed("fwd", bk.conv_forward, fwd_flops),
+            "conv1x1_backward": timed("bwd", bk.conv1x1_backward, bwd_flops),
+            "conv_backward": timed("bwd", bk.conv_backward, bwd_flops)}
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("model")
@@ -112,7 +150,7 @@ def main(argv=None) -> int:
     if rerun is not None:
         return rerun
 
-    from planner.execute import backend, executor, export, rows_exec
+    from planner.execute import backend, band_kernels, executor, export, rows_exec
     from planner.rows import plan as rows_plan
 
     sizes = kb.row_model_sizes("rows_profile", args)
@@ -125,12 +163,16 @@ def main(argv=None) -> int:
     kinds, allocs = defaultdict(lambda: [0.0, 0]), defaultdict(float)
     rec, side = defaultdict(lambda: [0.0, 0, 0]), ["rows"]
     conv = _conv_meter(rec, side)
+    band = _band_meter(rec, side)
+    band_saved = {k: getattr(band_kernels, k) for k in band}
     saved = (rows_exec._Run.run, rows_exec.OPS["conv2d"], executor.OPS["conv2d"])
     leaf = executor.leaves(g, be.xp, 0)
     rows_exec.run(g, plan, backend=be, meter=False)           # warm-up, compiles the steps
     executor.run(g, sched, backend=be, meter=False)
     try:
         rows_exec.OPS["conv2d"] = executor.OPS["conv2d"] = conv
+        for k, fn in band.items():
+            setattr(band_kernels, k, fn)
         plan.walk.program = None                              # recompiled with the metered op
         rows_exec._program(g, plan)
         with kb._Prebuilt(g, leaf):
@@ -147,6 +189,8 @@ def main(argv=None) -> int:
             plain_t = (time.process_time() - t0) / args.steps
     finally:
         rows_exec._Run.run, rows_exec.OPS["conv2d"], executor.OPS["conv2d"] = saved
+        for k, fn in band_saved.items():
+            setattr(band_kernels, k, fn)
         plan.walk.program = None
     n = args.steps
     print(f"{args.model} ({kb._fmt_sizes(sizes)}), {args.bands} bands share, {args.threads} BLAS "
