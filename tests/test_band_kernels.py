@@ -207,3 +207,42 @@ def test_row_steps_take_the_kxk_forward_only_where_the_forward_ran_whole():
         r = rows_exec.run(g, p)
         assert r.loss == ref.loss
         assert rows_exec.relative_error(r.param_grads, ref.param_grads) <= 1e-12
+
+
+class _OtherArrayModule:
+    """NumPy under another name: the kernels' non-NumPy branches (CuPy's on a GPU: per-tap column
+    copies, products and adds outside SciPy's BLAS) run on the CPU."""
+
+    def __getattr__(self, name):
+        return getattr(np, name)
+
+
+def test_the_branches_for_other_array_modules_compute_the_same():
+    xq = _OtherArrayModule()
+    rng = np.random.default_rng(7)
+    x = _band(rng, np.float64, 2, 8, 7, 9)
+    wt = rng.standard_normal((6, 8, 3, 3))
+    for s in (1, 2):
+        ho, wo = (7 - 3) // s + 1, (9 - 3) // s + 1
+        a, b = np.empty((2, 6, ho, wo)), np.empty((2, 6, ho, wo))
+        bk.conv_forward(np, x, wt, s, a)
+        bk.conv_forward(xq, x, wt, s, b)
+        assert np.array_equal(a, b)
+        gy = rng.standard_normal((2, 6, ho, wo))
+        dw0 = rng.standard_normal(wt.shape)
+        dwa, dwb = dw0.copy(), dw0.copy()
+        dxa = bk.conv_backward(np, gy, x, wt, s, dwa, False, True)
+        dxb = bk.conv_backward(xq, gy, x, wt, s, dwb, False, True)
+        assert np.array_equal(dxa, dxb) and np.allclose(dwa, dwb, rtol=1e-13, atol=1e-13)
+    w1 = rng.standard_normal((512, 512, 1, 1))            # merged, and added inside BLAS on NumPy
+    x1 = rng.standard_normal((2, 512, 2, 4))
+    gy1 = rng.standard_normal((2, 512, 2, 4))
+    ya, yb = np.empty_like(gy1), np.empty_like(gy1)
+    bk.conv1x1_forward(np, x1, w1, 1, ya)
+    bk.conv1x1_forward(xq, x1, w1, 1, yb)
+    assert np.array_equal(ya, yb)
+    dwa, dwb = np.ones(w1.shape), np.ones(w1.shape)
+    dxa, dxb = np.ones(x1.shape), np.ones(x1.shape)
+    bk.conv1x1_backward(np, gy1, x1, w1, 1, dwa, False, dxa, False)
+    bk.conv1x1_backward(xq, gy1, x1, w1, 1, dwb, False, dxb, False)
+    assert np.array_equal(dxa, dxb) and np.allclose(dwa, dwb, rtol=1e-12, atol=1e-12)
