@@ -8,8 +8,8 @@ per image for a few columns; its weight gradient a per-image product, their weig
 and the caller's add into the parameter gradient (several weight-sized passes for a few dozen
 multiply-adds a weight); its input gradient a zeroed array, the product copied in, then cropped
 and added by the caller. Measured here (``bench/rows_profile.py resnet50 --batch 2 --width 64
---image 128``): the row step's 1x1 band backward at 12-22 GFLOP/s against the plain step's
-28-42. These kernels do the same products for a band:
+--image 128`` before these kernels): the row step's 1x1 band backward at 12-22 GFLOP/s against
+the plain step's 28-42. These kernels do the same products for a band:
 
 * below :data:`MERGE_PIXELS` output pixels per image, the band's images share one GEMM
   (transposing copies of the band's input and output gradient, ``(channels, images x pixels)``,
@@ -36,11 +36,10 @@ from planner.ops import UFUNC_BUFSIZE
 
 #: A 1x1 band convolution merges its images into one GEMM below this many output pixels per
 #: image and from :data:`MERGE_WEIGHT` weight elements: there the per-image GEMMs re-read a
-#: large weight for a few columns each. In A/Bs here (one thread, 2 images, forward and
-#: backward; /tmp scripts, figures in bench/NOTES_kernels.md) merging gained 10-45% at 4-64
-#: pixels under 256x1024-2048x512 weights, was even at 128x512, and lost 10-40% under 64x256
-#: weights (the two copies then cost more than the second read of the weight saves) and at
-#: 128-256 pixels.
+#: large weight for a few columns each. ``bench/band_kernels_ab.py`` (one thread, 2 images):
+#: merging gains up to ~45% at 4-64 pixels under 256x1024-2048x512 weights, is even at
+#: 128x512, and loses under 64x256 weights (the two copies then cost more than the second read
+#: of the weight saves) and at 128-256 pixels.
 MERGE_PIXELS = 128
 MERGE_WEIGHT = 1 << 18
 #: From this many elements of the matrix it adds into, :func:`gemm_into` accumulates inside
@@ -238,12 +237,12 @@ def conv_fits(x_shape, w_shape, s: int, itemsize: int) -> bool:
 #: The band backward (:func:`conv_backward`) runs where the weight is large for the band -- the
 #: whole-op kernel's weight-sized reorder, products and sums then cost more than the band's
 #: product -- or the band is small (its per-call overhead): from :data:`BWD_WEIGHT` weight
-#: elements or up to :data:`BWD_PIXELS` output pixels (all images). Measured here (one thread,
-#: /tmp A/B of both kernels on the bands of resnet50 / CIFAR resnet plans): 1.2-4x faster under
-#: 147K-2.4M-element weights, even at 32-128 pixels under 9K-37K, the whole-op kernel 1.3-1.5x
-#: faster on 16-image bands of 256-4,096 pixels under 2K-37K-element weights.
+#: elements or up to :data:`BWD_PIXELS` output pixels (all images). ``bench/band_kernels_ab.py``
+#: (one thread, the bands of resnet50, CIFAR resnet and VGG-16 plans): 1.2-3.4x faster under
+#: 147K-2.4M-element weights, as fast or faster at 32-128 pixels, the whole-op kernel up to
+#: 1.5x faster on bands of 512-4,096 pixels under 2K-37K-element weights.
 BWD_WEIGHT = 1 << 16
-BWD_PIXELS = 64
+BWD_PIXELS = 128
 
 
 def backward_pays(w_shape, pixels: int) -> bool:
@@ -258,7 +257,7 @@ def conv_forward(xp, x, w, s: int, out) -> None:
     band buffer): one GEMM of the ``(O, C*k*k)`` weight -- as it is stored, no reordered copy
     -- with the band's columns, one transposing copy into ``out``. A band's few pixels under a
     large weight are where the whole-op kernel's per-call weight reorder and tiling cost more
-    than the product (a 512x512 3x3 on a 4-pixel band row: 4.6 ms against 1.6 here). The
+    than the product (a 512x512 3x3 on a 4-pixel band row: ~3.5x, ``bench/band_kernels_ab.py``). The
     columns' order (channel, tap) sums each pixel's products in another order than a
     pixel-major whole-op kernel: values within rounding of it, not its bits."""
     o, c, k, _ = w.shape

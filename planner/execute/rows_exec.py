@@ -6,7 +6,10 @@ region ops on one band of rows at a time. A band kernel is the whole kernel on a
 rows the band reads are cut out of the producer's band (or whole) value, the rows outside the map
 are padded as the whole map's padding (zeros, or -inf before a max pool) and the op runs with
 padding 0 on the rows; its VJP's input gradient is cropped back and added at the rows it came
-from. Every buffer the plan names is allocated through one :class:`TrackedAllocator` at the step
+from. Convolutions take :mod:`planner.execute.band_kernels` where a band's few pixels make the
+whole-op kernel slow (:func:`conv1x1_band`, :func:`conv_band`): the same products, the weight
+gradient added inside BLAS, in another summation order where the values only feed gradients.
+Every buffer the plan names is allocated through one :class:`TrackedAllocator` at the step
 that first writes it and freed after its last use, so ``tracked_peak_bytes`` is the exact peak of
 what the plan holds, by the plan's own count (kernel temporaries are not plan buffers).
 ``measured_peak_bytes`` is what a meter outside the plan saw over the step (``meter``): the
