@@ -361,12 +361,18 @@ def _im2col_tiles(xp, x, k, s, p, cap):
 #: copies cost about the same (``bench/kernels_ab.py`` measures a model's step either way).
 PIXEL_MAJOR_MAX_WIDTH = 32
 PIXEL_MAJOR_MIN_CHANNELS = 16
+#: ... and with at least this many output pixels (images x rows x columns) per output channel:
+#: the pixel-major kernels reorder the weight on every call (``(out, k, k, c)``), which a
+#: row-centric step's small bands at batch 1-2 do not amortise (a 128-channel 3x3 band of a
+#: few pixels ran ~2x slower that way in per-layer A/Bs here).
+PIXEL_MAJOR_PIXELS_PER_OUT = 2
 
 
-def _pixel_major(c, k, wo) -> bool:
-    """Whether a ``k x k`` convolution on ``c`` channels with ``wo``-wide output maps takes its
-    columns pixel-major (:func:`_pm_tiles`)."""
-    return k > 1 and c >= PIXEL_MAJOR_MIN_CHANNELS and wo <= PIXEL_MAJOR_MAX_WIDTH
+def _pixel_major(c, o, k, wo, pixels) -> bool:
+    """Whether a ``k x k`` convolution from ``c`` to ``o`` channels with ``wo``-wide output
+    maps, ``pixels`` output pixels in all, takes its columns pixel-major (:func:`_pm_tiles`)."""
+    return (k > 1 and c >= PIXEL_MAJOR_MIN_CHANNELS and wo <= PIXEL_MAJOR_MAX_WIDTH
+            and pixels >= PIXEL_MAJOR_PIXELS_PER_OUT * o)
 
 
 def _pm_slab(xp, x, n0, n1, a, b, p, buf):
@@ -430,8 +436,8 @@ def _pm_tiles(xp, x, k, s, p, cap, row_taps=False):
             ws[:size].reshape(nb, b - a, wo, k * c)[...] = windows
             yield n0, n1, r0, r1, ws[:size].reshape(nb, (b - a) * wo, k * c)
             continue
-        windows = _as_strided(slab, (nb, rows, wo, k, k, c),
-                              ((b - a) * wp * c * e, s * wp * c * e, s * c * e, wp * c * e, c * e, e))
+        strides = ((b - a) * wp * c * e, s * wp * c * e, s * c * e, wp * c * e, c * e, e)
+        windows = _as_strided(slab, (nb, rows, wo, k, k, c), strides)
         size = nb * rows * wo * k * k * c
         ws[:size].reshape(nb, rows, wo, k, k, c)[...] = windows
         yield n0, n1, r0, r1, ws[:size].reshape(nb * rows * wo, k * k * c)
@@ -494,7 +500,7 @@ def _conv_fwd(xp, xs, a, out=None):
     y = xp.empty((n, o, ho, wo), dtype=x.dtype) if out is None else out
     if k == 1 and p == 0 and s > 1:          # a strided 1x1: the subsampled input is the columns
         x, s = xp.ascontiguousarray(x[:, :, ::s, ::s]), 1
-    if _pixel_major(c, k, wo):               # weight rows in the columns' (i, j, channel) order
+    if _pixel_major(c, o, k, wo, n * ho * wo):   # weight rows in the columns' (i, j, channel) order
         wmat = xp.ascontiguousarray(w.transpose(0, 2, 3, 1)).reshape(o, k * k * c)
         return _pm_conv(xp, x, wmat.T, k, s, p, _workspace(a), y)
     merged = _merged(ho, wo, k)
@@ -548,13 +554,13 @@ def _conv_dx(xp, gy, w, xshape, s, p, cap, out=None):
     o, _, k, _ = w.shape
     ho, wo = gy.shape[2], gy.shape[3]
     if s == 1 and p <= k - 1 and o <= c and n * ho * wo >= DX_AMORTISE_PIXELS:
-        if _pixel_major(o, k, wd):          # the flipped kernel as (i, j, out) x in: one copy
+        if _pixel_major(o, c, k, wd, n * h * wd):   # the flipped kernel as (i, j, out) x in
             wmat = xp.ascontiguousarray(w[:, :, ::-1, ::-1].transpose(2, 3, 0, 1))
             y = xp.empty(xshape, dtype=gy.dtype) if out is None else out
             return _pm_conv(xp, gy, wmat.reshape(k * k * o, c), k, 1, k - 1 - p, cap, y)
         wt = _swap01(xp, w.reshape(o, c, k * k)[:, :, ::-1]).reshape(c, o, k, k)
         return _conv_fwd(xp, [gy, wt], {"stride": 1, "pad": k - 1 - p, "workspace": cap}, out=out)
-    if _pixel_major(c, k, wo):
+    if _pixel_major(c, o, k, wo, n * ho * wo):
         return _pm_col2im(xp, gy, w, xshape, s, p, cap, out)
     w2t = w.reshape(o, c * k * k).T
     if k == 1 and p == 0:
@@ -589,7 +595,8 @@ def _pm_col2im(xp, gy, w, xshape, s, p, cap, out=None):
         for i in range(k):
             top = r0 * s + i
             for j in range(k):
-                dxpad[n0:n1, top:top + s * (rows - 1) + 1:s, j:j + s * (wo - 1) + 1:s] += d6[:, :, :, i, j]
+                cols = slice(j, j + s * (wo - 1) + 1, s)
+                dxpad[n0:n1, top:top + s * (rows - 1) + 1:s, cols] += d6[:, :, :, i, j]
         del d6
     dx = xp.empty(xshape, dtype=gy.dtype) if out is None else out
     dx[...] = dxpad[:, p:p + h, p:p + wd].transpose(0, 3, 1, 2)
@@ -616,7 +623,7 @@ def _conv_dw(xp, gy, x, wshape, s, p, cap, out=None):
     n, _, ho, wo = gy.shape
     if k == 1 and p == 0 and s > 1:
         x, s = xp.ascontiguousarray(x[:, :, ::s, ::s]), 1
-    if _pixel_major(c, k, wo):
+    if _pixel_major(c, o, k, wo, n * ho * wo):
         return _pm_conv_dw(xp, gy, x, wshape, s, p, cap, out)
     merged = _merged(ho, wo, k)
     direct = n * ho * wo < AMORTISE_PIXELS
@@ -1251,7 +1258,7 @@ def _conv_fwd_temp(x, wt, s, p, e, cap, out_given) -> int:
     result = 0 if out_given else n * o * ho * wo * e
     if k == 1 and p == 0:                # no columns (a strided 1x1: its subsampled copy)
         return result + (n * c * ho * wo * e if s > 1 else 0)
-    if _pixel_major(c, k, wo):           # the reordered weight, slab and columns, a tile's product
+    if _pixel_major(c, o, k, wo, n * ho * wo):   # the reordered weight, slab, columns, a product
         return result + o * c * k * k * e + sum(_pm_temp(x, o, k, s, p, e, cap,
                                                          _row_taps(s, ho, wo)))
     tiles = _conv_tiles(n, ho, wo, c * k * k, e, cap)
@@ -1272,7 +1279,7 @@ def _conv_dw_temp(x, wt, gy, s, p, e, cap, out_given) -> int:
     if k == 1 and p == 0 and s > 1:
         sub, s = n * c * ho * wo * e, 1
         x = (n, c, ho, wo)
-    if _pixel_major(c, k, wo):
+    if _pixel_major(c, o, k, wo, n * ho * wo):
         # slab and columns, a tile's gradient copy (several images) and its part beside the
         # running sum; at the end the sum and its reordered copy
         work, _ = _pm_temp(x, o, k, s, p, e, cap)
@@ -1310,14 +1317,14 @@ def _conv_dx_temp(x, wt, gy, s, p, e, cap, out_given) -> int:
     _, _, ho, wo = gy
     xs = n * c * h * w * e
     if s == 1 and p <= k - 1 and o <= c and n * ho * wo >= DX_AMORTISE_PIXELS:
-        if _pixel_major(o, k, w):        # the flipped kernel, then the forward's pixel-major work
+        if _pixel_major(o, c, k, w, n * h * w):   # the flipped kernel, then the pixel-major work
             return (o * c * k * k * e + (0 if out_given else xs)
                     + sum(_pm_temp(gy, c, k, 1, k - 1 - p, e, cap, _row_taps(1, h, w))))
         return o * c * k * k * e + _conv_fwd_temp(gy, (c, o, k, k), 1, k - 1 - p, e, cap, out_given)
     if k == 1 and p == 0:
         return xs + n * c * ho * wo * e
     pad = n * c * (h + 2 * p) * (w + 2 * p) * e
-    if _pixel_major(c, k, wo):           # the reordered weight, the padded gradient, then a
+    if _pixel_major(c, o, k, wo, n * ho * wo):   # the reordered weight, the padded gradient, a
         n0, n1, r0, r1 = _conv_tiles(n, ho, wo, c * k * k, e, cap)[0]   # tile's g and columns
         pix = (n1 - n0) * (r1 - r0) * wo
         adds = _bufs(3, (n1 - n0, r1 - r0, wo, c), e)             # the taps' strided adds
@@ -1434,7 +1441,8 @@ def kernel_temp_bytes(name, phase, in_shapes, out_shape, attrs, itemsize=4, want
         extra = xs if name == "layer_norm" and 0 in want else 0
         return (xs + extra + (0 if 0 in into or 0 not in want else xs)
                 + 2 * _stats_temp(ins[0], red, e) + _stats_temp(ins[0], other, e)
-                + _bufs(1, ins[0], e) + (_expanded_temp(name, ins[0], attrs, e) if 0 in want else 0))
+                + _bufs(1, ins[0], e)
+                + (_expanded_temp(name, ins[0], attrs, e) if 0 in want else 0))
     if name == "softmax_cross_entropy":
         n = ins[0][0]
         return 3 * xs + 8 * n * e + 8 * n
