@@ -30,14 +30,17 @@ sys.path.insert(0, str(ROOT))
 
 def _timed_run(kinds: dict, allocs: dict):
     """A stand-in for ``rows_exec._Run.run`` that times each step (same steps, same order)."""
+    from planner.execute import rows_exec
+
     pc = time.process_time
 
     def run(self):
         arrays, alloc = self.arrays, self.alloc
+        take, free = rows_exec.requests(alloc)
         for fn, st, info, todo, frees in self.prog:
             t0 = pc()
-            for key, buf, nbytes, dtype, shape, zero in todo:
-                arr = alloc.take(buf, nbytes, dtype, shape)
+            for key, buf, nbytes, dtype, shape, zero, block in todo:
+                arr = take(buf, nbytes, dtype, shape, block)
                 if zero:
                     arr[...] = 0
                     allocs["zero-filled bytes"] += nbytes
@@ -47,7 +50,7 @@ def _timed_run(kinds: dict, allocs: dict):
             fn(self, st, info)
             t2 = pc()
             for key, buf in frees:
-                alloc.free(buf)
+                free(buf)
                 del arrays[key]
             t3 = pc()
             allocs["alloc + zero s"] += t1 - t0

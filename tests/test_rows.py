@@ -398,3 +398,32 @@ def test_allocator_take_is_alloc_typed():
         with pytest.raises(HGraphError, match="allocated twice"):
             b.take(10, 24, np.dtype(np.float32), (2, 3))
     b.release()
+
+
+def test_replayed_pool_blocks_are_the_pools(graphs):
+    """rows_exec compiles each request's pool block (allocator.pool_blocks) and the run takes it
+    by number (take_block): the same blocks as the pool's own free list, request by request, so
+    the same reserved bytes, peak and allocation count."""
+    from planner.execute.allocator import TrackedAllocator, pool_blocks
+    from planner.execute.backend import get
+
+    g = graphs["resnet50"]
+    p = rows_plan.plan(g, 4, "share")
+    prog = rows_exec._program(g, p, 64)
+    be = get("numpy")
+    a, b = TrackedAllocator(be, "pool", alignment=64), TrackedAllocator(be, "pool", alignment=64)
+    for _, _, _, allocs, frees in prog:
+        for key, buf, nbytes, dtype, shape, zero, block in allocs:
+            x = a.take(buf, nbytes, dtype, shape)
+            y = b.take_block(buf, nbytes, dtype, shape, block)
+            got = [next(n for n, blk in enumerate(al._blocks) if blk is al._live[buf][0])
+                   for al in (a, b)]
+            assert got == [block, block]
+            assert x.shape == y.shape and x.dtype == y.dtype
+        for key, buf in frees:
+            a.free(buf)
+            b.free_block(buf)
+    assert (a.peak_bytes, a.reserved_bytes, a.allocations, a.live_bytes) == \
+        (b.peak_bytes, b.reserved_bytes, b.allocations, b.live_bytes)
+    assert pool_blocks([(0, 100), (1, 100), (0, None), (2, 64), (1, None), (3, 128)], 64) == [0, 1, 0, 1]
+    assert rows_exec._program(g, p, 256) is not prog                # another alignment: recompiled

@@ -123,6 +123,30 @@ class _HostCache:
 HOST_CACHE = _HostCache()
 
 
+def pool_blocks(events, alignment: int) -> list:
+    """Replay a run's requests through the ``pool``'s free list (:class:`BestFit`) before the
+    run: ``events`` in order, ``(buffer, nbytes)`` a request, ``(buffer, None)`` a free; the
+    block each request gets, numbered in the order the blocks are made (the number of blocks so
+    far: a new one), for :meth:`TrackedAllocator.take_block`.
+
+    >>> pool_blocks([(0, 100), (0, None), (1, 60), (2, 200)], 64)
+    [0, 0, 1]
+    """
+    pool, sizes, held, out = BestFit(alignment), [], {}, []
+    for buf, nbytes in events:
+        if nbytes is None:
+            b = held.pop(buf)
+            pool.give(sizes[b], b)
+            continue
+        b = pool.take(nbytes)
+        if b is None:
+            b = len(sizes)
+            sizes.append(pool.block_size(nbytes))
+        held[buf] = b
+        out.append(b)
+    return out
+
+
 def _round(n: int, alignment: int) -> int:
     return (n + alignment - 1) // alignment * alignment
 
@@ -249,6 +273,36 @@ class TrackedAllocator:
         if arr is None:
             arr = views[key] = block[:nbytes].view(dtype).reshape(shape)
         return arr
+
+    def take_block(self, buf: int, nbytes: int, dtype, shape, block_no: int):
+        """:meth:`take` with the ``pool``'s choice made beforehand: ``block_no`` is the block
+        (by the order the blocks were made) that :class:`BestFit` hands out for this request in
+        this run's request sequence, as :func:`pool_blocks` found it replaying the sequence
+        before the run; the next number makes a new block. The same blocks, counts and peak as
+        :meth:`take`, without the free list's work at every request (a row step's ~2,500). A
+        run uses ``take_block`` / :meth:`free_block` or the others, not both."""
+        live = self._live
+        if buf in live:
+            raise HGraphError(f"buffer {buf} allocated twice")
+        blocks = self._blocks
+        block = self._new_block(nbytes) if block_no == len(blocks) else blocks[block_no]
+        live[buf] = (block, nbytes)
+        n = self.live_bytes = self.live_bytes + nbytes
+        self.allocations += 1
+        if n > self.peak_bytes:
+            self.peak_bytes = n
+        views = self._views
+        if views is None:
+            return block[:nbytes].view(dtype).reshape(shape)
+        key = (block_no, dtype, shape)
+        arr = views.get(key)
+        if arr is None:
+            arr = views[key] = block[:nbytes].view(dtype).reshape(shape)
+        return arr
+
+    def free_block(self, buf: int) -> None:
+        """Free a buffer of :meth:`take_block` (its block is handed out again by number)."""
+        self.live_bytes -= self._live.pop(buf)[1]
 
     def _new_block(self, nbytes: int):
         """A new ``pool`` block for ``nbytes`` (from :data:`HOST_CACHE` in an unmetered run)."""

@@ -36,7 +36,7 @@ from hgraph.errors import HGraphError
 from planner.execute import backend as backend_mod
 from planner.execute import band_kernels
 from planner.execute import executor
-from planner.execute.allocator import TrackedAllocator
+from planner.execute.allocator import TrackedAllocator, pool_blocks
 from planner.ops import OPS, dots, norm_forward, pad_map, sums
 from planner.rows import layers as L
 from planner.rows import walk as walk_mod
@@ -164,20 +164,21 @@ class _Run:
         #: leaves and plan buffers in one dict, by key (a leaf is ("v", var); no step writes one)
         self.arrays = {("v", a): x for a, x in leaf.items()}
         self.loss = None
-        self.prog = _program(g, plan)
+        self.prog = _program(g, plan, alloc.alignment)
         self._stats = {}                 # op -> (its statistics buffer, mean, inv views)
 
     def run(self):
-        arrays, alloc, take = self.arrays, self.alloc, self.alloc.take
+        arrays, alloc = self.arrays, self.alloc
+        take, free = requests(alloc)
         for fn, st, info, allocs, frees in self.prog:
-            for key, buf, nbytes, dtype, shape, zero in allocs:
-                arr = take(buf, nbytes, dtype, shape)
+            for key, buf, nbytes, dtype, shape, zero, block in allocs:
+                arr = take(buf, nbytes, dtype, shape, block)
                 if zero:
                     arr[...] = 0
                 arrays[key] = arr
             fn(self, st, info)
             for key, buf in frees:
-                alloc.free(buf)
+                free(buf)
                 del arrays[key]
         grads = {k[1]: a for k, a in arrays.items() if k[0] == "pg"}   # copied out by run()
         return self.loss, grads
@@ -420,16 +421,27 @@ class _Run:
                 dst += gk
 
 
-def _program(g, plan) -> list:
+def requests(alloc):
+    """``(take, free)`` for :meth:`_Run.run`'s buffer requests on ``alloc``: a ``pool`` takes
+    each buffer's block as :func:`_program` replayed them (``TrackedAllocator.take_block``),
+    the other strategies ignore that number."""
+    if alloc.strategy == "pool":
+        return alloc.take_block, alloc.free_block
+    return (lambda buf, nbytes, dtype, shape, block: alloc.take(buf, nbytes, dtype, shape)), \
+        alloc.free
+
+
+def _program(g, plan, alignment: int = 64) -> list:
     """The walk's steps compiled for :class:`_Run`: ``(method, step, info, allocs, frees)``
-    each, ``allocs`` as ``(key, buffer id, bytes, dtype, shape, zero)``, ``frees`` as ``(key,
-    buffer id)``; cached on the walk (a plan's steps do not change once built), rebuilt for
-    another graph or plan object, or when an op of :data:`OPS` it took was replaced since (a
-    metered or patched kernel table)."""
+    each, ``allocs`` as ``(key, buffer id, bytes, dtype, shape, zero, block)`` (``block``: the
+    ``pool`` block the request gets, :func:`planner.execute.allocator.pool_blocks` at the
+    allocator's ``alignment``), ``frees`` as ``(key, buffer id)``; cached on the walk (a plan's
+    steps do not change once built), rebuilt for another graph or plan object or alignment, or
+    when an op of :data:`OPS` it took was replaced since (a metered or patched kernel table)."""
     w = plan.walk
     kernels = {name: OPS[name] for name in set(plan.layers.ops)}
     if w.program is not None and w.program[0] is g and w.program[1] is plan and \
-            all(w.program[3].get(k) is v for k, v in kernels.items()):
+            w.program[4] == alignment and all(w.program[3].get(k) is v for k, v in kernels.items()):
         return w.program[2]
     ids = {k: n for n, k in enumerate(w.shapes)}
     c = _Compiler(g, plan)
@@ -441,10 +453,15 @@ def _program(g, plan) -> list:
         for key in st.allocs:
             shape, dtype = w.shapes[key]
             zero = key not in c.filled and any(k == key and m == "acc" for k, m in st.writes)
-            allocs.append((key, ids[key], int(w.nbytes[key]), np.dtype(dtype), tuple(shape), zero))
+            allocs.append([key, ids[key], int(w.nbytes[key]), np.dtype(dtype), tuple(shape), zero])
         frees = [(key, ids[key]) for key in st.frees]
         prog.append((getattr(_Run, c.method or "_" + st.kind), st, info, allocs, frees))
-    w.program = (g, plan, prog, kernels)
+    events = [e for _, _, _, allocs, frees in prog
+              for e in [(a[1], a[2]) for a in allocs] + [(b, None) for _, b in frees]]
+    blocks = iter(pool_blocks(events, alignment))
+    prog = [(fn, st, info, [tuple(a) + (next(blocks),) for a in allocs], frees)
+            for fn, st, info, allocs, frees in prog]
+    w.program = (g, plan, prog, kernels, alignment)
     return prog
 
 
@@ -668,7 +685,7 @@ def run(g, plan, *, backend=None, seed: int = 0, allocator: str = "pool", meter:
         raise HGraphError("row execution needs a zoo graph (operator arguments in the details)")
     alloc = TrackedAllocator(be, allocator, alignment=256 if be.is_gpu else 64)
     executor._warm(be.xp)
-    _program(g, plan)                # compiled (once per plan) before the meters start: plan data
+    _program(g, plan, alloc.alignment)   # compiled (once per plan) before the meters: plan data
     with alloc.tracking(meter):
         leaf = executor.leaves(g, be.xp, seed)
         alloc.leaves_built()
