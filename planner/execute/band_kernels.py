@@ -1,4 +1,4 @@
-"""Band kernels of the row executor (:mod:`planner.execute.rows_exec`) for 1x1 convolutions.
+"""Band kernels of the row executor (:mod:`planner.execute.rows_exec`): convolutions on a band.
 
 A row step runs a region's convolutions once per band of 1-8 output rows. A ResNet's 1x1
 convolutions are most of its convolutions, and at its deep stages a band is a few pixels per
@@ -24,8 +24,17 @@ the plain step's 28-42. These kernels do the same products for a band:
 * the input gradient is written (or added) into the band gradient buffer's rows, no zeroed
   array of its own (a strided 1x1's skipped rows are zeroed there when the step fills it).
 
-:func:`conv1x1_temp_bytes` says what each kernel holds beyond its inputs and the buffers it
-writes (:mod:`planner.execute.step_memory` reads it; tests/test_step_memory.py meters it).
+k x k convolutions (:func:`conv_forward`, :func:`conv_backward`): one GEMM of the weight as
+it is stored with the band's channel-major columns (images merged), the weight gradient added
+inside BLAS likewise, the input gradient as column gradients added back per tap. Their
+summation order need not be the whole-op kernel's (which picks pixel-major columns by its own
+measure): rows_exec uses them for VJPs and for recomputations of regions whose forward ran
+whole, never where values must be the forward's bits (:func:`planner.execute.rows_exec.conv_band`).
+
+:func:`conv1x1_temp_bytes` / :func:`conv_temp_bytes` say what each kernel holds beyond its
+inputs and the buffers it writes (:mod:`planner.execute.step_memory` reads them;
+tests/test_band_kernels.py meters them). ``bench/band_kernels_ab.py`` times the kernels against
+the whole-op kernels on bands of row plans.
 """
 
 from __future__ import annotations
@@ -235,12 +244,12 @@ def conv_fits(x_shape, w_shape, s: int, itemsize: int) -> bool:
 
 
 #: The band backward (:func:`conv_backward`) runs where the weight is large for the band -- the
-#: whole-op kernel's weight-sized reorder, products and sums then cost more than the band's
+#: whole-op kernel's weight-sized products, sums and copies then cost more than the band's
 #: product -- or the band is small (its per-call overhead): from :data:`BWD_WEIGHT` weight
 #: elements or up to :data:`BWD_PIXELS` output pixels (all images). ``bench/band_kernels_ab.py``
-#: (one thread, the bands of resnet50, CIFAR resnet and VGG-16 plans): 1.2-3.4x faster under
-#: 147K-2.4M-element weights, as fast or faster at 32-128 pixels, the whole-op kernel up to
-#: 1.5x faster on bands of 512-4,096 pixels under 2K-37K-element weights.
+#: (one thread, bands of resnet50, CIFAR resnet and VGG-16 plans; 21:33 run): 1.1-1.6x faster
+#: under 147K-2.4M-element weights, as fast at 32-128 pixels, the whole-op kernel up to 1.5x
+#: faster on bands of 512-4,096 pixels under 2K-37K-element weights.
 BWD_WEIGHT = 1 << 16
 BWD_PIXELS = 128
 
@@ -255,11 +264,10 @@ def backward_pays(w_shape, pixels: int) -> bool:
 def conv_forward(xp, x, w, s: int, out) -> None:
     """A ``k x k`` stride-``s`` convolution of a padded band ``x`` into ``out`` (a view of the
     band buffer): one GEMM of the ``(O, C*k*k)`` weight -- as it is stored, no reordered copy
-    -- with the band's columns, one transposing copy into ``out``. A band's few pixels under a
-    large weight are where the whole-op kernel's per-call weight reorder and tiling cost more
-    than the product (a 512x512 3x3 on a 4-pixel band row: ~3.5x, ``bench/band_kernels_ab.py``). The
-    columns' order (channel, tap) sums each pixel's products in another order than a
-    pixel-major whole-op kernel: values within rounding of it, not its bits."""
+    -- with the band's columns, one transposing copy into ``out``, in one call (the whole-op
+    kernel's tiling and choices cost per call what a small band's product costs;
+    ``bench/band_kernels_ab.py``). The columns' order (channel, tap) sums each pixel's products
+    in another order than a pixel-major whole-op kernel: values within rounding of it."""
     o, c, k, _ = w.shape
     n = x.shape[0]
     cols = _band_cols(xp, x, k, s)
