@@ -180,8 +180,9 @@ def conv1x1_temp_bytes(phase: str, x_shape, w_shape, s: int, itemsize: int, want
     weight's; ``dw_fill`` and ``dx_fill`` as passed) holds at once on NumPy beyond its inputs
     and the buffers it writes. ``x_shape``: the band input as the kernel gets it; ``x_whole`` /
     ``dx_whole`` / ``out_whole``: whether the band input / its gradient rows / the forward's
-    output rows are a whole buffer, not rows cut out of a larger one (SciPy's ``gemm`` reads contiguous matrices only: it takes a copy of an
-    image's rows; NumPy adds into a strided view through ufunc buffers)."""
+    output rows are a whole buffer, not rows cut out of a larger one (SciPy's ``gemm`` reads
+    contiguous matrices only: it takes a copy of an image's rows; NumPy adds into a strided view
+    through ufunc buffers)."""
     n, c, h, w = x_shape
     o = w_shape[0]
     ho, wo = (h - 1) // s + 1, (w - 1) // s + 1

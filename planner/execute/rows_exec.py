@@ -129,7 +129,8 @@ def conv_band(p, i, phase: str, cut) -> bool:
     whole-op kernel there too, so that the recomputed values are the forward's bits (in float32
     the ReLU masks and max-pool choices of values recomputed in another summation order moved
     a VGG-16's 128x128 width-64 float32 gradients by up to 1.5e-2 of their largest from the
-    plain step's, against 6e-3 without, ``bench/rows_ab.py`` at 1f4e697); and only when the band's columns fit ``band_kernels.COLS_BYTES``."""
+    plain step's, against 6e-3 without, ``bench/rows_ab.py`` at 1f4e697); and only when the
+    band's columns fit ``band_kernels.COLS_BYTES``."""
     ly = p.layers
     if ly.ops[i] != "conv2d" or int(ly.k[i]) == 1:
         return False
