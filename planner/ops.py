@@ -14,9 +14,9 @@ is what makes gradients of a recomputation schedule bitwise identical to the pla
 
 Speed (issue 26; ``bench/kernels_bench.py`` against PyTorch eager): every product goes through
 the backend's BLAS (``matmul`` on contiguous or singly transposed operands); convolution is
-im2col + GEMM in tiles whose columns stay within :data:`CONV_WORKSPACE_BYTES`, its stride-1
-input gradient a transposed convolution; per-channel statistics are matrix-vector products
-with ones; elementwise chains run in place in one temporary; kernels with ``fills_out`` /
+im2col + GEMM in tiles whose columns stay within :data:`CONV_WORKSPACE_BYTES` (pixel-major
+columns on small maps, :func:`_pixel_major`), its stride-1 input gradient a transposed
+convolution; per-channel statistics are matrix-vector products with ones; elementwise chains run in place in one temporary; kernels with ``fills_out`` /
 ``fills_grads`` write into the caller's buffer. No per-element Python anywhere.
 
 >>> import numpy as np
@@ -363,8 +363,8 @@ PIXEL_MAJOR_MAX_WIDTH = 32
 PIXEL_MAJOR_MIN_CHANNELS = 16
 #: ... and with at least this many output pixels (images x rows x columns) per output channel:
 #: the pixel-major kernels reorder the weight on every call (``(out, k, k, c)``), which a
-#: row-centric step's small bands at batch 1-2 do not amortise (a 128-channel 3x3 band of a
-#: few pixels ran ~2x slower that way in per-layer A/Bs here).
+#: row-centric step's bands of a few pixels at batch 1-2 do not amortise (slower than the
+#: channel-major kernels there in per-layer A/Bs, not kept).
 PIXEL_MAJOR_PIXELS_PER_OUT = 2
 
 
@@ -490,7 +490,9 @@ def _conv_fwd(xp, xs, a, out=None):
     (one batched matmul per tile, BLAS / cuBLAS), written into the NCHW result through one
     transposing copy of the tile's output: per image, the product is taken pixel-major,
     ``cols^T @ W^T`` (OpenBLAS ran it faster than ``W @ cols`` at 32-64 output channels, a
-    U-Net decoder's, in per-layer A/Bs here); a 1x1's product goes straight into the result."""
+    U-Net decoder's, in per-layer A/Bs here); a 1x1's product goes straight into the result.
+    Where :func:`_pixel_major` says so (small maps, enough channels and pixels), through
+    pixel-major columns instead (:func:`_pm_conv`)."""
     x, w = xs
     o, c, k, _ = w.shape
     s, p = a["stride"], a["pad"]
@@ -549,7 +551,8 @@ def _conv_dx(xp, gy, w, xshape, s, p, cap, out=None):
     ``k - 1 - p``, with the flipped, transposed kernel -- the forward's tiled GEMMs, copies
     instead of scattered adds. Otherwise (strided; widening, where that convolution's columns
     would outgrow the input's; small maps, where copying the kernel would not pay): tiled
-    ``W^T @ g`` column gradients added back by :func:`_col2im_add`."""
+    ``W^T @ g`` column gradients added back by :func:`_col2im_add`. Where :func:`_pixel_major`
+    says so, both through pixel-major columns (:func:`_pm_conv`, :func:`_pm_col2im`)."""
     n, c, h, wd = xshape
     o, _, k, _ = w.shape
     ho, wo = gy.shape[2], gy.shape[3]
@@ -618,7 +621,7 @@ def _conv_dw(xp, gy, x, wshape, s, p, cap, out=None):
     """Weight gradient: the sum over tiles (and, per image, over images) of ``cols @ g^T``, a
     ``(c*k*k, out)`` matrix -- the orientation OpenBLAS runs fastest here -- transposed once at
     the end; on fewer than :data:`AMORTISE_PIXELS` pixels ``g @ cols^T`` straight in the
-    ``(out, c*k*k)`` layout."""
+    ``(out, c*k*k)`` layout. Where :func:`_pixel_major` says so, :func:`_pm_conv_dw`."""
     o, c, k, _ = wshape
     n, _, ho, wo = gy.shape
     if k == 1 and p == 0 and s > 1:
