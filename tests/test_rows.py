@@ -5,7 +5,7 @@ import json
 import numpy as np
 import pytest
 
-from hgraph.errors import HGraphError
+from hgraph.common.errors import HGraphError
 from planner.execute import executor, export, rows_exec, zoo
 from planner.execute.trace import Tracer
 from planner.analyses.engine import EngineOptions
@@ -253,7 +253,7 @@ def test_rows_plus_dp_fits_below_rows_alone_and_stays_exact(graphs, plain, name,
 def _between_rows_alone_and_dp(dtype) -> int:
     """A whole-step budget (bytes) below the 2-band ResNet-50 row step alone but above its
     lowest rows + DP step: where the budget needs the DP."""
-    from hgraph.errors import InfeasibleError
+    from hgraph.common.errors import InfeasibleError
     from planner.execute import step_memory
     from planner.rows import with_dp
 

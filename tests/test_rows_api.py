@@ -235,7 +235,7 @@ def test_execute_rows_returns_a_typed_result(paths):
                                      dict(policy="auto"), dict(policy="share"),
                                      dict(rows=4, policy="rowwise")])
 def test_plan_rows_refuses_in_one_line(paths, options):
-    from hgraph.errors import HGraphError
+    from hgraph.common.errors import HGraphError
     from planner.rows_api import plan_rows
 
     with pytest.raises(HGraphError) as err:

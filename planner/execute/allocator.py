@@ -35,7 +35,7 @@ import contextlib
 import threading
 import tracemalloc
 
-from hgraph.errors import HGraphError
+from hgraph.common.errors import HGraphError
 
 STRATEGIES = ("naive", "pool", "static")
 

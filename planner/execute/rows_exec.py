@@ -32,7 +32,7 @@ import time
 
 import numpy as np
 
-from hgraph.errors import HGraphError
+from hgraph.common.errors import HGraphError
 from planner.execute import backend as backend_mod
 from planner.execute import band_kernels
 from planner.execute import executor

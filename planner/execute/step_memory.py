@@ -45,7 +45,7 @@ import functools
 
 import numpy as np
 
-from hgraph.errors import HGraphError, InfeasibleError
+from hgraph.common.errors import HGraphError, InfeasibleError
 from planner.budget import Budget, format_bytes
 from planner.execute import executor
 from planner.execute.allocator import BestFit
@@ -249,8 +249,8 @@ def fit(plan_at, g, budget, *, strategy: str = "time") -> "Fit":
     least recomputation, then the largest cap (fastest kernels), then the lowest step;
     memory-centric the lowest step first. The candidates do not depend on the budget, so a
     lower budget never gets a higher predicted step (the choice is a minimum over a shrinking
-    set). None fits: :class:`hgraph.errors.InfeasibleError` naming the lowest candidate step,
-    the smallest reachable budget.
+    set). None fits: :class:`hgraph.common.errors.InfeasibleError` naming the lowest candidate
+    step, the smallest reachable budget.
     """
     cands = candidates(plan_at, g)
     base_step = cands[0][2][max(cands[0][2])]
