@@ -330,14 +330,6 @@ class _Run:
         else:
             d[:, :, a0:b0] += self.arrays[src][:, :, a:b]
 
-    def _xhat(self, i, key, a, b):
-        """Batch norm ``i``'s normalised input on rows ``[a, b)`` of buffer ``key`` (recomputed
-        band; a new array the caller may overwrite)."""
-        mean, inv = self.stats(i)
-        xhat = self.arrays[key][:, :, a:b] - mean
-        xhat *= inv
-        return xhat, inv
-
     def _bnsink(self, st, info):
         """A band's share of batch norm's output gradient: into the whole gradient, and its two
         per-channel sums (= the parameter gradients) into ``("s", op)`` and the parameters'; the
@@ -346,8 +338,10 @@ class _Run:
         gkey, xkey, a, b, lo, hi, (gw, s, gamma, beta), first, deferred = info
         arrays, xp = self.arrays, self.xp
         gy = arrays[gkey]
-        xhat, _ = self._xhat(st.op, xkey, a, b)
-        s1 = dots(xp, gy, xhat, (0, 2, 3), keepdims=False)
+        mean, inv = self.stats(st.op)
+        xc = xp.subtract(arrays[xkey][:, :, a:b], mean)     # sum gy xhat = inv sum gy (x - mean)
+        s1 = dots(xp, gy, xc, (0, 2, 3), keepdims=False)
+        s1 *= inv.reshape(-1)
         if first:
             _clear_outside(arrays[gw], lo, hi)
             arrays[gw][:, :, lo:hi] = gy
