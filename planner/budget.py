@@ -29,7 +29,6 @@ import re
 from dataclasses import dataclass
 
 from hgraph.common.errors import HGraphError
-from hgraph.common.formatting import format_bytes  # noqa: F401  temporary: step_memory still imports it here
 
 __all__ = ["Budget", "parse_budget"]
 

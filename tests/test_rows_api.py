@@ -250,7 +250,10 @@ def test_plan_rows_refuses_in_one_line(paths, options):
 BEFORE = [
     ("vgg16", ["--rows", "8", "--row-policy", "share"], "eda3c16a82997200"),
     ("vgg16", ["--rows", "4"], "b976762b9eeeaca4"),
-    ("vgg16", ["--row-policy", "auto", "--budget", "80%"], "ddefec089fb0d34f"),
+    # re-made when the convolutions' pixel-major kernels changed their temporaries (issue 26,
+    # planner.ops.kernel_temp_bytes): the whole step the walk search predicts moved, and at 80 %
+    # it now fits 32 rows in 3 regions with 54.9 % extra FLOPs (was 16 rows, 4 regions, 75.7 %)
+    ("vgg16", ["--row-policy", "auto", "--budget", "80%"], "8d6f210803c33879"),
     ("resnet50", ["--rows", "8"], "f7fa717cd073c902"),
     ("resnet50", ["--rows", "4", "--row-policy", "share"], "af3af5373f8cb025"),
     ("resnet50", ["--row-policy", "auto", "--budget", "75%"], "9b21978fce461042"),

@@ -46,7 +46,8 @@ import functools
 import numpy as np
 
 from hgraph.common.errors import HGraphError, InfeasibleError
-from planner.budget import Budget, format_bytes
+from hgraph.common.formatting import format_bytes
+from planner.budget import Budget
 from planner.execute import executor
 from planner.execute.allocator import BestFit
 from planner.ops import CONV_WORKSPACE_BYTES, OPS, kernel_temp_bytes
