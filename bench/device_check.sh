@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # The GPU checks of the open issues, in one device call (device time is short: one run of this).
 #
-#   T_TESTS=120 T_KERNELS=330 timeout 560 bash bench/device_check.sh      # on the device
+#   T_TESTS=100 T_KERNELS=280 T_PROFILE=45 timeout 560 bash bench/device_check.sh   # on the device
 #   SMALL=1 bash bench/device_check.sh                                     # CPU dry run, here
 #
 # 1. the GPU tests (tests/test_gpu.py, test_rows_gpu.py, test_backend.py: CuPy finds a device);
 # 2. issue 26's CUDA rows: the executor's plain step on CuPy against torch eager on CUDA, every
 #    zoo model at the bench's sizes (bench/kernels_bench.py --device cuda: time, ratio, CuPy pool
-#    peak against torch.cuda.max_memory_allocated, gradient gap).
+#    peak against torch.cuda.max_memory_allocated, gradient gap);
+# 3. issue 26's profile of where a CuPy step's time goes (bench/kernels_profile.py --device cuda).
 # The device has no Ray and no network, and the project is not installed there: everything runs
 # from the checkout with PYTHONPATH. Results go under $OUT (a temporary folder if unset).
 # SMALL=1: quick sizes on the CPU (--device cpu), to check the script itself where no GPU is.
@@ -37,5 +38,18 @@ else
 fi
 timeout "${T_KERNELS:-360}" python3 bench/kernels_bench.py "${KB[@]}" --out "$OUT/kernels.md" 2>&1 \
   | tail -40 | tee "$OUT/kernels.txt"
+echo "== 3 where a CuPy step's time goes (issue 26): kernels_profile, per op, device time"
+if [ -n "$SMALL" ]; then
+  PROFILES=("mlp --steps 2")
+else
+  PROFILES=("vgg16 --batch 8 --image 224 --steps 3" "resnet --batch 32 --width 64 --depth 2 --image 32 --steps 3"
+            "transformer --batch 4 --width 512 --depth 4 --heads 8 --seq 512 --steps 3")
+fi
+DEV=cuda; [ -n "$SMALL" ] && DEV=cpu
+for prof in "${PROFILES[@]}"; do
+  # shellcheck disable=SC2086
+  timeout "${T_PROFILE:-60}" python3 bench/kernels_profile.py $prof --device $DEV --top 15 2>&1 \
+    | grep -v "^USDT\|profiler_st" | tee -a "$OUT/profile.txt"
+done
 echo "== done: $OUT"
 ls "$OUT"

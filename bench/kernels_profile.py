@@ -10,7 +10,13 @@ same step under ``torch.profiler``, top-level events (a forward op's ``aten::`` 
 backward's ``...Backward0`` node) summed by name. Median over ``--steps`` steps after a warm-up,
 both sides in this process, one step of each in turn, one thread each unless ``--threads``.
 
+``--device cuda``: the executor on CuPy, torch on CUDA. Each executor kernel is timed between two
+device synchronisations (so a kernel's row is its device time plus its launches; the
+synchronisations make the step a little slower than unprofiled), torch's events by their device
+time (``ProfilerActivity.CUDA``, top-level CPU events' ``device_time_total``).
+
     python3 bench/kernels_profile.py resnet --batch 32 --width 64 --depth 2 --image 32
+    python3 bench/kernels_profile.py vgg16 --batch 8 --image 224 --device cuda   # on a GPU
     python3 bench/kernels_profile.py transformer --batch 1 --width 512 --depth 4 --seq 512 --heads 8
 """
 
@@ -30,16 +36,19 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 
-def _timed_ops(acc):
-    """A copy of :data:`planner.ops.OPS` whose kernels add their wall time to ``acc[(op, dir)]``."""
+def _timed_ops(acc, sync=lambda: None):
+    """A copy of :data:`planner.ops.OPS` whose kernels add their wall time to ``acc[(op, dir)]``
+    (``sync``: the device's synchronisation, before and after each kernel)."""
     from planner import ops
 
     def wrap(name, direction, fn):
         def timed(*a, **k):
+            sync()
             t0 = time.perf_counter()
             try:
                 return fn(*a, **k)
             finally:
+                sync()
                 acc[(name, direction)] += time.perf_counter() - t0
         return timed
 
@@ -60,7 +69,7 @@ def executor_profile(g, leaf, be, steps):
     try:
         for _ in range(steps):
             acc = collections.defaultdict(float)
-            ops.OPS.update(_timed_ops(acc))
+            ops.OPS.update(_timed_ops(acc, be.synchronize))
             t0 = time.perf_counter()
             r = step()
             totals.append(time.perf_counter() - t0)
@@ -72,28 +81,40 @@ def executor_profile(g, leaf, be, steps):
         ops.OPS.update(saved)
 
 
-def torch_profile(t, leaf):
-    """``one()`` -> (step seconds, {event name: seconds}) of one profiled torch step."""
+def torch_profile(t, leaf, device="cpu"):
+    """``one()`` -> (step seconds, {event name: seconds}) of one profiled torch step: top-level
+    events' CPU time, or on CUDA their device time."""
+    import numpy as np
     import torch
     from torch.profiler import ProfilerActivity, profile
 
     import kernels_bench as kb
 
-    step, values = kb.torch_step(t, leaf)
+    cuda = device == "cuda"
+    if cuda:
+        torch.backends.cuda.matmul.allow_tf32 = False      # float32 products, as CuPy computes
+        torch.backends.cudnn.allow_tf32 = False
+    host = {v: (a.get() if hasattr(a, "get") else np.asarray(a)) for v, a in leaf.items()}
+    step, values = kb.torch_step(t, host, device)
+    sync = torch.cuda.synchronize if cuda else (lambda: None)
     kb.clear_grads(values)
     step()
+    sync()
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
 
     def one():
         kb.clear_grads(values)
-        with profile(activities=[ProfilerActivity.CPU]) as prof:
+        with profile(activities=activities) as prof:
             t0 = time.perf_counter()
             step()
+            sync()
             total = time.perf_counter() - t0
         acc = collections.defaultdict(float)
         for e in prof.events():
             if e.cpu_parent is None:
-                acc[e.name.replace("autograd::engine::evaluate_function: ", "")] += \
-                    e.cpu_time_total / 1e6
+                spent = (getattr(e, "device_time_total", None)
+                         or getattr(e, "cuda_time_total", 0) or 0) if cuda else e.cpu_time_total
+                acc[e.name.replace("autograd::engine::evaluate_function: ", "")] += spent / 1e6
         return total, acc
 
     del torch
@@ -108,6 +129,8 @@ def main(argv=None) -> int:
     ap.add_argument("--steps", type=int, default=3)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--top", type=int, default=25)
+    ap.add_argument("--device", choices=["cpu", "cuda"], default="cpu",
+                    help="cuda: the executor on CuPy, torch on CUDA (device time per kernel)")
     args = ap.parse_args(argv)
     for var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
         if os.environ.get(var) != str(args.threads):
@@ -124,10 +147,16 @@ def main(argv=None) -> int:
              if getattr(args, k) is not None}
     t = kb.build(args.model, sizes)
     g = export.to_cg(t)
-    be = backend.get("numpy")
+    from hgraph.common.errors import HGraphError
+
+    try:
+        be = backend.get("cupy" if args.device == "cuda" else "numpy")
+    except HGraphError as err:
+        print(f"kernels_profile: {err}", file=sys.stderr)
+        return 2
     leaf = executor.leaves(g, be.xp, 0)
     ex = executor_profile(g, leaf, be, args.steps)
-    to = torch_profile(t, leaf)
+    to = torch_profile(t, leaf, args.device)
     e_tot, t_tot, e_own = [], [], []
     e_per, t_per = collections.defaultdict(list), collections.defaultdict(list)
     for _ in range(args.steps):
@@ -146,7 +175,8 @@ def main(argv=None) -> int:
     e_rows["(executor outside kernels)"] = med(e_own) - sum(e_rows.values())
     e_rows["(run around the step: timeline, gradients copied out)"] = e_step - med(e_own)
     t_rows = {k: med(v) for k, v in t_per.items()}
-    print(f"{args.model} {sizes} {args.threads} thread(s), median of {args.steps}, wall clock: "
+    print(f"{args.model} {sizes} {args.device}, {args.threads} thread(s), median of "
+          f"{args.steps}, wall clock: "
           f"executor step {med(e_own):.4f} s ({e_step:.4f} s around executor.run), torch "
           f"{t_step:.4f} s (profiled), ratio {med(e_own) / t_step:.2f}x")
     width = max(len(k) for k in list(e_rows) + list(t_rows)) + 2
