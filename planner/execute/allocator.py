@@ -260,19 +260,7 @@ class TrackedAllocator:
         block = self._pool.take(nbytes)
         if block is None:
             block = self._new_block(nbytes)
-        live[buf] = (block, nbytes)
-        n = self.live_bytes = self.live_bytes + nbytes
-        self.allocations += 1
-        if n > self.peak_bytes:
-            self.peak_bytes = n
-        views = self._views
-        if views is None:
-            return block[:nbytes].view(dtype).reshape(shape)
-        key = (id(block), dtype, shape)
-        arr = views.get(key)
-        if arr is None:
-            arr = views[key] = block[:nbytes].view(dtype).reshape(shape)
-        return arr
+        return self._hand_out(buf, block, nbytes, dtype, shape)
 
     def take_block(self, buf: int, nbytes: int, dtype, shape, block_no: int):
         """:meth:`take` with the ``pool``'s choice made beforehand: ``block_no`` is the block
@@ -286,7 +274,13 @@ class TrackedAllocator:
             raise HGraphError(f"buffer {buf} allocated twice")
         blocks = self._blocks
         block = self._new_block(nbytes) if block_no == len(blocks) else blocks[block_no]
-        live[buf] = (block, nbytes)
+        return self._hand_out(buf, block, nbytes, dtype, shape)
+
+    def _hand_out(self, buf: int, block, nbytes: int, dtype, shape):
+        """Count ``buf`` live in ``block`` and return its typed view: :meth:`take`'s and
+        :meth:`take_block`'s common end (an unmetered run reuses the view it made for that
+        block, dtype and shape)."""
+        self._live[buf] = (block, nbytes)
         n = self.live_bytes = self.live_bytes + nbytes
         self.allocations += 1
         if n > self.peak_bytes:
@@ -294,7 +288,7 @@ class TrackedAllocator:
         views = self._views
         if views is None:
             return block[:nbytes].view(dtype).reshape(shape)
-        key = (block_no, dtype, shape)
+        key = (id(block), dtype, shape)
         arr = views.get(key)
         if arr is None:
             arr = views[key] = block[:nbytes].view(dtype).reshape(shape)
