@@ -323,6 +323,19 @@ def _merged(ho, wo, k) -> bool:
     return k > 1 and ho * wo < MERGE_PIXELS
 
 
+def merged_columns(x, k, s, out):
+    """The windows of an unpadded ``x`` (``(N, C, H, W)``, any strides) as channel-major,
+    images-merged columns, ``(C*k*k, N*Ho*Wo)``, copied into ``out`` (that many elements) in
+    one strided copy (NumPy or CuPy): the layout of a merged tile (:func:`_im2col_tiles`) and of
+    the row executor's band convolutions (:mod:`planner.execute.band_kernels`)."""
+    n, c, h, w = x.shape
+    ho, wo = (h - k) // s + 1, (w - k) // s + 1
+    sn, sc, sh, sw = x.strides
+    out.reshape(c, k, k, n, ho, wo)[...] = _as_strided(x, (c, k, k, n, ho, wo),
+                                                       (sc, sh, sw, sn, sh * s, sw * s))
+    return out.reshape(c * k * k, n * ho * wo)
+
+
 def _im2col_tiles(xp, x, k, s, p, cap):
     """Yield ``(n0, n1, r0, r1, cols)`` over :func:`_conv_tiles`: ``cols`` holds the input
     windows of output rows ``[r0, r1)`` of images ``[n0, n1)``, ``(images, c*k*k, rows*wo)``,
@@ -344,9 +357,7 @@ def _im2col_tiles(xp, x, k, s, p, cap):
         sn, sc, sh, sw = slab.strides
         size = nb * c * k * k * rows * wo
         if merged:
-            windows = _as_strided(slab, (c, k, k, nb, rows, wo), (sc, sh, sw, sn, sh * s, sw * s))
-            ws[:size].reshape(c, k, k, nb, rows, wo)[...] = windows
-            yield n0, n1, r0, r1, ws[:size].reshape(c * k * k, nb * rows * wo)
+            yield n0, n1, r0, r1, merged_columns(slab, k, s, ws[:size])
         else:
             windows = _as_strided(slab, (nb, c, k, k, rows, wo), (sn, sc, sh, sw, sh * s, sw * s))
             ws[:size].reshape(nb, c, k, k, rows, wo)[...] = windows
@@ -519,7 +530,7 @@ def _conv_fwd(xp, xs, a, out=None):
     return y
 
 
-def _col2im_add(xp, dxpad, dcols, n0, n1, r0, k, s, ho_t, wo, merged):
+def col2im_add(xp, dxpad, dcols, n0, n1, r0, k, s, ho_t, wo, merged):
     """Add a tile's column gradients (the layout of :func:`_im2col_tiles`) back onto the padded
     input gradient at the windows they came from (one strided add per kernel tap)."""
     nb, c = n1 - n0, dxpad.shape[1]
@@ -533,7 +544,7 @@ def _col2im_add(xp, dxpad, dcols, n0, n1, r0, k, s, ho_t, wo, merged):
             dxpad[n0:n1, :, top:top + s * (ho_t - 1) + 1:s, j:j + s * (wo - 1) + 1:s] += d6[:, :, i, j]
 
 
-def _swap01(xp, a, out=None):
+def swap01(xp, a, out=None):
     """``a`` with its first two axes swapped, as a contiguous copy made block by block (64 or 32
     rows of ``a`` at a time): NumPy's one-call copy of a large transposed matrix runs ~5-10x
     slower (no cache blocking; a 512x4608 weight gradient: ~38 ms against ~4 ms here)."""
@@ -551,7 +562,7 @@ def _conv_dx(xp, gy, w, xshape, s, p, cap, out=None):
     ``k - 1 - p``, with the flipped, transposed kernel -- the forward's tiled GEMMs, copies
     instead of scattered adds. Otherwise (strided; widening, where that convolution's columns
     would outgrow the input's; small maps, where copying the kernel would not pay): tiled
-    ``W^T @ g`` column gradients added back by :func:`_col2im_add`. Where :func:`_pixel_major`
+    ``W^T @ g`` column gradients added back by :func:`col2im_add`. Where :func:`_pixel_major`
     says so, both through pixel-major columns (:func:`_pm_conv`, :func:`_pm_col2im`)."""
     n, c, h, wd = xshape
     o, _, k, _ = w.shape
@@ -561,7 +572,7 @@ def _conv_dx(xp, gy, w, xshape, s, p, cap, out=None):
             wmat = xp.ascontiguousarray(w[:, :, ::-1, ::-1].transpose(2, 3, 0, 1))
             y = xp.empty(xshape, dtype=gy.dtype) if out is None else out
             return _pm_conv(xp, gy, wmat.reshape(k * k * o, c), k, 1, k - 1 - p, cap, y)
-        wt = _swap01(xp, w.reshape(o, c, k * k)[:, :, ::-1]).reshape(c, o, k, k)
+        wt = swap01(xp, w.reshape(o, c, k * k)[:, :, ::-1]).reshape(c, o, k, k)
         return _conv_fwd(xp, [gy, wt], {"stride": 1, "pad": k - 1 - p, "workspace": cap}, out=out)
     if _pixel_major(c, o, k, wo, n * ho * wo):
         return _pm_col2im(xp, gy, w, xshape, s, p, cap, out)
@@ -574,7 +585,7 @@ def _conv_dx(xp, gy, w, xshape, s, p, cap, out=None):
     dxpad = xp.zeros((n, c, h + 2 * p, wd + 2 * p), dtype=gy.dtype)
     for n0, n1, r0, r1 in _conv_tiles(n, ho, wo, c * k * k, gy.dtype.itemsize, cap):
         g = _tile_grad(gy, n0, n1, r0, r1, merged, pixel_major=False)
-        _col2im_add(xp, dxpad, xp.matmul(w2t, g), n0, n1, r0, k, s, r1 - r0, wo, merged)
+        col2im_add(xp, dxpad, xp.matmul(w2t, g), n0, n1, r0, k, s, r1 - r0, wo, merged)
     return dxpad[:, :, p:p + h, p:p + wd].copy() if p else dxpad
 
 
@@ -583,7 +594,7 @@ def _pm_col2im(xp, gy, w, xshape, s, p, cap, out=None):
     :func:`_pixel_major` covers): per tile, the output gradient as ``(pixels, out)`` (one
     transposing copy) times the ``(out, k*k*c)`` weight in ``(i, j, channel)`` order, each
     tap's ``(pixels, c)`` slice added onto a pixel-major padded gradient -- inner loops of ``c``
-    elements where :func:`_col2im_add`'s run ``wo`` -- and one transposing copy back to NCHW."""
+    elements where :func:`col2im_add`'s run ``wo`` -- and one transposing copy back to NCHW."""
     n, c, h, wd = xshape
     o, _, k, _ = w.shape
     ho, wo = gy.shape[2], gy.shape[3]
@@ -645,7 +656,7 @@ def _conv_dw(xp, gy, x, wshape, s, p, cap, out=None):
             return acc.reshape(wshape)
         out.reshape(o, -1)[...] = acc
         return out
-    dw = _swap01(xp, acc, out)
+    dw = swap01(xp, acc, out)
     return out if out is not None else dw.reshape(wshape)
 
 

@@ -41,7 +41,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from planner.ops import UFUNC_BUFSIZE
+from planner.ops import UFUNC_BUFSIZE, col2im_add, merged_columns, swap01
 
 #: A 1x1 band convolution merges its images into one GEMM below this many output pixels per
 #: image and from :data:`MERGE_WEIGHT` weight elements: there the per-image GEMMs re-read a
@@ -72,9 +72,7 @@ def accumulates_in_blas(xp, c) -> bool:
 def _images_merged(xp, a):
     """``(C, N*H*W)`` contiguous copy of an ``(N, C, H, W)`` array (any strides)."""
     n, c, h, w = a.shape
-    m = xp.empty((c, n, h, w), dtype=a.dtype)
-    m[...] = a.transpose(1, 0, 2, 3)
-    return m.reshape(c, n * h * w)
+    return swap01(xp, a).reshape(c, n * h * w)
 
 
 def _blas_gemm(xp, dtype):
@@ -220,20 +218,11 @@ COLS_BYTES = 32 << 20
 
 def _band_cols(xp, x, k: int, s: int):
     """The im2col columns of a padded band ``x`` (``(N, C, H, W)``, explicit padding: the
-    convolution is unpadded), channel-major and images merged: ``(C*k*k, N*Ho*Wo)``, one copy."""
+    convolution is unpadded), channel-major and images merged: ``(C*k*k, N*Ho*Wo)``, one copy
+    (:func:`planner.ops.merged_columns`, the whole-op kernel's merged tiles)."""
     n, c, h, w = x.shape
     ho, wo = (h - k) // s + 1, (w - k) // s + 1
-    sn, sc, sh, sw = x.strides
-    m = xp.empty((c, k, k, n, ho, wo), dtype=x.dtype)
-    if xp is np:
-        windows = np.lib.stride_tricks.as_strided(x, (c, k, k, n, ho, wo),
-                                                  (sc, sh, sw, sn, sh * s, sw * s))
-        m[...] = windows
-    else:                                # CuPy: one strided copy per kernel tap
-        for i in range(k):
-            for j in range(k):
-                m[:, i, j] = x[:, :, i:i + s * (ho - 1) + 1:s, j:j + s * (wo - 1) + 1:s].transpose(1, 0, 2, 3)
-    return m.reshape(c * k * k, n * ho * wo)
+    return merged_columns(x, k, s, xp.empty(c * k * k * n * ho * wo, dtype=x.dtype))
 
 
 def conv_fits(x_shape, w_shape, s: int, itemsize: int) -> bool:
@@ -293,12 +282,9 @@ def conv_backward(xp, gy, x, w, s: int, dw, dw_fill: bool, want_dx: bool):
         del cols
     if not want_dx:
         return None
-    d6 = xp.matmul(w.reshape(o, c * k * k).T, gm).reshape(c, k, k, n, ho, wo)
     dxpad = xp.zeros(x.shape, dtype=gy.dtype)
-    for i in range(k):
-        for j in range(k):
-            dxpad[:, :, i:i + s * (ho - 1) + 1:s, j:j + s * (wo - 1) + 1:s] += \
-                d6[:, i, j].transpose(1, 0, 2, 3)
+    col2im_add(xp, dxpad, xp.matmul(w.reshape(o, c * k * k).T, gm), 0, n, 0, k, s, ho, wo,
+               merged=True)
     return dxpad
 
 
