@@ -592,19 +592,27 @@ def with_threads(threads: int, script, argv=None):
     return subprocess.call([sys.executable, str(Path(script).resolve())] + words, env=env)
 
 
+def row_model_arguments(ap, steps: int) -> None:
+    """The row tools' common flags (``bench/rows_ab.py``, ``bench/rows_profile.py``): the model,
+    its sizes (:func:`row_model_sizes` reads them), the bands, the timed steps, the threads."""
+    ap.add_argument("model")
+    ap.add_argument("--quick", action="store_true", help="kernels_bench's --quick sizes")
+    for key in ("batch", "width", "depth", "image"):
+        ap.add_argument(f"--{key}", type=int)
+    ap.add_argument("--bands", type=int, default=4)
+    ap.add_argument("--steps", type=int, default=steps)
+    ap.add_argument("--threads", type=int, default=1)
+
+
 def row_model_sizes(tool: str, args):
     """The sizes of row model ``args.model`` (``--quick`` or the issue's, with the command
-    line's batch/width/depth/image), or None after one line on stderr when it has no row
-    plan (``tool`` names the command)."""
+    line's batch/width/depth/image: :func:`sizes_for`), or None after one line on stderr when
+    it has no row plan (``tool`` names the command)."""
     if args.model not in ROW_MODELS:
         print(f"{tool}: {args.model!r} has no row plan; choose from {', '.join(ROW_MODELS)}",
               file=sys.stderr)
         return None
-    sizes = dict((QUICK if args.quick else SIZES)[args.model])
-    for key in ("batch", "width", "depth", "image"):
-        if getattr(args, key) is not None:
-            sizes[key] = getattr(args, key)
-    return sizes
+    return sizes_for(args.model, args)
 
 
 def sizes_for(name: str, args) -> dict:

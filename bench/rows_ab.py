@@ -48,20 +48,15 @@ def load_rows_exec(rev: str):
 
 
 def main(argv=None) -> int:
+    import kernels_bench as kb                  # stdlib only at import: NumPy not loaded yet
+
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("model")
+    kb.row_model_arguments(ap, steps=7)
     ap.add_argument("--base", required=True, help="git revision of the other rows_exec")
-    ap.add_argument("--quick", action="store_true", help="kernels_bench's --quick sizes")
-    for key in ("batch", "width", "depth", "image"):
-        ap.add_argument(f"--{key}", type=int)
-    ap.add_argument("--bands", type=int, default=4)
     ap.add_argument("--policy", default="share", choices=("share", "overlap"))
-    ap.add_argument("--steps", type=int, default=7)
-    ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--dtype", default="float32")
     ap.add_argument("--tol", type=float, help="largest relative gradient difference accepted")
     args = ap.parse_args(argv)
-    import kernels_bench as kb                  # stdlib only at import: NumPy not loaded yet
 
     rerun = kb.with_threads(args.threads, __file__, argv)
     if rerun is not None:

@@ -137,17 +137,12 @@ def _band_meter(rec: dict, side: list) -> dict:
 
 
 def main(argv=None) -> int:
+    import kernels_bench as kb                  # stdlib only at import: NumPy not loaded yet
+
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("model")
-    ap.add_argument("--quick", action="store_true", help="kernels_bench's --quick sizes")
-    for key in ("batch", "width", "depth", "image"):
-        ap.add_argument(f"--{key}", type=int)
-    ap.add_argument("--bands", type=int, default=4)
-    ap.add_argument("--steps", type=int, default=3)
-    ap.add_argument("--threads", type=int, default=1)
+    kb.row_model_arguments(ap, steps=3)
     ap.add_argument("--top", type=int, default=16, help="rows of the step-kind table")
     args = ap.parse_args(argv)
-    import kernels_bench as kb                  # stdlib only at import: NumPy not loaded yet
 
     rerun = kb.with_threads(args.threads, __file__, argv)
     if rerun is not None:
