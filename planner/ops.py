@@ -33,6 +33,7 @@ from typing import Callable
 
 import numpy as np
 
+from planner import winograd
 
 
 @dataclasses.dataclass(frozen=True)
@@ -418,6 +419,21 @@ def _row_taps(s, ho, wo) -> bool:
     return s == 1 and ho * wo >= ROW_TAPS_PIXELS
 
 
+def _winograd(n, c, o, k, s, p, ho, wo, itemsize, cap, weight_grad=False) -> bool:
+    """Whether a convolution's backward runs through :mod:`planner.winograd` (stride-1 3x3
+    layers of at least ``winograd.MIN_CHANNELS`` channels a side on maps of
+    ``winograd.MIN_SIDE`` and more, padded by at most 2): a quarter of the direct
+    convolution's multiplications. The input gradient is a forward of the output gradient
+    (``c``: the layer's output channels); the weight gradient has its own rule
+    (``weight_grad``). The forward itself stays direct: F(4x4, 3x3) rounds ~20x coarser
+    (~1e-5 of the largest output in float32), and in a forward that moves which values sit on
+    either side of a ReLU or a max pool: the CIFAR ResNet's float32 gradients moved by up to
+    3.8e-2 of their largest from the direct kernels' (1e-5 with the backward alone;
+    bench/NOTES_kernels.md)."""
+    return k == 3 and s == 1 and 0 <= p <= 2 and winograd.pays(n, c, o, ho, wo, itemsize, cap,
+                                                               weight_grad)
+
+
 def _pm_tiles(xp, x, k, s, p, cap, row_taps=False):
     """Yield ``(n0, n1, r0, r1, cols)`` over :func:`_conv_tiles` (the same tiles as
     :func:`_im2col_tiles`): ``cols`` ``(images*rows*wo, k*k*c)``, one output pixel a row, its
@@ -567,6 +583,8 @@ def _conv_dx(xp, gy, w, xshape, s, p, cap, out=None):
     n, c, h, wd = xshape
     o, _, k, _ = w.shape
     ho, wo = gy.shape[2], gy.shape[3]
+    if _winograd(n, o, c, k, s, k - 1 - p, h, wd, gy.dtype.itemsize, cap):
+        return winograd.forward(xp, gy, w[:, :, ::-1, ::-1].transpose(1, 0, 2, 3), k - 1 - p, cap, out)
     if s == 1 and p <= k - 1 and o <= c and n * ho * wo >= DX_AMORTISE_PIXELS:
         if _pixel_major(o, c, k, wd, n * h * wd):   # the flipped kernel as (i, j, out) x in
             wmat = xp.ascontiguousarray(w[:, :, ::-1, ::-1].transpose(2, 3, 0, 1))
@@ -635,6 +653,8 @@ def _conv_dw(xp, gy, x, wshape, s, p, cap, out=None):
     ``(out, c*k*k)`` layout. Where :func:`_pixel_major` says so, :func:`_pm_conv_dw`."""
     o, c, k, _ = wshape
     n, _, ho, wo = gy.shape
+    if _winograd(n, c, o, k, s, p, ho, wo, x.dtype.itemsize, cap, weight_grad=True):
+        return winograd.weight_grad(xp, gy, x, p, cap, out)
     if k == 1 and p == 0 and s > 1:
         x, s = xp.ascontiguousarray(x[:, :, ::s, ::s]), 1
     if _pixel_major(c, o, k, wo, n * ho * wo):
@@ -1288,6 +1308,8 @@ def _conv_fwd_temp(x, wt, s, p, e, cap, out_given) -> int:
 def _conv_dw_temp(x, wt, gy, s, p, e, cap, out_given) -> int:
     o, c, k, _ = wt
     n, _, ho, wo = gy
+    if _winograd(n, c, o, k, s, p, ho, wo, e, cap, weight_grad=True):
+        return winograd.weight_grad_temp_bytes(n, c, o, ho, wo, e, cap, out_given)
     wm = o * c * k * k * e
     sub = 0
     if k == 1 and p == 0 and s > 1:
@@ -1330,6 +1352,8 @@ def _conv_dx_temp(x, wt, gy, s, p, e, cap, out_given) -> int:
     o, _, k, _ = wt
     _, _, ho, wo = gy
     xs = n * c * h * w * e
+    if _winograd(n, o, c, k, s, k - 1 - p, h, w, e, cap):
+        return winograd.forward_temp_bytes(n, o, c, h, w, e, cap, out_given)
     if s == 1 and p <= k - 1 and o <= c and n * ho * wo >= DX_AMORTISE_PIXELS:
         if _pixel_major(o, c, k, w, n * h * w):   # the flipped kernel, then the pixel-major work
             return (o * c * k * k * e + (0 if out_given else xs)
