@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["run_starts", "distinct", "ranges", "csr"]
+__all__ = ["run_starts", "distinct", "ranges", "csr", "as_strided"]
 
 
 def run_starts(keys: np.ndarray) -> np.ndarray:
@@ -55,3 +55,13 @@ def csr(keys: np.ndarray, vals: np.ndarray, n: int):
     indptr = np.zeros(n + 1, dtype=np.int64)
     np.cumsum(np.bincount(keys, minlength=n), out=indptr[1:])
     return indptr, np.asarray(vals)[order].astype(np.int64)
+
+
+def as_strided(x, shape, strides):
+    """``as_strided`` of whichever array module ``x`` belongs to (NumPy or CuPy): the kernels'
+    window views (im2col columns, Winograd blocks, pooling taps) are written once for both."""
+    if isinstance(x, np.ndarray):
+        return np.lib.stride_tricks.as_strided(x, shape=shape, strides=strides)
+    from cupy.lib.stride_tricks import as_strided as cupy_as_strided
+
+    return cupy_as_strided(x, shape=shape, strides=strides)

@@ -34,6 +34,7 @@ from typing import Callable
 import numpy as np
 
 from planner import winograd
+from planner.arrays import as_strided as _as_strided
 
 
 @dataclasses.dataclass(frozen=True)
@@ -212,15 +213,6 @@ def pad_map(xp, x, top, bottom, side, fill=0.0):
 
 def _pad(xp, x, p, fill=0.0):
     return x if p == 0 else pad_map(xp, x, p, p, p, fill)
-
-
-def _as_strided(x, shape, strides):
-    """``as_strided`` of whichever array module ``x`` belongs to (NumPy or CuPy)."""
-    if isinstance(x, np.ndarray):
-        return np.lib.stride_tricks.as_strided(x, shape=shape, strides=strides)
-    from cupy.lib.stride_tricks import as_strided
-
-    return as_strided(x, shape=shape, strides=strides)
 
 
 def _window(xpad, i, j, s, ho, wo):

@@ -48,6 +48,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from planner.arrays import as_strided
+
 #: Output block side (m) and input block side (m + 2) of F(4x4, 3x3).
 M, ALPHA = 4, 6
 _BT = np.array([[4, 0, -5, 0, 1, 0],
@@ -139,9 +141,8 @@ def _taps(xp, slab, out):
     nb, hp, wp, c = slab.shape
     bh, bw = (hp - 2) // M, (wp - 2) // M
     e = slab.dtype.itemsize
-    view = xp.lib.stride_tricks.as_strided(
-        slab, shape=(ALPHA, ALPHA, nb, bh, bw, c),
-        strides=(wp * c * e, c * e, hp * wp * c * e, M * wp * c * e, M * c * e, e))
+    view = as_strided(slab, (ALPHA, ALPHA, nb, bh, bw, c),
+                      (wp * c * e, c * e, hp * wp * c * e, M * wp * c * e, M * c * e, e))
     d = out[:ALPHA * ALPHA * nb * bh * bw * c].reshape(ALPHA, ALPHA, nb, bh, bw, c)
     d[...] = view
     return d.reshape(ALPHA * ALPHA, nb * bh * bw, c)
