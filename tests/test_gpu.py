@@ -54,3 +54,25 @@ def test_gpu_actor(request):
     s = plans.feasible_budgets(g, count=1)[0][1]
     rep = gpu_actor.evaluate_on_gpu(cg.dumps(g), s.dumps(), {"allocators": ("pool",)}, timeout=300)
     assert rep["backend"] == "cupy" and rep["gradients_match"] is True
+
+
+def test_gpu_winograd_backward_matches_numpy(gpu):
+    """The Winograd backward (planner/winograd.py) on CuPy: the conv2d VJP of a layer that takes
+    it, against the same VJP on NumPy in float64 (same maths, both through the transforms)."""
+    from planner import ops, winograd
+
+    rng = np.random.default_rng(0)
+    x, w = rng.standard_normal((2, 64, 10, 9)), rng.standard_normal((64, 64, 3, 3))
+    gy = rng.standard_normal((2, 64, 10, 9))
+    attrs = {"stride": 1, "pad": 1}
+    assert ops._winograd(2, 64, 64, 3, 1, 1, 10, 9, 8, ops.CONV_WORKSPACE_BYTES)
+    xp = gpu.xp
+    bwd = ops.OPS["conv2d"].backward
+    host = bwd(np, gy, {0: x, 1: w}, None, attrs, [x.shape, w.shape], [0, 1])
+    dev = bwd(xp, xp.asarray(gy), {0: xp.asarray(x), 1: xp.asarray(w)}, None, attrs,
+              [x.shape, w.shape], [0, 1])
+    for k in (0, 1):
+        np.testing.assert_allclose(xp.asnumpy(dev[k]), host[k], rtol=1e-10, atol=1e-10)
+    y = winograd.forward(xp, xp.asarray(x), xp.asarray(w), 1, ops.CONV_WORKSPACE_BYTES)
+    np.testing.assert_allclose(xp.asnumpy(y), ops.OPS["conv2d"].forward(np, [x, w], attrs),
+                               rtol=1e-10, atol=1e-10)
