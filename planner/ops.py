@@ -1113,6 +1113,38 @@ def _attn_infer(s, d, a):
     return (b, sq, d3 // 3), d[0]
 
 
+#: The attention kernels take the (batch, head) pairs in blocks of at most this many bytes of
+#: scores (at least one head): a (512 x 512) float32 head is 1 MiB, so the forward's one and the
+#: backward's two (seq x seq) buffers stay in a core's L2 cache through the softmax's passes and
+#: the products that read them, where all heads at once (32 MiB at batch 4, 8 heads, seq 512)
+#: streamed each pass through memory (bench/NOTES_kernels.md, "Attention and GELU in cache-sized
+#: blocks"). The same blocks on every backend, fixed by the shapes: the temporaries the plan
+#: counts (:func:`_attention_temps`) and the reduction orders do not depend on the machine.
+ATTENTION_BLOCK_BYTES = 1 << 20
+
+
+def _head_blocks(b, h, s, itemsize):
+    """(heads in the largest block, the blocks as (batch slice, head slice), a generator):
+    whole batches of heads when a block holds ``h`` heads or more, else runs of one batch's
+    heads."""
+    per = max(1, min(b * h, ATTENTION_BLOCK_BYTES // (s * s * itemsize)))
+    if per >= h:
+        nb = per // h
+        return nb * h, ((slice(i, min(b, i + nb)), slice(0, h)) for i in range(0, b, nb))
+    return per, ((slice(i, i + 1), slice(j, min(h, j + per)))
+                 for i in range(b) for j in range(0, h, per))
+
+
+def _block(buf, shape):
+    """The first ``shape``'s worth of the flat buffer ``buf``, shaped (a block's scratch)."""
+    return buf[:_numel(shape)].reshape(shape)
+
+
+def _t(x):
+    """A block's last two axes swapped (a view)."""
+    return x.transpose(0, 1, 3, 2)
+
+
 def _attn_split(xp, qkv, heads):
     b, s, d3 = qkv.shape
     d = d3 // 3
@@ -1120,50 +1152,84 @@ def _attn_split(xp, qkv, heads):
     return parts[0], parts[1], parts[2]
 
 
-def _softmax_(xp, z):
-    """Softmax over the last axis, in place in ``z`` (which it returns)."""
-    z -= z.max(axis=-1, keepdims=True)
-    xp.exp(z, out=z)
-    z /= z.sum(axis=-1, keepdims=True)
-    return z
+def _attn_setup(xp, q, a):
+    """What every block of the forward and backward shares: the scale (float32, as the
+    kernels always used, so float64 runs keep their values), the blocks, a row of ones (row
+    sums as BLAS products) and the causal mask (None without one)."""
+    b, h, s, dh = q.shape
+    per, blocks = _head_blocks(b, h, s, q.dtype.itemsize)
+    mask = None
+    if a.get("causal"):    # keys x queries: 0 where key <= query, -1e30 above (exp gives 0)
+        mask = xp.where(xp.tri(s, dtype=bool).T, q.dtype.type(0), q.dtype.type(-1e30))
+    return np.float32(1.0 / math.sqrt(dh)), per, blocks, xp.ones(s, dtype=q.dtype), mask
 
 
-def _attn_probs(xp, q, k, a):
-    """Softmax of ``q k^T * scale`` (the scale applied to ``q``: a pass over ``B*H*S*dh``
-    values instead of ``B*H*S*S``), and the scale."""
-    scale = np.float32(1.0 / math.sqrt(q.shape[-1]))
-    scores = xp.matmul(q * scale, k.transpose(0, 1, 3, 2))
-    if a.get("causal"):                   # -1e30 above the diagonal (exp gives exactly 0 there)
-        s = scores.shape[-1]
-        scores += xp.where(xp.tri(s, dtype=bool), scores.dtype.type(0), scores.dtype.type(-1e30))
-    return _softmax_(xp, scores), scale
+def _softmax_(xp, st, ones, mask=None):
+    """The unnormalised softmax of one block's transposed scores ``st`` (keys x queries), in
+    place: ``exp(st - max)`` per query (column), and each query's sum ``l`` (returned). The
+    transposed layout makes a query's statistics a row: the max reduces along rows and the
+    shift broadcasts a row over rows, both passes over contiguous rows (a column's broadcast
+    ran ~1.4x slower); the sum is a product with ones. The division by ``l`` is left to the
+    caller, on (seq x head_dim) values instead of (seq x seq)."""
+    if mask is not None:
+        st += mask
+    st -= st.max(axis=-2, keepdims=True)
+    xp.exp(st, out=st)
+    return xp.matmul(ones, st)
 
 
 def _attn_fwd(xp, xs, a, out=None):
+    """``softmax(q k^T * scale) v`` block by block (:func:`_head_blocks`): per block the scores
+    transposed (``k (q * scale)^T``), their unnormalised softmax ``E`` with the query sums ``l``
+    (:func:`_softmax_`), then ``(E^T v) / l`` straight into the (B, S, H, dh) output."""
     q, k, v = _attn_split(xp, xs[0], a["heads"])
-    p, _ = _attn_probs(xp, q, k, a)
     b, h, s, dh = q.shape
-    y = xp.empty((b, s, h, dh), dtype=p.dtype) if out is None else out.reshape(b, s, h, dh)
-    xp.matmul(p, v, out=y.transpose(0, 2, 1, 3))          # straight into (B, S, H, dh)
+    scale, per, blocks, ones, mask = _attn_setup(xp, q, a)
+    y = xp.empty((b, s, h, dh), dtype=q.dtype) if out is None else out.reshape(b, s, h, dh)
+    yt = y.transpose(0, 2, 1, 3)
+    sbuf = xp.empty(per * s * s, dtype=q.dtype)
+    qbuf = xp.empty(per * s * dh, dtype=q.dtype)
+    for bs, hs in blocks:
+        qs = xp.multiply(q[bs, hs], scale, out=_block(qbuf, q[bs, hs].shape))
+        e = xp.matmul(k[bs, hs], _t(qs), out=_block(sbuf, qs.shape[:3] + (s,)))
+        l = _softmax_(xp, e, ones, mask)
+        o = xp.matmul(_t(e), v[bs, hs], out=yt[bs, hs])
+        o /= l[..., None]
     return y.reshape(b, s, h * dh)
 
 
 def _attn_bwd(xp, gy, saved, y, a, in_shapes, want, out=None):
-    """The VJP of softmax(q k^T * scale) v; the three gradients are written straight into the
-    packed ``(B, S, 3, H, dh)`` layout of the input (no stack, no transpose copy)."""
+    """The VJP of ``softmax(q k^T * scale) v``, block by block like the forward, from the
+    recomputed unnormalised ``E`` (keys x queries) and query sums ``l`` (P = E / l, never
+    formed): with ``dO' = dO / l`` per query, ``dv = E dO'``, ``dP'^T = v dO'^T`` (``dP / l``),
+    and softmax's VJP ``dS = P (dP - rowsum(P dP))`` as ``T - E c`` with ``T = E dP'`` (= P dP)
+    and ``c = rowsum(T) / l``; ``dq = dS (k * scale)``, ``dk = dS^T (q * scale)``. The three
+    gradients go straight into the packed ``(B, S, 3, H, dh)`` layout of the input."""
     q, k, v = _attn_split(xp, saved[0], a["heads"])
-    p, scale = _attn_probs(xp, q, k, a)
     b, h, s, dh = q.shape
+    scale, per, blocks, ones, mask = _attn_setup(xp, q, a)
     do = gy.reshape(b, s, h, dh).transpose(0, 2, 1, 3)
     into = (out or {}).get(0)
-    dqkv = xp.empty((b, s, 3, h, dh), dtype=p.dtype) if into is None else into.reshape(b, s, 3, h, dh)
+    dqkv = xp.empty((b, s, 3, h, dh), dtype=q.dtype) if into is None else into.reshape(b, s, 3, h, dh)
     dq, dk, dv = (dqkv[:, :, i].transpose(0, 2, 1, 3) for i in range(3))   # B, H, S, dh views
-    xp.matmul(p.transpose(0, 1, 3, 2), do, out=dv)
-    dp = xp.matmul(do, v.transpose(0, 1, 3, 2))
-    xp.subtract(dp, dots(xp, dp, p, (-1,)), out=dp)      # softmax's VJP; the scale goes on k, q
-    dp *= p
-    xp.matmul(dp, k * scale, out=dq)
-    xp.matmul(dp.transpose(0, 1, 3, 2), q * scale, out=dk)
+    ebuf, dbuf = (xp.empty(per * s * s, dtype=q.dtype) for _ in range(2))
+    qbuf, kbuf, obuf = (xp.empty(per * s * dh, dtype=q.dtype) for _ in range(3))
+    for bs, hs in blocks:
+        shape = q[bs, hs].shape
+        qs = xp.multiply(q[bs, hs], scale, out=_block(qbuf, shape))
+        ks = xp.multiply(k[bs, hs], scale, out=_block(kbuf, shape))
+        e = xp.matmul(k[bs, hs], _t(qs), out=_block(ebuf, shape[:3] + (s,)))
+        l = _softmax_(xp, e, ones, mask)
+        dos = xp.divide(do[bs, hs], l[..., None], out=_block(obuf, shape))
+        xp.matmul(e, dos, out=dv[bs, hs])
+        dst = xp.matmul(v[bs, hs], _t(dos), out=_block(dbuf, shape[:3] + (s,)))
+        dst *= e                                                  # T^T
+        c = xp.matmul(ones, dst)
+        c /= l
+        e *= c[..., None, :]
+        dst -= e                                                  # dS^T
+        xp.matmul(_t(dst), ks, out=dq[bs, hs])
+        xp.matmul(dst, qs, out=dk[bs, hs])
     return {0: dqkv.reshape(b, s, 3 * h * dh) if into is None else into}
 
 
@@ -1375,17 +1441,28 @@ def _conv_bwd_temp(x, wt, gy, a, e, want, into) -> int:
     return max(dw, held + dx)
 
 
-def _attention_temps(x, attrs, e: int) -> tuple:
-    """(scores, side, stats) bytes of the attention kernel's temporaries on packed ``x``
-    (batch, seq, 3*d), forward and backward alike: every head's score matrix; a (batch, seq, d)
-    side buffer, or a causal mask's seq x seq booleans and floats where those are larger; the
-    softmax's row statistics."""
+def _attention_temps(x, attrs, e: int, phase: str) -> int:
+    """Bytes of the attention kernels' scratch on packed ``x`` (batch, seq, 3*d), results
+    aside: per block (:func:`_head_blocks`) of ``per`` heads the (seq x seq) buffers (forward
+    one, backward two) and the (seq x head_dim) ones (forward the scaled q; backward q, k and
+    dO scaled), a row of ones, the causal mask's floats, and the most held at once of the
+    per-query statistics (forward the sums and the max, backward also ``c``) and the ufunc
+    buffers of the broadcast passes: the shift by the max on a (seq x seq) block, the divisions
+    by the sums on strided (seq x head_dim) blocks (forward three buffers, the output in
+    place; backward two, dO into its scratch)."""
     b, sq, d3 = x
     hds = attrs["heads"]
-    side = b * sq * (d3 // 3) * e
-    if attrs.get("causal"):
-        side = max(side, sq * sq * (1 + e))
-    return b * hds * sq * sq * e, side, 2 * b * hds * sq * e
+    dh = d3 // 3 // hds
+    per, _ = _head_blocks(b, hds, sq, e)
+    stat, shift = per * sq * e, _bufs(1, (per, sq, sq), e)
+    if phase == "forward":
+        fixed = per * sq * (sq + dh) * e
+        transient = max(2 * stat + shift, stat + _bufs(3, (per, sq, dh), e))
+    else:
+        fixed = per * sq * (2 * sq + 3 * dh) * e
+        transient = max(3 * stat + shift, 2 * stat + _bufs(2, (per, sq, dh), e))
+    mask = sq * sq * e if attrs.get("causal") else 0
+    return fixed + sq * e + mask + transient
 
 
 def kernel_temp_bytes(name, phase, in_shapes, out_shape, attrs, itemsize=4, want=(),
@@ -1422,8 +1499,7 @@ def kernel_temp_bytes(name, phase, in_shapes, out_shape, attrs, itemsize=4, want
             n = ins[0][0]
             return 2 * xs + 8 * n * e + 8 * n
         if name == "attention":
-            scores, side, stats = _attention_temps(ins[0], attrs, e)
-            return res + scores + side + stats + _bufs(1, out, e)
+            return res + _attention_temps(ins[0], attrs, e, phase)
         if name == "reshape":
             return 0
         if name == "bias":      # a broadcast add
@@ -1477,8 +1553,7 @@ def kernel_temp_bytes(name, phase, in_shapes, out_shape, attrs, itemsize=4, want
         n = ins[0][0]
         return 3 * xs + 8 * n * e + 8 * n
     if name == "attention":
-        scores, side, stats = _attention_temps(ins[0], attrs, e)
-        return 2 * scores + side + stats + (0 if 0 in into else xs) + _bufs(1, out, e)
+        return (0 if 0 in into else xs) + _attention_temps(ins[0], attrs, e, phase)
     return 0                     # add, reshape, concat: views of the output gradient
 
 
