@@ -145,12 +145,31 @@ def _bias_bwd(xp, gy, saved, y, a, in_shapes, want):
 _GELU_C = np.float32(math.sqrt(2.0 / math.pi))
 _GELU_A = np.float32(0.044715)
 
+#: Elementwise chains of many passes (GELU and its VJP) run over blocks of this many bytes of
+#: their input, so that every pass reads and writes a core's L2 cache instead of streaming the
+#: whole array (16 MiB: a transformer's MLP at batch 4, seq 512, width 2048) through memory each
+#: time (bench/NOTES_kernels.md, "Attention and GELU in cache-sized blocks").
+ELEMENTWISE_BLOCK_BYTES = 256 << 10
 
-def _gelu_tanh(xp, x, out=None):
-    """``tanh(c * (x + a x^3))``, in one array (``out`` when given; in-place steps: each numpy
-    op a pass over ``x``'s size, no more)."""
-    t = xp.multiply(x, x, out=out)
-    t *= _GELU_A
+
+def _elementwise_blocks(*arrays):
+    """(the arrays as flat views, elements in the largest block, the blocks as slices, a
+    generator): cache-sized (:data:`ELEMENTWISE_BLOCK_BYTES`) when every array is C-contiguous,
+    else the arrays themselves in one block (a flat view of a strided array would be a copy)."""
+    n = arrays[0].size
+    if not all(a.flags.c_contiguous for a in arrays):
+        return list(arrays), n, iter([Ellipsis])
+    step = max(1, ELEMENTWISE_BLOCK_BYTES // arrays[0].dtype.itemsize)
+    return ([a.reshape(-1) for a in arrays], min(n, step),
+            (slice(i, min(n, i + step)) for i in range(0, n, step)))
+
+
+def _gelu_tanh(xp, x, out, x2=None):
+    """``tanh(c * (x + a x^3))`` into ``out`` (in-place steps: each a pass over ``x``'s size);
+    ``x2``: ``x * x`` where the caller has it."""
+    t = xp.multiply(x, x, out=out) if x2 is None else xp.multiply(x2, _GELU_A, out=out)
+    if x2 is None:
+        t *= _GELU_A
     t += np.float32(1)
     t *= x
     t *= _GELU_C
@@ -158,28 +177,45 @@ def _gelu_tanh(xp, x, out=None):
 
 
 def _gelu_fwd(xp, xs, a, out=None):
+    """``0.5 x (1 + t)``, ``t`` = :func:`_gelu_tanh`, block by block in the output's own
+    memory (:func:`_elementwise_blocks`)."""
     x = xs[0]
-    y = _gelu_tanh(xp, x, out)
-    y += np.float32(1)
-    y *= x
-    y *= np.float32(0.5)
+    y = xp.empty(x.shape, dtype=x.dtype) if out is None else out
+    (xf, yf), _, blocks = _elementwise_blocks(x, y)
+    for i in blocks:
+        yb = _gelu_tanh(xp, xf[i], yf[i])
+        yb += np.float32(1)
+        yb *= xf[i]
+        yb *= np.float32(0.5)
     return y
 
 
 def _gelu_bwd(xp, gy, saved, y, a, in_shapes, want, out=None):
-    """``gy * (0.5 (1 + t) + 0.5 x (1 - t^2) c (1 + 3 a x^2))`` with ``t`` the forward's tanh."""
+    """``gy * (0.5 (1 + t) + 0.5 x (1 - t^2) c (1 + 3 a x^2))`` with ``t`` the forward's tanh,
+    factored as ``gy (1 + t) (0.5 + x (0.5 c + 1.5 a c x^2) (1 - t))`` (``1 - t^2 = (1 - t)
+    (1 + t)``: 13 passes instead of 18), block by block through two block-sized scratch arrays.
+    The constants are the float32 ones the formula always used, multiplied in ``x``'s dtype."""
     x = saved[0]
-    t = _gelu_tanh(xp, x)
-    d = x * x
-    d *= np.float32(3) * _GELU_A
-    d += np.float32(1)
-    d *= _GELU_C
-    d *= x
-    d *= np.float32(1) - t * t
-    t += np.float32(1)
-    d += t
-    d *= np.float32(0.5)
-    return {0: xp.multiply(d, gy, out=(out or {}).get(0))}
+    into = (out or {}).get(0)
+    dx = xp.empty(x.shape, dtype=x.dtype) if into is None else into
+    (xf, gf, df), n, blocks = _elementwise_blocks(x, gy, dx)
+    f = x.dtype.type
+    c0, c2 = f(0.5) * f(_GELU_C), f(0.5) * f(np.float32(3) * _GELU_A) * f(_GELU_C)
+    ubuf, tbuf = xp.empty(n, dtype=x.dtype), xp.empty(n, dtype=x.dtype)
+    for i in blocks:
+        xb = xf[i]
+        u = xp.multiply(xb, xb, out=ubuf[:xb.size].reshape(xb.shape))
+        t = _gelu_tanh(xp, xb, tbuf[:xb.size].reshape(xb.shape), u)
+        u *= c2
+        u += c0
+        u *= xb
+        xp.subtract(f(1), t, out=t)                    # 1 - t
+        u *= t
+        u += f(0.5)
+        xp.subtract(f(2), t, out=t)                    # 1 + t
+        u *= t
+        xp.multiply(u, gf[i], out=df[i])
+    return {0: dx}
 
 
 # ---------------------------------------------------------------- convolution and pooling
@@ -413,11 +449,11 @@ def _row_taps(s, ho, wo) -> bool:
 
 def _winograd(n, c, o, k, s, p, ho, wo, itemsize, cap, weight_grad=False) -> bool:
     """Whether a convolution's backward runs through :mod:`planner.winograd` (stride-1 3x3
-    layers of at least ``winograd.MIN_CHANNELS`` channels a side on maps of
-    ``winograd.MIN_SIDE`` and more, padded by at most 2): a quarter of the direct
-    convolution's multiplications. The input gradient is a forward of the output gradient
-    (``c``: the layer's output channels); the weight gradient has its own rule
-    (``weight_grad``). The forward itself stays direct: F(4x4, 3x3) rounds ~20x coarser
+    layers of 64 channels in and out -- ``winograd.MIN_CHANNELS`` to ``MAX_CHANNELS``, where it
+    was measured faster -- on maps of ``winograd.MIN_SIDE`` and more, padded by at most 2): a
+    quarter of the direct convolution's multiplications. The input gradient is a forward of
+    the output gradient (``c``: the layer's output channels); the weight gradient has its own
+    rule (``weight_grad``). The forward itself stays direct: F(4x4, 3x3) rounds ~20x coarser
     (~1e-5 of the largest output in float32), and in a forward that moves which values sit on
     either side of a ReLU or a max pool: the CIFAR ResNet's float32 gradients moved by up to
     3.8e-2 of their largest from the direct kernels' (1e-5 with the backward alone;

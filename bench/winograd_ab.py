@@ -1,0 +1,78 @@
+"""Per-layer A/B of the Winograd backward against the direct kernels (issue 26; planner/winograd.py).
+
+For each layer shape, the op table's input gradient (``ops._conv_dx``) and weight gradient
+(``ops._conv_dw``) with Winograd allowed and with it turned off (``winograd.MIN_CHANNELS``
+raised past every layer), alternating the two in one process, CPU time, one BLAS thread:
+direct time / Winograd time, median over the alternations after a warm-up. "--" where the op
+table's rule (``winograd.pays``) does not route that gradient through Winograd (the direct
+kernels then run both ways, and the ratio only shows the meter's noise).
+
+    python3 bench/winograd_ab.py                          # the zoo's layers at the issue's sizes
+    python3 bench/winograd_ab.py --shapes 32x64x64x16 8x256x256x14 --reps 20
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+#: images x in x out channels x map side: the stride-1 3x3 layers of the CIFAR ResNet (batch
+#: 32, width 64), U-Net (batch 4, width 32, 128x128), ResNet-50 and VGG-16 (batch 8, 224x224),
+#: and the --quick sizes' (batch 2).
+SHAPES = ["32x64x64x16", "32x128x128x8", "32x256x256x4", "4x64x64x64", "4x128x128x32",
+          "4x256x256x16", "8x64x64x56", "8x128x128x28", "8x256x256x14", "8x512x512x14",
+          "2x64x64x16", "2x128x128x8", "2x64x64x32", "16x64x64x8"]
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--shapes", nargs="+", default=SHAPES, help="NxCxOxSIDE (C in, O out)")
+    ap.add_argument("--reps", type=int, default=10, help="timed runs of each side per gradient")
+    args = ap.parse_args(argv)
+    if os.environ.get("OPENBLAS_NUM_THREADS") != "1":
+        os.environ["OPENBLAS_NUM_THREADS"] = "1"
+        os.execv(sys.executable, [sys.executable] + sys.argv)
+    import numpy as np
+
+    from planner import ops, winograd
+
+    cap, saved = ops.CONV_WORKSPACE_BYTES, winograd.MIN_CHANNELS
+    rng = np.random.default_rng(0)
+    print("| layer (images x in x out x side) | input gradient: direct / Winograd | "
+          "weight gradient: direct / Winograd |\n|---|---:|---:|")
+    for spec in args.shapes:
+        n, c, o, side = (int(v) for v in spec.split("x"))
+        x = rng.standard_normal((n, c, side, side)).astype(np.float32)
+        w = rng.standard_normal((o, c, 3, 3)).astype(np.float32)
+        gy = rng.standard_normal((n, o, side, side)).astype(np.float32)
+        cells = []
+        for fn, on in ((lambda: ops._conv_dx(np, gy, w, x.shape, 1, 1, cap),
+                        ops._winograd(n, o, c, 3, 1, 1, side, side, 4, cap)),
+                       (lambda: ops._conv_dw(np, gy, x, w.shape, 1, 1, cap),
+                        ops._winograd(n, c, o, 3, 1, 1, side, side, 4, cap, weight_grad=True))):
+            times = {True: [], False: []}
+            try:
+                for i in range(2 * args.reps + 4):      # the first two of each: warm-up
+                    wino = i % 2 == 0
+                    winograd.MIN_CHANNELS = saved if wino else 1 << 30
+                    t0 = time.process_time()
+                    fn()
+                    if i >= 4:
+                        times[wino].append(time.process_time() - t0)
+            finally:
+                winograd.MIN_CHANNELS = saved
+            ratio = float(np.median(times[False]) / np.median(times[True]))
+            cells.append(f"{ratio:.2f}" if on else f"-- ({ratio:.2f})")
+        print(f"| {spec} | {cells[0]} | {cells[1]} |", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
