@@ -130,7 +130,15 @@ def _band_meter(rec: dict, side: list) -> dict:
         grads = (dw is not None) + (rest[1] is not None and rest[1] is not False)   # dx / want_dx
         return cls(w.shape[2], s, ho, wo), 2 * n * o * ho * wo * w.shape[1] * w.shape[2] ** 2 * grads
 
-    return {"conv1x1_forward": timed("fwd", bk.conv1x1_forward, fwd_flops),
+    def pm_fwd_flops(xp, x, a, b, p, w, out):
+        return fwd_flops(xp, x, w, 1, out)
+
+    def pm_bwd_flops(xp, gy, x, a, b, p, w, dw, dw_fill, dx, dx_fill):
+        return bwd_flops(xp, gy, x, w, 1, dw, dw_fill, dx)
+
+    return {"conv_pm_forward": timed("fwd", bk.conv_pm_forward, pm_fwd_flops),
+            "conv_pm_backward": timed("bwd", bk.conv_pm_backward, pm_bwd_flops),
+            "conv1x1_forward": timed("fwd", bk.conv1x1_forward, fwd_flops),
             "conv_forward": timed("fwd", bk.conv_forward, fwd_flops),
             "conv1x1_backward": timed("bwd", bk.conv1x1_backward, bwd_flops),
             "conv_backward": timed("bwd", bk.conv_backward, bwd_flops)}

@@ -246,3 +246,118 @@ def test_the_branches_for_other_array_modules_compute_the_same():
     bk.conv1x1_backward(np, gy1, x1, w1, 1, dwa, False, dxa, False)
     bk.conv1x1_backward(xq, gy1, x1, w1, 1, dwb, False, dxb, False)
     assert np.array_equal(dxa, dxb) and np.allclose(dwa, dwb, rtol=1e-12, atol=1e-12)
+
+
+#: (images, channels, buffer rows, columns, output channels, k, side padding, band rows [a, b)):
+#: rows past the buffer's top / bottom are the map's padding; rows inside it a strided view.
+PM = [(2, 16, 8, 6, 8, 3, 1, -1, 4), (2, 16, 8, 6, 8, 3, 1, 3, 8), (3, 16, 9, 5, 4, 3, 1, 2, 7),
+      (2, 16, 6, 7, 16, 5, 2, -2, 6), (1, 24, 3, 4, 8, 3, 1, -1, 4)]
+
+
+def _pm_case(rng, dtype, n, c, r, w, o, k, p, a, b):
+    """A buffer of ``r`` rows (a strided view), a weight, and the band's rows padded explicitly
+    (what the whole-op kernels take) with its padding ``(top, bottom, side)``."""
+    buf = _band(rng, dtype, n, c, r, w)
+    wt = rng.standard_normal((o, c, k, k)).astype(dtype)
+    top, bottom = max(0, -a), max(0, b - r)
+    padded = rows_exec.pad_map(np, buf[:, :, max(a, 0):min(b, r)], top, bottom, p)
+    return buf, wt, padded, (top, bottom, p)
+
+
+@pytest.mark.parametrize("n,c,r,w,o,k,p,a,b", PM)
+def test_pixel_major_band_convolution_is_the_whole_op_kernels_within_rounding(n, c, r, w, o, k, p,
+                                                                              a, b):
+    """conv_pm_forward / conv_pm_backward on rows of a buffer (zero rows past its ends) against
+    planner.ops' kernels on the explicitly padded band (float64: rounding only): the forward into
+    a view of its buffer, the weight gradient written or added, the input gradient written or
+    added into the band's rows of a larger buffer, the rows beside them untouched."""
+    rng = np.random.default_rng(8)
+    buf, wt, padded, (top, bottom, side) = _pm_case(rng, np.float64, n, c, r, w, o, k, p, a, b)
+    assert bk.pixel_major(padded.shape, wt.shape, 1) and not bk.pixel_major(padded.shape, wt.shape, 2)
+    attrs = {"stride": 1, "pad": 0}
+    ref = CONV.forward(np, [padded, wt], attrs)
+    out = np.full((n, o, ref.shape[2] + 1, ref.shape[3]), np.nan)
+    bk.conv_pm_forward(np, buf, a, b, p, wt, out[:, :, 1:])
+    assert np.allclose(out[:, :, 1:], ref, rtol=1e-12, atol=1e-12) and np.isnan(out[:, :, 0]).all()
+    gy = rng.standard_normal(ref.shape)
+    g = CONV.backward(np, gy, {0: padded, 1: wt}, None, attrs, [padded.shape, wt.shape], [0, 1])
+    gx = g[0][:, :, top:padded.shape[2] - bottom, p:p + w]
+    for fill in (True, False):
+        dw0 = rng.standard_normal(wt.shape)
+        dxbuf = rng.standard_normal((n, c, gx.shape[2] + 2, w))
+        dx0 = dxbuf.copy()
+        dw = dw0.copy()
+        bk.conv_pm_backward(np, gy, buf, a, b, p, wt, dw, fill, dxbuf[:, :, 1:-1], fill)
+        assert np.allclose(dw, g[1] if fill else dw0 + g[1], rtol=1e-12, atol=1e-12)
+        want = gx if fill else dx0[:, :, 1:-1] + gx
+        assert np.allclose(dxbuf[:, :, 1:-1], want, rtol=1e-12, atol=1e-12)
+        assert np.array_equal(dxbuf[:, :, [0, -1]], dx0[:, :, [0, -1]])
+    dw = np.zeros(wt.shape)
+    bk.conv_pm_backward(np, gy, buf, a, b, p, wt, dw, True, None, False)   # the input's not wanted
+    assert np.allclose(dw, g[1], rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("fill", [True, False])
+@pytest.mark.parametrize("n,c,r,w,o,k,p,a,b", PM + [(16, 64, 4, 4, 64, 3, 1, 1, 5)])
+def test_pixel_major_temporaries_are_what_the_plan_counts(fill, n, c, r, w, o, k, p, a, b):
+    rng = np.random.default_rng(9)
+    buf, wt, padded, pads = _pm_case(rng, np.float32, n, c, r, w, o, k, p, a, b)
+    ho, wo = padded.shape[2] - k + 1, padded.shape[3] - k + 1
+    gy = rng.standard_normal((n, o, ho, wo)).astype(np.float32)
+    out = np.empty((n, o, ho + 1, wo), np.float32)[:, :, 1:]
+    dw = np.zeros(wt.shape, np.float32)
+    dx = np.zeros((n, c, padded.shape[2] - pads[0] - pads[1] + 1, w), np.float32)[:, :, 1:]
+    cases = [("forward", (), lambda: bk.conv_pm_forward(np, buf, a, b, p, wt, out))]
+    for want in ((0, 1), (1,), (0,)):
+        cases.append(("backward", want, lambda want=want: bk.conv_pm_backward(
+            np, gy, buf, a, b, p, wt, dw if 1 in want else None, fill, dx if 0 in want else None,
+            fill)))
+    for phase, want, fn in cases:
+        fn()
+        got = _traced(fn)
+        pred = bk.conv_pm_temp_bytes(phase, padded.shape, wt.shape, 4, pads, want)
+        assert got - 6000 <= pred <= 1.1 * got + 6000, (phase, want, pred, got)
+
+
+def test_the_cifar_resnets_row_step_through_the_pixel_major_kernels():
+    """The CIFAR ResNet's 3x3 bands (16-64 channels, 4-16 wide maps) take the pixel-major band
+    kernels in their recomputations and VJPs (the stem's 3 channels do not): the plain step's
+    loss, its gradients within rounding (float64), and the float32 step's peak within the
+    prediction's window (tests/test_step_memory)."""
+    for policy in ("share", "overlap"):
+        g = export.to_cg(zoo.build("resnet", width=16, image=32, batch=16, dtype="float64"))
+        p = rows_plan.plan(g, 4, policy)
+        prog = rows_exec._program(g, p)
+        ly = p.layers
+        got = {(fn.__name__, ly.in_shapes[st.op][0][1]) for fn, st, *_ in prog
+               if ly.ops[st.op] == "conv2d" and st.kind in ("band", "bandbwd")}
+        assert {("_bandpm", 16), ("_bandpm", 64), ("_bandbwdpm", 16), ("_bandbwdpm", 64)} <= got
+        assert not {m for m, c in got if c == 3} & {"_bandpm", "_bandbwdpm"}
+        ref = executor.run(g, executor.plain_schedule(g), recycle=False)
+        r = rows_exec.run(g, p)
+        assert r.loss == ref.loss
+        assert rows_exec.relative_error(r.param_grads, ref.param_grads) <= 1e-12
+        g32 = export.to_cg(zoo.build("resnet", width=16, image=32, batch=16))
+        p32 = rows_plan.plan(g32, 4, policy)
+        pred = step_memory.predict_rows(g32, p32)
+        got = rows_exec.run(g32, p32).measured_step_peak_bytes
+        assert 0.9 <= got / pred.step_peak_bytes <= 1.0, (got, pred.step_peak_bytes)
+
+
+def test_the_pixel_major_kernels_on_another_array_module():
+    xq = _OtherArrayModule()
+    rng = np.random.default_rng(10)
+    buf, wt, padded, _ = _pm_case(rng, np.float64, *PM[0])
+    a, b, p = PM[0][-2], PM[0][-1], PM[0][6]
+    ho, wo = padded.shape[2] - 2, padded.shape[3] - 2
+    ya, yb = np.empty((2, 8, ho, wo)), np.empty((2, 8, ho, wo))
+    bk.conv_pm_forward(np, buf, a, b, p, wt, ya)
+    bk.conv_pm_forward(xq, buf, a, b, p, wt, yb)
+    assert np.array_equal(ya, yb)
+    gy = rng.standard_normal(ya.shape)
+    dwa, dwb = np.ones(wt.shape), np.ones(wt.shape)
+    rows = padded.shape[2] - max(0, -a) - max(0, b - PM[0][2])
+    dxa, dxb = np.ones((2, 16, rows, 6)), np.ones((2, 16, rows, 6))
+    bk.conv_pm_backward(np, gy, buf, a, b, p, wt, dwa, False, dxa, False)
+    bk.conv_pm_backward(xq, gy, buf, a, b, p, wt, dwb, False, dxb, False)
+    assert np.array_equal(dxa, dxb) and np.array_equal(dwa, dwb)

@@ -30,6 +30,11 @@ inside BLAS likewise, the input gradient as column gradients added back per tap.
 summation order need not be the whole-op kernel's (which picks pixel-major columns by its own
 measure): rows_exec uses them for VJPs and for recomputations of regions whose forward ran
 whole, never where values must be the forward's bits (:func:`planner.execute.rows_exec.conv_band`).
+Where :func:`pixel_major` says so (stride 1, narrow maps, enough channels: a CIFAR ResNet's),
+:func:`conv_pm_forward` / :func:`conv_pm_backward` instead: pixel-major columns read from the
+band's rows where they lie in their buffer, the map's padding written into the slab they are
+copied through (no padded copy of the band first), the input gradient as the transposed
+convolution of the output gradient computed on the band's own rows only.
 
 :func:`conv1x1_temp_bytes` / :func:`conv_temp_bytes` say what each kernel holds beyond its
 inputs and the buffers it writes (:mod:`planner.execute.step_memory` reads them;
@@ -41,7 +46,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from planner.ops import UFUNC_BUFSIZE, col2im_add, merged_columns, swap01
+from planner.arrays import as_strided
+from planner.ops import (PIXEL_MAJOR_MAX_WIDTH, PIXEL_MAJOR_MIN_CHANNELS, UFUNC_BUFSIZE, _pm_slab,
+                         col2im_add, merged_columns, swap01)
 
 #: A 1x1 band convolution merges its images into one GEMM below this many output pixels per
 #: image and from :data:`MERGE_WEIGHT` weight elements: there the per-image GEMMs re-read a
@@ -309,3 +316,116 @@ def conv_temp_bytes(phase: str, x_shape, w_shape, s: int, itemsize: int, want=()
         # the ufunc buffers of a strided add of a transposed operand (three, of a tap's size)
         dx = cols + n * c * h * w * itemsize + 3 * min(UFUNC_BUFSIZE, n * c * ho * wo) * itemsize
     return px * o + max(dw, dx)
+
+
+# ------------------------------------------- pixel-major k x k band convolutions (stride 1)
+#: A stride-1 k x k band convolution on maps at most :data:`planner.ops.PIXEL_MAJOR_MAX_WIDTH`
+#: wide with at least :data:`planner.ops.PIXEL_MAJOR_MIN_CHANNELS` input channels takes
+#: pixel-major columns (:func:`conv_pm_forward`, :func:`conv_pm_backward`), from this many
+#: output pixels per output channel (all images): the channel-major columns' copy runs one inner
+#: loop per output row of each channel and tap (``wo`` elements: 4-16 on a CIFAR ResNet's maps),
+#: the pixel-major one ``k * channels`` elements a loop; the kernels reorder the weight on each
+#: call, which a band of a few pixels under a large weight does not amortise.
+PM_PIXELS_PER_OUT = 1
+
+
+def pixel_major(x_shape, w_shape, s: int) -> bool:
+    """Whether a k x k band convolution of a padded band shaped ``x_shape`` runs
+    :func:`conv_pm_forward` / :func:`conv_pm_backward`."""
+    n, c, h, w = x_shape
+    o, _, k, _ = w_shape
+    ho, wo = h - k + 1, w - k + 1
+    return (s == 1 and k > 1 and c >= PIXEL_MAJOR_MIN_CHANNELS and wo <= PIXEL_MAJOR_MAX_WIDTH
+            and n * ho * wo >= PM_PIXELS_PER_OUT * o)
+
+
+def _pm_columns(xp, x, a: int, b: int, p: int, k: int):
+    """Pixel-major columns ``(N*Ho*Wo, k*k*C)`` (taps in ``(i, j, channel)`` order, the whole-op
+    kernels' :func:`planner.ops._pm_tiles` layout) of rows ``[a, b)`` of ``x`` (``(N, C, R, W)``,
+    any strides), zero rows where ``[a, b)`` leaves ``[0, R)`` and ``p`` zero columns each side:
+    one transposing copy into a slab (:func:`planner.ops._pm_slab`), one strided copy out of it."""
+    n, c, _, w = x.shape
+    wp = w + 2 * p
+    ho, wo = b - a - k + 1, wp - k + 1
+    slab = _pm_slab(xp, x, 0, n, a, b, p, xp.empty(n * (b - a) * wp * c, dtype=x.dtype))
+    e = x.dtype.itemsize
+    cols = xp.empty((n, ho, wo, k, k, c), dtype=x.dtype)
+    cols[...] = as_strided(slab, (n, ho, wo, k, k, c),
+                           ((b - a) * wp * c * e, wp * c * e, c * e, wp * c * e, c * e, e))
+    return cols.reshape(n * ho * wo, k * k * c)
+
+
+def conv_pm_forward(xp, x, a: int, b: int, p: int, w, out) -> None:
+    """A stride-1 ``k x k`` convolution of rows ``[a, b)`` of buffer ``x`` (the rows the band
+    reads; zeros where they leave the buffer, the map's edge, and ``p`` zero columns each side)
+    into ``out`` (a view of the band buffer): the pixel-major columns times the weight in their
+    ``(i, j, channel)`` order, one transposing copy into ``out``."""
+    o, c, k, _ = w.shape
+    n = x.shape[0]
+    cols = _pm_columns(xp, x, a, b, p, k)
+    wmat = xp.ascontiguousarray(w.transpose(0, 2, 3, 1)).reshape(o, k * k * c)
+    y = xp.matmul(cols, wmat.T)
+    del cols, wmat
+    out[...] = y.reshape(n, out.shape[2], out.shape[3], o).transpose(0, 3, 1, 2)
+
+
+def conv_pm_backward(xp, gy, x, a: int, b: int, p: int, w, dw, dw_fill: bool, dx,
+                     dx_fill: bool) -> None:
+    """Gradients of :func:`conv_pm_forward`'s convolution from its output gradient ``gy`` (the
+    band's, ``(N, O, Ho, Wo)``): the weight's into ``dw`` (the parameter gradient buffer; None:
+    not wanted), written when ``dw_fill`` else added: the output gradient as ``(O, pixels)``
+    times the pixel-major columns, reordered into ``dw``'s layout; the input's into ``dx`` (the
+    rows of the input's gradient buffer the band covers, ``(N, C, rows, W)``; None: not
+    wanted), likewise: the transposed convolution of ``gy`` (padded by ``k - 1 - p`` columns,
+    and its rows by what the band's top padding leaves) with the flipped kernel, computed on
+    those rows only (no padded gradient to crop)."""
+    o, c, k, _ = w.shape
+    n, _, ho, wo = gy.shape
+    if dw is not None:
+        g2 = _images_merged(xp, gy).reshape(o, n * ho * wo)
+        cols = _pm_columns(xp, x, a, b, p, k)
+        part = xp.matmul(g2, cols).reshape(o, k, k, c).transpose(0, 3, 1, 2)
+        del g2, cols
+        if dw_fill:
+            dw[...] = part
+        else:
+            dw += part
+        del part
+    if dx is not None:
+        top, rows = max(0, -a), dx.shape[2]
+        cols = _pm_columns(xp, gy, top - k + 1, top + rows, k - 1 - p, k)
+        wf = xp.ascontiguousarray(w[:, :, ::-1, ::-1].transpose(2, 3, 0, 1)).reshape(k * k * o, c)
+        d = xp.matmul(cols, wf)
+        del cols, wf
+        d = d.reshape(n, rows, dx.shape[3], c).transpose(0, 3, 1, 2)
+        if dx_fill:
+            dx[...] = d
+        else:
+            dx += d
+
+
+def conv_pm_temp_bytes(phase: str, x_shape, w_shape, itemsize: int, pads, want=()) -> int:
+    """The most bytes :func:`conv_pm_forward` / :func:`conv_pm_backward` (gradient positions
+    ``want``: 0 the input's, 1 the weight's) hold at once on NumPy beyond their inputs and the
+    buffers they write, filled or added alike: ``x_shape`` the band as if padded, ``(N, C, rows +
+    top + bottom, W + 2 side)``, ``pads`` ``(top, bottom, side)``."""
+    n, c, h, wp = x_shape
+    o, _, k, _ = w_shape
+    top, bottom, side = pads
+    ho, wo = h - k + 1, wp - k + 1
+    e = itemsize
+    slab, cols, wt = n * h * wp * c * e, n * ho * wo * k * k * c * e, o * c * k * k * e
+    if phase == "forward":                       # the slab beside its columns, then the
+        return max(slab + cols, cols + wt + n * ho * wo * o * e)   # reordered weight, product
+    dw = 0
+    if 1 in want:                                # the merged output gradient beside the columns
+        # and their slab, then the product (added through no ufunc buffers: same dtypes)
+        dw = n * ho * wo * o * e + max(slab + cols, cols + wt)
+    dx = 0
+    if 0 in want:                                # the output gradient's slab and columns, then
+        # the flipped kernel and the product beside the columns
+        rows, w = h - top - bottom, wp - 2 * side
+        gslab = n * (rows + k - 1) * (w + k - 1) * o * e
+        gcols = n * rows * w * k * k * o * e
+        dx = max(gslab + gcols, gcols + wt + n * rows * w * c * e)
+    return max(dw, dx)

@@ -130,7 +130,8 @@ def conv_band(p, i, phase: str, cut) -> bool:
     the ReLU masks and max-pool choices of values recomputed in another summation order moved
     a VGG-16's 128x128 width-64 float32 gradients by up to 1.5e-2 of their largest from the
     plain step's, against 6e-3 without, ``bench/rows_ab.py`` at 1f4e697); and only when the
-    band's columns fit ``band_kernels.COLS_BYTES``."""
+    band's columns fit ``band_kernels.COLS_BYTES``. Where ``band_kernels.pixel_major``, every
+    such VJP takes the band kernel (:func:`conv_pm_band`)."""
     ly = p.layers
     if ly.ops[i] != "conv2d" or int(ly.k[i]) == 1:
         return False
@@ -139,10 +140,23 @@ def conv_band(p, i, phase: str, cut) -> bool:
     n, c, _, w = ly.in_shapes[i][0]
     shape = (n, c, cut.r1 - cut.r0 + cut.top + cut.bottom, w + 2 * cut.side)
     k, s = int(ly.k[i]), int(ly.s[i])
-    if phase == "bwd" and not band_kernels.backward_pays(
+    if phase == "bwd" and not band_kernels.pixel_major(shape, ly.in_shapes[i][1], s) and \
+            not band_kernels.backward_pays(
             ly.in_shapes[i][1], n * ((shape[2] - k) // s + 1) * ((shape[3] - k) // s + 1)):
         return False
     return band_kernels.conv_fits(shape, ly.in_shapes[i][1], s, np.dtype(ly.dtypes[i]).itemsize)
+
+
+def conv_pm_band(p, i, phase: str, cut) -> bool:
+    """Whether :func:`conv_band`'s band step runs the pixel-major band kernels
+    (``band_kernels.conv_pm_forward`` / ``conv_pm_backward``: the band's rows read where they lie,
+    no padded copy of them)."""
+    if not conv_band(p, i, phase, cut):
+        return False
+    ly = p.layers
+    n, c, _, w = ly.in_shapes[i][0]
+    shape = (n, c, cut.r1 - cut.r0 + cut.top + cut.bottom, w + 2 * cut.side)
+    return band_kernels.pixel_major(shape, ly.in_shapes[i][1], int(ly.s[i]))
 
 
 def buffer_offset(p, key) -> int:
@@ -273,6 +287,32 @@ class _Run:
             out[:, :, :fresh] = self.arrays[tail]
         x, w = self.band_inputs(specs)
         band_kernels.conv1x1_forward(self.xp, x, w, s, out[:, :, fresh:])
+
+    def _bandpm(self, st, info):
+        """A k x k convolution's band through pixel-major columns (:func:`conv_pm_band`)."""
+        out_key, tail, fresh, (xkey, a, b, side, wkey) = info
+        arrays = self.arrays
+        out = arrays[out_key]
+        if tail is not None:
+            out[:, :, :fresh] = arrays[tail]
+        band_kernels.conv_pm_forward(self.xp, arrays[xkey], a, b, side, arrays[wkey],
+                                     out[:, :, fresh:])
+
+    def _bandbwdpm(self, st, info):
+        """A k x k convolution's band backward through pixel-major columns
+        (:func:`conv_pm_band`): the weight gradient into the parameter's buffer, the input
+        gradient into the rows of its buffer that the band covers."""
+        (xkey, a, b, side, wkey), gkey, dx, dw = info
+        arrays = self.arrays
+        dxv, dx_fill = None, False
+        if dx is not None:
+            key, da, db, dx_fill = dx
+            dxv = arrays[key][:, :, da:db]
+            if dx_fill:                  # its first write: the rows outside the band zeroed
+                _clear_outside(arrays[key], da, db)
+        dwv, dw_fill = (arrays[dw[0]], dw[1]) if dw is not None else (None, False)
+        band_kernels.conv_pm_backward(self.xp, arrays[gkey], arrays[xkey], a, b, side,
+                                      arrays[wkey], dwv, dw_fill, dxv, dx_fill)
 
     def _bandbwd1x1(self, st, info):
         """A 1x1 convolution's band backward (:func:`conv1x1_band`): the weight gradient into
@@ -542,6 +582,9 @@ class _Compiler:
             if conv1x1_band(ly, i):
                 self.method = "_band1x1"
                 return tuple(info[:4]) + (int(ly.s[i]),)
+            if conv_pm_band(self.p, i, st.phase, cut):
+                self.method = "_bandpm"
+                return tuple(info[:3]) + (_pm_input(specs, cut),)
             if conv_band(self.p, i, st.phase, cut):
                 self.method = "_bandconv"
                 return tuple(info[:4]) + (int(ly.s[i]),)
@@ -619,12 +662,25 @@ class _Compiler:
             dx = next(((key, crop[3], crop[4], fill) for k, key, crop, fill in targets if k == 0), None)
             dw = next(((key, fill) for k, key, crop, fill in targets if k == 1), None)
             return specs, ("bg", i, j, lv), int(ly.s[i]), dx, dw
+        if conv_pm_band(self.p, i, "bwd", cut):
+            self.method = "_bandbwdpm"
+            dx = next(((key, crop[3], crop[4], fill) for k, key, crop, fill in targets if k == 0), None)
+            dw = next(((key, fill) for k, key, crop, fill in targets if k == 1), None)
+            return _pm_input(specs, cut), ("bg", i, j, lv), dx, dw
         if conv_band(self.p, i, "bwd", cut):
             self.method = "_bandbwdconv"
             dx = next(((key, crop, fill) for k, key, crop, fill in targets if k == 0), None)
             dw = next(((key, fill) for k, key, crop, fill in targets if k == 1), None)
             return specs, ("bg", i, j, lv), int(ly.s[i]), dx, dw
         return (opdef, specs, static, ("bg", i, j, lv), up, ykey, _band_attrs(ly, i), want, targets)
+
+
+def _pm_input(specs, cut) -> tuple:
+    """``(input key, a, b, side, weight key)`` of a :func:`conv_pm_band` step: rows ``[a, b)``
+    of the input's buffer, past its ends by the band's top / bottom padding (which can only
+    happen where the buffer ends at the map's edge), and the side padding."""
+    (key, r0, r1, _, _), (wkey, *_) = specs
+    return key, r0 - cut.top, r1 + cut.bottom, cut.side, wkey
 
 
 def _clear_outside(d, a: int, b: int) -> None:

@@ -439,6 +439,11 @@ def _rows_temp(g, p, st, whole_sums=frozenset()) -> int:
         phase = "forward" if st.kind == "band" else "backward"
         if rows_exec.conv1x1_band(ly, i):                     # planner.execute.band_kernels
             return copies + _conv1x1_temp(g, p, st, i, phase, shapes, cut, want, e)
+        if rows_exec.conv_pm_band(p, i, st.phase if st.kind == "band" else "bwd", cut):
+            from planner.execute import band_kernels      # the band's rows read in place
+
+            return band_kernels.conv_pm_temp_bytes(phase, shapes[0], shapes[1], e,
+                                                   (cut.top, cut.bottom, cut.side), want)
         if rows_exec.conv_band(p, i, st.phase if st.kind == "band" else "bwd", cut):
             from planner.execute import band_kernels
 
