@@ -159,9 +159,15 @@ def _elementwise_blocks(*arrays):
     n = arrays[0].size
     if not all(a.flags.c_contiguous for a in arrays):
         return list(arrays), n, iter([Ellipsis])
-    step = max(1, ELEMENTWISE_BLOCK_BYTES // arrays[0].dtype.itemsize)
-    return ([a.reshape(-1) for a in arrays], min(n, step),
+    step = max(1, _elementwise_block(n, arrays[0].dtype.itemsize))
+    return ([a.reshape(-1) for a in arrays], step,
             (slice(i, min(n, i + step)) for i in range(0, n, step)))
+
+
+def _elementwise_block(n, itemsize) -> int:
+    """Elements in the largest of :func:`_elementwise_blocks`' blocks over ``n`` contiguous
+    elements."""
+    return min(n, max(1, ELEMENTWISE_BLOCK_BYTES // itemsize))
 
 
 def _gelu_tanh(xp, x, out, x2=None):
@@ -1561,8 +1567,8 @@ def kernel_temp_bytes(name, phase, in_shapes, out_shape, attrs, itemsize=4, want
         return max(g0, held0 + g1)
     if name == "relu":          # the comparison's booleans, cast through a buffer
         return (0 if 0 in into or 0 not in want else ys) + _bufs(1, out, 1)
-    if name == "gelu":
-        return 4 * xs + (0 if 0 in into else xs)
+    if name == "gelu":          # two block-sized scratch arrays (contiguous operands)
+        return 2 * _elementwise_block(_numel(ins[0]), e) * e + (0 if 0 in into else xs)
     if name == "bias":
         return (_stats_temp(out, tuple(i for i in range(len(out))
                                        if i != attrs["axis"] % len(out)), e) if 1 in want else 0)

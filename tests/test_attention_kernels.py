@@ -126,3 +126,62 @@ def test_attention_temporaries_match_the_prediction(case, dtype, monkeypatch):
             assert got - 6000 <= pred <= 1.1 * got + 12000, ("backward", given, pred, got)
     finally:
         tracemalloc.stop()
+
+
+GELU = ops.OPS["gelu"]
+
+
+def _gelu_reference(x, gy, a3=float(np.float32(3) * ops._GELU_A)):
+    """GELU (tanh form) and its VJP, the formula evaluated directly with the kernels' float32
+    constants (the VJP's ``3a`` rounded in float32, as the kernel has always had it)."""
+    c, a = float(ops._GELU_C), float(ops._GELU_A)
+    t = np.tanh(c * (x + a * x ** 3))
+    dy = 0.5 * (1 + t) + 0.5 * x * (1 - t ** 2) * c * (1 + a3 * x ** 2)
+    return 0.5 * x * (1 + t), gy * dy
+
+
+@pytest.mark.parametrize("contiguous", [True, False])
+@pytest.mark.parametrize("shape,block", [((3, 5, 7), 16), ((4, 6), 1 << 20), ((2, 3, 8), 48)])
+def test_gelu_matches_the_definition(shape, block, contiguous, monkeypatch):
+    """Blocks with a short last one, one block, blocks that divide the size; strided operands
+    (one block over the arrays themselves)."""
+    monkeypatch.setattr(ops, "ELEMENTWISE_BLOCK_BYTES", block * 8)
+    rng = np.random.default_rng(len(shape))
+    x, gy = rng.standard_normal(shape) * 3, rng.standard_normal(shape)
+    if not contiguous:
+        x, gy = np.asfortranarray(x), np.asfortranarray(gy)
+    want_y, want_g = _gelu_reference(x, gy)
+    out = np.full(shape, np.nan) if contiguous else np.full(shape[::-1], np.nan).T
+    y = GELU.forward(np, [x], {}, out=out)
+    g = GELU.backward(np, gy, {0: x}, None, {}, [shape], [0])[0]
+    into = np.full(shape, np.nan)
+    assert GELU.backward(np, gy, {0: x}, None, {}, [shape], [0], out={0: into})[0] is into
+    np.testing.assert_allclose(y, want_y, rtol=1e-14, atol=1e-15)
+    np.testing.assert_allclose(g, want_g, rtol=1e-13, atol=1e-14)
+    assert y is out and into.tobytes() == g.tobytes()
+    assert GELU.forward(np, [x], {}).tobytes() == y.tobytes()
+
+
+def test_the_gelu_vjp_is_the_derivative():
+    x = np.linspace(-5, 5, 101)
+    eps = 1e-6
+    fd = (_gelu_reference(x + eps, x)[0] - _gelu_reference(x - eps, x)[0]) / (2 * eps)
+    exact = _gelu_reference(x, np.ones_like(x), a3=3 * float(ops._GELU_A))[1]
+    np.testing.assert_allclose(exact, fd, rtol=1e-8, atol=1e-9)
+
+
+@pytest.mark.parametrize("n", [1000, 200_000])
+def test_gelu_temporaries_match_the_prediction(n):
+    rng = np.random.default_rng(2)
+    x, gy = rng.standard_normal(n).astype(np.float32), rng.standard_normal(n).astype(np.float32)
+    tracemalloc.start()
+    try:
+        for given in (False, True):
+            into = {0: np.empty_like(x)} if given else None
+            got = _metered(lambda: GELU.backward(np, gy, {0: x}, None, {}, [x.shape], [0],
+                                                 out=into))
+            pred = ops.kernel_temp_bytes("gelu", "backward", [x.shape], x.shape, {}, 4,
+                                         want=(0,), into=(0,) if given else ())
+            assert got - 6000 <= pred <= 1.1 * got + 12000, (given, pred, got)
+    finally:
+        tracemalloc.stop()
