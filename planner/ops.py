@@ -913,6 +913,12 @@ def _reduction(x, reduce_axes):
     return None
 
 
+def _kept_axis(ndim, reduce_axes) -> int:
+    """The one axis a per-channel reduction (:func:`_reduction`'s ``"channel"``) keeps."""
+    red = tuple(i % ndim for i in reduce_axes)
+    return [i for i in range(ndim) if i not in red][0]
+
+
 def sums(xp, x, reduce_axes, keepdims=True):
     """Sum of ``x`` over ``reduce_axes``: a norm's statistics and a bias's gradient. Per channel
     (every axis but one) or per row (the last axis) it is a matrix-vector product with ones
@@ -930,8 +936,7 @@ def sums(xp, x, reduce_axes, keepdims=True):
     out = xp.matmul(xp.ones(before, dtype=x.dtype), per) if before > 1 else per[0]
     if not keepdims:
         return out
-    axis = [i for i in range(x.ndim) if i not in tuple(j % x.ndim for j in reduce_axes)][0]
-    return out.reshape(_bias_shape(x.shape, axis))
+    return out.reshape(_bias_shape(x.shape, _kept_axis(x.ndim, reduce_axes)))
 
 
 def dots(xp, a, b, reduce_axes, keepdims=True):
@@ -947,16 +952,18 @@ def dots(xp, a, b, reduce_axes, keepdims=True):
     out = xp.einsum("ijk,ijk->j", a.reshape(dims), b.reshape(dims))
     if not keepdims:
         return out
-    axis = [i for i in range(a.ndim) if i not in tuple(j % a.ndim for j in reduce_axes)][0]
-    return out.reshape(_bias_shape(a.shape, axis))
+    return out.reshape(_bias_shape(a.shape, _kept_axis(a.ndim, reduce_axes)))
 
 
 #: A per-channel operand of a norm's elementwise pass is expanded over the map (one ``(c, h,
 #: w)`` copy, ``1 / batch`` of the pass's array) when a map has fewer pixels than this: NumPy
 #: then runs the pass in inner loops of ``c*h*w`` elements instead of ``h*w`` (4-64 on a CIFAR
 #: ResNet's maps, where the loops' overhead made a broadcast pass several times slower than a
-#: plain one). The same arithmetic per element, so the same bits.
-EXPAND_PIXELS = 256
+#: plain one). Larger maps gain too: up to 4096 pixels a pass against the expanded operand ran
+#: 0.45-0.97 of the broadcast pass's time, from 8192 pixels 1.45-1.8x (NumPy 2.4, one thread;
+#: ``bench/per_channel_sweep.py``, bench/NOTES_kernels.md). The same arithmetic per element,
+#: so the same bits.
+EXPAND_PIXELS = 8192
 
 
 def _expands(shape, axis) -> bool:
@@ -976,10 +983,17 @@ def _per_channel(xp, v, shape, axis):
 def _centered(xp, x, a, reduce_axes, out=None):
     """(x - mean, mean, 1 / sqrt(var + eps)) over ``reduce_axes``: the one computation of a
     norm's statistics (forward, backward, and :func:`norm_statistics`); ``x - mean`` goes to
-    ``out`` when given."""
+    ``out`` when given; a per-channel mean is subtracted through :func:`_per_channel` (the
+    same bits)."""
     m = _numel([x.shape[i] for i in reduce_axes])
     mean = sums(xp, x, reduce_axes) / m
-    xc = xp.subtract(x, mean, out=out)
+    how = _reduction(x, reduce_axes)
+    if how is not None and how[0] == "channel":        # batch norm: a (1, c, 1, 1) mean
+        mean_op = _per_channel(xp, mean, x.shape, _kept_axis(x.ndim, reduce_axes))
+    else:
+        mean_op = mean
+    xc = xp.subtract(x, mean_op, out=out)
+    del mean_op                                        # an expanded copy goes before var
     var = dots(xp, xc, xc, reduce_axes) / m
     inv = np.float32(1) / xp.sqrt(var + np.float32(a.get("eps", 1e-5)))
     return xc, mean, inv
@@ -1534,9 +1548,16 @@ def kernel_temp_bytes(name, phase, in_shapes, out_shape, attrs, itemsize=4, want
             return res + (n * c * (h + 2 * p) * (w + 2 * p) * e if p else 0) + _bufs(1, out, e)
         if name == "avg_pool":
             return 2 * ys if ins[0][2] == attrs["kernel"] and ins[0][3] == attrs["kernel"] else ys
-        if name in ("batch_norm", "layer_norm"):
+        if name == "batch_norm":
+            # the statistics' reduction (:func:`sums`), then the result beside one per-channel
+            # operand and its ufunc buffer; the per-channel vectors throughout
+            c = ins[0][attrs["axis"] % len(ins[0])]
+            return 8 * c * e + max(_stats_temp(ins[0], _batchnorm_axes_of(ins[0], attrs)[0], e),
+                                   res + _norm_bufs(ins[0], attrs, e)
+                                   + _expanded_temp(name, ins[0], attrs, e))
+        if name == "layer_norm":
             return res + _stats_temp(ins[0], _batchnorm_axes_of(ins[0], attrs)[0], e) + \
-                _bufs(1, out, e) + _expanded_temp(name, ins[0], attrs, e)
+                _bufs(1, out, e)
         if name == "softmax_cross_entropy":
             n = ins[0][0]
             return 2 * xs + 8 * n * e + 8 * n
@@ -1583,14 +1604,23 @@ def kernel_temp_bytes(name, phase, in_shapes, out_shape, attrs, itemsize=4, want
         return ys + xs
     if name == "upsample":
         return xs + _bufs(1, ins[0], e)
-    if name in ("batch_norm", "layer_norm"):
+    if name == "batch_norm":
+        # x - mean throughout; one reduction's temporaries at a time (:func:`sums`' ones and
+        # partial sums; the per-channel vectors), or the input gradient beside x - mean with
+        # one per-channel operand and its ufunc buffer
+        red, _ = _batchnorm_axes_of(ins[0], attrs)
+        dx = 0 if 0 in into or 0 not in want else xs
+        c = ins[0][attrs["axis"] % len(ins[0])]
+        return (xs + 8 * c * e + max(_stats_temp(ins[0], red, e),
+                                     dx + _norm_bufs(ins[0], attrs, e)
+                                     + _expanded_temp(name, ins[0], attrs, e)))
+    if name == "layer_norm":
         red, _ = _batchnorm_axes_of(ins[0], attrs)
         other = tuple(i for i in range(len(ins[0])) if i != attrs["axis"] % len(ins[0]))
-        extra = xs if name == "layer_norm" and 0 in want else 0
+        extra = xs if 0 in want else 0
         return (xs + extra + (0 if 0 in into or 0 not in want else xs)
                 + 2 * _stats_temp(ins[0], red, e) + _stats_temp(ins[0], other, e)
-                + _bufs(1, ins[0], e)
-                + (_expanded_temp(name, ins[0], attrs, e) if 0 in want else 0))
+                + _bufs(1, ins[0], e))
     if name == "softmax_cross_entropy":
         n = ins[0][0]
         return 3 * xs + 8 * n * e + 8 * n
@@ -1606,6 +1636,17 @@ def _expanded_temp(name, shape, a, e) -> int:
     if name != "batch_norm" or not _expands(shape, axis):
         return 0
     return _numel(shape[axis:]) * e
+
+
+def _norm_bufs(shape, a, e) -> int:
+    """NumPy's ufunc buffer beside a batch norm's per-channel pass: there only where the pass's
+    inner loop runs fewer than :data:`UFUNC_BUFSIZE` elements: the map's pixels against a
+    broadcast operand, ``c * pixels`` against an expanded one (as tracemalloc sees it,
+    tests/test_norm_pool_kernels.py)."""
+    axis = a["axis"] % len(shape)
+    after = _numel(shape[axis + 1:])
+    inner = _numel(shape[axis:]) if after == 1 or _expands(shape, axis) else after
+    return _bufs(1, shape, e) if inner < UFUNC_BUFSIZE else 0
 
 
 def _batchnorm_axes_of(shape, a):

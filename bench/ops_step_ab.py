@@ -1,0 +1,140 @@
+"""Kernels timed inside real steps, this tree's against another revision's, op by op (issue 26).
+
+``bench/kernels_ab.py`` compares whole steps; a change to one small kernel (a batch norm, a max
+pool: a few per cent of a step) drowns there in the load's noise, and timing the kernel alone
+on warm arrays misleads: inside a step its inputs were written many kernels earlier and come
+from memory rather than from cache. So this steps one zoo model on NumPy in turn with ``planner/ops.py`` as it is and
+as it was at ``--base`` (bench/kernels_ab.py's ``load_ops``), the order reversed every other
+round, each kernel's CPU time (one BLAS thread unless ``--threads``) summed per (op, direction)
+and step as bench/kernels_profile.py's wrapper does. Prints, for the ``--ops`` chosen (default:
+the norms, pooling and ReLU), each side's median over ``--steps`` steps and the ratio, the whole
+steps' medians, and the largest gradient difference between the two kernel sets (relative to
+each gradient's largest entry; ``--dtype float64`` to see it beyond float32 rounding).
+
+    python3 bench/ops_step_ab.py resnet --base HEAD --batch 32 --width 64 --depth 2 --image 32
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import dataclasses
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+DEFAULT_OPS = ("batch_norm", "layer_norm", "max_pool", "avg_pool", "relu")
+
+
+def _timed(table, acc):
+    """``table`` (an ``OPS`` dict) with every kernel adding its CPU time to ``acc[(op, dir)]``."""
+    def wrap(key, fn):
+        def timed(*a, **k):
+            t0 = time.process_time()
+            try:
+                return fn(*a, **k)
+            finally:
+                acc[key] += time.process_time() - t0
+        return timed
+
+    return {n: dataclasses.replace(d, forward=wrap((n, "fwd"), d.forward),
+                                   backward=wrap((n, "bwd"), d.backward))
+            for n, d in table.items()}
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("model")
+    ap.add_argument("--base", required=True, help="git revision whose planner/ops.py is the baseline")
+    for k in ("batch", "width", "depth", "image", "seq", "heads"):
+        ap.add_argument(f"--{k}", type=int, default=None)
+    ap.add_argument("--steps", type=int, default=15)
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--ops", default=",".join(DEFAULT_OPS),
+                    help="comma-separated op names to report (default: %(default)s)")
+    ap.add_argument("--dtype", choices=["float32", "float64"], default="float32")
+    args = ap.parse_args(argv)
+    if args.steps < 1:
+        print("ops_step_ab: --steps must be at least 1", file=sys.stderr)
+        return 2
+    want = {"OPENBLAS_NUM_THREADS": str(args.threads), "OMP_NUM_THREADS": str(args.threads),
+            "MKL_NUM_THREADS": str(args.threads)}
+    if any(os.environ.get(k) != v for k, v in want.items()):
+        words = sys.argv[1:] if argv is None else list(argv)
+        return subprocess.call([sys.executable, str(Path(__file__).resolve())] + words,
+                               env={**os.environ, **want})
+    sys.path.insert(0, str(ROOT / "bench"))
+    import numpy as np
+
+    import kernels_bench as kb
+    from kernels_ab import load_ops
+    from planner import ops
+    from planner.execute import backend, executor, export
+
+    try:
+        old = load_ops(args.base)
+    except subprocess.CalledProcessError as err:
+        print(f"ops_step_ab: no planner/ops.py at {args.base}: {err.stderr.strip()}", file=sys.stderr)
+        return 2
+    sizes = {k: getattr(args, k) for k in ("batch", "width", "depth", "image", "seq", "heads")
+             if getattr(args, k) is not None}
+    g = export.to_cg(kb.build(args.model, sizes, args.dtype))
+    be = backend.get("numpy")
+    leaf = executor.leaves(g, np, 0)
+    step = kb.executor_step(g, leaf, be)
+    mine = dict(ops.OPS)
+    tables = {"base": old.OPS, "this tree": mine}
+    per = {k: collections.defaultdict(list) for k in tables}
+    whole = {k: [] for k in tables}
+
+    def run_with(side):
+        acc = collections.defaultdict(float)
+        ops.OPS.update(_timed(tables[side], acc))
+        try:
+            t0 = time.process_time()
+            r = step()
+            whole[side].append(time.process_time() - t0)
+        finally:
+            ops.OPS.update(mine)
+        for key, v in acc.items():
+            per[side][key].append(v)
+        return r
+
+    grads = {k: run_with(k) for k in tables}             # warm-up, and the gradients
+    for k in tables:
+        whole[k].clear()
+        per[k].clear()
+    names = list(tables)
+    for i in range(args.steps):
+        for k in (names if i % 2 == 0 else names[::-1]):
+            run_with(k)
+    gap = max(float(np.abs(grads["this tree"].param_grads[v] - a).max() /
+                    max(float(np.abs(a).max()), 1e-30))
+              for v, a in grads["base"].param_grads.items())
+    chosen = [o.strip() for o in args.ops.split(",") if o.strip()]
+    print(f"{args.model} {sizes}, {args.dtype}, {args.threads} thread(s), CPU time inside the "
+          f"step, median of {args.steps}, load {os.getloadavg()[0]:.2f}; base {args.base}:")
+    print(f"  {'kernel':22s} {'base s':>9s} {'tree s':>9s}  tree/base")
+    tb = tt = 0.0
+    for key in sorted(per["base"]):
+        if key[0] not in chosen:
+            continue
+        b, t = statistics.median(per["base"][key]), statistics.median(per["this tree"][key])
+        tb, tt = tb + b, tt + t
+        print(f"  {key[0] + ' ' + key[1]:22s} {b:9.4f} {t:9.4f}  {t / max(b, 1e-12):.3f}")
+    print(f"  {'(those together)':22s} {tb:9.4f} {tt:9.4f}  {tt / max(tb, 1e-12):.3f}")
+    b, t = statistics.median(whole["base"]), statistics.median(whole["this tree"])
+    print(f"  {'(whole step)':22s} {b:9.4f} {t:9.4f}  {t / b:.3f}")
+    print(f"  max grad rel diff between them {gap:.1e}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
