@@ -361,3 +361,18 @@ def test_the_pixel_major_kernels_on_another_array_module():
     bk.conv_pm_backward(np, gy, buf, a, b, p, wt, dwa, False, dxa, False)
     bk.conv_pm_backward(xq, gy, buf, a, b, p, wt, dwb, False, dxb, False)
     assert np.array_equal(dxa, dxb) and np.array_equal(dwa, dwb)
+
+
+def test_pixel_major_takes_the_bands_its_thresholds_name():
+    """band_kernels.pixel_major: stride 1, >= 16 channels, maps <= 32 wide, >= 1 pixel an output
+    channel, weights <= PM_MAX_WEIGHT; the forward only on maps <= 8 wide or <= 16 wide from 512
+    pixels (bench/rows_pm_ab.py)."""
+    pm = bk.pixel_major
+    assert pm((16, 64, 3, 6), (64, 64, 3, 3), 1, "r") and pm((16, 16, 6, 18), (16, 16, 3, 3), 1, "r")
+    assert pm((2, 16, 6, 18), (16, 16, 3, 3), 1) and not pm((2, 16, 6, 18), (16, 16, 3, 3), 1, "r")
+    assert pm((2, 64, 10, 34), (64, 64, 3, 3), 1) and not pm((2, 64, 10, 34), (64, 64, 3, 3), 1, "r")
+    assert not pm((16, 64, 3, 6), (64, 64, 3, 3), 2)               # strided
+    assert not pm((2, 64, 3, 6), (64, 64, 3, 3), 1)                # 8 pixels under 64 outputs
+    assert not pm((2, 128, 6, 18), (128, 128, 3, 3), 1)            # a 147K-element weight
+    assert not pm((16, 3, 10, 34), (16, 3, 3, 3), 1)               # 3 channels
+    assert not pm((2, 16, 6, 66), (16, 16, 3, 3), 1)               # 64 wide

@@ -321,22 +321,45 @@ def conv_temp_bytes(phase: str, x_shape, w_shape, s: int, itemsize: int, want=()
 # ------------------------------------------- pixel-major k x k band convolutions (stride 1)
 #: A stride-1 k x k band convolution on maps at most :data:`planner.ops.PIXEL_MAJOR_MAX_WIDTH`
 #: wide with at least :data:`planner.ops.PIXEL_MAJOR_MIN_CHANNELS` input channels takes
-#: pixel-major columns (:func:`conv_pm_forward`, :func:`conv_pm_backward`), from this many
-#: output pixels per output channel (all images): the channel-major columns' copy runs one inner
-#: loop per output row of each channel and tap (``wo`` elements: 4-16 on a CIFAR ResNet's maps),
-#: the pixel-major one ``k * channels`` elements a loop; the kernels reorder the weight on each
-#: call, which a band of a few pixels under a large weight does not amortise.
+#: pixel-major columns (:func:`conv_pm_forward`, :func:`conv_pm_backward`) from this many
+#: output pixels (all images) per output channel: the channel-major columns' copy runs one
+#: inner loop per output row of each channel and tap (``wo`` elements: 4-16 on a CIFAR ResNet's
+#: maps), the pixel-major one ``k * channels`` elements a loop; the kernels reorder the weight on
+#: each call, which a band of a few pixels under a large weight does not amortise.
+#: ``bench/rows_pm_ab.py`` (one thread, every such band step of a plan, against the kernel it
+#: took before): the backward 0.54-0.86x from 1-2 pixels an output channel up (resnet, unet,
+#: vgg16, resnet50 ``--quick``), 0.9-1.5x below one (128-channel weights on bands of 8-48 pixels).
 PM_PIXELS_PER_OUT = 1
+#: ... and under weights of at most this many elements: the weight-sized passes (the
+#: reordered and flipped weights, the weight gradient reordered into its buffer where the
+#: channel-major kernel adds it inside BLAS) outgrow the band's products. ``bench/rows_pm_ab.py``
+#: at 128x128, batch 2, width 64: the backward 0.80-0.91x under 64x64x3x3 weights, 0.99-1.06x
+#: under 128x128x3x3 (147K elements), 1.09-1.20x under 256x128x3x3-256x256x3x3 at 2-3 pixels an
+#: output channel; the U-Net's ``--quick`` 0.81-0.85x under 64x128x3x3 (74K).
+PM_MAX_WEIGHT = 1 << 17
+#: The forward's own gain is the shorter copy alone (the backward also drops the padded input
+#: gradient and its crop): it takes the pixel-major kernel on maps up to
+#: :data:`PM_FORWARD_NARROW` wide, or up to :data:`PM_FORWARD_WIDE` from
+#: :data:`PM_FORWARD_PIXELS` output pixels. ``bench/rows_pm_ab.py``: the CIFAR ResNet's
+#: (16 images) 0.55-0.71x on 4-8 wide maps, 0.82-0.90x on 16 wide bands of 768-1,536 pixels;
+#: resnet50's (2 images) 0.93x on 8 wide maps, 1.08x on 16 wide bands of 128 pixels; the U-Net's
+#: 1.04-1.21x on 16 wide bands of 48-96 pixels, 0.82-1.11x on 32 wide ones.
+PM_FORWARD_NARROW = 8
+PM_FORWARD_WIDE = 16
+PM_FORWARD_PIXELS = 512
 
 
-def pixel_major(x_shape, w_shape, s: int) -> bool:
+def pixel_major(x_shape, w_shape, s: int, phase: str = "bwd") -> bool:
     """Whether a k x k band convolution of a padded band shaped ``x_shape`` runs
-    :func:`conv_pm_forward` / :func:`conv_pm_backward`."""
+    :func:`conv_pm_backward` (``phase`` ``"bwd"``) / :func:`conv_pm_forward` (else)."""
     n, c, h, w = x_shape
     o, _, k, _ = w_shape
     ho, wo = h - k + 1, w - k + 1
-    return (s == 1 and k > 1 and c >= PIXEL_MAJOR_MIN_CHANNELS and wo <= PIXEL_MAJOR_MAX_WIDTH
-            and n * ho * wo >= PM_PIXELS_PER_OUT * o)
+    if not (s == 1 and k > 1 and c >= PIXEL_MAJOR_MIN_CHANNELS and wo <= PIXEL_MAJOR_MAX_WIDTH
+            and n * ho * wo >= PM_PIXELS_PER_OUT * o and o * c * k * k <= PM_MAX_WEIGHT):
+        return False
+    return phase == "bwd" or wo <= PM_FORWARD_NARROW or (
+        wo <= PM_FORWARD_WIDE and n * ho * wo >= PM_FORWARD_PIXELS)
 
 
 def _pm_columns(xp, x, a: int, b: int, p: int, k: int):

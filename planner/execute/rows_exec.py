@@ -156,7 +156,7 @@ def conv_pm_band(p, i, phase: str, cut) -> bool:
     ly = p.layers
     n, c, _, w = ly.in_shapes[i][0]
     shape = (n, c, cut.r1 - cut.r0 + cut.top + cut.bottom, w + 2 * cut.side)
-    return band_kernels.pixel_major(shape, ly.in_shapes[i][1], int(ly.s[i]))
+    return band_kernels.pixel_major(shape, ly.in_shapes[i][1], int(ly.s[i]), phase)
 
 
 def buffer_offset(p, key) -> int:
