@@ -960,7 +960,7 @@ def dots(xp, a, b, reduce_axes, keepdims=True):
 #: then runs the pass in inner loops of ``c*h*w`` elements instead of ``h*w`` (4-64 on a CIFAR
 #: ResNet's maps, where the loops' overhead made a broadcast pass several times slower than a
 #: plain one). Larger maps gain too: up to 4096 pixels a pass against the expanded operand ran
-#: 0.45-0.97 of the broadcast pass's time, from 8192 pixels 1.45-1.8x (NumPy 2.4, one thread;
+#: 0.45-1.0 of the broadcast pass's time, from 8192 pixels 1.45-1.8x (NumPy 2.4, one thread;
 #: ``bench/per_channel_sweep.py``, bench/NOTES_kernels.md). The same arithmetic per element,
 #: so the same bits.
 EXPAND_PIXELS = 8192
