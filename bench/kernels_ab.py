@@ -79,7 +79,13 @@ def main(argv=None) -> int:
         return 2
     sizes = {k: getattr(args, k) for k in ("batch", "width", "depth", "image", "seq", "heads")
              if getattr(args, k) is not None}
-    t = kb.build(args.model, sizes, args.dtype)
+    from hgraph.common.errors import HGraphError
+
+    try:
+        t = kb.build(args.model, sizes, args.dtype)
+    except HGraphError as err:           # an unknown model, sizes its shape rules refuse
+        print(f"kernels_ab: {err}", file=sys.stderr)
+        return 2
     g = export.to_cg(t)
     be = backend.get("numpy")
     leaf = executor.leaves(g, np, 0)
