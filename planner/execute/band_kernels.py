@@ -36,10 +36,11 @@ band's rows where they lie in their buffer, the map's padding written into the s
 copied through (no padded copy of the band first), the input gradient as the transposed
 convolution of the output gradient computed on the band's own rows only.
 
-:func:`conv1x1_temp_bytes` / :func:`conv_temp_bytes` say what each kernel holds beyond its
-inputs and the buffers it writes (:mod:`planner.execute.step_memory` reads them;
-tests/test_band_kernels.py meters them). ``bench/band_kernels_ab.py`` times the kernels against
-the whole-op kernels on bands of row plans.
+:func:`conv1x1_temp_bytes` / :func:`conv_temp_bytes` / :func:`conv_pm_temp_bytes` say what
+each kernel holds beyond its inputs and the buffers it writes (:mod:`planner.execute.step_memory`
+reads them; tests/test_band_kernels.py meters them). ``bench/band_kernels_ab.py`` times the
+kernels against the whole-op kernels on bands of row plans, ``bench/rows_pm_ab.py`` the
+pixel-major ones against what each band step of a plan took before them.
 """
 
 from __future__ import annotations

@@ -8,7 +8,9 @@ are padded as the whole map's padding (zeros, or -inf before a max pool) and the
 padding 0 on the rows; its VJP's input gradient is cropped back and added at the rows it came
 from. Convolutions take :mod:`planner.execute.band_kernels` where a band's few pixels make the
 whole-op kernel slow (:func:`conv1x1_band`, :func:`conv_band`): the same products, the weight
-gradient added inside BLAS, in another summation order where the values only feed gradients.
+gradient added inside BLAS, in another summation order where the values only feed gradients;
+on narrow maps through pixel-major columns read from the band's rows in place, without a
+padded copy of them (:func:`conv_pm_band`).
 Every buffer the plan names is allocated through one :class:`TrackedAllocator` at the step
 that first writes it and freed after its last use, so ``tracked_peak_bytes`` is the exact peak of
 what the plan holds, by the plan's own count (kernel temporaries are not plan buffers).
