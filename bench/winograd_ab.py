@@ -5,10 +5,13 @@ For each layer shape, the op table's input gradient (``ops._conv_dx``) and weigh
 raised past every layer), alternating the two in one process, CPU time, one BLAS thread:
 direct time / Winograd time, median over the alternations after a warm-up. "--" where the op
 table's rule (``winograd.pays``) does not route that gradient through Winograd (the direct
-kernels then run both ways, and the ratio only shows the meter's noise).
+kernels then run both ways, and the ratio only shows the meter's noise). ``--any-channels``
+lifts the channel rule (``MIN_CHANNELS``) on the Winograd side: what the
+rule's bounds were chosen from.
 
     python3 bench/winograd_ab.py                          # the zoo's layers at the issue's sizes
     python3 bench/winograd_ab.py --shapes 32x64x64x16 8x256x256x14 --reps 20
+    python3 bench/winograd_ab.py --any-channels            # every layer through Winograd
 """
 
 from __future__ import annotations
@@ -35,6 +38,8 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--shapes", nargs="+", default=SHAPES, help="NxCxOxSIDE (C in, O out)")
     ap.add_argument("--reps", type=int, default=10, help="timed runs of each side per gradient")
+    ap.add_argument("--any-channels", action="store_true",
+                    help="Winograd side: any channel count (the map and workspace rules stay)")
     args = ap.parse_args(argv)
     if os.environ.get("OPENBLAS_NUM_THREADS") != "1":
         os.environ["OPENBLAS_NUM_THREADS"] = "1"
@@ -43,7 +48,9 @@ def main(argv=None) -> int:
 
     from planner import ops, winograd
 
-    cap, saved = ops.CONV_WORKSPACE_BYTES, winograd.MIN_CHANNELS
+    cap = ops.CONV_WORKSPACE_BYTES
+    saved = winograd.MIN_CHANNELS
+    lifted = 1 if args.any_channels else saved
     rng = np.random.default_rng(0)
     print("| layer (images x in x out x side) | input gradient: direct / Winograd | "
           "weight gradient: direct / Winograd |\n|---|---:|---:|")
@@ -53,15 +60,17 @@ def main(argv=None) -> int:
         w = rng.standard_normal((o, c, 3, 3)).astype(np.float32)
         gy = rng.standard_normal((n, o, side, side)).astype(np.float32)
         cells = []
-        for fn, on in ((lambda: ops._conv_dx(np, gy, w, x.shape, 1, 1, cap),
-                        ops._winograd(n, o, c, 3, 1, 1, side, side, 4, cap)),
-                       (lambda: ops._conv_dw(np, gy, x, w.shape, 1, 1, cap),
-                        ops._winograd(n, c, o, 3, 1, 1, side, side, 4, cap, weight_grad=True))):
+        winograd.MIN_CHANNELS = lifted
+        rules = (ops._winograd(n, o, c, 3, 1, 1, side, side, 4, cap),
+                 ops._winograd(n, c, o, 3, 1, 1, side, side, 4, cap, weight_grad=True))
+        winograd.MIN_CHANNELS = saved
+        for fn, on in zip((lambda: ops._conv_dx(np, gy, w, x.shape, 1, 1, cap),
+                           lambda: ops._conv_dw(np, gy, x, w.shape, 1, 1, cap)), rules):
             times = {True: [], False: []}
             try:
                 for i in range(2 * args.reps + 4):      # the first two of each: warm-up
                     wino = i % 2 == 0
-                    winograd.MIN_CHANNELS = saved if wino else 1 << 30
+                    winograd.MIN_CHANNELS = lifted if wino else 1 << 30
                     t0 = time.process_time()
                     fn()
                     if i >= 4:

@@ -66,6 +66,18 @@ def _matmul_infer(s, d, a):
     return tuple(x[:-1]) + (w[1],), d[0]
 
 
+def _rows_times(xp, x, m, out=None):
+    """``x @ m`` with ``x``'s leading axes as one: a single GEMM of all the rows (NumPy runs a
+    stacked ``matmul`` as one GEMM per leading index: ~5 % slower on a transformer's
+    (4, 512, 512..2048) activations, bench/NOTES_kernels.md), where ``x`` and ``out`` are
+    C-contiguous (their 2-D views are then views); else the stacked product."""
+    if x.ndim <= 2 or not x.flags.c_contiguous or (out is not None and not out.flags.c_contiguous):
+        return xp.matmul(x, m, out=out)
+    y = xp.matmul(x.reshape(-1, x.shape[-1]), m,
+                  out=None if out is None else out.reshape(-1, m.shape[-1]))
+    return y.reshape(x.shape[:-1] + (m.shape[-1],)) if out is None else out
+
+
 def _matmul_bwd(xp, gy, saved, y, a, in_shapes, want, out=None):
     x, w = saved.get(0), saved.get(1)
     into = out or {}
@@ -86,7 +98,7 @@ def _times_transposed(xp, g, w, out=None):
     stored."""
     rows = g.size // g.shape[-1]
     if rows > 8:
-        return xp.matmul(g, w.T, out=out)
+        return _rows_times(xp, g, w.T, out)
     y = xp.matmul(w, g.reshape(rows, g.shape[-1]).T).T.reshape(g.shape[:-1] + (w.shape[0],))
     if out is None:
         return xp.ascontiguousarray(y)
@@ -455,8 +467,8 @@ def _row_taps(s, ho, wo) -> bool:
 
 def _winograd(n, c, o, k, s, p, ho, wo, itemsize, cap, weight_grad=False) -> bool:
     """Whether a convolution's backward runs through :mod:`planner.winograd` (stride-1 3x3
-    layers of 64 channels in and out -- ``winograd.MIN_CHANNELS`` to ``MAX_CHANNELS``, where it
-    was measured faster -- on maps of ``winograd.MIN_SIDE`` and more, padded by at most 2): a
+    layers of at least ``winograd.MIN_CHANNELS`` channels in and out, where it was measured
+    faster, on maps of ``winograd.MIN_SIDE`` and more, padded by at most 2): a
     quarter of the direct convolution's multiplications. The input gradient is a forward of
     the output gradient (``c``: the layer's output channels); the weight gradient has its own
     rule (``weight_grad``). The forward itself stays direct: F(4x4, 3x3) rounds ~20x coarser
@@ -1314,7 +1326,7 @@ def _fl_attn(s, o, a):
 
 OPS: dict[str, OpDef] = {op.name: op for op in [
     OpDef("matmul", "MatMul", _matmul_infer, _fl_matmul,
-          lambda xp, xs, a, out=None: xp.matmul(xs[0], xs[1], out=out), _matmul_bwd,
+          lambda xp, xs, a, out=None: _rows_times(xp, xs[0], xs[1], out), _matmul_bwd,
           saves_inputs=(0, 1), fills_out=True, fills_grads=True),
     OpDef("add", "Add", _add_infer, _fl_elementwise(1),
           lambda xp, xs, a, out=None: xp.add(xs[0], xs[1], out=out),

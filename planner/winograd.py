@@ -267,14 +267,12 @@ def weight_grad(xp, gy, x, pad: int, cap: int, out=None):
 
 
 #: Where the transforms pay, from per-layer A/Bs against the direct kernels (one thread,
-#: ``python3 bench/winograd_ab.py``, bench/NOTES_kernels.md): 64 channels in and out. There
-#: the direct kernels' GEMMs (64 output columns) run well below OpenBLAS's best, and the input
-#: and weight gradients ran 1.15-1.35x faster through Winograd (8x8 to 64x64 maps); at 16-32
-#: channels the GEMMs are too thin for the saved multiplications to outweigh the transforms'
-#: copies, and at 96-256 channels, or 64 to 128 either way, the direct GEMMs run fast enough
-#: that the copies cancel the gain (0.7-1.3x, 1.0 on average).
+#: ``python3 bench/winograd_ab.py``, bench/NOTES_kernels.md) and whole steps: at least this
+#: many input and output channels. At 64-512 channels the input and weight gradients ran
+#: 1.1-1.6x faster through Winograd on 8x8 to 64x64 maps (one shape, 128 channels on 32x32 maps
+#: at batch 4, 0.8-0.9x); at 16-32 channels the GEMMs are too thin for the saved
+#: multiplications to outweigh the transforms' copies.
 MIN_CHANNELS = 64
-MAX_CHANNELS = 64
 #: ... and output maps at least this many pixels a side (a 4x4 map is one block of 36 taps a
 #: channel: 36 GEMMs of one row per image, slower than im2col's one large GEMM).
 MIN_SIDE = 8
@@ -287,7 +285,7 @@ def pays(n: int, c: int, o: int, ho: int, wo: int, itemsize: int, cap: int,
     within ``cap``; for the weight gradient also at least ``max(c, o)`` blocks in all (its 36
     GEMMs sum over blocks: with fewer, a ``(c, o)`` product a few dozen deep runs far below
     BLAS's speed, and the transforms of the ``36 x c x o`` sums outweigh what they save)."""
-    if min(c, o) < MIN_CHANNELS or max(c, o) > MAX_CHANNELS or min(ho, wo) < MIN_SIDE:
+    if min(c, o) < MIN_CHANNELS or min(ho, wo) < MIN_SIDE:
         return False
     bh, bw = blocks(ho, wo)
     if weight_grad and n * bh * bw < max(c, o):

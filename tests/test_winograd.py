@@ -124,15 +124,15 @@ def test_where_the_backward_takes_winograd():
     assert not ops._winograd(32, 64, 64, 5, 1, 2, 16, 16, 4, cap)          # 5x5
     assert not ops._winograd(32, 64, 64, 3, 1, -1, 16, 16, 4, cap)         # dx of pad 3
     assert not ops._winograd(32, 64, 64, 3, 1, 1, 16, 16, 4, 1000)         # over the cap
-    assert not ops._winograd(32, 128, 128, 3, 1, 1, 8, 8, 4, cap)          # too many channels
-    assert not ops._winograd(32, 64, 128, 3, 1, 1, 8, 8, 4, cap)
+    assert ops._winograd(32, 128, 256, 3, 1, 1, 8, 8, 4, cap)
     # the weight gradient wants at least max(c, o) blocks; the input gradient does not
     assert ops._winograd(2, 64, 64, 3, 1, 1, 8, 8, 4, cap)
     assert not ops._winograd(2, 64, 64, 3, 1, 1, 8, 8, 4, cap, weight_grad=True)
 
 
 @pytest.mark.parametrize("case", [(2, 64, 64, 8, 8, 1), (1, 64, 64, 10, 9, 1), (4, 64, 64, 18, 17, 0),
-                                  (1, 64, 64, 12, 11, 2), (8, 64, 64, 16, 13, 1)])
+                                  (1, 64, 64, 12, 11, 2), (8, 64, 64, 16, 13, 1),
+                                  (1, 64, 72, 10, 9, 1), (2, 72, 64, 9, 9, 0)])
 def test_the_op_tables_backward_through_winograd_matches_the_definition(case, monkeypatch):
     """The conv2d VJP on shapes that take winograd (spied: both gradients go through it), in
     float64 against the definition; the forward stays on the direct kernels."""
