@@ -185,3 +185,23 @@ def test_gelu_temporaries_match_the_prediction(n):
             assert got - 6000 <= pred <= 1.1 * got + 12000, (given, pred, got)
     finally:
         tracemalloc.stop()
+
+
+@pytest.mark.parametrize("layout", ["contiguous", "strided x", "strided out"])
+def test_stacked_matmul_matches_the_definition(layout):
+    """The matmul forward and input gradient on 3-D activations (one GEMM over all rows where
+    the operands are contiguous, the stacked product otherwise), into ``out`` or not."""
+    rng = np.random.default_rng(5)
+    x, w, gy = rng.standard_normal((3, 10, 7)), rng.standard_normal((7, 4)), rng.standard_normal((3, 10, 4))
+    if layout == "strided x":
+        x, gy = x.transpose(1, 0, 2).copy().transpose(1, 0, 2), gy[:, ::-1].copy()[:, ::-1]
+    op = ops.OPS["matmul"]
+    out = np.full((3, 10, 4), np.nan) if layout != "strided out" else np.full((3, 4, 10), np.nan).transpose(0, 2, 1)
+    into = np.full((3, 10, 7), np.nan) if layout != "strided out" else np.full((10, 3, 7), np.nan).transpose(1, 0, 2)
+    y = op.forward(np, [x, w], {})
+    assert op.forward(np, [x, w], {}, out=out) is out
+    dx = op.backward(np, gy, {0: x, 1: w}, None, {}, [x.shape, w.shape], [0], out={0: into})[0]
+    np.testing.assert_allclose(y, np.einsum("bik,kn->bin", x, w), rtol=1e-13)
+    np.testing.assert_allclose(out, y, rtol=0, atol=0)
+    assert dx is into
+    np.testing.assert_allclose(dx, np.einsum("bin,kn->bik", gy, w), rtol=1e-13)
