@@ -12,6 +12,11 @@ rule's bounds were chosen from.
     python3 bench/winograd_ab.py                          # the zoo's layers at the issue's sizes
     python3 bench/winograd_ab.py --shapes 32x64x64x16 8x256x256x14 --reps 20
     python3 bench/winograd_ab.py --any-channels            # every layer through Winograd
+    python3 bench/winograd_ab.py --model resnet --steps 15  # whole plain steps: off / rule / any
+
+``--model``: whole plain steps of a zoo model at kernels_bench's sizes (the issue's; CPU time,
+one thread) with Winograd off, under the op table's rule and with the channel rule lifted, one
+step of each in turn: median step time over the rule's.
 """
 
 from __future__ import annotations
@@ -40,6 +45,8 @@ def main(argv=None) -> int:
     ap.add_argument("--reps", type=int, default=10, help="timed runs of each side per gradient")
     ap.add_argument("--any-channels", action="store_true",
                     help="Winograd side: any channel count (the map and workspace rules stay)")
+    ap.add_argument("--model", help="time whole plain steps of this zoo model instead")
+    ap.add_argument("--steps", type=int, default=9, help="with --model: timed steps of each")
     args = ap.parse_args(argv)
     if os.environ.get("OPENBLAS_NUM_THREADS") != "1":
         os.environ["OPENBLAS_NUM_THREADS"] = "1"
@@ -48,6 +55,8 @@ def main(argv=None) -> int:
 
     from planner import ops, winograd
 
+    if args.model:
+        return _steps(args.model, args.steps)
     cap = ops.CONV_WORKSPACE_BYTES
     saved = winograd.MIN_CHANNELS
     lifted = 1 if args.any_channels else saved
@@ -80,6 +89,45 @@ def main(argv=None) -> int:
             ratio = float(np.median(times[False]) / np.median(times[True]))
             cells.append(f"{ratio:.2f}" if on else f"-- ({ratio:.2f})")
         print(f"| {spec} | {cells[0]} | {cells[1]} |", flush=True)
+    return 0
+
+
+def _steps(model: str, steps: int) -> int:
+    import numpy as np
+
+    sys.path.insert(0, str(ROOT / "bench"))
+    import kernels_bench as kb
+    from hgraph.common.errors import HGraphError
+    from planner import winograd
+    from planner.execute import backend, executor, export
+
+    if model not in kb.SIZES:
+        print(f"winograd_ab: unknown model {model!r}; choose from {', '.join(kb.SIZES)}",
+              file=sys.stderr)
+        return 2
+    try:
+        g = export.to_cg(kb.build(model, kb.SIZES[model]))
+    except HGraphError as err:
+        print(f"winograd_ab: {err}", file=sys.stderr)
+        return 2
+    be = backend.get("numpy")
+    step = kb.executor_step(g, executor.leaves(g, be.xp, 0), be)
+    saved = winograd.MIN_CHANNELS
+    sides = {"off": 1 << 30, "rule": saved, "any channels": 1}
+    times = {k: [] for k in sides}
+    try:
+        for i in range(steps + 1):                      # the first of each: warm-up
+            for name, bound in sides.items():
+                winograd.MIN_CHANNELS = bound
+                t0 = time.process_time()
+                step()
+                if i:
+                    times[name].append(time.process_time() - t0)
+    finally:
+        winograd.MIN_CHANNELS = saved
+    ref = float(np.median(times["rule"]))
+    print(f"{model} {kb.SIZES[model]}, plain step, CPU time, median of {steps}: " + ", ".join(
+        f"{k} {np.median(v):.4f} s ({np.median(v) / ref:.3f})" for k, v in times.items()))
     return 0
 
 
