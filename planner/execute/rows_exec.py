@@ -89,7 +89,7 @@ def _cut(ly, i, lo, hi) -> _Cut:
 #: Band kernels that write their result straight into the band buffer (a strided view of it):
 #: elementwise ufuncs, whose values do not depend on the output's layout. A batch norm's band
 #: is normalised there too; the other kernels return an array copied in.
-DIRECT_BAND = ("relu", "add")
+DIRECT_BAND = ("relu", "add", "bias")
 
 
 def writes_band_directly(p, st) -> bool:
