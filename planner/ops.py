@@ -68,9 +68,9 @@ def _matmul_infer(s, d, a):
 
 def _rows_times(xp, x, m, out=None):
     """``x @ m`` with ``x``'s leading axes as one: a single GEMM of all the rows (NumPy runs a
-    stacked ``matmul`` as one GEMM per leading index: ~5 % slower on a transformer's
-    (4, 512, 512..2048) activations, bench/NOTES_kernels.md), where ``x`` and ``out`` are
-    C-contiguous (their 2-D views are then views); else the stacked product."""
+    stacked ``matmul`` as one GEMM per leading index, slower on a transformer's (batch, seq,
+    width) activations: bench/NOTES_kernels.md), where ``x`` and ``out`` are C-contiguous
+    (their 2-D views are then views); else the stacked product. The same bits either way."""
     if x.ndim <= 2 or not x.flags.c_contiguous or (out is not None and not out.flags.c_contiguous):
         return xp.matmul(x, m, out=out)
     y = xp.matmul(x.reshape(-1, x.shape[-1]), m,
@@ -1236,9 +1236,10 @@ def _softmax_(xp, st, ones, mask=None):
     """The unnormalised softmax of one block's transposed scores ``st`` (keys x queries), in
     place: ``exp(st - max)`` per query (column), and each query's sum ``l`` (returned). The
     transposed layout makes a query's statistics a row: the max reduces along rows and the
-    shift broadcasts a row over rows, both passes over contiguous rows (a column's broadcast
-    ran ~1.4x slower); the sum is a product with ones. The division by ``l`` is left to the
-    caller, on (seq x head_dim) values instead of (seq x seq)."""
+    shift broadcasts a row over rows, both passes over contiguous rows (NumPy runs them faster
+    than the column reduction and broadcast of the scores' own layout); the sum is a product
+    with ones. The division by ``l`` is left to the caller, on (seq x head_dim) values instead
+    of (seq x seq)."""
     if mask is not None:
         st += mask
     st -= st.max(axis=-2, keepdims=True)
