@@ -70,7 +70,7 @@ def _rows_times(xp, x, m, out=None):
     """``x @ m`` with ``x``'s leading axes as one: a single GEMM of all the rows (NumPy runs a
     stacked ``matmul`` as one GEMM per leading index, slower on a transformer's (batch, seq,
     width) activations: bench/NOTES_kernels.md), where ``x`` and ``out`` are C-contiguous
-    (their 2-D views are then views); else the stacked product. The same bits either way."""
+    (their 2-D views are then views); else the stacked product."""
     if x.ndim <= 2 or not x.flags.c_contiguous or (out is not None and not out.flags.c_contiguous):
         return xp.matmul(x, m, out=out)
     y = xp.matmul(x.reshape(-1, x.shape[-1]), m,
