@@ -27,6 +27,26 @@ SHIPPED_GRAPHS = ROOT / "jobs" / "data"
 RAY_TIMEOUT = 120
 
 
+def traced_peak(fn):
+    """``(fn(), bytes)``: tracemalloc's peak during the call above what was traced when it
+    started -- a kernel's temporaries, held in the kernel tests against what the plan predicts
+    for them (``planner.ops.kernel_temp_bytes`` and the like). Starts and stops tracemalloc
+    unless it is already tracing."""
+    import tracemalloc
+
+    mine = not tracemalloc.is_tracing()
+    if mine:
+        tracemalloc.start()
+    try:
+        c0 = tracemalloc.get_traced_memory()[0]
+        tracemalloc.reset_peak()
+        got = fn()
+        return got, tracemalloc.get_traced_memory()[1] - c0
+    finally:
+        if mine:
+            tracemalloc.stop()
+
+
 def data_path(*parts: str) -> Path:
     """A file of the test data, ``data_path("graphs", "cg_vgg19.txt")`` or
     ``data_path("reference", "results.csv")``; graphs the package ships are read from there.

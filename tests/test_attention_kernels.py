@@ -15,6 +15,7 @@ import tracemalloc
 import numpy as np
 import pytest
 
+from conftest import traced_peak
 from planner import ops
 
 ATTN = ops.OPS["attention"]
@@ -90,13 +91,6 @@ def test_attention_matches_the_definition(case, causal, monkeypatch):
     assert g_into is into and into.tobytes() == g.tobytes()
 
 
-def _metered(f):
-    c0 = tracemalloc.get_traced_memory()[0]
-    tracemalloc.reset_peak()
-    f()
-    return tracemalloc.get_traced_memory()[1] - c0
-
-
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("case", [(2, 64, 96, 4, 16, True), (3, 32, 48, 4, 3, False),
                                   (2, 128, 64, 2, 1, True), (2, 40, 64, 4, 5, False)])
@@ -114,12 +108,12 @@ def test_attention_temporaries_match_the_prediction(case, dtype, monkeypatch):
     try:
         for given in (False, True):
             out = np.empty((b, s, d), dtype) if given else None
-            got = _metered(lambda: ATTN.forward(np, [qkv], a, out=out))
+            _, got = traced_peak(lambda: ATTN.forward(np, [qkv], a, out=out))
             pred = ops.kernel_temp_bytes("attention", "forward", [qkv.shape], (b, s, d), a, e,
                                          into=(-1,) if given else ())
             assert got - 6000 <= pred <= 1.1 * got + 12000, ("forward", given, pred, got)
             into = {0: np.empty_like(qkv)} if given else None
-            got = _metered(lambda: ATTN.backward(np, gy, {0: qkv}, None, a, [qkv.shape], [0],
+            _, got = traced_peak(lambda: ATTN.backward(np, gy, {0: qkv}, None, a, [qkv.shape], [0],
                                                  out=into))
             pred = ops.kernel_temp_bytes("attention", "backward", [qkv.shape], (b, s, d), a, e,
                                          want=(0,), into=(0,) if given else ())
@@ -178,7 +172,7 @@ def test_gelu_temporaries_match_the_prediction(n):
     try:
         for given in (False, True):
             into = {0: np.empty_like(x)} if given else None
-            got = _metered(lambda: GELU.backward(np, gy, {0: x}, None, {}, [x.shape], [0],
+            _, got = traced_peak(lambda: GELU.backward(np, gy, {0: x}, None, {}, [x.shape], [0],
                                                  out=into))
             pred = ops.kernel_temp_bytes("gelu", "backward", [x.shape], x.shape, {}, 4,
                                          want=(0,), into=(0,) if given else ())

@@ -5,11 +5,10 @@ row step that takes the merged path (issue 26)."""
 
 from __future__ import annotations
 
-import tracemalloc
-
 import numpy as np
 import pytest
 
+from conftest import traced_peak
 from planner.execute import band_kernels as bk
 from planner.execute import executor, export, rows_exec, step_memory, zoo
 from planner.ops import OPS
@@ -80,17 +79,6 @@ def test_gemm_into_adds_inside_blas_from_its_size(size):
     assert np.array_equal(c, np.matmul(a, b))
 
 
-def _traced(fn) -> int:
-    tracemalloc.start()
-    try:
-        c0 = tracemalloc.get_traced_memory()[0]
-        tracemalloc.reset_peak()
-        fn()
-        return tracemalloc.get_traced_memory()[1] - c0
-    finally:
-        tracemalloc.stop()
-
-
 @pytest.mark.parametrize("merge", [True, False])
 @pytest.mark.parametrize("whole", [True, False])
 @pytest.mark.parametrize("fill", [True, False])
@@ -114,7 +102,7 @@ def test_temporaries_are_what_the_plan_counts(monkeypatch, merge, whole, fill, n
             np, gy, x, wt, s, dw if 1 in want else None, fill, dx if 0 in want else None, fill)))
     for phase, want, fn in cases:
         fn()                                                   # BLAS / SciPy set up
-        got = _traced(fn)
+        _, got = traced_peak(fn)
         pred = bk.conv1x1_temp_bytes(phase, x.shape, wt.shape, s, 4, want, dw_fill=fill,
                                      dx_fill=fill, x_whole=whole, dx_whole=True,
                                      out_whole=want != "tail")
@@ -185,7 +173,7 @@ def test_kxk_temporaries_are_what_the_plan_counts(fill, n, c, h, w, o, k, s):
             np, gy, x, wt, s, dw if 1 in want else None, fill, 0 in want)))
     for phase, want, fn in cases:
         fn()
-        got = _traced(fn)
+        _, got = traced_peak(fn)
         pred = bk.conv_temp_bytes(phase, x.shape, wt.shape, s, 4, want, dw_fill=fill)
         assert got - 6000 <= pred <= 1.1 * got + 6000, (phase, want, pred, got)
 
@@ -314,7 +302,7 @@ def test_pixel_major_temporaries_are_what_the_plan_counts(fill, n, c, r, w, o, k
             fill)))
     for phase, want, fn in cases:
         fn()
-        got = _traced(fn)
+        _, got = traced_peak(fn)
         pred = bk.conv_pm_temp_bytes(phase, padded.shape, wt.shape, 4, pads, want)
         assert got - 6000 <= pred <= 1.1 * got + 6000, (phase, want, pred, got)
 

@@ -5,11 +5,10 @@ expanded per-channel operands giving the same bits as broadcast ones, and
 
 from __future__ import annotations
 
-import tracemalloc
-
 import numpy as np
 import pytest
 
+from conftest import traced_peak
 from planner import ops
 
 BN = {"kind": "batch", "axis": 1, "eps": 1e-5}
@@ -79,18 +78,6 @@ def test_expanded_per_channel_operands_give_the_broadcast_bits(shape, dtype, mon
     assert all(np.array_equal(g0[k], g1[k]) for k in (0, 1, 2))
 
 
-def _metered(fn):
-    """(result, tracemalloc's peak during ``fn()`` above what was traced when it started)."""
-    tracemalloc.start()
-    try:
-        c0 = tracemalloc.get_traced_memory()[0]
-        tracemalloc.reset_peak()
-        got = fn()
-        return got, tracemalloc.get_traced_memory()[1] - c0
-    finally:
-        tracemalloc.stop()
-
-
 @pytest.mark.parametrize("shape", [(8, 16, 8, 8), (4, 8, 32, 32), (2, 4, 96, 96)])
 @pytest.mark.parametrize("want", [(0, 1, 2), (1, 2), (0,)])
 @pytest.mark.parametrize("into", [False, True])
@@ -102,12 +89,12 @@ def test_batch_norm_temporaries_match_kernel_temp_bytes(shape, want, into):
     op = ops.OPS["batch_norm"]
     shapes = [x.shape, g.shape, b.shape]
     y_buf = np.empty_like(x) if into else None
-    _, got_f = _metered(lambda: op.forward(np, [x, g, b], BN, out=y_buf) if into
+    _, got_f = traced_peak(lambda: op.forward(np, [x, g, b], BN, out=y_buf) if into
                         else op.forward(np, [x, g, b], BN))
     pred_f = ops.kernel_temp_bytes("batch_norm", "forward", shapes, x.shape, BN, 4,
                                    into=(-1,) if into else ())
     gi = {0: np.empty_like(x)} if into and 0 in want else None
-    _, got_b = _metered(lambda: op.backward(np, gy, {0: x, 1: g}, None, BN, shapes, list(want),
+    _, got_b = traced_peak(lambda: op.backward(np, gy, {0: x, 1: g}, None, BN, shapes, list(want),
                                             out=gi) if gi
                         else op.backward(np, gy, {0: x, 1: g}, None, BN, shapes, list(want)))
     pred_b = ops.kernel_temp_bytes("batch_norm", "backward", shapes, x.shape, BN, 4, want=want,

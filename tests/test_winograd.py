@@ -1,11 +1,10 @@
 """Winograd F(4x4, 3x3) kernels (planner/winograd.py, issue 26): the definition, the workspace
 they promise, and where the op table routes a convolution's backward through them."""
 
-import tracemalloc
-
 import numpy as np
 import pytest
 
+from conftest import traced_peak
 from planner import ops, winograd
 
 
@@ -80,17 +79,6 @@ def test_float32_rounding_stays_near_the_direct_kernels():
     assert np.abs(y - ref).max() / np.abs(ref).max() < 5e-5
 
 
-def _peak(fn):
-    tracemalloc.start()
-    try:
-        c0 = tracemalloc.get_traced_memory()[0]
-        tracemalloc.reset_peak()
-        fn()
-        return tracemalloc.get_traced_memory()[1] - c0
-    finally:
-        tracemalloc.stop()
-
-
 @pytest.mark.parametrize("shape", [(4, 64, 64, 16, 16), (2, 64, 96, 9, 13), (3, 80, 64, 8, 8)])
 @pytest.mark.parametrize("tiles", ["one", "per image"])
 @pytest.mark.parametrize("out_given", [False, True])
@@ -106,10 +94,10 @@ def test_temporaries_are_what_the_kernels_allocate(shape, tiles, out_given):
     assert winograd.tile_images(n, c, o, h, wd, 4, cap) == (n if tiles == "one" else 1)
     y_out = np.empty((n, o, h, wd), np.float32) if out_given else None
     dw_out = np.empty((o, c, 3, 3), np.float32) if out_given else None
-    got = _peak(lambda: winograd.forward(np, x, w, 1, cap, y_out))
+    _, got = traced_peak(lambda: winograd.forward(np, x, w, 1, cap, y_out))
     pred = winograd.forward_temp_bytes(n, c, o, h, wd, 4, cap, out_given)
     assert got - 6000 <= pred <= 1.1 * got + 12000, (pred, got)
-    got = _peak(lambda: winograd.weight_grad(np, gy, x, 1, cap, dw_out))
+    _, got = traced_peak(lambda: winograd.weight_grad(np, gy, x, 1, cap, dw_out))
     pred = winograd.weight_grad_temp_bytes(n, c, o, h, wd, 4, cap, out_given)
     assert got - 6000 <= pred <= 1.1 * got + 12000, (pred, got)
 
