@@ -152,6 +152,7 @@ class _Workspace:
     """The tile buffers, allocated once per call for the largest tile and reused."""
 
     def __init__(self, xp, dtype, images, c, o, ho, wo):
+        self.images = images
         bh, bw = blocks(ho, wo)
         nb = images * bh * bw
         self.slab = xp.empty(images * (bh * M + 2) * (bw * M + 2) * c, dtype=dtype)
@@ -159,6 +160,15 @@ class _Workspace:
         self.v = xp.empty(ALPHA * ALPHA * nb * c, dtype=dtype)
         self.m = xp.empty(ALPHA * ALPHA * nb * o, dtype=dtype)
         self.y = xp.empty(M * M * nb * o, dtype=dtype)
+
+
+def _tile_or_refuse(n, c, o, ho, wo, itemsize, cap, who) -> int:
+    """:func:`tile_images`, or a ValueError where one image's workspace exceeds ``cap`` (the op
+    table asks :func:`pays` first)."""
+    images = tile_images(n, c, o, ho, wo, itemsize, cap)
+    if images == 0:
+        raise ValueError(f"winograd.{who}: one image's workspace exceeds the cap")
+    return images
 
 
 def _input_transform(xp, x, n0, n1, pad, bh, bw, ws, bt):
@@ -179,9 +189,7 @@ def forward(xp, x, w, pad: int, cap: int, out=None):
     dtype = x.dtype
     bt, gg, at = _matrices(xp, dtype)
     bh, bw = blocks(ho, wo)
-    images = tile_images(n, c, o, ho, wo, dtype.itemsize, cap)
-    if images == 0:
-        raise ValueError("winograd.forward: one image's workspace exceeds the cap")
+    images = _tile_or_refuse(n, c, o, ho, wo, dtype.itemsize, cap, "forward")
     u = xp.matmul(gg, xp.ascontiguousarray(w.transpose(2, 3, 1, 0)).reshape(9, c * o))
     u = u.reshape(ALPHA * ALPHA, c, o)
     y = xp.empty((n, o, ho, wo), dtype=dtype) if out is None else out
@@ -245,13 +253,11 @@ def weight_grad(xp, gy, x, pad: int, cap: int, out=None):
     dtype = gy.dtype
     bt, gg, at = _matrices(xp, dtype)
     bh, bw = blocks(ho, wo)
-    images = tile_images(n, c, o, ho, wo, dtype.itemsize, cap)
-    if images == 0:
-        raise ValueError("winograd.weight_grad: one image's workspace exceeds the cap")
-    ws = _Workspace(xp, dtype, images, c, o, ho, wo)
+    ws = _Workspace(xp, dtype, _tile_or_refuse(n, c, o, ho, wo, dtype.itemsize, cap, "weight_grad"),
+                    c, o, ho, wo)
     du = xp.zeros((ALPHA * ALPHA, c, o), dtype=dtype)
-    for n0 in range(0, n, images):
-        n1 = min(n, n0 + images)
+    for n0 in range(0, n, ws.images):
+        n1 = min(n, n0 + ws.images)
         v = _input_transform(xp, x, n0, n1, pad, bh, bw, ws, bt)
         nblk = v.shape[1]
         gb = ws.y[:M * M * nblk * o].reshape(M, M, n1 - n0, bh, bw, o)
