@@ -46,11 +46,46 @@ def load_ops(rev: str):
     return mod
 
 
+SIZE_FLAGS = ("batch", "width", "depth", "image", "seq", "heads")
+
+
+def rerun_with_threads(script: str, threads: int, argv):
+    """``script`` run again with OPENBLAS/OMP/MKL_NUM_THREADS at ``threads`` (they are read when
+    the libraries load): its exit code; None when they already are."""
+    want = {v: str(threads) for v in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")}
+    if all(os.environ.get(k) == v for k, v in want.items()):
+        return None
+    words = sys.argv[1:] if argv is None else list(argv)
+    return subprocess.call([sys.executable, str(Path(script).resolve())] + words,
+                           env={**os.environ, **want})
+
+
+def base_and_model(tool: str, args):
+    """(``planner/ops.py`` at ``args.base``, the zoo model's tracer at the ``SIZE_FLAGS`` given),
+    or None after a one-line error naming ``tool`` (no such revision, an unknown model, sizes
+    its shape rules refuse)."""
+    sys.path.insert(0, str(ROOT / "bench"))
+    import kernels_bench as kb
+    from hgraph.common.errors import HGraphError
+
+    try:
+        old = load_ops(args.base)
+    except subprocess.CalledProcessError as err:
+        print(f"{tool}: no planner/ops.py at {args.base}: {err.stderr.strip()}", file=sys.stderr)
+        return None
+    sizes = {k: getattr(args, k) for k in SIZE_FLAGS if getattr(args, k) is not None}
+    try:
+        return old, kb.build(args.model, sizes, args.dtype)
+    except HGraphError as err:
+        print(f"{tool}: {err}", file=sys.stderr)
+        return None
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("model")
     ap.add_argument("--base", required=True, help="git revision whose planner/ops.py is the baseline")
-    for k in ("batch", "width", "depth", "image", "seq", "heads"):
+    for k in SIZE_FLAGS:
         ap.add_argument(f"--{k}", type=int, default=None)
     ap.add_argument("--steps", type=int, default=5)
     ap.add_argument("--threads", type=int, default=1)
@@ -59,33 +94,20 @@ def main(argv=None) -> int:
     ap.add_argument("--dtype", choices=["float32", "float64"], default="float32",
                     help="float64: check that two kernel sets agree beyond float32 rounding")
     args = ap.parse_args(argv)
-    for var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
-        if os.environ.get(var) != str(args.threads):
-            env = {**os.environ, **{v: str(args.threads) for v in
-                                    ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")}}
-            words = sys.argv[1:] if argv is None else list(argv)
-            return subprocess.call([sys.executable, str(Path(__file__).resolve())] + words, env=env)
-    sys.path.insert(0, str(ROOT / "bench"))
+    code = rerun_with_threads(__file__, args.threads, argv)
+    if code is not None:
+        return code
+    got = base_and_model("kernels_ab", args)
+    if got is None:
+        return 2
+    old, t = got
+    sizes = {k: getattr(args, k) for k in SIZE_FLAGS if getattr(args, k) is not None}
     import numpy as np
 
     import kernels_bench as kb
     from planner import ops
     from planner.execute import backend, executor, export
 
-    try:
-        old = load_ops(args.base)
-    except subprocess.CalledProcessError as err:
-        print(f"kernels_ab: no planner/ops.py at {args.base}: {err.stderr.strip()}", file=sys.stderr)
-        return 2
-    sizes = {k: getattr(args, k) for k in ("batch", "width", "depth", "image", "seq", "heads")
-             if getattr(args, k) is not None}
-    from hgraph.common.errors import HGraphError
-
-    try:
-        t = kb.build(args.model, sizes, args.dtype)
-    except HGraphError as err:           # an unknown model, sizes its shape rules refuse
-        print(f"kernels_ab: {err}", file=sys.stderr)
-        return 2
     g = export.to_cg(t)
     be = backend.get("numpy")
     leaf = executor.leaves(g, np, 0)

@@ -21,7 +21,6 @@ import collections
 import dataclasses
 import os
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -29,6 +28,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
+
+from kernels_ab import SIZE_FLAGS, base_and_model, rerun_with_threads  # noqa: E402
 
 DEFAULT_OPS = ("batch_norm", "layer_norm", "max_pool", "avg_pool", "relu")
 
@@ -59,7 +60,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("model")
     ap.add_argument("--base", required=True, help="git revision whose planner/ops.py is the baseline")
-    for k in ("batch", "width", "depth", "image", "seq", "heads"):
+    for k in SIZE_FLAGS:
         ap.add_argument(f"--{k}", type=int, default=None)
     ap.add_argument("--steps", type=int, default=15)
     ap.add_argument("--threads", type=int, default=1)
@@ -70,33 +71,21 @@ def main(argv=None) -> int:
     if args.steps < 1:
         print("ops_step_ab: --steps must be at least 1", file=sys.stderr)
         return 2
-    want = {"OPENBLAS_NUM_THREADS": str(args.threads), "OMP_NUM_THREADS": str(args.threads),
-            "MKL_NUM_THREADS": str(args.threads)}
-    if any(os.environ.get(k) != v for k, v in want.items()):
-        words = sys.argv[1:] if argv is None else list(argv)
-        return subprocess.call([sys.executable, str(Path(__file__).resolve())] + words,
-                               env={**os.environ, **want})
-    sys.path.insert(0, str(ROOT / "bench"))
+    code = rerun_with_threads(__file__, args.threads, argv)
+    if code is not None:
+        return code
+    got = base_and_model("ops_step_ab", args)
+    if got is None:
+        return 2
+    old, t = got
+    sizes = {k: getattr(args, k) for k in SIZE_FLAGS if getattr(args, k) is not None}
     import numpy as np
 
     import kernels_bench as kb
-    from hgraph.common.errors import HGraphError
-    from kernels_ab import load_ops
     from planner import ops
     from planner.execute import backend, executor, export
 
-    try:
-        old = load_ops(args.base)
-    except subprocess.CalledProcessError as err:
-        print(f"ops_step_ab: no planner/ops.py at {args.base}: {err.stderr.strip()}", file=sys.stderr)
-        return 2
-    sizes = {k: getattr(args, k) for k in ("batch", "width", "depth", "image", "seq", "heads")
-             if getattr(args, k) is not None}
-    try:
-        g = export.to_cg(kb.build(args.model, sizes, args.dtype))
-    except HGraphError as err:
-        print(f"ops_step_ab: {err}", file=sys.stderr)
-        return 2
+    g = export.to_cg(t)
     be = backend.get("numpy")
     leaf = executor.leaves(g, np, 0)
     step = kb.executor_step(g, leaf, be)

@@ -213,34 +213,33 @@ def _block_parts(ho, wo):
         [(wo // M, M, 0)] + ([(1, wo % M, wo // M)] if wo % M else [])
 
 
-def _put_blocks(blocks6, y):
-    """Write ``blocks6`` (``(images, o, bh, 4, bw, 4)``, a view of the output blocks) into
-    ``y`` (``(images, o, ho, wo)``), dropping what lies beyond the map."""
+def _block_views(blocks6, y):
+    """Pairs of views (blocks, map) over the whole blocks and the partial last row / column of
+    ``blocks6`` (``(images, o, bh, 4, bw, 4)``) and ``y`` (``(images, o, ho, wo)``), the map's
+    part with its rows and columns split into blocks (always a view: axes only split)."""
     n, o, ho, wo = y.shape
     rows, cols = _block_parts(ho, wo)
     for nr, kr, br in rows:
         for nc, kc, bc in cols:
-            if nr == 0 or nc == 0:
-                continue
-            r0, c0 = br * M, bc * M
-            dst = y[:, :, r0:r0 + nr * kr, c0:c0 + nc * kc].reshape(n, o, nr, kr, nc, kc)
-            dst[...] = blocks6[:, :, br:br + nr, :kr, bc:bc + nc, :kc]
+            if nr and nc:
+                r0, c0 = br * M, bc * M
+                yield (blocks6[:, :, br:br + nr, :kr, bc:bc + nc, :kc],
+                       y[:, :, r0:r0 + nr * kr, c0:c0 + nc * kc].reshape(n, o, nr, kr, nc, kc))
+
+
+def _put_blocks(blocks6, y):
+    """Write ``blocks6`` (a view of the output blocks) into ``y``, dropping what lies beyond
+    the map."""
+    for blk, part in _block_views(blocks6, y):
+        part[...] = blk
 
 
 def _get_blocks(gy, dst):
-    """Fill ``dst`` (``(images, o, bh, 4, bw, 4)``, a view of the gradient blocks) from
-    ``gy`` (``(images, o, ho, wo)``), zeros beyond the map."""
-    n, o, ho, wo = gy.shape
-    if ho % M or wo % M:
+    """Fill ``dst`` (a view of the gradient blocks) from ``gy``, zeros beyond the map."""
+    if gy.shape[2] % M or gy.shape[3] % M:
         dst[...] = 0
-    rows, cols = _block_parts(ho, wo)
-    for nr, kr, br in rows:
-        for nc, kc, bc in cols:
-            if nr == 0 or nc == 0:
-                continue
-            r0, c0 = br * M, bc * M
-            dst[:, :, br:br + nr, :kr, bc:bc + nc, :kc] = \
-                gy[:, :, r0:r0 + nr * kr, c0:c0 + nc * kc].reshape(n, o, nr, kr, nc, kc)
+    for blk, part in _block_views(dst, gy):
+        blk[...] = part
 
 
 def weight_grad(xp, gy, x, pad: int, cap: int, out=None):
