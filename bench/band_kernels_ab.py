@@ -38,7 +38,9 @@ ONE = [(2, 64, 4, 8, 256), (2, 128, 4, 8, 512), (2, 256, 2, 8, 1024), (2, 1024, 
        (2, 512, 8, 32, 2048)]
 
 
-def _medians(fns, repeat):
+def medians(fns, repeat, unit=1e3):
+    """Each of ``fns``' median CPU time over ``repeat`` rounds (one call of each a round, in
+    turn, after one warm-up call of each), times ``unit`` (1e3: milliseconds)."""
     for f in fns:
         f()
     times = [[] for _ in fns]
@@ -47,7 +49,7 @@ def _medians(fns, repeat):
             t0 = time.process_time()
             f()
             times[k].append(time.process_time() - t0)
-    return [statistics.median(t) * 1e3 for t in times]
+    return [statistics.median(t) * unit for t in times]
 
 
 def main(argv=None) -> int:
@@ -80,7 +82,7 @@ def main(argv=None) -> int:
         def whole_bwd():
             dw.__iadd__(conv.backward(np, gy, {0: x, 1: wt}, None, a, [x.shape, wt.shape], [0, 1])[1])
 
-        got = _medians([lambda: conv.forward(np, [x, wt], a, out=y),
+        got = medians([lambda: conv.forward(np, [x, wt], a, out=y),
                         lambda: bk.conv_forward(np, x, wt, s, y), whole_bwd,
                         lambda: bk.conv_backward(np, gy, x, wt, s, dw, False, True)], args.repeat)
         print(f"| {(n, c, h, w)} -> {o}, s{s} | {got[0]:.3f} / {got[1]:.3f} | {got[2]:.3f} / "
@@ -105,7 +107,7 @@ def main(argv=None) -> int:
                     bk.MERGE_WEIGHT = 0 if m else 1 << 62
                     bk.conv1x1_backward(np, gy, x, wt, 1, dw, False, dx, False)
                 fns += [fwd, bwd]
-            got = _medians(fns, args.repeat)
+            got = medians(fns, args.repeat)
             bk.MERGE_WEIGHT = keep
             print(f"| {(n, c, h, w)} -> {o} | {got[0]:.3f} / {got[2]:.3f} | {got[1]:.3f} / "
                   f"{got[3]:.3f} | {bk.merged(h, w, o, c)} |")

@@ -49,6 +49,16 @@ def load_ops(rev: str):
 SIZE_FLAGS = ("batch", "width", "depth", "image", "seq", "heads")
 
 
+def add_arguments(ap, steps: int) -> None:
+    """The A/B tools' common flags: the model, ``--base``, the sizes, ``--steps``, ``--threads``."""
+    ap.add_argument("model")
+    ap.add_argument("--base", required=True, help="git revision whose planner/ops.py is the baseline")
+    for k in SIZE_FLAGS:
+        ap.add_argument(f"--{k}", type=int, default=None)
+    ap.add_argument("--steps", type=int, default=steps)
+    ap.add_argument("--threads", type=int, default=1)
+
+
 def rerun_with_threads(script: str, threads: int, argv):
     """``script`` run again with OPENBLAS/OMP/MKL_NUM_THREADS at ``threads`` (they are read when
     the libraries load): its exit code; None when they already are."""
@@ -60,58 +70,60 @@ def rerun_with_threads(script: str, threads: int, argv):
                            env={**os.environ, **want})
 
 
-def base_and_model(tool: str, args):
-    """(``planner/ops.py`` at ``args.base``, the zoo model's tracer at the ``SIZE_FLAGS`` given),
-    or None after a one-line error naming ``tool`` (no such revision, an unknown model, sizes
-    its shape rules refuse)."""
+def prepare(tool: str, args, argv):
+    """The common start of the A/B tools (this script, bench/ops_step_ab.py): ``args.threads``
+    BLAS threads (the script rerun when the variables differ: its exit code), ``planner/ops.py``
+    at ``args.base``, the zoo model at the ``SIZE_FLAGS`` given, its executor step. Returns
+    an exit code (2 after a one-line error naming ``tool``: no such revision, an unknown model,
+    sizes its shape rules refuse) or ``(base ops module, tracer, sizes, inputs, step)``."""
+    code = rerun_with_threads(tool_path(tool), args.threads, argv)
+    if code is not None:
+        return code
     sys.path.insert(0, str(ROOT / "bench"))
+    import numpy as np
+
     import kernels_bench as kb
     from hgraph.common.errors import HGraphError
+    from planner.execute import backend, executor, export
 
     try:
         old = load_ops(args.base)
     except subprocess.CalledProcessError as err:
         print(f"{tool}: no planner/ops.py at {args.base}: {err.stderr.strip()}", file=sys.stderr)
-        return None
+        return 2
     sizes = {k: getattr(args, k) for k in SIZE_FLAGS if getattr(args, k) is not None}
     try:
-        return old, kb.build(args.model, sizes, args.dtype)
+        t = kb.build(args.model, sizes, args.dtype)
     except HGraphError as err:
         print(f"{tool}: {err}", file=sys.stderr)
-        return None
+        return 2
+    g = export.to_cg(t)
+    leaf = executor.leaves(g, np, 0)
+    return old, t, sizes, leaf, kb.executor_step(g, leaf, backend.get("numpy"))
+
+
+def tool_path(tool: str) -> Path:
+    """The A/B tool's script (``bench/<tool>.py``)."""
+    return ROOT / "bench" / f"{tool}.py"
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("model")
-    ap.add_argument("--base", required=True, help="git revision whose planner/ops.py is the baseline")
-    for k in SIZE_FLAGS:
-        ap.add_argument(f"--{k}", type=int, default=None)
-    ap.add_argument("--steps", type=int, default=5)
-    ap.add_argument("--threads", type=int, default=1)
+    add_arguments(ap, steps=5)
     ap.add_argument("--clock", choices=["cpu", "wall"], default="cpu")
     ap.add_argument("--no-torch", action="store_true")
     ap.add_argument("--dtype", choices=["float32", "float64"], default="float32",
                     help="float64: check that two kernel sets agree beyond float32 rounding")
     args = ap.parse_args(argv)
-    code = rerun_with_threads(__file__, args.threads, argv)
-    if code is not None:
-        return code
-    got = base_and_model("kernels_ab", args)
-    if got is None:
-        return 2
-    old, t = got
-    sizes = {k: getattr(args, k) for k in SIZE_FLAGS if getattr(args, k) is not None}
+    got = prepare("kernels_ab", args, argv)
+    if isinstance(got, int):
+        return got
+    old, t, sizes, leaf, step = got
     import numpy as np
 
     import kernels_bench as kb
     from planner import ops
-    from planner.execute import backend, executor, export
 
-    g = export.to_cg(t)
-    be = backend.get("numpy")
-    leaf = executor.leaves(g, np, 0)
-    step = kb.executor_step(g, leaf, be)
     mine = dict(ops.OPS)
 
     def run_with(table):

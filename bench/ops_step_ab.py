@@ -29,7 +29,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from kernels_ab import SIZE_FLAGS, base_and_model, rerun_with_threads  # noqa: E402
+from kernels_ab import add_arguments, prepare  # noqa: E402
 
 DEFAULT_OPS = ("batch_norm", "layer_norm", "max_pool", "avg_pool", "relu")
 
@@ -58,12 +58,7 @@ def _row(label, base, tree):
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("model")
-    ap.add_argument("--base", required=True, help="git revision whose planner/ops.py is the baseline")
-    for k in SIZE_FLAGS:
-        ap.add_argument(f"--{k}", type=int, default=None)
-    ap.add_argument("--steps", type=int, default=15)
-    ap.add_argument("--threads", type=int, default=1)
+    add_arguments(ap, steps=15)
     ap.add_argument("--ops", default=",".join(DEFAULT_OPS),
                     help="comma-separated op names to report (default: %(default)s)")
     ap.add_argument("--dtype", choices=["float32", "float64"], default="float32")
@@ -71,24 +66,14 @@ def main(argv=None) -> int:
     if args.steps < 1:
         print("ops_step_ab: --steps must be at least 1", file=sys.stderr)
         return 2
-    code = rerun_with_threads(__file__, args.threads, argv)
-    if code is not None:
-        return code
-    got = base_and_model("ops_step_ab", args)
-    if got is None:
-        return 2
-    old, t = got
-    sizes = {k: getattr(args, k) for k in SIZE_FLAGS if getattr(args, k) is not None}
+    got = prepare("ops_step_ab", args, argv)
+    if isinstance(got, int):
+        return got
+    old, _, sizes, _, step = got
     import numpy as np
 
-    import kernels_bench as kb
     from planner import ops
-    from planner.execute import backend, executor, export
 
-    g = export.to_cg(t)
-    be = backend.get("numpy")
-    leaf = executor.leaves(g, np, 0)
-    step = kb.executor_step(g, leaf, be)
     mine = dict(ops.OPS)
     tables = {"base": old.OPS, "this tree": mine}
     per = {k: collections.defaultdict(list) for k in tables}

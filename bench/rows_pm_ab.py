@@ -19,9 +19,7 @@ of the step's shapes, gradients added (not written) into their buffers, one BLAS
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
-import time
 from collections import Counter
 from pathlib import Path
 
@@ -29,17 +27,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "bench"))
 sys.path.insert(0, str(ROOT))
 
-
-def _medians(fns, repeat):
-    for f in fns:
-        f()
-    times = [[] for _ in fns]
-    for _ in range(repeat):
-        for k, f in enumerate(fns):
-            t0 = time.process_time()
-            f()
-            times[k].append(time.process_time() - t0)
-    return [statistics.median(t) * 1e6 for t in times]
+from band_kernels_ab import medians  # noqa: E402
 
 
 def band_cases(g, p) -> Counter:
@@ -156,7 +144,7 @@ def main(argv=None) -> int:
         n, _, h, wp = shape
         k = wshape[2]
         per = n * (h - k + 1) * (wp - k + 1) / wshape[0]
-        t_old, t_pm = _medians(_kernels(np, case, np.float32), args.repeat)
+        t_old, t_pm = medians(_kernels(np, case, np.float32), args.repeat, unit=1e6)
         taken = bk.pixel_major(shape, wshape, 1, "bwd" if phase == "backward" else "r")
         tot[0] += count * t_old
         tot[1] += count * t_pm
