@@ -33,10 +33,11 @@ if str(ROOT) not in sys.path:
 
 #: images x in x out channels x map side: the stride-1 3x3 layers of the CIFAR ResNet (batch
 #: 32, width 64), U-Net (batch 4, width 32, 128x128), ResNet-50 and VGG-16 (batch 8, 224x224),
-#: and the --quick sizes' (batch 2).
+#: the --quick sizes' (batch 2), and 16-32 channel layers (below the rule's floor).
 SHAPES = ["32x64x64x16", "32x128x128x8", "32x256x256x4", "4x64x64x64", "4x128x128x32",
           "4x256x256x16", "8x64x64x56", "8x128x128x28", "8x256x256x14", "8x512x512x14",
-          "2x64x64x16", "2x128x128x8", "2x64x64x32", "16x64x64x8"]
+          "2x64x64x16", "2x128x128x8", "2x64x64x32", "16x64x64x8",
+          "16x16x16x16", "2x16x16x64", "4x32x32x128", "16x32x32x8"]
 
 
 def main(argv=None) -> int:

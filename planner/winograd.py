@@ -8,12 +8,13 @@ transformed, ``Y = A^T (U * V) A``. Summed over input channels, the 36 elementwi
 36 independent GEMMs, ``(blocks, c) @ (c, out)``, so the BLAS still does the work, on a quarter
 of the direct convolution's FLOPs; the transforms are small GEMMs over all blocks at once.
 
-Why here: on the CPU the executor's products go through NumPy's OpenBLAS, which runs these
-shapes at 60-90 GFLOP/s on one core against MKL's ~100-125 in PyTorch (bench/NOTES_kernels.md,
-issue 26): with im2col + GEMM alone a CIFAR ResNet's 64-128-channel 8x8-16x16 layers sit at the
-edge of 1.5x PyTorch eager. :mod:`planner.ops` routes a convolution's backward here (input
-gradient: this forward of the output gradient with the flipped, transposed kernel; weight
-gradient: :func:`weight_grad`), where :func:`pays` says so. Not the forward: see Rounding.
+Why here: on the CPU a direct convolution's products are NumPy's BLAS (OpenBLAS) on im2col
+columns, and on a CIFAR ResNet's 64-channel 16x16 layers that product alone ran at ~120
+GFLOP/s against ~150 for the same product in torch's MKL, the layer's forward ~1.8x and its
+backward ~1.3x oneDNN's (``python3 bench/conv_layers_bench.py``, bench/NOTES_kernels.md).
+:mod:`planner.ops` routes a convolution's backward here (input gradient: this forward of the
+output gradient with the flipped, transposed kernel; weight gradient: :func:`weight_grad`),
+where :func:`pays` says so. Not the forward: see Rounding.
 
 Layout: the input is copied once, pixel-major and padded (``(images, rows, columns,
 channels)``), so that a block's 36 taps are copied with inner loops of ``c`` elements; blocks
@@ -23,14 +24,14 @@ V^T (A gy A^T)``, then ``dg = G^T dU G``); the input gradient of a stride-1 laye
 forward of the output gradient with the flipped, transposed kernel (the caller's job).
 
 Rounding: F(4x4, 3x3)'s transforms have entries up to 8 and 1/24, so in float32 a result is
-within ~1e-5 of the largest output (measured: 6e-6 to 1.4e-5 relative on random layers) where
-the direct product is within ~5e-7; in float64 both agree with the definition to ~1e-14. In a
-backward that is float32 rounding of a gradient (the CIFAR ResNet's gradients move by 1e-5 of
-their largest); in a forward it moves values across a ReLU's zero (the same gradients moved
-by up to 3.8e-2, as they do under 1e-6 relative noise on those layers' outputs in float64), so
-the forward stays on the direct kernels. The Toom-Cook points 0, +-1, +-1/2 instead of +-2 did
-not round finer here. The result depends only on the shapes and the cap (fixed tiles, fixed
-orders): deterministic.
+within ~1e-5 of the largest output (tests/test_winograd.py holds a 64-channel layer within
+5e-5) where the direct product is within ~5e-7; in float64 both agree with the definition to
+~1e-14. In a backward that is float32 rounding of a gradient; in a forward it moves values
+across a ReLU's zero, and a step's gradients move by percents (``bench/winograd_rounding.py``:
+the CIFAR ResNet's, 1e-5 of their largest with the backward through Winograd, 3.8e-2 with the
+forward too, as under noise of that size in float64), so the forward stays on the direct
+kernels. The result depends only on the shapes and the cap (fixed tiles, fixed orders):
+deterministic.
 
 >>> import numpy as np
 >>> rng = np.random.default_rng(0)
@@ -272,11 +273,11 @@ def weight_grad(xp, gy, x, pad: int, cap: int, out=None):
 
 
 #: Where the transforms pay, from per-layer A/Bs against the direct kernels (one thread,
-#: ``python3 bench/winograd_ab.py``, bench/NOTES_kernels.md) and whole steps: at least this
-#: many input and output channels. At 64-512 channels the input and weight gradients ran
-#: 1.1-1.6x faster through Winograd on 8x8 to 64x64 maps (one shape, 128 channels on 32x32 maps
-#: at batch 4, 0.8-0.9x); at 16-32 channels the GEMMs are too thin for the saved
-#: multiplications to outweigh the transforms' copies.
+#: ``python3 bench/winograd_ab.py``, bench/NOTES_kernels.md) and whole steps (``--model``): at
+#: least this many input and output channels. At 64-512 channels the input and weight gradients
+#: ran 1.2-1.5x faster through Winograd on 8x8 to 64x64 maps (two 128-channel shapes, 8x8 at
+#: batch 32 and 32x32 at batch 4, 0.8-1.0x); at 16-32 channels the GEMMs are too thin for the
+#: saved multiplications to outweigh the transforms' copies.
 MIN_CHANNELS = 64
 #: ... and output maps at least this many pixels a side (a 4x4 map is one block of 36 taps a
 #: channel: 36 GEMMs of one row per image, slower than im2col's one large GEMM).
