@@ -433,7 +433,7 @@ def _pixel_major(c, o, k, wo, pixels) -> bool:
             and pixels >= PIXEL_MAJOR_PIXELS_PER_OUT * o)
 
 
-def _pm_slab(xp, x, n0, n1, a, b, p, buf):
+def pixel_major_slab(xp, x, n0, n1, a, b, p, buf):
     """Input rows ``[a, b)`` of images ``[n0, n1)`` pixel-major, ``(images, rows, columns +
     2p, channels)``, in ``buf`` (one buffer serves every tile): zeros where the rows leave the
     map and in the ``p`` columns each side, one transposing copy of the rows inside."""
@@ -501,7 +501,7 @@ def _pm_tiles(xp, x, k, s, p, cap, row_taps=False):
     for n0, n1, r0, r1 in tiles:
         nb, rows = n1 - n0, r1 - r0
         a, b = r0 * s - p, (r1 - 1) * s - p + k
-        slab = _pm_slab(xp, x, n0, n1, a, b, p, buf)
+        slab = pixel_major_slab(xp, x, n0, n1, a, b, p, buf)
         if row_taps:
             windows = _as_strided(slab, (nb, b - a, wo, k * c),
                                   ((b - a) * wp * c * e, wp * c * e, c * e, e))

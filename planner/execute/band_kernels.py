@@ -48,8 +48,8 @@ from __future__ import annotations
 import numpy as np
 
 from planner.arrays import as_strided
-from planner.ops import (PIXEL_MAJOR_MAX_WIDTH, PIXEL_MAJOR_MIN_CHANNELS, UFUNC_BUFSIZE, _pm_slab,
-                         col2im_add, merged_columns, swap01)
+from planner.ops import (PIXEL_MAJOR_MAX_WIDTH, PIXEL_MAJOR_MIN_CHANNELS, UFUNC_BUFSIZE,
+                         col2im_add, merged_columns, pixel_major_slab, swap01)
 
 #: A 1x1 band convolution merges its images into one GEMM below this many output pixels per
 #: image and from :data:`MERGE_WEIGHT` weight elements: there the per-image GEMMs re-read a
@@ -367,11 +367,12 @@ def _pm_columns(xp, x, a: int, b: int, p: int, k: int):
     """Pixel-major columns ``(N*Ho*Wo, k*k*C)`` (taps in ``(i, j, channel)`` order, the whole-op
     kernels' :func:`planner.ops._pm_tiles` layout) of rows ``[a, b)`` of ``x`` (``(N, C, R, W)``,
     any strides), zero rows where ``[a, b)`` leaves ``[0, R)`` and ``p`` zero columns each side:
-    one transposing copy into a slab (:func:`planner.ops._pm_slab`), one strided copy out of it."""
+    one transposing copy into a slab (:func:`planner.ops.pixel_major_slab`), one strided copy
+    out of it."""
     n, c, _, w = x.shape
     wp = w + 2 * p
     ho, wo = b - a - k + 1, wp - k + 1
-    slab = _pm_slab(xp, x, 0, n, a, b, p, xp.empty(n * (b - a) * wp * c, dtype=x.dtype))
+    slab = pixel_major_slab(xp, x, 0, n, a, b, p, xp.empty(n * (b - a) * wp * c, dtype=x.dtype))
     e = x.dtype.itemsize
     cols = xp.empty((n, ho, wo, k, k, c), dtype=x.dtype)
     cols[...] = as_strided(slab, (n, ho, wo, k, k, c),
