@@ -1282,11 +1282,10 @@ def _attn_bwd(xp, gy, saved, y, a, in_shapes, want, out=None):
     dqkv = xp.empty((b, s, 3, h, dh), dtype=q.dtype) if into is None else into.reshape(b, s, 3, h, dh)
     dq, dk, dv = (dqkv[:, :, i].transpose(0, 2, 1, 3) for i in range(3))   # B, H, S, dh views
     ebuf, dbuf = (xp.empty(per * s * s, dtype=q.dtype) for _ in range(2))
-    qbuf, kbuf, obuf = (xp.empty(per * s * dh, dtype=q.dtype) for _ in range(3))
+    qbuf, obuf = (xp.empty(per * s * dh, dtype=q.dtype) for _ in range(2))
     for bs, hs in blocks:
         shape = q[bs, hs].shape
         qs = xp.multiply(q[bs, hs], scale, out=_block(qbuf, shape))
-        ks = xp.multiply(k[bs, hs], scale, out=_block(kbuf, shape))
         e = xp.matmul(k[bs, hs], _t(qs), out=_block(ebuf, shape[:3] + (s,)))
         l = _softmax_(xp, e, ones, mask)
         dos = xp.divide(do[bs, hs], l[..., None], out=_block(obuf, shape))
@@ -1297,6 +1296,7 @@ def _attn_bwd(xp, gy, saved, y, a, in_shapes, want, out=None):
         c /= l
         e *= c[..., None, :]
         dst -= e                                                  # dS^T
+        ks = xp.multiply(k[bs, hs], scale, out=_block(obuf, shape))   # dO' is spent: its buffer
         xp.matmul(_t(dst), ks, out=dq[bs, hs])
         xp.matmul(dst, qs, out=dk[bs, hs])
     return {0: dqkv.reshape(b, s, 3 * h * dh) if into is None else into}
@@ -1513,8 +1513,8 @@ def _conv_bwd_temp(x, wt, gy, a, e, want, into) -> int:
 def _attention_temps(x, attrs, e: int, phase: str) -> int:
     """Bytes of the attention kernels' scratch on packed ``x`` (batch, seq, 3*d), results
     aside: per block (:func:`_head_blocks`) of ``per`` heads the (seq x seq) buffers (forward
-    one, backward two) and the (seq x head_dim) ones (forward the scaled q; backward q, k and
-    dO scaled), a row of ones, the causal mask's floats, and the most held at once of the
+    one, backward two) and the (seq x head_dim) ones (forward the scaled q; backward the scaled
+    q, and dO scaled, whose buffer then takes the scaled k), a row of ones, the causal mask's floats, and the most held at once of the
     per-query statistics (forward the sums and the max, backward also ``c``) and the ufunc
     buffers of the broadcast passes: the shift by the max on a (seq x seq) block, the divisions
     by the sums on strided (seq x head_dim) blocks (forward three buffers, the output in
@@ -1528,7 +1528,7 @@ def _attention_temps(x, attrs, e: int, phase: str) -> int:
         fixed = per * sq * (sq + dh) * e
         transient = max(2 * stat + shift, stat + _bufs(3, (per, sq, dh), e))
     else:
-        fixed = per * sq * (2 * sq + 3 * dh) * e
+        fixed = per * sq * (2 * sq + 2 * dh) * e
         transient = max(3 * stat + shift, 2 * stat + _bufs(2, (per, sq, dh), e))
     mask = sq * sq * e if attrs.get("causal") else 0
     return fixed + sq * e + mask + transient
