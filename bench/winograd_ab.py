@@ -40,9 +40,21 @@ SHAPES = ["32x64x64x16", "32x128x128x8", "32x256x256x4", "4x64x64x64", "4x128x12
           "16x16x16x16", "2x16x16x64", "4x32x32x128", "16x32x32x8"]
 
 
+def _shape(spec: str) -> tuple:
+    """``NxCxOxSIDE`` as four positive ints (argparse reports anything else in one line)."""
+    try:
+        got = tuple(int(v) for v in spec.split("x"))
+    except ValueError:
+        got = ()
+    if len(got) != 4 or min(got) < 1:
+        raise argparse.ArgumentTypeError(f"{spec!r} is not NxCxOxSIDE (four positive integers)")
+    return got
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--shapes", nargs="+", default=SHAPES, help="NxCxOxSIDE (C in, O out)")
+    ap.add_argument("--shapes", nargs="+", type=_shape, default=[_shape(v) for v in SHAPES],
+                    help="NxCxOxSIDE (C in, O out)")
     ap.add_argument("--reps", type=int, default=10, help="timed runs of each side per gradient")
     ap.add_argument("--any-channels", action="store_true",
                     help="Winograd side: any channel count (the map and workspace rules stay)")
@@ -64,8 +76,8 @@ def main(argv=None) -> int:
     rng = np.random.default_rng(0)
     print("| layer (images x in x out x side) | input gradient: direct / Winograd | "
           "weight gradient: direct / Winograd |\n|---|---:|---:|")
-    for spec in args.shapes:
-        n, c, o, side = (int(v) for v in spec.split("x"))
+    for n, c, o, side in args.shapes:
+        spec = f"{n}x{c}x{o}x{side}"
         x = rng.standard_normal((n, c, side, side)).astype(np.float32)
         w = rng.standard_normal((o, c, 3, 3)).astype(np.float32)
         gy = rng.standard_normal((n, o, side, side)).astype(np.float32)

@@ -60,6 +60,14 @@ def main(argv=None) -> int:
     from planner import ops, winograd
 
     sizes = {k: getattr(args, k) for k in ("batch", "width", "depth", "image")}
+    from hgraph.common.errors import HGraphError
+    from planner.execute import zoo
+
+    try:
+        zoo.build(args.model, **sizes)
+    except HGraphError as err:           # an unknown model, sizes its shape rules refuse
+        print(f"winograd_rounding: {err}", file=sys.stderr)
+        return 2
     table = dict(ops.OPS)
     conv = ops.OPS["conv2d"]
 
