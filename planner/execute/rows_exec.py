@@ -258,17 +258,38 @@ class _Run:
             else:
                 dst += grads[k]
 
-    def _band(self, st, info):
-        out_key, tail, fresh, specs, crop, width, fwd, attrs, norm, direct = info
+    def _fresh(self, out_key, tail, fresh):
+        """The rows a band step computes into its band buffer (from ``fresh`` on), after the
+        rows it keeps from the previous band (``tail``, the share policy) are copied in."""
         out = self.arrays[out_key]
         if tail is not None:
             out[:, :, :fresh] = self.arrays[tail]
+        return out[:, :, fresh:]
+
+    def _grad_views(self, dx, dw):
+        """``(dx rows, fill, dw buffer, fill)`` of a band backward that writes its input
+        gradient into the band's rows ``(key, a, b, fill)`` (None where unwanted; on its first
+        write the rows outside the band zeroed) and its weight gradient into the parameter's
+        buffer ``(key, fill)``."""
+        arrays = self.arrays
+        dxv, dx_fill = None, False
+        if dx is not None:
+            key, a, b, dx_fill = dx
+            dxv = arrays[key][:, :, a:b]
+            if dx_fill:
+                _clear_outside(arrays[key], a, b)
+        dwv, dw_fill = (arrays[dw[0]], dw[1]) if dw is not None else (None, False)
+        return dxv, dx_fill, dwv, dw_fill
+
+    def _band(self, st, info):
+        out_key, tail, fresh, specs, crop, width, fwd, attrs, norm, direct = info
+        rows = self._fresh(out_key, tail, fresh)
         if specs is None:
             return
         xs = self.band_inputs(specs)
         if norm is not None:             # normalised with the whole map's statistics
             mean, inv = self.stats(norm)
-            y = self.xp.subtract(xs[0], mean, out=out[:, :, fresh:])
+            y = self.xp.subtract(xs[0], mean, out=rows)
             if st.phase == "b":          # the forward's order, in place: the same bits
                 y *= inv
                 y *= xs[1].reshape(mean.shape)
@@ -276,29 +297,24 @@ class _Run:
                 y *= inv * xs[1].reshape(mean.shape)
             y += xs[2].reshape(mean.shape)
         elif direct:                     # straight into the band buffer (writes_band_directly)
-            fwd(self.xp, xs, attrs, out=out[:, :, fresh:])
+            fwd(self.xp, xs, attrs, out=rows)
         else:
             y = fwd(self.xp, xs, attrs)
-            out[:, :, fresh:] = y[:, :, crop:crop + width]
+            rows[...] = y[:, :, crop:crop + width]
 
     def _band1x1(self, st, info):
         """A 1x1 convolution's band straight into the band buffer (:func:`conv1x1_band`)."""
         out_key, tail, fresh, specs, s = info
-        out = self.arrays[out_key]
-        if tail is not None:
-            out[:, :, :fresh] = self.arrays[tail]
+        rows = self._fresh(out_key, tail, fresh)
         x, w = self.band_inputs(specs)
-        band_kernels.conv1x1_forward(self.xp, x, w, s, out[:, :, fresh:])
+        band_kernels.conv1x1_forward(self.xp, x, w, s, rows)
 
     def _bandpm(self, st, info):
         """A k x k convolution's band through pixel-major columns (:func:`conv_pm_band`)."""
         out_key, tail, fresh, (xkey, a, b, side, wkey) = info
-        arrays = self.arrays
-        out = arrays[out_key]
-        if tail is not None:
-            out[:, :, :fresh] = arrays[tail]
-        band_kernels.conv_pm_forward(self.xp, arrays[xkey], a, b, side, arrays[wkey],
-                                     out[:, :, fresh:])
+        rows = self._fresh(out_key, tail, fresh)
+        band_kernels.conv_pm_forward(self.xp, self.arrays[xkey], a, b, side, self.arrays[wkey],
+                                     rows)
 
     def _bandbwdpm(self, st, info):
         """A k x k convolution's band backward through pixel-major columns
@@ -306,13 +322,7 @@ class _Run:
         gradient into the rows of its buffer that the band covers."""
         (xkey, a, b, side, wkey), gkey, dx, dw = info
         arrays = self.arrays
-        dxv, dx_fill = None, False
-        if dx is not None:
-            key, da, db, dx_fill = dx
-            dxv = arrays[key][:, :, da:db]
-            if dx_fill:                  # its first write: the rows outside the band zeroed
-                _clear_outside(arrays[key], da, db)
-        dwv, dw_fill = (arrays[dw[0]], dw[1]) if dw is not None else (None, False)
+        dxv, dx_fill, dwv, dw_fill = self._grad_views(dx, dw)
         band_kernels.conv_pm_backward(self.xp, arrays[gkey], arrays[xkey], a, b, side,
                                       arrays[wkey], dwv, dw_fill, dxv, dx_fill)
 
@@ -322,20 +332,15 @@ class _Run:
         specs, gkey, s, dx, dw = info
         arrays = self.arrays
         x, w = self.band_inputs(specs)
-        dxv, dx_fill = (arrays[dx[0]][:, :, dx[1]:dx[2]], dx[3]) if dx is not None else (None, False)
-        if dx_fill:                      # its first write: the rows outside the band zeroed
-            _clear_outside(arrays[dx[0]], dx[1], dx[2])
-        dwv, dw_fill = (arrays[dw[0]], dw[1]) if dw is not None else (None, False)
+        dxv, dx_fill, dwv, dw_fill = self._grad_views(dx, dw)
         band_kernels.conv1x1_backward(self.xp, arrays[gkey], x, w, s, dwv, dw_fill, dxv, dx_fill)
 
     def _bandconv(self, st, info):
         """A k x k convolution's band straight into the band buffer (:func:`conv_band`)."""
         out_key, tail, fresh, specs, s = info
-        out = self.arrays[out_key]
-        if tail is not None:
-            out[:, :, :fresh] = self.arrays[tail]
+        rows = self._fresh(out_key, tail, fresh)
         x, w = self.band_inputs(specs)
-        band_kernels.conv_forward(self.xp, x, w, s, out[:, :, fresh:])
+        band_kernels.conv_forward(self.xp, x, w, s, rows)
 
     def _bandbwdconv(self, st, info):
         """A k x k convolution's band backward (:func:`conv_band`): the weight gradient into
@@ -343,7 +348,7 @@ class _Run:
         specs, gkey, s, dx, dw = info
         arrays = self.arrays
         x, w = self.band_inputs(specs)
-        dwv, dw_fill = (arrays[dw[0]], dw[1]) if dw is not None else (None, False)
+        _, _, dwv, dw_fill = self._grad_views(None, dw)
         got = band_kernels.conv_backward(self.xp, arrays[gkey], x, w, s, dwv, dw_fill, dx is not None)
         if dx is not None:
             key, (top, rows, side, a, b), fill = dx
