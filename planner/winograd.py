@@ -71,6 +71,10 @@ _AT = np.array([[1, 1, 1, 1, 1, 0],
                 [0, 1, -1, 8, -8, 1]], dtype=np.float64)
 
 
+#: The transforms per (array module, dtype), made once.
+_CACHE: dict = {}
+
+
 def _matrices(xp, dtype):
     """The 2-D transforms as Kronecker products (one GEMM each over all blocks): input
     ``(36, 36)``, kernel ``(36, 9)``, output ``(16, 36)``, in ``dtype`` on ``xp``'s device."""
@@ -82,22 +86,25 @@ def _matrices(xp, dtype):
     return got
 
 
-_CACHE: dict = {}
-
-
 def blocks(ho: int, wo: int) -> tuple:
     """Block rows and columns covering a ``ho x wo`` output."""
     return -(-ho // M), -(-wo // M)
 
 
-def _per_image_bytes(c: int, o: int, ho: int, wo: int, itemsize: int) -> int:
-    """Workspace one image adds to a tile: its padded slab, its blocks' taps and their
-    transform (36 values a block and input channel each), the products (36 a block and output
-    channel) and the output blocks (16)."""
+def _buffer_elements(c: int, o: int, ho: int, wo: int) -> dict:
+    """Elements of each tile buffer one image takes (:class:`_Workspace` allocates ``images``
+    times these): its padded slab, its blocks' taps and their transform (36 values a block and
+    input channel each), the products (36 a block and output channel) and the output blocks
+    (16)."""
     bh, bw = blocks(ho, wo)
     nb = bh * bw
-    slab = (bh * M + 2) * (bw * M + 2) * c
-    return (slab + 2 * ALPHA * ALPHA * nb * c + ALPHA * ALPHA * nb * o + M * M * nb * o) * itemsize
+    return {"slab": (bh * M + 2) * (bw * M + 2) * c, "taps": ALPHA * ALPHA * nb * c,
+            "v": ALPHA * ALPHA * nb * c, "m": ALPHA * ALPHA * nb * o, "y": M * M * nb * o}
+
+
+def _per_image_bytes(c: int, o: int, ho: int, wo: int, itemsize: int) -> int:
+    """Workspace one image adds to a tile (:func:`_buffer_elements`)."""
+    return sum(_buffer_elements(c, o, ho, wo).values()) * itemsize
 
 
 #: Blocks a tile aims at: enough rows for the 36 GEMMs to keep BLAS's speed, few enough that a
@@ -154,13 +161,8 @@ class _Workspace:
 
     def __init__(self, xp, dtype, images, c, o, ho, wo):
         self.images = images
-        bh, bw = blocks(ho, wo)
-        nb = images * bh * bw
-        self.slab = xp.empty(images * (bh * M + 2) * (bw * M + 2) * c, dtype=dtype)
-        self.taps = xp.empty(ALPHA * ALPHA * nb * c, dtype=dtype)
-        self.v = xp.empty(ALPHA * ALPHA * nb * c, dtype=dtype)
-        self.m = xp.empty(ALPHA * ALPHA * nb * o, dtype=dtype)
-        self.y = xp.empty(M * M * nb * o, dtype=dtype)
+        for name, count in _buffer_elements(c, o, ho, wo).items():
+            setattr(self, name, xp.empty(images * count, dtype=dtype))
 
 
 def _tile_or_refuse(n, c, o, ho, wo, itemsize, cap, who) -> int:
