@@ -71,12 +71,17 @@ def main(argv=None) -> int:
     table = dict(ops.OPS)
     conv = ops.OPS["conv2d"]
 
-    def routed(xp, xs, a, out=None):
+    def takes_winograd(xs, a, itemsize):
+        """Whether the op table's rule routes this layer's backward through Winograd (at
+        float32's ``itemsize`` 4 for the float64 runs: the same layers)."""
         n, c, h, w = xs[0].shape
         o, _, k, _ = xs[1].shape
         ho, wo = ops._out_hw(h, w, k, a["stride"], a["pad"])
-        if ops._winograd(n, c, o, k, a["stride"], a["pad"], ho, wo, xs[0].dtype.itemsize,
-                         ops._workspace(a)):
+        return ops._winograd(n, c, o, k, a["stride"], a["pad"], ho, wo, itemsize,
+                             ops._workspace(a))
+
+    def routed(xp, xs, a, out=None):
+        if takes_winograd(xs, a, xs[0].dtype.itemsize):
             return winograd.forward(xp, xs[0], xs[1], a["pad"], ops._workspace(a), out)
         return conv.forward(xp, xs, a, out)
 
@@ -84,10 +89,7 @@ def main(argv=None) -> int:
 
     def noisy(xp, xs, a, out=None):
         y = conv.forward(xp, xs, a, out)
-        n, c, h, w = xs[0].shape
-        o, _, k, _ = xs[1].shape
-        ho, wo = ops._out_hw(h, w, k, a["stride"], a["pad"])
-        if ops._winograd(n, c, o, k, a["stride"], a["pad"], ho, wo, 4, ops._workspace(a)):
+        if takes_winograd(xs, a, 4):
             y += rng.standard_normal(y.shape) * (args.noise * float(np.abs(y).max()))
         return y
 
