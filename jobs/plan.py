@@ -34,6 +34,7 @@ __all__ = ["NAME", "HELP", "add_arguments", "main"]
 
 def add_arguments(parser) -> None:
     from jobs.flags import add_common_arguments
+    from planner.dp import scale
     from planner.dp_families import DEFAULT_MAX_LOWER_SETS
 
     from jobs.flags import add_certificate_arguments
@@ -63,11 +64,14 @@ def add_arguments(parser) -> None:
     parser.add_argument("--fallback", action="store_true",
                         help="exact DP: fall back to the approximate family above --max-lower-sets")
     parser.add_argument("--dp-window", type=int, default=None,
-                        help="approximate DP: reach a state only from the W states before it "
-                             "(default: off up to 2,500 activations, above: 8, memory-centric 4096; 0: off)")
+                        help=f"approximate DP: reach a state only from the W states before it "
+                             f"(default: off up to {scale.EXACT_LIMIT:,} activations, above: "
+                             f"{scale.DEFAULT_WINDOW}, memory-centric {scale.MEMORY_WINDOW}; 0: off)")
     parser.add_argument("--dp-front-cap", type=int, default=None,
-                        help="approximate DP: keep at most K entries per Pareto front "
-                             "(default: off up to 2,500 activations, above: 32, memory-centric 4; 0: off)")
+                        help=f"approximate DP: keep at most K entries per Pareto front "
+                             f"(default: off up to {scale.EXACT_LIMIT:,} activations, above: "
+                             f"{scale.DEFAULT_FRONT_CAP}, memory-centric {scale.MEMORY_FRONT_CAP}; "
+                             f"0: off)")
 
 
 def main(args) -> int:
