@@ -13,10 +13,12 @@ removed once a newer one is complete.
 
 Example::
 
-    from hgraph.checkpoint import CheckpointStore
-    store = CheckpointStore("/tmp/hgraph-ckpt-doc")
-    store.save(3, {"aggregates": {}}, [b"state0"], [[b"", b"blk"]])
-    store.load().superstep      # 3
+    >>> import tempfile
+    >>> from hgraph.checkpoint import CheckpointStore
+    >>> store = CheckpointStore(tempfile.mkdtemp())
+    >>> _ = store.save(3, {"aggregates": {}}, [b"state0"], [[b"", b"blk"]])
+    >>> store.load().superstep
+    3
 """
 
 from __future__ import annotations

@@ -23,14 +23,14 @@ every saving is below any absolute threshold). The master records, in each super
 the prediction that chose that superstep's mode (``predicted``), so the rule can be read off the
 ``--stats`` file.
 
-Example::
+Example (ten messages are cheaper as (id, value) pairs than as bitmaps)::
 
-    from hgraph.cost_model import HybridSwitcher
-    s = HybridSwitcher(start="pull")
-    s.observe({"messages": 10, "push_fixed": 110, "push_var": 120, "pull_fixed": 4000,
-               "pull_var": 80})
-    s.mode            # 'push': ten messages are cheaper as (id, value) pairs than as bitmaps
-    s.prediction      # {'push': 230, 'pull': 4080}: the bytes that chose it
+    >>> from hgraph.cost_model import HybridSwitcher
+    >>> s = HybridSwitcher(start="pull")
+    >>> _ = s.observe({"messages": 10, "push_fixed": 110, "push_var": 120, "pull_fixed": 4000,
+    ...                "pull_var": 80})
+    >>> s.mode, s.prediction           # the bytes that chose it
+    ('push', {'push': 230, 'pull': 4080})
 """
 
 from __future__ import annotations

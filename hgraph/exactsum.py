@@ -10,14 +10,16 @@ Vectorized: the floats are split into 53-bit integer mantissas and exponents wit
 mantissas are summed exactly per distinct exponent in int64 halves, and only the (few) distinct
 exponents are combined as Python integers.
 
-Example::
+Example (in a vertex program:
+``Update(..., aggregates={"mass": hgraph.exact_sum(rank[dangling])})``)::
 
-    import numpy as np
-    from hgraph.exactsum import exact_sum
-    x = np.array([1e16, 1.0, -1e16])
-    float(exact_sum(x))                                   # 1.0 (np.sum(x) gives 0.0)
-    float(exact_sum(x[:2]) + exact_sum(x[2:]))            # 1.0 in any grouping
-    # in a vertex program: Update(..., aggregates={"mass": hgraph.exact_sum(rank[dangling])})
+    >>> import numpy as np
+    >>> from hgraph.exactsum import exact_sum
+    >>> x = np.array([1e16, 1.0, -1e16])
+    >>> float(exact_sum(x)), float(np.sum(x))
+    (1.0, 0.0)
+    >>> float(exact_sum(x[:2]) + exact_sum(x[2:]))     # 1.0 in any grouping
+    1.0
 """
 
 from __future__ import annotations

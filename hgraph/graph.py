@@ -6,11 +6,14 @@ sort), so anything that folds over a vertex's out-edges does it in a fixed order
 
 Example::
 
-    import hgraph
-    g = hgraph.Graph.from_edges([0, 0, 1], [1, 2, 2], weights=[4.0, 1.0, 2.0])
-    g.n, g.num_edges          # (3, 3)
-    g.out_degree              # array([2, 1, 0])
-    g.out_indices[g.out_indptr[0]:g.out_indptr[1]]   # array([1, 2]): vertex 0's successors
+    >>> import hgraph
+    >>> g = hgraph.Graph.from_edges([0, 0, 1], [1, 2, 2], weights=[4.0, 1.0, 2.0])
+    >>> g.n, g.num_edges
+    (3, 3)
+    >>> g.out_degree
+    array([2, 1, 0])
+    >>> g.out_indices[g.out_indptr[0]:g.out_indptr[1]]      # vertex 0's successors
+    array([1, 2])
 """
 
 from __future__ import annotations

@@ -19,11 +19,15 @@ Parsing does not loop in Python per line: the bytes are scanned with NumPy to fi
 their lines, and the numbers are read by one ``np.fromstring`` call, so a 10M-edge file loads in
 seconds.
 
-Example::
+Example (the repository's ``examples/tiny.edges`` and ``examples/tiny.adj`` load the same way)::
 
-    import hgraph
-    g = hgraph.io.load("examples/tiny.edges")       # or examples/tiny.adj
-    g.n, g.num_edges                                # (8, 10)
+    >>> import os, tempfile
+    >>> import hgraph
+    >>> path = os.path.join(tempfile.mkdtemp(), "g.edges")
+    >>> _ = open(path, "w").write("# src dst\\n0 1\\n0 2\\n1 2\\n")
+    >>> g = hgraph.io.load(path)
+    >>> g.n, g.num_edges
+    (3, 3)
 """
 
 from __future__ import annotations

@@ -10,12 +10,14 @@ is cut into ``blocks`` VBlocks. Besides the bounds the partition keeps:
 
 Example::
 
-    import hgraph
-    from hgraph.partition import Partition
-    g = hgraph.Graph.from_edges([0, 1, 2, 3], [1, 2, 3, 0])
-    p = Partition(g, tasks=2, blocks=1)
-    p.block_bounds            # array([0, 2, 4])
-    p.dependency.astype(int)  # [[1, 1], [1, 1]]
+    >>> import hgraph
+    >>> from hgraph.partition import Partition
+    >>> g = hgraph.Graph.from_edges([0, 1, 2, 3], [1, 2, 3, 0])
+    >>> p = Partition(g, tasks=2, blocks=1)
+    >>> p.block_bounds
+    array([0, 2, 4])
+    >>> p.dependency.astype(int).tolist()
+    [[1, 1], [1, 1]]
 """
 
 from __future__ import annotations

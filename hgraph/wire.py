@@ -16,10 +16,11 @@ When the combiner is order-sensitive (a float sum) messages are not combined at 
 
 Example::
 
-    import numpy as np
-    from hgraph import wire
-    data = wire.encode_push(0, 1, 3, np.array([5, 9]), np.array([1.5, 2.5]))
-    ids, values = wire.decode(data)          # (array([5, 9]), array([1.5, 2.5]))
+    >>> import numpy as np
+    >>> from hgraph import wire
+    >>> data = wire.encode_push(0, 1, 3, np.array([5, 9]), np.array([1.5, 2.5]))
+    >>> wire.decode(data)
+    (array([5, 9]), array([1.5, 2.5]))
 """
 
 from __future__ import annotations

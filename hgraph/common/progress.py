@@ -12,14 +12,15 @@ engine's superstep while one runs, the position inside a long loop with an ETA. 
 current (:func:`tracking`) and the code below reports to :func:`current` without being handed
 it; with none current every report is a no-op, so library calls stay silent.
 
-Example::
+Example (stdout here; the default stream is stderr)::
 
-    from hgraph.common.progress import make_reporter
-    report = make_reporter("plain", total=None)
-    report({"superstep": 0, "mode": "pull", "active": 1, "messages": 2, "bytes": 48,
-            "seconds": 0.001})
-    report.close()
-    # stderr: superstep 0  pull  active 1  messages 2  bytes 48 B  0.001 s
+    >>> import sys
+    >>> from hgraph.common.progress import make_reporter
+    >>> report = make_reporter("plain", stream=sys.stdout)
+    >>> report({"superstep": 0, "mode": "pull", "active": 1, "messages": 2, "bytes": 48,
+    ...         "seconds": 0.001})
+    superstep 0  pull  active 1  messages 2  bytes 48 B  0.001 s
+    >>> report.close()
 """
 
 from __future__ import annotations

@@ -23,11 +23,15 @@ is one :class:`~hgraph.common.errors.HGraphError` line naming the address.
 This module lives in the engine's runtime package because the engine needs it; code that
 operates clusters builds on it, never the other way round.
 
-Example::
+:func:`ensure_ray` (no address: the embedded local Ray or ``RAY_ADDRESS``; ``"HOST:PORT"``: join
+that cluster) starts Ray, so its example is the engine's Ray tests (``tests/test_engine_ray.py``);
+telling the two kinds of address apart needs no Ray::
 
-    from hgraph.runtime.ray_connect import ensure_ray
-    ensure_ray()                       # embedded local Ray (or RAY_ADDRESS)
-    ensure_ray("10.0.0.5:6379")        # join a running cluster
+    >>> from hgraph.runtime.ray_connect import is_dashboard_address, split_host_port
+    >>> is_dashboard_address("http://127.0.0.1:8265"), is_dashboard_address("10.0.0.5:6379")
+    (True, False)
+    >>> split_host_port("10.0.0.5:6379")
+    ('10.0.0.5', 6379)
 """
 
 from __future__ import annotations
