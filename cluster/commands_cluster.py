@@ -34,12 +34,10 @@ left at Ray's default (on) unless ``RAY_AUTH_MODE`` says otherwise.
 address to the machine's network address (and then listens on every interface).
 :mod:`cluster.ray_node` starts the nodes with that rewrite turned off.
 
-Example::
-
-    hgraph cluster up --nodes 3            # prints the GCS and the Ray Jobs addresses
-    hgraph submit sssp --graph g.txt --address 127.0.0.1:6390 --tasks 3 --out d.tsv
-    hgraph submit sssp --graph g.txt --address http://127.0.0.1:8265 --out d.tsv
-    hgraph cluster down
+Commands: ``hgraph cluster up --nodes 3`` (prints the GCS and the Ray Jobs addresses), then
+``hgraph submit sssp --graph g.txt --address 127.0.0.1:6390 --tasks 3 --out d.tsv`` (joins the
+GCS) or ``--address http://127.0.0.1:8265`` (a Ray Job), and ``hgraph cluster down``;
+docs/cluster.md has the walk-through, ``tests/test_cluster.py`` runs it on free ports.
 """
 
 from __future__ import annotations

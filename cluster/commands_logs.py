@@ -8,9 +8,8 @@ path loses its root; a path with ``..`` is refused): the job's metadata comes fr
 so it must not be able to write anywhere else. This is the way to collect the results of
 ``hgraph submit ... --detach``.
 
-Example::
-
-    hgraph logs raysubmit_8Wb3... --address http://127.0.0.1:8265 --follow --fetch --to results/
+Command: ``hgraph logs raysubmit_8Wb3... --address http://127.0.0.1:8265 --follow --fetch --to
+results/`` (docs/cluster.md; ``tests/test_ray_jobs.py`` runs it).
 """
 
 from __future__ import annotations

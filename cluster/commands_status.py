@@ -4,9 +4,8 @@ Prints one line: job id, state (PENDING, RUNNING, SUCCEEDED, FAILED, STOPPED), t
 name, run time, and Ray's message. Exit 0 when the cluster answered (whatever the job's state);
 an unknown job or an unreachable cluster is one error line and a non-zero exit.
 
-Example::
-
-    hgraph status raysubmit_8Wb3... --address http://127.0.0.1:8265
+Command: ``hgraph status raysubmit_8Wb3... --address http://127.0.0.1:8265`` (docs/cluster.md;
+``tests/test_ray_jobs.py`` runs it).
 """
 
 from __future__ import annotations

@@ -6,9 +6,20 @@ with every edge also reversed (:func:`hgraph.algorithms.symmetrize`). ``--out`` 
 component label, the smallest vertex id in its component — the partition
 ``scipy.sparse.csgraph.connected_components(directed=True, connection="weak")`` finds.
 
-Example::
+Example (``hgraph submit cc --graph g.edges --tasks 2 --out -``: two components)::
 
-    hgraph submit cc --graph examples/tiny.edges --tasks 2 --out labels.tsv
+    >>> import os, tempfile
+    >>> from jobs.cli import main
+    >>> d = tempfile.mkdtemp()
+    >>> graph = os.path.join(d, "g.edges")
+    >>> _ = open(graph, "w").write("0 1 2.0\\n1 2 1.0\\n0 2 5.0\\n3 4 1.0\\n")
+    >>> main(["submit", "cc", "--graph", graph, "--tasks", "2", "--out", "-"])  # doctest: +NORMALIZE_WHITESPACE
+    0	0
+    1	0
+    2	0
+    3	3
+    4	3
+    0
 """
 
 from __future__ import annotations

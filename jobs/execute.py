@@ -18,10 +18,22 @@ gradients match (1 otherwise); a measured peak above the prediction is reported,
 With ``--address`` / ``--runtime ray`` on a cluster with GPUs, the run happens in a Ray actor
 holding one GPU.
 
-Example::
+Example (``hgraph graph zoo resnet --out cg_resnet.txt`` then ``hgraph submit execute --graph
+cg_resnet.txt --schedule sch.txt --allocator all --report r.json``; here the zoo's MLP, no
+schedule: the plain step)::
 
-    hgraph graph zoo resnet --out cg_resnet.txt
-    hgraph submit execute --graph cg_resnet.txt --schedule sch.txt --allocator all --report r.json
+    >>> import os, tempfile
+    >>> from jobs.cli import main
+    >>> d = tempfile.mkdtemp()
+    >>> import json
+    >>> graph, report = os.path.join(d, "mlp.txt"), os.path.join(d, "r.json")
+    >>> main(["graph", "zoo", "mlp", "--out", graph])
+    0
+    >>> main(["submit", "execute", "--graph", graph, "--report", report])
+    0
+    >>> r = json.load(open(report))
+    >>> r["gradients_match"], r["tracked_peak_bytes"] <= r["predicted_peak_bytes"]
+    (True, True)
 """
 
 from __future__ import annotations

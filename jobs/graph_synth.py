@@ -5,10 +5,18 @@ transformer``: a residual stream with parallel attention heads) and
 :func:`planner.synth.build_cnn` (``--kind cnn``: Inception modules and DenseNet blocks, so the
 lower sets branch and fan in the way convolutional nets do).
 
-Example::
+Example (at scale: ``hgraph graph synth --layers 24 --hidden 1024 --seq 512 --batch 8 --heads 4
+--out cg.txt``, or ``hgraph graph synth --kind cnn --nodes 300000 --out cnn.txt``)::
 
-    hgraph graph synth --layers 24 --hidden 1024 --seq 512 --batch 8 --heads 4 --out cg.txt
-    hgraph graph synth --kind cnn --nodes 300000 --out cnn.txt
+    >>> import os, tempfile
+    >>> from jobs.cli import main
+    >>> d = tempfile.mkdtemp()
+    >>> main(["graph", "synth", "--layers", "2", "--hidden", "64", "--seq", "16",
+    ...       "--out", os.path.join(d, "cg.txt")])
+    0
+    >>> from planner import cg
+    >>> int(cg.read(os.path.join(d, "cg.txt")).is_activation.sum())
+    52
 """
 
 from __future__ import annotations

@@ -8,11 +8,10 @@ and run the plan with ``hgraph submit execute --torch FILE.py:FUNC --schedule s.
 ``--eager`` flag, or ``--graph g.txt``: execute runs the capture this command wrote). An error
 raised in the model file is one line naming its file and line.
 
-Example::
-
-    hgraph graph torch examples/torch/gpt.py:model --out cg_gpt.txt
-    hgraph submit plan --graph cg_gpt.txt --budget 80% --out s.txt
-    hgraph submit execute --torch examples/torch/gpt.py:model --schedule s.txt
+Commands (they need torch): ``hgraph graph torch examples/torch/gpt.py:model --out cg_gpt.txt``,
+then ``hgraph submit plan --graph cg_gpt.txt --budget 80% --out s.txt`` and ``hgraph submit execute
+--torch examples/torch/gpt.py:model --schedule s.txt``; docs/torch.md has them, and
+``tests/test_torch_cli.py`` runs them.
 """
 
 from __future__ import annotations

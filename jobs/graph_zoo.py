@@ -3,9 +3,17 @@
 The command-line surface only: the models are :mod:`planner.execute.zoo`, the writer
 :mod:`planner.execute.export`.
 
-Example::
+Example (``hgraph graph zoo transformer --depth 4 --seq 64 --out cg_transformer.txt``; the line
+goes to stderr)::
 
-    hgraph graph zoo transformer --depth 4 --seq 64 --out cg_transformer.txt
+    >>> import os, tempfile
+    >>> from jobs.cli import main
+    >>> d = tempfile.mkdtemp()
+    >>> main(["graph", "zoo", "mlp", "--out", os.path.join(d, "mlp.txt")])
+    0
+    >>> from planner import cg
+    >>> len(cg.read(os.path.join(d, "mlp.txt")).forward)
+    15
 """
 
 from __future__ import annotations

@@ -11,9 +11,19 @@ rank / out-weight), the second part being what a vertex sends, so a message need
 source value and the edge weight (as in HybridGraph's b-pull); the dangling mass is an exact-sum
 aggregator, so the ranks are bit-identical for any ``--tasks``/``--blocks``/``--mode``.
 
-Example::
+Example (``hgraph submit pagerank --graph g.edges --iterations 50 --out rank.tsv``)::
 
-    hgraph submit pagerank --graph examples/tiny.edges --iterations 50 --out rank.tsv
+    >>> import os, tempfile
+    >>> from jobs.cli import main
+    >>> d = tempfile.mkdtemp()
+    >>> graph = os.path.join(d, "g.edges")
+    >>> _ = open(graph, "w").write("0 1 2.0\\n1 2 1.0\\n0 2 5.0\\n3 4 1.0\\n")
+    >>> main(["submit", "pagerank", "--graph", graph, "--iterations", "50",
+    ...       "--out", os.path.join(d, "rank.tsv")])
+    0
+    >>> ranks = [float(line.split()[1]) for line in open(os.path.join(d, "rank.tsv"))]
+    >>> round(sum(ranks), 6), max(range(5), key=ranks.__getitem__)     # vertex 2 ranks highest
+    (1.0, 2)
 """
 
 from __future__ import annotations

@@ -13,10 +13,25 @@ recycling after last use, and puts what it measured under the report's ``execute
 An infeasible budget exits with code 3 and one line giving the smallest feasible budget for the
 solver. Bad flags or files exit with code 2 and one line.
 
-Example::
+Example (``hgraph submit plan --graph jobs/data/cg_resnet50.txt --tasks 4 --budget 60% --out
+sch.txt --report r.json --plot t.png``; here a small synthetic graph, and the summary table,
+printed on stdout, is kept out of the way)::
 
-    hgraph submit plan --graph jobs/data/cg_resnet50.txt --tasks 4 --budget 60% \\
-        --out sch.txt --report r.json --plot t.png
+    >>> import os, tempfile
+    >>> from jobs.cli import main
+    >>> d = tempfile.mkdtemp()
+    >>> import contextlib, io, json
+    >>> graph, report = os.path.join(d, "cg.txt"), os.path.join(d, "r.json")
+    >>> with contextlib.redirect_stdout(io.StringIO()):
+    ...     codes = [main(["graph", "synth", "--layers", "2", "--hidden", "64", "--seq", "16",
+    ...                    "--out", graph]),
+    ...              main(["submit", "plan", "--graph", graph, "--tasks", "2", "--budget", "60%",
+    ...                    "--out", os.path.join(d, "sch.txt"), "--report", report])]
+    >>> codes
+    [0, 0]
+    >>> r = json.load(open(report))
+    >>> r["within_budget"], r["accounting"], r["peak_bytes"] <= r["budget_bytes"]
+    (True, 'activations', True)
 """
 
 from __future__ import annotations

@@ -5,9 +5,21 @@ distance from ``--source`` (``inf`` when unreachable). Weights must be non-negat
 result to equal Dijkstra's. The vertex program is :class:`hgraph.algorithms.SSSP` (one copy, the
 one the engine's tests check against SciPy).
 
-Example::
+Example (``hgraph submit sssp --graph g.edges --source 0 --tasks 2 --out -``; vertices 3 and 4
+are unreachable from 0)::
 
-    hgraph submit sssp --graph examples/tiny.edges --source 0 --tasks 2 --out dist.tsv
+    >>> import os, tempfile
+    >>> from jobs.cli import main
+    >>> d = tempfile.mkdtemp()
+    >>> graph = os.path.join(d, "g.edges")
+    >>> _ = open(graph, "w").write("0 1 2.0\\n1 2 1.0\\n0 2 5.0\\n3 4 1.0\\n")
+    >>> main(["submit", "sssp", "--graph", graph, "--source", "0", "--tasks", "2", "--out", "-"])  # doctest: +NORMALIZE_WHITESPACE
+    0	0.0
+    1	2.0
+    2	3.0
+    3	inf
+    4	inf
+    0
 """
 
 from __future__ import annotations
