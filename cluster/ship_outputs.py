@@ -7,11 +7,21 @@ which the Jobs API serves to any client that can reach the dashboard. So results
 a remote cluster with no shared filesystem, object store access or extra service; the price is
 that results travel through the log (fine for tables of a few hundred MB at most).
 
-Example (in a job)::
+A job runs ``python -m cluster.ship_outputs --dir /tmp/tmp.x1 0-dist.tsv``; :func:`parse` reads
+the blocks back from a log text and :func:`strip` removes them for display.
 
-    python -m cluster.ship_outputs --dir /tmp/tmp.x1 0-dist.tsv
+Example::
 
-:func:`parse` reads the blocks back from a log text; :func:`strip` removes them for display.
+    >>> import io, os, tempfile
+    >>> from cluster.ship_outputs import parse, ship, strip
+    >>> path = os.path.join(tempfile.mkdtemp(), "d.tsv")
+    >>> _ = open(path, "w").write("0\\t0.0\\n")
+    >>> log = io.StringIO()
+    >>> ship([path], out=log)
+    >>> parse("job output\\n" + log.getvalue()) == {path: b"0\\t0.0\\n"}
+    True
+    >>> strip("job output\\n" + log.getvalue()) == f"job output\\n[result file {path} shipped]\\n"
+    True
 """
 
 from __future__ import annotations
