@@ -46,7 +46,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["Certificate", "certify", "knapsack_bound", "MODES", "LP_AUTO_NODES",
+__all__ = ["Certificate", "certify", "knapsack_bound", "sink_size", "MODES", "LP_AUTO_NODES",
            "LP_MAX_CELLS", "DEFAULT_TIME_LIMIT"]
 
 #: ``--certify``: ``on`` (knapsack; the LP up to :data:`LP_AUTO_NODES` activations), ``lp``
@@ -72,7 +72,8 @@ class Certificate:
     bound) / cost`` of the plan's model cost ``cost`` (0 at cost 0); ``method``: which bound
     is the largest (``zero``, ``knapsack``, ``lp``, ``milp``); ``bounds``: every bound
     computed, by method (``lp`` None when the relaxation did not finish in time);
-    ``budget_units``: the budget certified (DP units of ``comp_ratio``); ``seconds``."""
+    ``budget_units``: the budget certified (DP units of ``comp_ratio``); ``seconds``;
+    ``notes``: what was skipped or cut short."""
 
     bound: int
     gap: float
@@ -82,16 +83,16 @@ class Certificate:
     budget_units: int
     comp_ratio: int
     seconds: float
+    notes: tuple = ()
 
     def report(self) -> dict:
         """The report's ``certificate`` object (no timing: a plan's report is the same on
-        every run but ``seconds``; :attr:`seconds` is on the Python object)."""
+        every run but ``seconds``; :attr:`seconds` is on the Python object). ``notes``: what
+        was skipped or cut short (the LP over its size limit or its time limit), so that a
+        missing bound is never silent."""
         return {"method": self.method, "bounds": dict(self.bounds), "cost": self.cost,
-                "budget_units": self.budget_units, "comp_ratio": self.comp_ratio}
-
-    def text(self) -> str:
-        """The table's line: bound, method and gap."""
-        return f"{self.bound:,} ({self.method}); gap {100 * self.gap:.1f}%"
+                "budget_units": self.budget_units, "comp_ratio": self.comp_ratio,
+                **({"notes": list(self.notes)} if self.notes else {})}
 
 
 def knapsack_bound(m, t, sink_m: int, budget: int) -> int:
@@ -137,13 +138,20 @@ def certify(ag, budget_bytes: int, units: str, model, mode: str = "on",
                            time.perf_counter() - t0)
     dg = ag.with_ratio(u.ratio)                 # the DP's units view
     m = dg.m
-    sinks = np.flatnonzero(np.bincount(ag.src, minlength=ag.n) == 0)
-    bounds = {"knapsack": knapsack_bound(m, ag.t, int(m[sinks].min(initial=0)), budget)}
-    if (mode == "lp" or ag.n <= LP_AUTO_NODES) and ag.n * ag.n <= LP_MAX_CELLS:
-        from planner import milp
+    bounds = {"knapsack": knapsack_bound(m, ag.t, sink_size(m, ag.src), budget)}
+    notes = []
+    if mode == "lp" or ag.n <= LP_AUTO_NODES:
+        if ag.n * ag.n > LP_MAX_CELLS:
+            notes.append(f"lp bound skipped: {ag.n:,} activations > {math.isqrt(LP_MAX_CELLS):,} "
+                         f"(LP_MAX_CELLS: {LP_MAX_CELLS:,} stage x activation cells)")
+        else:
+            from planner import milp
 
-        lp = milp.relaxation(dg, budget, time_limit=time_limit)
-        bounds["lp"] = (max(0, math.ceil(lp.bound - 1e-6)) if lp.status == "OK" else None)
+            lp = milp.relaxation(dg, budget, time_limit=time_limit)
+            bounds["lp"] = (max(0, math.ceil(lp.bound - 1e-6)) if lp.status == "OK" else None)
+            if lp.status == "TIMEOUT":
+                notes.append(f"lp bound: time limit {time_limit:g} s hit"
+                             + (" in HiGHS's set-up (stopped)" if lp.stopped == "killed" else ""))
     info = model.milp
     if (info and info.get("full_stages") and info.get("dual_bound") is not None
             and info.get("budget_units", -1) >= budget and model.comp_ratio == u.ratio):
@@ -151,4 +159,13 @@ def certify(ag, budget_bytes: int, units: str, model, mode: str = "on",
     method = max((k for k in bounds if bounds[k] is not None), key=lambda k: (bounds[k], k))
     bound = int(bounds[method])
     return Certificate(bound, (cost - bound) / cost, cost, method, bounds, budget, u.ratio,
-                       time.perf_counter() - t0)
+                       time.perf_counter() - t0, tuple(notes))
+
+
+def sink_size(m, src) -> int:
+    """``min m(sink)`` of the knapsack bound: the smallest sink's memory (a sink: no edge
+    leaves it; 0 without one). The first backward stage's block is a non-empty set closed
+    under successors, so it holds a sink, whose value and gradient both count."""
+    m = np.asarray(m, np.int64)
+    sinks = np.bincount(np.asarray(src, np.int64), minlength=m.size) == 0
+    return int(m[sinks].min()) if sinks.any() else 0

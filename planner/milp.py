@@ -103,7 +103,9 @@ class MILPResult:
     block of every node (0 = first in the forward, the last block holds the loss);
     ``keep``/``recompute``/``retain``: what :func:`planner.emit.emit_groups` needs (per block
     ``i``: nodes recomputed in its stage, nodes kept into the next stage, block ``i − 1``);
-    ``stage_peaks``: ``U`` per block (DP units)."""
+    ``stage_peaks``: ``U`` per block (DP units); ``stopped``: ``"time limit"`` (HiGHS stopped
+    at it), ``"killed"`` (it overran and its process was killed at the limit: no dual bound)
+    or None (it finished)."""
 
     status: str
     family: str
@@ -121,6 +123,7 @@ class MILPResult:
     constraints: int = 0
     nodes: int = 0
     free_order: bool = True
+    stopped: str | None = None
 
     @property
     def full_model(self) -> bool:
@@ -141,13 +144,14 @@ class MILPResult:
 class LPBound:
     """The LP relaxation's optimum (``bound``, a lower bound on the MILP's optimum when
     ``status == "OK"``), or why there is none (``"TIMEOUT"``, ``"IMPOSSIBLE"``: the relaxation
-    is infeasible, so is every schedule of the model)."""
+    is infeasible, so is every schedule of the model); ``stopped`` as :class:`MILPResult`'s."""
 
     status: str
     bound: float | None
     seconds: float
     variables: int = 0
     constraints: int = 0
+    stopped: str | None = None
 
 
 class _Layout:
@@ -361,25 +365,57 @@ def _stdout_to_stderr():
 
 def solve(g, budget: int, family: str = "all", stages: int | None = None,
           time_limit: float = DEFAULT_TIME_LIMIT, groups=None) -> MILPResult:
-    """Solve the MILP with HiGHS (``scipy.optimize.milp``) within ``time_limit`` seconds
-    (``groups``: on that chain's stages only, :func:`build`)."""
+    """Solve the MILP with HiGHS (``scipy.optimize.milp``) within ``time_limit`` seconds of
+    wall time, model building and re-solves included (``groups``: on that chain's stages
+    only, :func:`build`).
+
+    Why a child process: HiGHS checks its time limit only between phases, and on big models
+    its presolve and set-up alone overran a 1 s limit by 20-30 s (densenet on its DP chain:
+    3.1 M rows; bench/NOTES_certificate.md, "Time limits"). The solve runs in a forked child
+    (:func:`_bounded`) that is killed at the limit; then the result is ``TIMEOUT`` with
+    ``stopped="killed"`` and no dual bound."""
     t0 = time.perf_counter()
+    T = int(groups.max()) + 1 if groups is not None else \
+        (int(g.n) if stages is None else max(1, min(int(stages), int(g.n))))
+    out = _bounded(time_limit, _solve_here, g, budget, family, stages, time_limit, groups, t0)
+    if out is None:
+        out = MILPResult(status="TIMEOUT", family=family, stages=T, seconds=0.0,
+                         variables=_Layout(int(g.n), T, family == "chains").size,
+                         nodes=int(g.n), free_order=groups is None, stopped="killed")
+    out.seconds = time.perf_counter() - t0
+    return out
+
+
+def _solve_here(g, budget, family, stages, time_limit, groups, t0) -> MILPResult:
+    """:func:`solve`'s work, in this process. A re-solve at a lowered budget (HiGHS's
+    tolerance let a stage exceed ``budget`` by a few units) proves things about the lowered
+    model only: its dual bound may exceed the optimum at ``budget`` (a smaller feasible set
+    has a higher optimum), so the result keeps the first solve's dual bound, the one for
+    ``budget``, and calls a re-solved schedule optimal only when it meets that bound."""
     model = build(g, budget, family, stages, groups)
     L = model.layout
     U = L("U", np.arange(L.T))
     out = MILPResult(status="TIMEOUT", family=family, stages=L.T, seconds=0.0,
                      variables=L.size, constraints=model.A.shape[0], nodes=L.n,
                      free_order=groups is None)
-    for _ in range(FIT_TRIES):
+    for k in range(FIT_TRIES):
         left = time_limit - (time.perf_counter() - t0)
-        res = _highs(model, True, max(left, 0.01))
+        if left <= 0:
+            out.stopped = "time limit"
+            break
+        res = _highs(model, True, left)
+        if res.status == 1:
+            out.stopped = "time limit"
         bound = getattr(res, "mip_dual_bound", None)
-        out.dual_bound = None if bound is None or not np.isfinite(bound) else float(bound)
+        if k == 0:                      # the bound at ``budget``; later solves' are not
+            out.dual_bound = None if bound is None or not np.isfinite(bound) else float(bound)
         if res.status == 2:
-            out.status = "IMPOSSIBLE"
+            out.status = "IMPOSSIBLE" if k == 0 else "TIMEOUT"
         elif res.x is not None:
             _read(out, res.x, L, g)
-            out.status, out.optimal = "OK", res.status == 0
+            out.status = "OK"
+            out.optimal = res.status == 0 and (k == 0 or (
+                out.dual_bound is not None and out.cost <= np.ceil(out.dual_bound - 1e-6)))
             over = out.peak - int(budget)
             if over > 0:        # HiGHS's feasibility tolerance let a stage exceed by a few
                 model.ub[U] -= over                     # units: ask for that much less
@@ -388,8 +424,73 @@ def solve(g, budget: int, family: str = "all", stages: int | None = None,
             if out.optimal:
                 out.dual_bound = float(out.cost)
         break
-    out.seconds = time.perf_counter() - t0
     return out
+
+
+#: Seconds past its time limit a HiGHS child gets to hand its result back before it is
+#: killed, on top of :data:`KILL_GRACE_SHARE` of the limit: a solve that stops at its limit
+#: still reads and sends its schedule (measured: under 0.1 s on densenet's 1.4 M variables).
+KILL_GRACE = 0.2
+KILL_GRACE_SHARE = 0.05
+
+
+def _bounded(seconds: float, fn, *args):
+    """``fn(*args)`` run in a forked child, or None when it has not answered within
+    ``seconds`` (plus :data:`KILL_GRACE`): then it is killed (SIGKILL) and reaped by a
+    daemon thread, so a big model's teardown does not count either. An exception in the
+    child is raised here. Where ``os.fork`` is missing it runs here, unbounded."""
+    import pickle
+    import signal
+    import threading
+
+    if not hasattr(os, "fork"):
+        return fn(*args)
+    deadline = time.perf_counter() + seconds * (1 + KILL_GRACE_SHARE) + KILL_GRACE
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:                                         # the child: never returns
+        code = 0
+        try:
+            os.close(r)
+            os.dup2(2, 1)            # HiGHS's stray lines go to stderr; Python's buffered
+            try:                     # stdout (the parent's copy) is never flushed: _exit
+                payload = pickle.dumps(("ok", fn(*args)), pickle.HIGHEST_PROTOCOL)
+            except BaseException as e:                   # noqa: BLE001 (sent to the parent)
+                payload = pickle.dumps(("error", e))
+            with os.fdopen(w, "wb") as f:
+                f.write(payload)
+        except BaseException:                            # noqa: BLE001
+            code = 1
+        finally:
+            os._exit(code)
+    os.close(w)
+    import select
+
+    chunks = []
+    try:
+        with os.fdopen(r, "rb", buffering=0) as f:
+            while True:
+                left = deadline - time.perf_counter()
+                if left <= 0 or not select.select([f], [], [], left)[0]:
+                    os.kill(pid, signal.SIGKILL)
+                    threading.Thread(target=os.waitpid, args=(pid, 0), daemon=True).start()
+                    return None
+                chunk = f.read(1 << 20)
+                if not chunk:
+                    break
+                chunks.append(chunk)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+        raise
+    _, status = os.waitpid(pid, 0)
+    if not chunks:
+        raise RuntimeError(f"HiGHS's process ended without a result (wait status {status})")
+    kind, value = pickle.loads(b"".join(chunks))
+    if kind == "error":
+        raise value
+    return value
 
 
 def _read(out: MILPResult, x: np.ndarray, L: _Layout, g) -> None:
@@ -427,10 +528,24 @@ def _stage_peaks(g, D, S, R) -> np.ndarray:
 def relaxation(g, budget: int, time_limit: float = DEFAULT_TIME_LIMIT,
                family: str = "all") -> LPBound:
     """The LP relaxation of the full model (``n`` stages, so every schedule of the model is a
-    point of it): its optimum is a lower bound on the MILP's, and on every chain's cost."""
+    point of it): its optimum is a lower bound on the MILP's, and on every chain's cost.
+    Within ``time_limit`` seconds of wall time, building included (:func:`_bounded`)."""
     t0 = time.perf_counter()
+    out = _bounded(time_limit, _relaxation_here, g, budget, family, time_limit, t0)
+    if out is None:
+        out = LPBound("TIMEOUT", None, 0.0, _Layout(int(g.n), int(g.n), family == "chains").size,
+                      stopped="killed")
+    out.seconds = time.perf_counter() - t0
+    return out
+
+
+def _relaxation_here(g, budget, family, time_limit, t0) -> LPBound:
     model = build(g, budget, family, None)
-    res = _highs(model, False, time_limit)
+    left = time_limit - (time.perf_counter() - t0)
+    if left <= 0:
+        return LPBound("TIMEOUT", None, 0.0, model.layout.size, model.A.shape[0],
+                       stopped="time limit")
+    res = _highs(model, False, left)
     status = {0: "OK", 2: "IMPOSSIBLE"}.get(res.status, "TIMEOUT")
-    return LPBound(status, float(res.fun) if status == "OK" else None,
-                   time.perf_counter() - t0, model.layout.size, model.A.shape[0])
+    return LPBound(status, float(res.fun) if status == "OK" else None, 0.0, model.layout.size,
+                   model.A.shape[0], stopped="time limit" if status == "TIMEOUT" else None)

@@ -221,22 +221,48 @@ def summary_table(report: dict, table=None):
                                                     f"({ex.get('meter', '?')}; "
                                                     f"{ex['measured_over_step_peak']:.3f}x the "
                                                     f"predicted step)"))
-    if "recompute_lower_bound" in report:
-        c = report.get("certificate", {})
-        rows.append(("recompute lower bound", f"{report['recompute_lower_bound']:,} "
-                                              f"({c.get('method', '?')}; model cost "
-                                              f"{c.get('cost', report['model_recompute_cost']):,})"))
-        rows.append(("gap", f"{100 * report['gap']:.1f}%"))
-    if report.get("milp"):
-        mi = report["milp"]
-        rows.append(("MILP (HiGHS)", ("optimal" if mi["optimal"] else
-                                      f"time limit {mi['time_limit']:g} s, dual bound "
-                                      f"{mi['dual_bound']}") + f"; {mi['stages']} stages, "
-                                     f"{mi['seconds']:.2f} s"))
+    rows += certificate_rows(report)
     rows.append(("seconds", f"{report['seconds']:.2f}"))
     for k, v in rows:
         tab.add_row(k, v)
     return tab
+
+
+def certificate_rows(report: dict) -> list:
+    """The table's rows for the certificate and the MILP. Why so wordy: a bound is only
+    meaningful with the budget and model it certifies (on a whole-step plan, the activations'
+    model at the activation budget the step was planned at, not the step's budget), a gap
+    over a bound of 0 says nothing ("n/a"), and a skipped or time-limited bound must say so."""
+    rows = []
+    if "recompute_lower_bound" in report:
+        c = report.get("certificate", {})
+        bound = report["recompute_lower_bound"]
+        cost = c.get("cost", report["model_recompute_cost"])
+        at = c.get("budget_units", 0) * c.get("comp_ratio", 1)
+        model = ("activations' model at the activation budget " if
+                 report.get("accounting") == "whole-step" else "model at ")
+        rows.append(("recompute lower bound", f"{bound:,} ({c.get('method', '?')}; model cost "
+                                              f"{cost:,}; {model}{format_bytes(at)})"))
+        rows.append(("gap", "n/a (bound 0)" if bound == 0 and cost > 0
+                     else f"{100 * report['gap']:.1f}%"))
+        rows += [("certificate", note) for note in c.get("notes", ())]
+    if report.get("milp"):
+        mi = report["milp"]
+        if mi["optimal"]:
+            how = "optimal"
+        elif mi.get("stopped") == "killed":
+            how = (f"time limit {mi['time_limit']:g} s hit in HiGHS's set-up "
+                   f"({mi['variables']:,} variables): stopped, no dual bound")
+        elif mi["dual_bound"] is None:
+            how = f"time limit {mi['time_limit']:g} s hit: no dual bound yet"
+        else:
+            how = f"time limit {mi['time_limit']:g} s hit: dual bound {mi['dual_bound']:g}"
+        rows.append(("MILP (HiGHS)", f"{how}; {mi['stages']} stages "
+                                     f"({mi.get('stages_from', 'free order')}), "
+                                     f"{mi['seconds']:.2f} s"))
+        if mi.get("schedule"):
+            rows.append(("MILP schedule", mi["schedule"]))
+    return rows
 
 
 def _step_rows(report: dict) -> list:

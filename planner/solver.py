@@ -106,7 +106,8 @@ class ModelStats:
                              full_stages=full, stages_from=stages_from,
                              budget_units=int(budget_units),
                              seconds=round(r.seconds, 3), time_limit=float(time_limit),
-                             variables=r.variables, constraints=r.constraints))
+                             variables=r.variables, constraints=r.constraints,
+                             stopped=r.stopped))
 
     @classmethod
     def keep_everything(cls, peak_bytes: int) -> ModelStats:
@@ -359,11 +360,8 @@ class MILPSolver(Solver):
         what to keep, free and recompute on them, and never does worse than that chain.
         With ``milp_stages`` (or when the DP has no chain) the order is free over that many
         stages (default :data:`planner.milp.DEFAULT_SOLVER_STAGES`)."""
-        import time
-
         from planner import milp
 
-        t0 = time.perf_counter()
         limit = milp.DEFAULT_TIME_LIMIT if self.milp_time_limit is None else self.milp_time_limit
         u = scale_units(budget_bytes, self.act_sum, self.units)
         ag = self.ag
@@ -380,10 +378,13 @@ class MILPSolver(Solver):
                 groups = seed.groups
                 stages_from = f"{seed.family} DP chain"
         dg = ag.with_ratio(u.ratio)
-        left = max(0.01, limit - (time.perf_counter() - t0))
+        # the limit is the plan's, over every MILP it solves (the fit's re-solves at lower
+        # budgets share it); the seeding DP is its own stage and not in it
+        spent = self._cache.get("milp_seconds", 0.0)
         with current_progress().stage(f"MILP (HiGHS, {ag.n:,} nodes)"):
-            r = milp.solve(dg, u.budget, time_limit=left, groups=groups,
+            r = milp.solve(dg, u.budget, time_limit=max(0.01, limit - spent), groups=groups,
                            stages=self.milp_stages or milp.DEFAULT_SOLVER_STAGES)
+        self._cache["milp_seconds"] = spent + r.seconds
         if seed is not None and (r.status != "OK" or r.cost > seed.model_recompute_cost):
             # the chain's own schedule is a solution of the same model: HiGHS's incumbent at
             # the time limit (or none) is no better, so the plan is the chain's
@@ -395,7 +396,7 @@ class MILPSolver(Solver):
                                               budget_units=int(u.budget),
                                               seconds=round(r.seconds, 3),
                                               time_limit=float(limit), variables=r.variables,
-                                              constraints=r.constraints)
+                                              constraints=r.constraints, stopped=r.stopped)
             info["schedule"] = "the DP chain's own (HiGHS found none cheaper in time)"
             return "OK", seed.groups, dataclasses.replace(stats, family="milp", milp=info), {}
         if r.status == "TIMEOUT":
