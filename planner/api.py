@@ -421,7 +421,9 @@ def plan(graph_or_path, budget="100%", solver: str = "approx", strategy: str = "
     if g.num_forward == 0:
         raise HGraphError(f"{g.path or 'graph'}: no forward functions to plan")
     _check_choice("accounting", accounting, ("auto", "activations"))
-    if accounting == "auto" and units == "bytes":
+    # a graph without op arguments (the reference's dumps: g.ops is None) never loads the
+    # executor or the kernels: whole-step accounting is for graphs the op table can run
+    if accounting == "auto" and units == "bytes" and g.ops is not None:
         from planner.execute import executor, step_memory
 
         if executor.implements(g.ops):   # the budget holds the whole step: a plan of plans

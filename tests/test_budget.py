@@ -29,6 +29,22 @@ def test_percentages_need_and_use_the_baseline():
         b.resolve(None)
 
 
+def test_budgets_resolve_exactly_as_fractions_read_them():
+    """The budget's arithmetic is exact decimal arithmetic (no float rounding), done without
+    importing fractions: every value agrees with Fraction's, exponents and odd digits included."""
+    import random
+    from fractions import Fraction
+
+    rng = random.Random(7)
+    texts = ["1.1", ".5", "2.5e-3", "7e+2", "1234567.891", "33.3", "1E9"]
+    texts += [repr(rng.uniform(1e-9, 1e6)) for _ in range(300)]
+    for text in texts:
+        baseline = rng.randint(0, 10**13)
+        want = int(baseline * Fraction(repr(float(text))) / 100)   # a percentage is a float
+        assert parse_budget(f"{text}%", baseline=baseline) == want, text
+        assert parse_budget(f"{text}GiB") == int(Fraction(text) * 2**30), text
+
+
 @pytest.mark.parametrize("text, fragment", [
     ("", "expected bytes"), ("abc", "expected bytes"), ("-5", "cannot be negative"),
     ("1.5XB", "unknown unit 'XB'"), ("0%", "must be positive"), ("-10%", "cannot be negative"),

@@ -9,10 +9,14 @@ bench/small_plan_bench.py measures the time; these tests keep the import graph h
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 
+import pytest
+
 from planner import cg, synth
+from planner.plain_table import _RICH_ENV
 from tests.conftest import ROOT
 
 #: Runs ``python -m jobs ARGV`` in this interpreter, then prints the top-level packages loaded.
@@ -32,9 +36,9 @@ NEVER_FOR_HELP = ("ray", "matplotlib", "rich", "torch", "scipy", "cluster.jobs_a
 NEVER_FOR_A_LOCAL_PLAN = ("ray", "matplotlib", "torch", "scipy", "cluster.jobs_api")
 
 
-def _loaded(*argv) -> tuple[int, set[str]]:
+def _loaded(*argv, env=None) -> tuple[int, set[str]]:
     proc = subprocess.run([sys.executable, "-c", PROBE, json.dumps([str(a) for a in argv])],
-                          capture_output=True, text=True, cwd=ROOT, timeout=120)
+                          capture_output=True, text=True, cwd=ROOT, timeout=120, env=env)
     last = proc.stdout.strip().splitlines()[-1]
     out = json.loads(last)
     return out["code"], set(out["modules"])
@@ -67,6 +71,27 @@ def test_local_plan_loads_no_ray_torch_or_matplotlib(tmp_path):
     assert not _offenders(modules, ("jobs.sssp", "jobs.pagerank", "jobs.cc", "jobs.execute",
                                     "jobs.graph_synth", "hgraph.algorithms", "numpy.ma",
                                     "planner.dp.stacked", "planner.chen"))
+
+
+#: What a plan of a reference cg.txt dump (no op arguments: nothing to run, no whole step to
+#: budget) never needs: the executor, the op table and its kernels, the row planner, the
+#: PyTorch bridge, the heavy optional packages, and fractions/decimal (exact budget arithmetic
+#: is done on integers). Each is 5-150 ms of every small plan (bench/small_plan_bench.py).
+NEVER_FOR_A_REFERENCE_PLAN = ("planner.execute", "planner.ops", "planner.winograd",
+                              "planner.rows", "planner.torch", "torch", "scipy", "matplotlib",
+                              "rich", "ray", "fractions", "decimal")
+
+
+@pytest.mark.parametrize("units", ["reference", "bytes"])
+def test_a_reference_plan_loads_no_executor_kernels_or_heavy_package(tmp_path, units):
+    graph = ROOT / "tests" / "data" / "graphs" / "cg_googlenet.txt"
+    out = tmp_path / "s.txt"
+    # as in a pipe or a log (pytest sets COLUMNS, which hands the summary to rich)
+    env = {k: v for k, v in os.environ.items() if k not in _RICH_ENV}
+    code, modules = _loaded("submit", "plan", "--graph", graph, "--units", units,
+                            "--budget", "60%", "--out", out, env=env)
+    assert code == 0 and out.read_text().startswith("compute ")
+    assert _offenders(modules, NEVER_FOR_A_REFERENCE_PLAN) == []
 
 
 def test_help_lists_every_job_s_help_line():
