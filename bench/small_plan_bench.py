@@ -23,6 +23,14 @@ modules it imports by cumulative time, each with the chain of modules that impor
 which of the heavy optional packages (ray, matplotlib, rich, torch, scipy, cupy, ...) were
 loaded at all: what to make lazy, and where.
 
+``--ratio`` is the small-plan acceptance check (issue 39): the README's plan of googlenet,
+``hgraph submit plan --graph cg_googlenet.txt --units reference --budget 60% --out S``, and
+``python3 -c "import numpy"`` run alternately (``--ratio-rounds`` pairs, in one process, so
+both see the same load), their best wall and CPU seconds and the ratio of the plan's to
+numpy's, against :data:`RATIO_LIMIT`; exit status 1 above it. Wall is what a user waits for;
+CPU (the children's user + sys) is what a loaded machine does not inflate: both are printed.
+
+    python3 bench/small_plan_bench.py --ratio                # the acceptance check alone
     python3 bench/small_plan_bench.py                        # 50%act, every graph < 1,000 nodes
     python3 bench/small_plan_bench.py --labels 20%act,50%act,unlimited --repeat 3 --imports
     python3 bench/small_plan_bench.py --labels all --units bytes
@@ -81,6 +89,43 @@ def best(cmd, repeat: int, blas=None):
     return min(r[0] for r in runs), min(r[1] for r in runs), runs[-1][2], runs[-1][3]
 
 
+#: The small plan may take at most this many times ``python3 -c "import numpy"`` (issue 39).
+RATIO_LIMIT = 2.5
+#: The acceptance check's plan: the README's googlenet example in the reference's units.
+RATIO_ARGS = ("--units", "reference", "--budget", "60%", "--progress", "off")
+
+
+def ratio_check(py: str, graph: Path, out: Path, rounds: int) -> float:
+    """Best wall and CPU seconds of the plan and of ``import numpy``, run alternately
+    ``rounds`` times each; prints them and returns the plan's best wall over numpy's."""
+    plan = [py, "-m", "jobs", "submit", "plan", "--graph", str(graph), *RATIO_ARGS,
+            "--out", str(out)]
+    numpy = [py, "-c", "import numpy"]
+    got = {"plan": [], "numpy": []}
+    for _ in range(rounds):
+        for name, cmd in (("plan", plan), ("numpy", numpy)):
+            wall, cpu, rc, err = timed(cmd)
+            if rc != 0:
+                raise SystemExit(f"{' '.join(cmd)}: exit {rc}: {err.strip()}")
+            got[name].append((wall, cpu))
+    wall = {k: min(w for w, _ in v) for k, v in got.items()}
+    cpu = {k: min(c for _, c in v) for k, v in got.items()}
+    ratio = wall["plan"] / wall["numpy"]
+    print(f"ratio check ({rounds} interleaved rounds, best of each; load {_load()}):\n"
+          f"  plan  {' '.join(plan[3:])}\n"
+          f"        {wall['plan']:.3f} s wall, {cpu['plan']:.3f} s CPU\n"
+          f"  numpy python3 -c 'import numpy'\n"
+          f"        {wall['numpy']:.3f} s wall, {cpu['numpy']:.3f} s CPU\n"
+          f"  plan / numpy: {ratio:.2f}x wall, {cpu['plan'] / cpu['numpy']:.2f}x CPU "
+          f"(limit {RATIO_LIMIT}x wall: {'ok' if ratio <= RATIO_LIMIT else 'ABOVE'})")
+    return ratio
+
+
+def _load() -> str:
+    """The 1-minute load average and the core count (what the figures were measured under)."""
+    return f"{os.getloadavg()[0]:.2f} on {os.cpu_count()} cores"
+
+
 def import_tree(text: str):
     """Parse ``-X importtime`` output: [(module, self us, cumulative us, parent chain)]."""
     rows = []
@@ -122,6 +167,12 @@ def main(argv=None) -> int:
     ap.add_argument("--progress", choices=["off", "auto"], default="off",
                     help="the command's --progress (auto: as a user runs it, summary table "
                          "included; default off)")
+    ap.add_argument("--ratio", action="store_true",
+                    help=f"only the acceptance check: googlenet {' '.join(RATIO_ARGS[:4])} "
+                         f"against python3 -c 'import numpy', interleaved (exit 1 above "
+                         f"{RATIO_LIMIT}x)")
+    ap.add_argument("--ratio-rounds", type=int, default=7,
+                    help="runs of each command in the ratio check (default 7)")
     ap.add_argument("--imports", action="store_true", help="also analyse -X importtime")
     ap.add_argument("--top", type=int, default=25)
     ap.add_argument("--no-pyc", action="store_true",
@@ -140,6 +191,10 @@ def main(argv=None) -> int:
         timed([py, "-m", "jobs", "submit", "plan", "--help"])      # warm the .pyc cache
     print(f"byte-code cache: {PYC_PREFIX or 'as the environment says'} "
           f"(PYTHONDONTWRITEBYTECODE={os.environ.get('PYTHONDONTWRITEBYTECODE', '')!r})")
+    if args.ratio:
+        ratio = ratio_check(py, SHARED / "graphs" / "cg_googlenet.txt", work / "s.txt",
+                            args.ratio_rounds)
+        return 0 if ratio <= RATIO_LIMIT else 1
     w, c, _, _ = best([py, "-c", "pass"], args.repeat)
     print(f"floor: bare python3 {w:.3f} s wall, {c:.3f} s CPU")
     for blas in ("1", None):          # the command's default (jobs.cli), then NumPy's own
