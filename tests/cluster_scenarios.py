@@ -47,12 +47,18 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 import ray  # noqa: E402
+import psutil  # noqa: E402 - ships with ray (ray/thirdparty_files), found once ray is imported
 from ray.cluster_utils import Cluster  # noqa: E402
 from ray.util import scheduling_strategies  # noqa: E402
 
 import hgraph.master  # noqa: E402
 from jobs.cli import main as hgraph_main  # noqa: E402
-from hgraph.runtime import ray_actors  # noqa: E402
+from hgraph.runtime import ray_actors, ray_connect  # noqa: E402
+from tests.test_ray_loopback import listening  # noqa: E402
+
+# The nodes bind loopback as every Ray of the project does (``Cluster`` reads Ray's switch when
+# it adds a node, and its node processes inherit it; without it they listen on every interface).
+ray_connect.stay_on_loopback(ray)
 
 NODES = 3
 FAULT_SUPERSTEP = 3
@@ -188,7 +194,8 @@ def main(graph: str, cg: str, outdir: str) -> None:
     t0 = time.perf_counter()
     cluster = start_cluster(temp_dir)
     ray.init(address=cluster.address, log_to_driver=False, logging_level="ERROR")
-    summary = {"start_seconds": time.perf_counter() - t0, "address": cluster.address, "runs": {}}
+    summary = {"start_seconds": time.perf_counter() - t0, "address": cluster.address, "runs": {},
+               "listening": listening([me := psutil.Process(), *me.children(recursive=True)])}
     faults = Faults(cluster)
     engine = ["--tasks", str(NODES), "--address", cluster.address]
     sssp = ["sssp", "--graph", graph, "--source", "3", *engine]

@@ -8,8 +8,6 @@ test. ResNet-50's graph is the one the package ships (``jobs/data/cg_resnet50.tx
 from __future__ import annotations
 
 import os
-import shutil
-import tempfile
 from pathlib import Path
 
 import pytest
@@ -61,18 +59,17 @@ def data_path(*parts: str) -> Path:
 
 @pytest.fixture(scope="session")
 def ray_session():
-    """An embedded Ray for the whole session, with a short temp dir (Unix-socket path limit)
-    that is removed, Ray's session logs and all, when the session ends."""
+    """An embedded Ray for the whole session, started as the CLI starts one
+    (:func:`hgraph.runtime.ray_connect.start_local`: bound to loopback, a short session folder
+    removed when the session ends), never a cluster ``RAY_ADDRESS`` names.
+    ``tests/test_ray_loopback.py`` checks what it listens on."""
     import ray
 
-    temp_dir = None
+    from hgraph.runtime import ray_connect
+
     if not ray.is_initialized():
-        temp_dir = tempfile.mkdtemp(prefix="hgr", dir="/tmp")
-        ray.init(address="local", num_cpus=4, include_dashboard=False, log_to_driver=False,
-                 object_store_memory=200 * 2**20, _temp_dir=temp_dir, logging_level="ERROR")
+        ray_connect.start_local(num_cpus=4, object_store_bytes=200 * 2**20)
     try:
         yield ray
     finally:
-        ray.shutdown()
-        if temp_dir is not None:
-            shutil.rmtree(temp_dir, ignore_errors=True)
+        ray_connect.stop_local()

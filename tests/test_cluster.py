@@ -66,6 +66,18 @@ def runs(tmp_path_factory):
     return out, summary, ref
 
 
+def test_the_cluster_listens_on_loopback_only(runs):
+    """The 3-node cluster's every process (GCS, raylets, agents, workers) listens on loopback,
+    as every Ray the project starts does (tests/test_ray_loopback.py)."""
+    from tests.test_ray_loopback import _loopback
+
+    _, summary, _ = runs
+    names = {name for _, name, *_ in summary["listening"]}
+    assert {"gcs_server", "raylet"} <= names, summary["listening"]
+    exposed = [row for row in summary["listening"] if not _loopback(row[2])]
+    assert exposed == [], f"the cluster listens beyond loopback: {exposed}"
+
+
 def test_three_nodes_were_used(runs):
     """Every job's three workers ran on three different nodes: the scenario makes the runtime's
     round-robin node affinity hard (soft affinity once put all three on the head node)."""

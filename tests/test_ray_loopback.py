@@ -1,12 +1,13 @@
-"""The embedded Ray (``hgraph submit ... --runtime ray`` with no ``--address``) listens on
-loopback only (issue 25): with token auth off, a Ray port open on the network lets anyone there
-run code as this user.
+"""Every Ray the project starts listens on loopback only (issues 25, 39): with token auth off,
+a Ray port open on the network lets anyone there run code as this user.
 
-The session's Ray (``tests/conftest.py``) is started by ``ray.init``, not by
-:func:`hgraph.runtime.ray_connect.ensure_ray`, so the embedded Ray under test runs in a
-subprocess of its own: it starts through ``ensure_ray()``, runs one actor (so a worker's
-servers are up too), then reports every TCP socket in LISTEN state held by its own process tree
-(the driver, GCS, raylet with its object manager, dashboard, agents, workers).
+Two Rays are checked, both started by :func:`hgraph.runtime.ray_connect.start_local` (the one
+way to start a local Ray): the CLI's embedded Ray (``hgraph submit ... --runtime ray`` with no
+``--address``), in a subprocess that starts it through ``ensure_ray()`` as the CLI does; and
+this test session's own (``conftest.ray_session``), the Ray that runs while ``pytest`` (CI)
+runs. Each runs one actor (so a worker's servers are up too); then every TCP socket in LISTEN
+state held by its processes (the driver, GCS, raylet with its object manager, dashboard, agents,
+workers) is listed by :func:`listening`.
 """
 
 from __future__ import annotations
@@ -29,36 +30,84 @@ _EMBEDDED = """
 import json, os
 import ray, psutil              # psutil ships with ray (ray/thirdparty_files)
 from hgraph.runtime.ray_connect import ensure_ray
+from tests.test_ray_loopback import actor_pid, listening
 
 ensure_ray(num_cpus=1)
-
-@ray.remote
-class Echo:
-    def pid(self):
-        return os.getpid()
-
-actor_pid = ray.get(Echo.remote().pid.remote(), timeout=60)
+actor = actor_pid(ray)
 me = psutil.Process()
-listening = []
 tree = [me, *me.children(recursive=True)]
-for proc in tree:
-    try:
-        name = proc.name()
-        for conn in proc.net_connections(kind="tcp"):
-            if conn.status == psutil.CONN_LISTEN:
-                listening.append([proc.pid, name, conn.laddr.ip, conn.laddr.port])
-    except psutil.NoSuchProcess:      # a worker that ended meanwhile listens no more
-        pass
-print(json.dumps({"gcs": ray.get_runtime_context().gcs_address, "actor": actor_pid,
-                  "auth": os.environ.get("RAY_AUTH_MODE"), "listening": listening,
+print(json.dumps({"gcs": ray.get_runtime_context().gcs_address, "actor": actor,
+                  "auth": os.environ.get("RAY_AUTH_MODE"), "listening": listening(tree),
                   "tree": [p.pid for p in tree]}))
 """
+
+
+def actor_pid(ray) -> int:
+    """Start one actor and return its pid: a worker process with its servers up."""
+    @ray.remote(num_cpus=0)
+    class Echo:
+        def pid(self):
+            return os.getpid()
+
+    return ray.get(Echo.remote().pid.remote(), timeout=60)
+
+
+def listening(processes) -> list[list]:
+    """``[pid, name, ip, port]`` of every TCP socket in LISTEN state held by ``processes``
+    (psutil processes); one that ended meanwhile listens no more."""
+    import psutil               # ships with ray (ray/thirdparty_files)
+
+    rows = []
+    for proc in processes:
+        try:
+            name = proc.name()
+            for conn in proc.net_connections(kind="tcp"):
+                if conn.status == psutil.CONN_LISTEN:
+                    rows.append([proc.pid, name, conn.laddr.ip, conn.laddr.port])
+        except psutil.NoSuchProcess:
+            pass
+    return rows
 
 
 def _loopback(ip: str) -> bool:
     address = ipaddress.ip_address(ip.split("%")[0])
     mapped = getattr(address, "ipv4_mapped", None)
     return address.is_loopback or (mapped is not None and mapped.is_loopback)
+
+
+def _assert_loopback_only(listening_rows, gcs_address: str) -> None:
+    gcs_host, gcs_port = gcs_address.rsplit(":", 1)
+    assert int(gcs_port) in {port for *_, port in listening_rows}      # the GCS is among them
+    assert {"gcs_server", "raylet"} <= {name for _, name, *_ in listening_rows}
+    exposed = [row for row in listening_rows if not _loopback(row[2])]
+    assert exposed == [], f"Ray listens beyond loopback: {exposed}"
+    assert gcs_host == "127.0.0.1"
+
+
+def test_the_test_sessions_ray_listens_on_loopback_only(ray_session):
+    """The Ray every Ray test of this run uses (CI's included): its processes are this
+    process and those of its session folder (they name it on their command lines: GCS, raylet,
+    dashboard, monitors) with their children (agents, workers)."""
+    import psutil
+
+    folder = ray_connect.local_folder()
+    assert folder is not None, "the session's Ray was not started by ray_connect.start_local"
+    actor = actor_pid(ray_session)
+    me = psutil.Process()
+    tops = [p for p in me.children() if folder in " ".join(_cmdline(p))]
+    tree = [me, *tops, *(c for p in tops for c in p.children(recursive=True))]
+    assert actor in {p.pid for p in tree}                             # workers are walked too
+    _assert_loopback_only(listening(tree), ray_session.get_runtime_context().gcs_address)
+    assert os.environ.get("RAY_AUTH_MODE") == "disabled"
+
+
+def _cmdline(proc) -> list[str]:
+    import psutil
+
+    try:
+        return proc.cmdline()
+    except (psutil.NoSuchProcess, psutil.AccessDenied):
+        return []
 
 
 def test_embedded_ray_listens_on_loopback_only():
@@ -71,14 +120,8 @@ def test_embedded_ray_listens_on_loopback_only():
                           capture_output=True, text=True, timeout=90)
     assert proc.returncode == 0, proc.stderr[-3000:]
     report = json.loads(proc.stdout.strip().splitlines()[-1])
-    listening = report["listening"]
-    gcs_host, gcs_port = report["gcs"].rsplit(":", 1)
-    assert int(gcs_port) in {port for *_, port in listening}          # the GCS is in the tree
-    assert {"gcs_server", "raylet"} <= {name for _, name, *_ in listening}
     assert report["actor"] in report["tree"]                          # workers are walked too
-    exposed = [row for row in listening if not _loopback(row[2])]
-    assert exposed == [], f"embedded Ray listens beyond loopback: {exposed}"
-    assert gcs_host == "127.0.0.1"
+    _assert_loopback_only(report["listening"], report["gcs"])
     assert report["auth"] == "disabled"
 
 

@@ -8,7 +8,7 @@
   dashboard and its agents, the driver's and the workers' gRPC servers all listen on
   127.0.0.1, never on every interface — with auth off, a port reachable from the network
   would let anyone there run code as you (Ray's own default listens on ``*``; see
-  :func:`_stay_on_loopback`). Its session folder is a fresh short one (``RAY_TMPDIR`` or
+  :func:`stay_on_loopback`). Its session folder is a fresh short one (``RAY_TMPDIR`` or
   ``/tmp``; Unix-socket paths are limited to 107 bytes), removed when the process exits unless
   :data:`KEEP_LOGS_ENV` is set;
 * ``address="HOST:PORT"`` (a GCS address), ``"auto"`` or ``RAY_ADDRESS``: join that cluster;
@@ -37,6 +37,7 @@ telling the two kinds of address apart needs no Ray::
 from __future__ import annotations
 
 import atexit
+import contextlib
 import os
 import shutil
 import sys
@@ -97,15 +98,43 @@ def _first_line(err: BaseException) -> str:
     return text.splitlines()[0] if text else type(err).__name__
 
 
-def ensure_ray(address: str | None = None, *, num_cpus: int | None = None,
-               dashboard: bool = False, probe_timeout: float = PROBE_TIMEOUT_S) -> None:
-    """Connect this process to Ray once; later calls are no-ops (see the module docstring)."""
+def _import_ray():
+    """``ray``, imported with this project's settings in the environment (Ray reads some at
+    import, its processes inherit them): no usage statistics, and token auth off for local
+    clusters (embedded, tests) unless the environment says otherwise — a cluster with token
+    auth needs ``RAY_AUTH_MODE=token`` (and its token) in the environment."""
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-    # Local clusters (embedded, tests) run without token auth by default; a cluster
-    # with token auth needs RAY_AUTH_MODE=token (and its token) in the environment.
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
     import ray
 
+    return ray
+
+
+@contextlib.contextmanager
+def _keeping_sigterm():
+    """Keep the application's SIGTERM handler across ``ray.init``.
+
+    ``ray.init`` replaces the process's SIGTERM handler with one that exits with status 15 and
+    no word of why (measured with ``signal.getsignal`` before and after). An application that
+    handles SIGTERM itself (the CLI: one line, exit 143, Ray shut down by the exit hooks) gets
+    its handler back; a process without one (the default action) keeps Ray's, which at least
+    runs the exit hooks that stop an embedded Ray."""
+    import signal
+    import threading
+
+    main = threading.current_thread() is threading.main_thread()
+    before = signal.getsignal(signal.SIGTERM) if main else None
+    try:
+        yield
+    finally:
+        if callable(before) and signal.getsignal(signal.SIGTERM) is not before:
+            signal.signal(signal.SIGTERM, before)
+
+
+def ensure_ray(address: str | None = None, *, num_cpus: int | None = None,
+               dashboard: bool = False, probe_timeout: float = PROBE_TIMEOUT_S) -> None:
+    """Connect this process to Ray once; later calls are no-ops (see the module docstring)."""
+    ray = _import_ray()
     if ray.is_initialized():
         if address and address != "auto" and not is_dashboard_address(address):
             _check_same_cluster(ray, address)
@@ -121,9 +150,10 @@ def ensure_ray(address: str | None = None, *, num_cpus: int | None = None,
         host, port = split_host_port(address)
         probe(host, port, what="the Ray cluster", timeout=probe_timeout)
         if _loopback_only(host, port):
-            _stay_on_loopback(ray)
+            stay_on_loopback(ray)
     try:
-        ray.init(address=address, log_to_driver=False, logging_level="ERROR")
+        with _keeping_sigterm():
+            ray.init(address=address, log_to_driver=False, logging_level="ERROR")
     except (ConnectionError, ValueError, RuntimeError) as err:
         hint = ""
         if "auth" in str(err).lower() or "token" in str(err).lower():
@@ -131,7 +161,40 @@ def ensure_ray(address: str | None = None, *, num_cpus: int | None = None,
         raise HGraphError(f"cannot join the Ray cluster at {address}: {_first_line(err)}{hint}") from None
 
 
-def _start_embedded(ray, *, num_cpus: int | None, dashboard: bool) -> None:
+def start_local(*, num_cpus: int | None = None, dashboard: bool = False,
+                object_store_bytes: int = EMBEDDED_OBJECT_STORE_BYTES) -> None:
+    """Start a fresh local Ray in this process, bound to loopback — the one way the project
+    starts a single-node Ray (:func:`ensure_ray` without an address, and the test session's
+    fixture), so no caller can forget the loopback switch. Unlike :func:`ensure_ray` it never
+    joins ``RAY_ADDRESS``: a test session must not run on whatever cluster the environment
+    names. :func:`stop_local` stops it before the process exits; otherwise an exit hook does."""
+    _start_embedded(_import_ray(), num_cpus=num_cpus, dashboard=dashboard,
+                    object_store_bytes=object_store_bytes)
+
+
+def stop_local() -> None:
+    """Stop this process's Ray (the one :func:`start_local`/:func:`ensure_ray` started: its
+    session folder goes too); nothing to do when none runs."""
+    import ray
+
+    if _EMBEDDED:
+        _stop_embedded(ray, _EMBEDDED[-1])
+    elif ray.is_initialized():
+        ray.shutdown()
+
+
+#: The session folder of the embedded Ray this process runs (at most one), while it runs.
+_EMBEDDED: list[str] = []
+
+
+def local_folder() -> str | None:
+    """The folder of the loopback Ray this process started (its processes name it on their
+    command lines), or None when it runs none."""
+    return _EMBEDDED[-1] if _EMBEDDED else None
+
+
+def _start_embedded(ray, *, num_cpus: int | None, dashboard: bool,
+                    object_store_bytes: int = EMBEDDED_OBJECT_STORE_BYTES) -> None:
     """A local Ray bound to loopback, in a session folder of its own, cleaned up when this
     process exits.
 
@@ -141,24 +204,31 @@ def _start_embedded(ray, *, num_cpus: int | None, dashboard: bool) -> None:
     ``ss -ltn``; ``tests/test_ray_loopback.py``). The switch goes into the environment before
     ``ray.init``, so every Ray process started from here (raylet, agents, workers) inherits it.
     """
-    _stay_on_loopback(ray)
+    stay_on_loopback(ray)
     temp_dir = tempfile.mkdtemp(prefix="hgr", dir=os.environ.get("RAY_TMPDIR") or "/tmp")
     try:
-        ray.init(address="local", num_cpus=num_cpus or max(4, os.cpu_count() or 1),
-                 include_dashboard=dashboard, dashboard_host=LOOPBACK,
-                 _node_ip_address=LOOPBACK, log_to_driver=False, logging_level="ERROR",
-                 object_store_memory=EMBEDDED_OBJECT_STORE_BYTES, _temp_dir=temp_dir)
+        with _keeping_sigterm():
+            ray.init(address="local", num_cpus=num_cpus or max(4, os.cpu_count() or 1),
+                     include_dashboard=dashboard, dashboard_host=LOOPBACK,
+                     _node_ip_address=LOOPBACK, log_to_driver=False, logging_level="ERROR",
+                     object_store_memory=object_store_bytes, _temp_dir=temp_dir)
     except BaseException as err:
         shutil.rmtree(temp_dir, ignore_errors=True)
         if isinstance(err, (ConnectionError, ValueError, RuntimeError, OSError)):
             raise HGraphError(f"cannot start a local Ray: {_first_line(err)}") from None
         raise
+    _EMBEDDED.append(temp_dir)
     # Registered after ray.init, so it runs before Ray's own exit hook (atexit is last-in first-out).
     atexit.register(_stop_embedded, ray, temp_dir)
 
 
 def _stop_embedded(ray, temp_dir: str) -> None:
-    """Stop the embedded Ray, then remove its session folder (or say where its logs are kept)."""
+    """Stop the embedded Ray, then remove its session folder (or say where its logs are kept).
+    Runs once per Ray: at exit, or earlier from :func:`stop_local`."""
+    if temp_dir not in _EMBEDDED:
+        return
+    _EMBEDDED.remove(temp_dir)
+    atexit.unregister(_stop_embedded)
     ray.shutdown()
     if os.environ.get(KEEP_LOGS_ENV, "") not in ("", "0"):
         print(f"hgraph: Ray logs kept in {temp_dir}", file=sys.stderr)
@@ -201,7 +271,7 @@ def _loopback_only(host: str, port: int) -> bool:
     return False
 
 
-def _stay_on_loopback(ray) -> None:
+def stay_on_loopback(ray) -> None:
     """Keep this process's Ray on 127.0.0.1: an embedded Ray then listens on loopback only, and
     a loopback-bound cluster is joined as a loopback node (Ray would otherwise rewrite 127.0.0.1
     to the network address, where nothing listens, and retry for minutes). Ray reads the switch
