@@ -26,6 +26,7 @@ Example::
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
@@ -271,7 +272,7 @@ class ComputationalGraph:
             details = self.columns.details[:self.num_forward]
             ops = None
             if details and all('"in_shapes"' in d for d in details):
-                parsed = [json.loads(d) for d in details]
+                parsed = [_parse_details(d) for d in details]
                 if all("in_shapes" in d and "op" in d for d in parsed):
                     ops = tuple(d["op"] for d in parsed)
             self._ops = ops
@@ -733,3 +734,23 @@ def dumps(g: ComputationalGraph) -> str:
 def write(g: ComputationalGraph, path) -> None:
     """Write ``g`` atomically in the reference format."""
     write_text(path, dumps(g))
+
+
+def details_of(f) -> dict:
+    """A function's details as a dict (shared between calls: read, never modify it): what the
+    executor's kernels and the whole-step prediction read of every step."""
+    d = f.details
+    if isinstance(d, dict):
+        return d
+    return _parse_details(d)
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _parse_details(text: str) -> dict:
+    """The JSON of a details string, parsed once (every step of every run reads it); not JSON:
+    no details ({})."""
+    try:
+        return json.loads(text)
+    except ValueError:
+        return {}
+

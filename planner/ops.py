@@ -1380,6 +1380,20 @@ def _nb(shape, itemsize) -> int:
 UFUNC_BUFSIZE = 8192
 
 
+def implements(ops) -> bool:
+    """Whether ``ops`` (op names, or None: a graph without op arguments) are all in the op
+    table: what a graph needs to run on real kernels and to have its whole step budgeted."""
+    return ops is not None and all(op in OPS for op in set(ops))
+
+
+def with_workspace(attrs: dict, op: str, workspace: int | None) -> dict:
+    """``attrs`` with the convolution workspace cap ``workspace`` (None: the kernels' own,
+    :data:`CONV_WORKSPACE_BYTES`): the cap a whole-step plan chose."""
+    if workspace is None or op != "conv2d":
+        return attrs
+    return {**attrs, "workspace": int(workspace)}
+
+
 def _bufs(count, shape, itemsize) -> int:
     """``count`` ufunc buffers for operands of ``shape`` (smaller arrays get smaller buffers)."""
     return count * min(UFUNC_BUFSIZE, _numel(shape)) * itemsize

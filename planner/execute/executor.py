@@ -1,8 +1,9 @@
 """Run a training step under a recomputation schedule and measure its real peak.
 
 The schedule (``planner.schedule.Schedule``, reference format) is first turned into a buffer
-timeline (:func:`timeline`): every value or gradient instance the run creates becomes a buffer with
-a size and a half-open lifetime ``[start, end)`` in schedule steps.
+timeline (:func:`planner.timeline.timeline`, in the planner: the whole-step prediction reads it
+too): every value or gradient instance the run creates becomes a buffer with a size and a
+half-open lifetime ``[start, end)`` in schedule steps.
 
 * **lazy allocation** -- a buffer is allocated at the step that first writes it;
 * **the schedule's recomputations** -- a forward compute of an already computed function creates a
@@ -47,155 +48,19 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import json
 import time
 
 import numpy as np
 
 from hgraph.common.errors import HGraphError
-from planner import arena as arena_mod
+from planner.cg import details_of as _details
 from planner.execute import backend as backend_mod
 from planner.execute.allocator import TrackedAllocator
 from planner.execute.standin import run_standin
 from planner.fixed_schedules import (checkpoint_schedule, forward_order, loss_outputs,  # noqa: F401
                                      plain_schedule)
-from planner.ops import OPS
-from planner.schedule import Op
-
-
-# ---------------------------------------------------------------- the buffer timeline
-@dataclasses.dataclass
-class Step:
-    op: Op
-    reads: list            # buffer ids read (values and gradients)
-    grad_in: int | None    # gradient buffer read by a backward block; None: the loss's ones
-    writes: list           # (output position j or -1 for a forward output, buffer id, accumulate)
-    frees_before: list     # buffers replaced by a recomputation, freed before the step runs
-    frees_after: list      # buffers freed after the step (forgets, recycling)
-
-
-@dataclasses.dataclass
-class Timeline:
-    steps: list
-    var: np.ndarray        # int64 [B]: the var of each buffer
-    grad: np.ndarray       # bool [B]: True for a gradient buffer
-    nbytes: np.ndarray     # int64 [B]
-    start: np.ndarray      # int64 [B]: step that allocates it
-    end: np.ndarray        # int64 [B]: first step at which it is no longer held
-    recycle: bool
-
-    @property
-    def num_buffers(self) -> int:
-        return int(self.var.size)
-
-    def live_peak(self) -> int:
-        return arena_mod.lower_bound(self.nbytes, self.start, self.end)
-
-    def live_curve(self) -> np.ndarray:
-        """Bytes held during each schedule step (int64 [steps]), for memory-timeline plots."""
-        delta = np.zeros(len(self.steps) + 1, dtype=np.int64)
-        np.add.at(delta, self.start, self.nbytes)
-        np.add.at(delta, self.end, -self.nbytes)
-        return np.cumsum(delta)[:-1]
-
-    def arena(self, alignment: int = 64) -> arena_mod.ArenaPlan:
-        return arena_mod.plan(self.nbytes, self.start, self.end, alignment=alignment)
-
-
-def timeline(g, schedule, recycle: bool = True) -> Timeline:
-    """The buffers a run of ``schedule`` on ``g`` creates, and when each is allocated and freed."""
-    if getattr(schedule, "impossible", False):
-        raise HGraphError("the schedule is IMPOSSIBLE: nothing to execute")
-    ops = schedule.ops if hasattr(schedule, "ops") else list(schedule)
-    nf = len(g.forward)
-    is_act = g.is_activation
-    sinks = loss_outputs(g)
-    var, grad, nbytes, start, end, last = [], [], [], [], [], []
-    value_of, grad_of = {}, {}
-    steps = []
-
-    def new(v, is_grad, s):
-        var.append(v)
-        grad.append(is_grad)
-        nbytes.append(int(g.var_bytes[v]))
-        start.append(s)
-        end.append(len(ops))
-        last.append(s)
-        return len(var) - 1
-
-    def where(s):
-        return f"schedule op {s + 1} ({ops[s].line()})"
-
-    for s, op in enumerate(ops):
-        step = Step(op, [], None, [], [], [])
-        steps.append(step)
-        if op.kind == "forget":
-            table = value_of if op.which == "forward" else grad_of
-            b = table.pop(op.index, None)
-            if b is not None:
-                end[b] = s
-                step.frees_after.append(b)
-            continue
-        f = op.index
-        if 0 <= f < nf:
-            fn = g.forward[f]
-            for a, _ in fn.inputs:
-                if is_act[a]:
-                    if a not in value_of:
-                        raise HGraphError(f"{where(s)} reads var {a}, which is not live")
-                    step.reads.append(value_of[a])
-            y = fn.outputs[0]
-            old = value_of.pop(y, None)
-            if old is not None:
-                end[old] = s
-                step.frees_before.append(old)
-            b = new(y, False, s)
-            value_of[y] = b
-            step.writes.append((-1, b, False))
-        elif nf <= f < 2 * nf:
-            bw = g.functions[f]
-            for a, tag in bw.inputs:
-                if tag == "gradient":
-                    if a in sinks:
-                        continue
-                    if a not in grad_of:
-                        raise HGraphError(f"{where(s)} reads the gradient of var {a}, which is not live")
-                    step.grad_in = grad_of[a]
-                    step.reads.append(grad_of[a])
-                elif is_act[a]:
-                    if a not in value_of:
-                        raise HGraphError(f"{where(s)} reads var {a}, which is not live")
-                    step.reads.append(value_of[a])
-            for j in op.grads:
-                if not 0 <= j < len(bw.outputs):
-                    raise HGraphError(f"{where(s)}: gradient index {j} out of range")
-                v = bw.outputs[j]
-                if v in grad_of:
-                    step.writes.append((j, grad_of[v], True))
-                    step.reads.append(grad_of[v])
-                else:
-                    b = new(v, True, s)
-                    grad_of[v] = b
-                    step.writes.append((j, b, False))
-        else:
-            raise HGraphError(f"{where(s)}: no function {f} (M={2 * nf})")
-        for b in step.reads:
-            last[b] = s
-
-    var, grad, nbytes = np.array(var, np.int64), np.array(grad, bool), np.array(nbytes, np.int64)
-    start, end, last = np.array(start, np.int64), np.array(end, np.int64), np.array(last, np.int64)
-    if recycle:
-        result = grad & ~is_act[var] if var.size else np.zeros(0, bool)   # param / input gradients
-        early = ~result & (last + 1 < end)
-        for b in np.flatnonzero(early).tolist():
-            old_end = int(end[b])
-            if old_end < len(ops) and b in steps[old_end].frees_after:
-                steps[old_end].frees_after.remove(b)
-            elif old_end < len(ops) and b in steps[old_end].frees_before:
-                steps[old_end].frees_before.remove(b)
-            end[b] = last[b] + 1
-            steps[last[b]].frees_after.append(b)
-    return Timeline(steps, var, grad, nbytes, start, end, recycle)
+from planner.ops import OPS, implements, with_workspace  # noqa: F401  (the executor's API)
+from planner.timeline import Step, Timeline, timeline  # noqa: F401  (the executor's input)
 
 
 # ---------------------------------------------------------------- running it
@@ -230,29 +95,6 @@ def has_real_ops(g) -> bool:
     """Whether every forward block's details name an op this executor implements, with its
     argument shapes (:attr:`planner.cg.ComputationalGraph.ops`)."""
     return implements(g.ops)
-
-
-def implements(ops) -> bool:
-    """Whether ``ops`` (op names, or None: a graph without op arguments) are all in the op
-    table: what a graph needs to run on real kernels and to have its whole step budgeted."""
-    return ops is not None and all(op in OPS for op in set(ops))
-
-
-def _details(f) -> dict:
-    """A function's details as a dict (shared between calls: read, never modify it)."""
-    d = f.details
-    if isinstance(d, dict):
-        return d
-    return _parse_details(d)
-
-
-@functools.lru_cache(maxsize=1 << 16)
-def _parse_details(text: str) -> dict:
-    """The JSON of a details string, parsed once (every step of every run reads it)."""
-    try:
-        return json.loads(text)
-    except ValueError:
-        return {}
 
 
 def _init_array(xp, spec, shape, dtype, seed, vid):
@@ -303,14 +145,6 @@ def _leaves(g, xp, seed: int, given: dict) -> dict:
         if a not in out:
             raise HGraphError(f"leaf_values: var {a} is not a parameter/input")
     return out
-
-
-def with_workspace(attrs: dict, op: str, workspace: int | None) -> dict:
-    """``attrs`` with the convolution workspace cap ``workspace`` (None: the kernels' own,
-    :data:`planner.ops.CONV_WORKSPACE_BYTES`): the cap a whole-step plan chose."""
-    if workspace is None or op != "conv2d":
-        return attrs
-    return {**attrs, "workspace": int(workspace)}
 
 
 def run(g, schedule, *, allocator: str = "pool", backend=None, recycle: bool = True,
