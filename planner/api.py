@@ -1,6 +1,6 @@
 """The driver API: :func:`plan` a recomputation schedule for a graph under a memory budget.
 
-One pipeline (DESIGN.md, ARCHITECTURE.md "One pipeline, one graph type"): read the graph →
+One pipeline (ARCHITECTURE.md, "One pipeline, one graph type"): read the graph →
 :func:`analyse` (the activation graph, the planner's one graph type; its levels on the engine
 over ``tasks`` workers; the no-recomputation baseline) → the solver's strategy object
 (:data:`planner.solver.CLASSES`: the approximate / exact DP of :mod:`planner.dp`, whose

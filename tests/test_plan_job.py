@@ -402,7 +402,7 @@ def test_fallback_is_shown_and_the_refusal_names_the_flag(tmp_path, capsys):
 
 def test_execute_recycles_after_last_use_as_the_readme_says(tmp_path, capsys):
     """Item 10: ``--execute`` recycles after last use (on main: ``recycle: false``) and its
-    numbers are under ``report["execute"]``, as the README says."""
+    numbers are under ``report["execute"]``, as the README's docs/cli.md says."""
     rep = tmp_path / "r.json"
     assert main(_plan("--execute", "--report", rep)) == 0
     r = json.loads(rep.read_text())
@@ -414,15 +414,17 @@ def test_execute_recycles_after_last_use_as_the_readme_says(tmp_path, capsys):
     assert ex["peak_within_prediction"] == (ex["measured_peak_bytes"] <= ex["predicted_peak_bytes"])
     out = capsys.readouterr().out
     assert "recycling after last use" in out and "plan's count" in out and "tracemalloc" in out
-    readme = " ".join((ROOT / "README.md").read_text().split())
+    readme = " ".join(" ".join((ROOT / page).read_text() for page in ("README.md", "docs/cli.md"))
+                      .split())
     assert 'report["execute"]' in readme and "`recycle: true`" in readme
     assert "adds `predicted_peak_bytes`/`measured_peak_bytes` to the report" not in readme
 
 
-def _quick_start_lines():
+def _quick_start_plan():
+    """The Quick start's install-and-plan line (after the line that makes a venv)."""
     text = (ROOT / "README.md").read_text()
     block = text.split("## Quick start", 1)[1].split("```bash\n", 1)[1].split("```", 1)[0]
-    return [line for line in block.splitlines() if line.strip()]
+    return next(line for line in block.splitlines() if "hgraph submit plan" in line)
 
 
 def _words(line, tmp_path):
@@ -435,18 +437,21 @@ def _words(line, tmp_path):
     return [str(tmp_path / w) if w.startswith("out/") else w for w in words]
 
 
-def test_quick_start_plans_locally_then_shows_ray(tmp_path, capsys):
-    """Item 6: the first README command installs and plans locally (fast); the next line is the
-    same plan with ``--runtime ray`` (on main the first command started Ray)."""
-    first, ray_line = _quick_start_lines()[:2]
-    assert first.startswith("python3 -m pip install -e . && hgraph submit plan")
-    local = _words(first, tmp_path)
-    assert local[local.index("--runtime") + 1] == "local"
-    ray = _words(ray_line, tmp_path)
-    assert ray[ray.index("--runtime") + 1] == "ray"
-    for flag in ("--graph", "--tasks", "--budget"):
-        assert ray[ray.index(flag) + 1] == local[local.index(flag) + 1]
-    assert main(local) == 0
+def _on(words, runtime):
+    """``words`` with ``--runtime`` set to ``runtime``."""
+    out = list(words)
+    out[out.index("--runtime") + 1] = runtime
+    return out
+
+
+def test_quick_start_installs_and_plans_on_ray(tmp_path, capsys):
+    """The Quick start's command installs and plans on an embedded Ray (issue 38: one command
+    from a fresh machine); the same words with ``--runtime local`` plan in-process, here."""
+    line = _quick_start_plan()
+    assert line.startswith("python3 -m pip install -e . && hgraph submit plan")
+    words = _words(line, tmp_path)
+    assert words[words.index("--runtime") + 1] == "ray"
+    assert main(_on(words, "local")) == 0
     assert "peak (simulated)" in capsys.readouterr().out
     for name in ("schedule.txt", "report.json", "timeline.png"):
         assert (tmp_path / "out" / name).stat().st_size > 0
@@ -454,9 +459,9 @@ def test_quick_start_plans_locally_then_shows_ray(tmp_path, capsys):
 
 @pytest.mark.ray
 def test_quick_start_ray_line_gives_the_same_schedule(ray_session, tmp_path):
-    """Item 6: the README's Ray line makes the same schedule as its local first command."""
-    first, ray_line = _quick_start_lines()[:2]
-    local, ray = _words(first, tmp_path), _words(ray_line, tmp_path)
+    """Item 6: the README's Ray command makes the same schedule as the same plan in-process."""
+    ray = _words(_quick_start_plan(), tmp_path / "ray")
+    local = _on(_words(_quick_start_plan(), tmp_path / "local"), "local")
     assert main([*local, "--progress", "off"]) == 0 and main([*ray, "--progress", "off"]) == 0
     sch = [Path(w[w.index("--out") + 1]).read_text() for w in (local, ray)]
     assert sch[0] == sch[1] and sch[0]

@@ -1,11 +1,14 @@
-"""The README's commands, run as a new user runs them (issue 25).
+"""The README's commands and the docs' (docs/*.md), run as a new user runs them (issues 25, 38).
 
 A fresh virtual environment (no system site packages, nothing of the test extra), a copy of the
-repository's files, and then every command of the README's ``bash`` blocks in order, the first
-of which is the Quick start's ``python3 -m pip install -e . && hgraph submit plan ...``: so the
-install is only what ``pip install -e .`` brings (the base dependencies, from the machine's
-package index). The ``python`` blocks run too, as scripts, after the commands before them (the
-Python block reads the ``vgg.txt`` the row-plan lines write). Every command must exit 0.
+repository's files, and then every command of the README's ``bash`` blocks in order, then those
+of :data:`DOCS`. The README's first block makes a venv (``python3 -m venv .venv && .
+.venv/bin/activate``: it runs, in its own shell, as a check that the line works; the steps after
+it run in the test's venv, which is that line's equivalent) and then runs the Quick start's
+``python3 -m pip install -e . && hgraph submit plan ...``: so the install is only what ``pip
+install -e .`` brings (the base dependencies, from the machine's package index). The ``python``
+blocks run too, as scripts, after the commands before them (docs/python.md's reads the
+``vgg.txt`` its own first line writes). Every command must exit 0.
 
 A line that cannot run in that environment says so in the README with a trailing
 ``# needs: WHAT`` comment, and a ``python`` block whose first line is such a comment; WHAT is
@@ -42,6 +45,21 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
+#: The README's first line: a venv, as a new user makes one before installing.
+VENV_LINE = "python3 -m venv .venv && . .venv/bin/activate"
+
+
+def docs() -> list[Path]:
+    """The pages whose commands run after the README's: every docs/*.md, in name order."""
+    return sorted((ROOT / "docs").glob("*.md"))
+
+
+def all_steps() -> list[tuple[str, str, str | None]]:
+    """The README's steps, then each page of :func:`docs`'s."""
+    out = steps(README.read_text(encoding="utf-8"))
+    for page in docs():
+        out += steps(page.read_text(encoding="utf-8"))
+    return out
 #: What a ``# needs:`` marker may name.
 NEEDS = ("torch", "test", "cluster")
 _NEEDS = re.compile(r"#\s*needs:\s*(\w+)")
@@ -90,10 +108,12 @@ def steps(text: str) -> list[tuple[str, str, str | None]]:
 
 
 def test_every_readme_command_runs_or_says_what_it_needs():
-    found = steps(README.read_text(encoding="utf-8"))
+    found = all_steps()
     assert sum(kind == "sh" for kind, _, _ in found) >= 20
-    assert found[0][1].startswith("python3 -m pip install -e . &&"), found[0][1]
-    assert found[0][2] is None                   # the install itself runs
+    assert found[0][1] == VENV_LINE, found[0][1]
+    assert found[1][1].startswith("python3 -m pip install -e . &&"), found[1][1]
+    assert found[1][2] is None                   # the install itself runs
+    assert {p.name for p in docs()} >= {"cli.md", "rows.md", "torch.md", "cluster.md", "python.md"}
     for kind, cmd, need in found:
         assert need in (None, *NEEDS), (need, cmd)
         if need is None:
@@ -103,6 +123,29 @@ def test_every_readme_command_runs_or_says_what_it_needs():
     for kind, cmd, need in found:
         if need in ("torch", "test") and kind == "sh":
             assert _SIGNS[need].search(cmd.split("#")[0]) or "g.txt" in cmd, cmd
+
+
+def _anchor(heading: str) -> str:
+    """GitHub's anchor for a Markdown heading."""
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+def test_readme_is_short_and_its_links_resolve():
+    """Issue 38: a README a newcomer reads in ten minutes (at most ~150 lines, the details in
+    docs/); every relative link of the README and of docs/*.md names a file of the repository,
+    and a ``#anchor`` names a heading of that file."""
+    text = README.read_text(encoding="utf-8")
+    assert len(text.splitlines()) <= 150
+    for page in (README, *docs()):
+        for target in re.findall(r"\]\(([^)\s]+)\)", page.read_text(encoding="utf-8")):
+            if re.match(r"[a-z]+://", target):
+                continue
+            path, _, anchor = target.partition("#")
+            file = (page.parent / path).resolve() if path else page
+            assert file.exists(), f"{page.name}: {target} does not exist"
+            if anchor:
+                headings = re.findall(r"^#+ (.*)$", file.read_text(encoding="utf-8"), flags=re.M)
+                assert anchor in {_anchor(h) for h in headings}, f"{page.name}: {target}"
 
 
 def _copy_repo(dest: Path) -> None:
@@ -136,7 +179,7 @@ def run_readme(workdir: Path, python: str = sys.executable, timeout: float = 900
                PYTHONNOUSERSITE="1", RAY_AUTH_MODE=env.get("RAY_AUTH_MODE", "disabled"),
                RAY_USAGE_STATS_ENABLED="0", HGRAPH_BACKEND="numpy")
     done = []
-    for kind, cmd, need in steps(README.read_text(encoding="utf-8")):
+    for kind, cmd, need in all_steps():
         if need is not None:
             continue
         argv = ["bash", "-c", f"set -eo pipefail; {cmd}"] if kind == "sh" else ["python3", "-"]
