@@ -3,15 +3,16 @@
 from __future__ import annotations
 
 import shutil
+import warnings
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
 import numpy as np
 
-from hgraph.common.errors import HGraphError
+from hgraph.common.errors import HGraphError, Notice
 from hgraph.master import MODES, Master
 from hgraph.partition import Partition
-from hgraph.runtime import RUNTIMES, create
+from hgraph.runtime import RUNTIMES, create, task_limit
 
 
 @dataclass
@@ -53,7 +54,10 @@ def run(program, graph, tasks: int = 1, blocks: int = 1, mode: str = "hybrid",
     superstep from measured counters). ``runtime="local"`` runs the workers in this process;
     ``"ray"`` runs one Ray actor per task (:mod:`hgraph.runtime` holds the registry of names) — on the cluster at ``address`` (GCS ``HOST:PORT``) or
     ``RAY_ADDRESS``, else on an embedded local Ray. The result is the same, bit for bit, for any
-    ``tasks``, ``blocks``, ``mode`` and ``runtime``.
+    ``tasks``, ``blocks``, ``mode`` and ``runtime`` — so ``tasks`` beyond what can be used (more
+    than the graph's vertices, more Ray actors than the cluster's CPUs:
+    :func:`hgraph.runtime.task_limit`) are cut to that, with a :class:`~hgraph.common.errors.Notice`
+    warning saying so, not run (``tasks=100000`` on Ray used to start actors for minutes).
 
     ``max_supersteps`` bounds the supersteps (numbered from 0; the program's own
     ``max_supersteps`` also applies). ``checkpoint_every=K`` checkpoints every K supersteps into
@@ -86,7 +90,7 @@ def run(program, graph, tasks: int = 1, blocks: int = 1, mode: str = "hybrid",
         raise HGraphError(f"max_recoveries must be >= 0, got {max_recoveries}")
     if int(tasks) < 1 or int(blocks) < 1:
         raise HGraphError(f"tasks and blocks must be >= 1, got tasks={tasks}, blocks={blocks}")
-    partition = Partition(graph, tasks=int(tasks), blocks=int(blocks))
+    partition = _partition(graph, int(tasks), int(blocks), runtime, address)
     rt = create(runtime, program, partition, address=address, timeout=timeout)
     master = None
     try:
@@ -104,3 +108,16 @@ def run(program, graph, tasks: int = 1, blocks: int = 1, mode: str = "hybrid",
     return Result(values=values, stats=stats, aggregates=aggregates, supersteps=supersteps,
                   failures=master.failures, switches=switcher.switches if switcher else 0,
                   checkpoint_dir=None if checkpoint_dir is None else master.checkpoint_dir)
+
+
+def _partition(graph, tasks: int, blocks: int, runtime: str, address: str | None) -> Partition:
+    """The partition for ``tasks`` cut to what ``runtime`` and the graph can use (a Notice
+    names the cut and why: the result does not depend on it)."""
+    limit = task_limit(runtime, address=address)
+    partition = Partition(graph, tasks=min(tasks, limit[0]) if limit else tasks, blocks=blocks)
+    if partition.tasks < tasks:
+        why = (limit[1] if limit and partition.tasks == limit[0] else
+               f"at most one task per vertex (the graph has {graph.n:,})")
+        warnings.warn(Notice(f"running {partition.tasks:,} tasks, not the {tasks:,} asked for: "
+                             f"{why}; the results are the same for any number"), stacklevel=3)
+    return partition

@@ -15,7 +15,11 @@ job does:
     def main(args) -> int: ...         # run; return the exit code
 
 Errors a user can cause are :class:`hgraph.common.errors.HGraphError`; they print as one line and exit
-non-zero, never with a traceback.
+non-zero, never with a traceback. An interrupt (Ctrl-C, SIGINT) and a SIGTERM (``kill``, a
+scheduler's stop, ``timeout``) end a command the same way: one line on stderr, exit 130 or 143
+(128 + the signal), outputs not written (they are renamed into place only once complete), and
+the embedded Ray stopped with its session folder by the exit hooks (without the handler, Ray's
+own exits 15 and the Ray processes outlive the command).
 
 A command that only plans runs NumPy's BLAS on one thread unless ``OPENBLAS_NUM_THREADS`` says
 otherwise (as Ray's workers run OpenMP on one): hgraph's array work never reaches BLAS (its
@@ -234,6 +238,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     from hgraph.common.fileio import check_writable
 
+    restore = _sigterm_interrupts()     # from here on SIGTERM ends the command as Ctrl-C does
+    notices = _notices_as_lines()
     try:
         for flag in OUTPUT_FLAGS:       # an output that cannot be written fails before any work
             check_writable(getattr(args, flag, None), f"--{flag}")
@@ -248,8 +254,69 @@ def main(argv: list[str] | None = None) -> int:
         print(f"hgraph: error: {err}", file=sys.stderr)
         return err.exit_code
     except KeyboardInterrupt:
+        if _TERMINATED:
+            print("hgraph: terminated", file=sys.stderr)
+            return 143
         print("hgraph: interrupted", file=sys.stderr)
         return 130
+    finally:
+        notices()
+        restore()
+
+
+def _notices_as_lines():
+    """Until the returned callable restores Python's warnings, print every distinct
+    :class:`hgraph.common.errors.Notice` (a request the library adjusted, e.g. ``--tasks`` cut to
+    what the runtime can use) once, as one ``hgraph: ...`` line on stderr — a plan runs the
+    engine several times, and the same cut is one line, not one per run; other warnings are
+    shown as Python shows them."""
+    import warnings
+
+    from hgraph.common.errors import Notice
+
+    guard = warnings.catch_warnings()
+    guard.__enter__()
+    warnings.simplefilter("always", Notice)     # every one reaches ``show``; it keeps them unique
+    shown: set[str] = set()
+    python_show = warnings.showwarning
+
+    def show(message, category, filename, lineno, file=None, line=None):
+        if not issubclass(category, Notice):
+            python_show(message, category, filename, lineno, file, line)
+        elif str(message) not in shown:
+            shown.add(str(message))
+            print(f"hgraph: {message}", file=sys.stderr, flush=True)
+
+    warnings.showwarning = show
+    return lambda: guard.__exit__(None, None, None)
+
+
+#: Set by SIGTERM's handler: the KeyboardInterrupt it raised was a SIGTERM (exit 143, not 130).
+_TERMINATED: list[int] = []
+
+
+def _raise_terminated(signum, frame):
+    """SIGTERM unwinds the command as Ctrl-C does: a KeyboardInterrupt (``finally`` blocks and
+    exit hooks run), remembered as a SIGTERM for the exit code. It must be a KeyboardInterrupt:
+    a ``ray.get`` waiting in Ray's C++ turns only that into an interruption (any other exception
+    raised by a signal handler there ends in a SystemError traceback; measured)."""
+    _TERMINATED.append(signum)
+    raise KeyboardInterrupt
+
+
+def _sigterm_interrupts():
+    """Handle SIGTERM like SIGINT until the returned callable restores the previous handler
+    (module docstring). Before it is installed (parsing the command line) nothing has started
+    and SIGTERM's default action is as good. Only the main thread may set a handler: elsewhere
+    (a job run from a thread) it is left as it is."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        return lambda: None
+    _TERMINATED.clear()
+    previous = signal.signal(signal.SIGTERM, _raise_terminated)
+    return lambda: signal.signal(signal.SIGTERM, previous)
 
 
 def module_main(name: str, argv: Sequence[str] | None = None) -> int:

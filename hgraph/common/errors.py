@@ -19,6 +19,13 @@ class HGraphError(Exception):
             self.exit_code = exit_code
 
 
+class Notice(UserWarning):
+    """A request the library adjusted rather than refused (``tasks`` beyond what the runtime can
+    use, say), worth one line to a user. Raised with :func:`warnings.warn`: a library caller
+    sees an ordinary Python warning, the command line prints each distinct one once as
+    ``hgraph: <text>`` on stderr — where the engine cannot print, not knowing who runs it."""
+
+
 class InputError(HGraphError):
     """A malformed input file: the message names the file, the line and the problem."""
 

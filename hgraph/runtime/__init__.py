@@ -73,8 +73,7 @@ def register(name: str, factory: str | Callable[..., Runtime]) -> None:
     RUNTIMES[name] = factory
 
 
-def create(name: str, program, partition, **options) -> Runtime:
-    """The runtime registered as ``name``, built for ``program`` on ``partition``."""
+def _factory(name: str):
     try:
         factory = RUNTIMES[name]
     except KeyError:
@@ -82,4 +81,19 @@ def create(name: str, program, partition, **options) -> Runtime:
     if isinstance(factory, str):
         module, _, attr = factory.partition(":")
         factory = getattr(importlib.import_module(module), attr)
-    return factory(program, partition, **options)
+    return factory
+
+
+def create(name: str, program, partition, **options) -> Runtime:
+    """The runtime registered as ``name``, built for ``program`` on ``partition``."""
+    return _factory(name)(program, partition, **options)
+
+
+def task_limit(name: str, **options) -> tuple[int, str] | None:
+    """The most tasks runtime ``name`` can put to use, with the reason in words, or None for no
+    limit of its own (beyond one task per vertex, which :class:`hgraph.partition.Partition`
+    applies to every runtime). A factory declares one as ``task_limit(**options)`` — the Ray
+    runtime's is one actor per CPU of the cluster: every actor is a process of its own
+    (~80 MB), so more actors than CPUs only queue, and thousands of them never finish starting."""
+    limit = getattr(_factory(name), "task_limit", None)
+    return None if limit is None else limit(**options)

@@ -58,6 +58,16 @@ class RayRuntime:
 
     name = "ray"
 
+    @staticmethod
+    def task_limit(address: str | None = None, **_options) -> tuple[int, str]:
+        """One actor per CPU of the cluster (:func:`hgraph.runtime.task_limit`): joins the
+        cluster (or starts the embedded Ray) to count them."""
+        ensure_ray(address)
+        import ray
+
+        cpus = int(ray.cluster_resources().get("CPU", 0))
+        return max(cpus, 1), f"at most one Ray actor per CPU of the cluster ({cpus} CPUs)"
+
     def __init__(self, program, partition, address: str | None = None, timeout: float | None = 600.0):
         ensure_ray(address)
         import ray
