@@ -71,9 +71,9 @@ def rerun_with_threads(script: str, threads: int, argv):
 
 
 def prepare(tool: str, args, argv):
-    """The common start of the A/B tools (this script, bench/ops_step_ab.py): ``args.threads``
-    BLAS threads (the script rerun when the variables differ: its exit code), ``planner/ops.py``
-    at ``args.base``, the zoo model at the ``SIZE_FLAGS`` given, its executor step. Returns
+    """The common start of the A/B tools (this script; bench/ops_step_ab.py at 78975d9):
+    ``args.threads`` BLAS threads (the script rerun when the variables differ: its exit code),
+    ``planner/ops.py`` at ``args.base``, the zoo model at the ``SIZE_FLAGS`` given, its executor step. Returns
     an exit code (2 after a one-line error naming ``tool``: no such revision, an unknown model,
     sizes its shape rules refuse) or ``(base ops module, tracer, sizes, inputs, step)``."""
     code = rerun_with_threads(tool_path(tool), args.threads, argv)

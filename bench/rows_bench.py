@@ -19,7 +19,7 @@ as ratios to the plain step, and the gradients' relative error against the plain
 |diff| / max |plain| and ||diff|| / ||plain|| per parameter, worst parameter) and, in float32,
 against a float64 step of the same model (||diff|| / ||float64||: the plain row's own figure
 there is what float32 rounding gives, ReLU / max-pool branches flipped by it included:
-``bench/rows_precision.py --kinks``). The check is the norm-wise one <= 1e-4 against the
+``bench/rows_precision.py --kinks`` at 78975d9). The check is the norm-wise one <= 1e-4 against the
 plain step, or, where the plain float32 step is itself further from the float64 step, no
 further from the float64 step than twice that. Exit status 1 if a row plan's tracked peak
 exceeds its prediction or a gradient check fails (the measured peak is reported, not checked: the

@@ -967,14 +967,14 @@ def dots(xp, a, b, reduce_axes, keepdims=True):
     return out.reshape(_bias_shape(a.shape, _kept_axis(a.ndim, reduce_axes)))
 
 
-#: A per-channel operand of a norm's elementwise pass is expanded over the map (one ``(c, h,
-#: w)`` copy, ``1 / batch`` of the pass's array) when a map has fewer pixels than this: NumPy
-#: then runs the pass in inner loops of ``c*h*w`` elements instead of ``h*w`` (4-64 on a CIFAR
-#: ResNet's maps, where the loops' overhead made a broadcast pass several times slower than a
-#: plain one). Larger maps gain too: up to 4096 pixels a pass against the expanded operand ran
-#: 0.45-1.0 of the broadcast pass's time, from 8192 pixels 1.45-1.8x (NumPy 2.4, one thread;
-#: ``bench/per_channel_sweep.py``, bench/NOTES_kernels.md). The same arithmetic per element,
-#: so the same bits.
+#: A per-channel operand of a norm's elementwise pass is expanded over the map (one ``(c, h, w)``
+#: copy, ``1 / batch`` of the pass's array) when a map has fewer pixels than this: NumPy then runs
+#: the pass in inner loops of ``c*h*w`` elements instead of ``h*w`` (4-64 on a CIFAR ResNet's maps,
+#: where the loops' overhead made a broadcast pass several times slower than a plain one). Larger
+#: maps gain too: up to 4096 pixels a pass against the expanded operand ran 0.45-1.0 of the
+#: broadcast pass's time, from 8192 pixels 1.45-1.8x (NumPy 2.4, one thread;
+#: ``bench/per_channel_sweep.py`` at 78975d9, bench/NOTES_kernels.md). The same arithmetic per
+#: element, so the same bits.
 EXPAND_PIXELS = 8192
 
 

@@ -10,8 +10,8 @@ them, and the others wait on it (the chain bound's walk beside the knapsack's bl
 the pair up no more than running it after them).
 
 ``HGRAPH_THREADS=N`` sets the number of threads (``1``: every job runs inline, in the
-caller's thread — the baseline ``bench/threads_bench.py`` compares against). Jobs must not
-wait on this pool themselves (a job blocked on another job could hold the last worker).
+caller's thread — the baseline ``bench/threads_bench.py`` at 78975d9 compares against). Jobs
+must not wait on this pool themselves (a job blocked on another job could hold the last worker).
 
 Example::
 

@@ -23,15 +23,14 @@ are grouped by images into tiles whose workspace stays within the caller's cap
 V^T (A gy A^T)``, then ``dg = G^T dU G``); the input gradient of a stride-1 layer is this
 forward of the output gradient with the flipped, transposed kernel (the caller's job).
 
-Rounding: F(4x4, 3x3)'s transforms have entries up to 8 and 1/24, so in float32 a result is
-within ~1e-5 of the largest output (tests/test_winograd.py holds a 64-channel layer within
-5e-5) where the direct product is within ~5e-7; in float64 both agree with the definition to
-~1e-14. In a backward that is float32 rounding of a gradient; in a forward it moves values
-across a ReLU's zero, and a step's gradients move by percents (``bench/winograd_rounding.py``:
-the CIFAR ResNet's, 1e-5 of their largest with the backward through Winograd, 3.8e-2 with the
-forward too, as under noise of that size in float64), so the forward stays on the direct
-kernels. The result depends only on the shapes and the cap (fixed tiles, fixed orders):
-deterministic.
+Rounding: F(4x4, 3x3)'s transforms have entries up to 8 and 1/24, so in float32 a result is within
+~1e-5 of the largest output (tests/test_winograd.py holds a 64-channel layer within 5e-5) where the
+direct product is within ~5e-7; in float64 both agree with the definition to ~1e-14. In a backward
+that is float32 rounding of a gradient; in a forward it moves values across a ReLU's zero, and a
+step's gradients move by percents (``bench/winograd_rounding.py`` at 78975d9: the CIFAR ResNet's,
+1e-5 of their largest with the backward through Winograd, 3.8e-2 with the forward too, as under
+noise of that size in float64), so the forward stays on the direct kernels. The result depends only
+on the shapes and the cap (fixed tiles, fixed orders): deterministic.
 
 >>> import numpy as np
 >>> rng = np.random.default_rng(0)

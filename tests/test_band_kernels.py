@@ -354,7 +354,7 @@ def test_the_pixel_major_kernels_on_another_array_module():
 def test_pixel_major_takes_the_bands_its_thresholds_name():
     """band_kernels.pixel_major: stride 1, >= 16 channels, maps <= 32 wide, >= 1 pixel an output
     channel, weights <= PM_MAX_WEIGHT; the forward only on maps <= 8 wide or <= 16 wide from 512
-    pixels (bench/rows_pm_ab.py)."""
+    pixels (bench/rows_pm_ab.py at 78975d9)."""
     pm = bk.pixel_major
     assert pm((16, 64, 3, 6), (64, 64, 3, 3), 1, "r") and pm((16, 16, 6, 18), (16, 16, 3, 3), 1, "r")
     assert pm((2, 16, 6, 18), (16, 16, 3, 3), 1) and not pm((2, 16, 6, 18), (16, 16, 3, 3), 1, "r")

@@ -36,10 +36,10 @@ band's rows where they lie in their buffer, the map's padding written into the s
 copied through (no padded copy of the band first), the input gradient as the transposed
 convolution of the output gradient computed on the band's own rows only.
 
-:func:`conv1x1_temp_bytes` / :func:`conv_temp_bytes` / :func:`conv_pm_temp_bytes` say what
-each kernel holds beyond its inputs and the buffers it writes (:mod:`planner.execute.step_memory`
-reads them; tests/test_band_kernels.py meters them). ``bench/band_kernels_ab.py`` times the
-kernels against the whole-op kernels on bands of row plans, ``bench/rows_pm_ab.py`` the
+:func:`conv1x1_temp_bytes` / :func:`conv_temp_bytes` / :func:`conv_pm_temp_bytes` say what each
+kernel holds beyond its inputs and the buffers it writes (:mod:`planner.execute.step_memory` reads
+them; tests/test_band_kernels.py meters them). ``bench/band_kernels_ab.py`` at 78975d9 times the
+kernels against the whole-op kernels on bands of row plans, ``bench/rows_pm_ab.py`` at 78975d9 the
 pixel-major ones against what each band step of a plan took before them.
 """
 
@@ -51,12 +51,12 @@ from planner.arrays import as_strided
 from planner.ops import (PIXEL_MAJOR_MAX_WIDTH, PIXEL_MAJOR_MIN_CHANNELS, UFUNC_BUFSIZE,
                          col2im_add, merged_columns, pixel_major_slab, swap01)
 
-#: A 1x1 band convolution merges its images into one GEMM below this many output pixels per
-#: image and from :data:`MERGE_WEIGHT` weight elements: there the per-image GEMMs re-read a
-#: large weight for a few columns each. ``bench/band_kernels_ab.py`` (one thread, 2 images):
-#: merging gains up to ~45% at 4-64 pixels under 256x1024-2048x512 weights, is even at
-#: 128x512, and loses under 64x256 weights (the two copies then cost more than the second read
-#: of the weight saves) and at 128-256 pixels.
+#: A 1x1 band convolution merges its images into one GEMM below this many output pixels per image
+#: and from :data:`MERGE_WEIGHT` weight elements: there the per-image GEMMs re-read a large weight
+#: for a few columns each. ``bench/band_kernels_ab.py`` at 78975d9 (one thread, 2 images): merging
+#: gains up to ~45% at 4-64 pixels under 256x1024-2048x512 weights, is even at 128x512, and loses
+#: under 64x256 weights (the two copies then cost more than the second read of the weight saves) and
+#: at 128-256 pixels.
 MERGE_PIXELS = 128
 MERGE_WEIGHT = 1 << 18
 #: From this many elements of the matrix it adds into, :func:`gemm_into` accumulates inside
@@ -242,12 +242,12 @@ def conv_fits(x_shape, w_shape, s: int, itemsize: int) -> bool:
 
 
 #: The band backward (:func:`conv_backward`) runs where the weight is large for the band -- the
-#: whole-op kernel's weight-sized products, sums and copies then cost more than the band's
-#: product -- or the band is small (its per-call overhead): from :data:`BWD_WEIGHT` weight
-#: elements or up to :data:`BWD_PIXELS` output pixels (all images). ``bench/band_kernels_ab.py``
-#: (one thread, bands of resnet50, CIFAR resnet and VGG-16 plans; 21:33 run): 1.1-1.6x faster
-#: under 147K-2.4M-element weights, as fast at 32-128 pixels, the whole-op kernel up to 1.5x
-#: faster on bands of 512-4,096 pixels under 2K-37K-element weights.
+#: whole-op kernel's weight-sized products, sums and copies then cost more than the band's product
+#: -- or the band is small (its per-call overhead): from :data:`BWD_WEIGHT` weight elements or up to
+#: :data:`BWD_PIXELS` output pixels (all images). ``bench/band_kernels_ab.py`` at 78975d9 (one
+#: thread, bands of resnet50, CIFAR resnet and VGG-16 plans; 21:33 run): 1.1-1.6x faster under
+#: 147K-2.4M-element weights, as fast at 32-128 pixels, the whole-op kernel up to 1.5x faster on
+#: bands of 512-4,096 pixels under 2K-37K-element weights.
 BWD_WEIGHT = 1 << 16
 BWD_PIXELS = 128
 
@@ -264,8 +264,8 @@ def conv_forward(xp, x, w, s: int, out) -> None:
     band buffer): one GEMM of the ``(O, C*k*k)`` weight -- as it is stored, no reordered copy
     -- with the band's columns, one transposing copy into ``out``, in one call (the whole-op
     kernel's tiling and choices cost per call what a small band's product costs;
-    ``bench/band_kernels_ab.py``). The columns' order (channel, tap) sums each pixel's products
-    in another order than a pixel-major whole-op kernel: values within rounding of it."""
+    ``bench/band_kernels_ab.py`` at 78975d9). The columns' order (channel, tap) sums each pixel's
+    products in another order than a pixel-major whole-op kernel: values within rounding of it."""
     o, c, k, _ = w.shape
     n = x.shape[0]
     cols = _band_cols(xp, x, k, s)
@@ -320,28 +320,28 @@ def conv_temp_bytes(phase: str, x_shape, w_shape, s: int, itemsize: int, want=()
 
 
 # ------------------------------------------- pixel-major k x k band convolutions (stride 1)
-#: A stride-1 k x k band convolution on maps at most :data:`planner.ops.PIXEL_MAJOR_MAX_WIDTH`
-#: wide with at least :data:`planner.ops.PIXEL_MAJOR_MIN_CHANNELS` input channels takes
-#: pixel-major columns (:func:`conv_pm_forward`, :func:`conv_pm_backward`) from this many
-#: output pixels (all images) per output channel: the channel-major columns' copy runs one
-#: inner loop per output row of each channel and tap (``wo`` elements: 4-16 on a CIFAR ResNet's
-#: maps), the pixel-major one ``k * channels`` elements a loop; the kernels reorder the weight on
-#: each call, which a band of a few pixels under a large weight does not amortise.
-#: ``bench/rows_pm_ab.py`` (one thread, every such band step of a plan, against the kernel it
-#: took before): the backward 0.54-0.86x from 1-2 pixels an output channel up (resnet, unet,
-#: vgg16, resnet50 ``--quick``), 0.9-1.5x below one (128-channel weights on bands of 8-48 pixels).
+#: A stride-1 k x k band convolution on maps at most :data:`planner.ops.PIXEL_MAJOR_MAX_WIDTH` wide
+#: with at least :data:`planner.ops.PIXEL_MAJOR_MIN_CHANNELS` input channels takes pixel-major
+#: columns (:func:`conv_pm_forward`, :func:`conv_pm_backward`) from this many output pixels (all
+#: images) per output channel: the channel-major columns' copy runs one inner loop per output row of
+#: each channel and tap (``wo`` elements: 4-16 on a CIFAR ResNet's maps), the pixel-major one ``k *
+#: channels`` elements a loop; the kernels reorder the weight on each call, which a band of a few
+#: pixels under a large weight does not amortise. ``bench/rows_pm_ab.py`` at 78975d9 (one thread,
+#: every such band step of a plan, against the kernel it took before): the backward 0.54-0.86x from
+#: 1-2 pixels an output channel up (resnet, unet, vgg16, resnet50 ``--quick``), 0.9-1.5x below one
+#: (128-channel weights on bands of 8-48 pixels).
 PM_PIXELS_PER_OUT = 1
-#: ... and under weights of at most this many elements: the weight-sized passes (the
-#: reordered and flipped weights, the weight gradient reordered into its buffer where the
-#: channel-major kernel adds it inside BLAS) outgrow the band's products. ``bench/rows_pm_ab.py``
-#: at 128x128, batch 2, width 64: the backward 0.80-0.91x under 64x64x3x3 weights, 0.99-1.06x
-#: under 128x128x3x3 (147K elements), 1.09-1.20x under 256x128x3x3-256x256x3x3 at 2-3 pixels an
-#: output channel; the U-Net's ``--quick`` 0.81-0.85x under 64x128x3x3 (74K).
+#: ... and under weights of at most this many elements: the weight-sized passes (the reordered and
+#: flipped weights, the weight gradient reordered into its buffer where the channel-major kernel
+#: adds it inside BLAS) outgrow the band's products. ``bench/rows_pm_ab.py`` at 78975d9 at 128x128,
+#: batch 2, width 64: the backward 0.80-0.91x under 64x64x3x3 weights, 0.99-1.06x under 128x128x3x3
+#: (147K elements), 1.09-1.20x under 256x128x3x3-256x256x3x3 at 2-3 pixels an output channel; the
+#: U-Net's ``--quick`` 0.81-0.85x under 64x128x3x3 (74K).
 PM_MAX_WEIGHT = 1 << 17
 #: The forward's own gain is the shorter copy alone (the backward also drops the padded input
 #: gradient and its crop): it takes the pixel-major kernel on maps up to
 #: :data:`PM_FORWARD_NARROW` wide, or up to :data:`PM_FORWARD_WIDE` from
-#: :data:`PM_FORWARD_PIXELS` output pixels. ``bench/rows_pm_ab.py``: the CIFAR ResNet's
+#: :data:`PM_FORWARD_PIXELS` output pixels. ``bench/rows_pm_ab.py`` at 78975d9: the CIFAR ResNet's
 #: (16 images) 0.55-0.71x on 4-8 wide maps, 0.82-0.90x on 16 wide bands of 768-1,536 pixels;
 #: resnet50's (2 images) 0.93x on 8 wide maps, 1.08x on 16 wide bands of 128 pixels; the U-Net's
 #: 1.04-1.21x on 16 wide bands of 48-96 pixels, 0.82-1.11x on 32 wide ones.
