@@ -53,7 +53,7 @@ from planner.fixed_schedules import replay_baseline
 from planner.schedule import Schedule
 from planner.solver import NAMES, ModelStats, Solver, make_solver
 
-__all__ = ["Plan", "plan", "SOLVERS", "STRATEGIES", "UNITS",
+__all__ = ["Plan", "plan", "Planning", "SOLVERS", "STRATEGIES", "UNITS",
            "lower_bound_bytes", "BASELINE_SCHEDULE_LIMIT"]
 
 #: The solvers ``--solver`` names (:data:`planner.solver.NAMES`).
@@ -398,59 +398,115 @@ def plan(graph_or_path, budget="100%", solver: str = "approx", strategy: str = "
     ``accounting``: ``"auto"`` budgets the whole step of a graph with op arguments
     (:mod:`planner.execute.step_memory`) and the activations of any other; ``"activations"``.
     """
-    args = dict(locals())
-    t0 = time.perf_counter()
-    _check_choice("solver", solver, SOLVERS)
-    _check_choice("strategy", strategy, STRATEGIES)
-    _check_choice("units", units, UNITS)
-    from planner import certificate as cert_mod
+    return Planning(**dict(locals())).at(budget)
 
-    _check_choice("certify mode", certify, cert_mod.MODES)
-    for name, value in (("milp_time_limit", milp_time_limit),
-                        ("certify_time_limit", certify_time_limit)):
-        if value is not None and not value > 0:
-            raise HGraphError(f"{name} must be > 0 seconds, got {value}")
-    if solver == "milp" and strategy != "time":
-        raise HGraphError("the milp solver minimises recomputation (time-centric); "
-                          "--strategy memory does not apply to it")
-    if milp_stages is not None and milp_stages < 1:
-        raise HGraphError(f"milp_stages must be >= 1, got {milp_stages}")
-    stages = current_progress()
-    with stages.stage("reading the graph"):
-        g = _load(graph_or_path)
-    if g.num_forward == 0:
-        raise HGraphError(f"{g.path or 'graph'}: no forward functions to plan")
-    _check_choice("accounting", accounting, ("auto", "activations"))
-    # a graph without op arguments (the reference's dumps: g.ops is None) never loads the
-    # executor or the kernels: whole-step accounting is for graphs the op table can run
-    if accounting == "auto" and units == "bytes" and g.ops is not None:
-        from planner.execute import executor, step_memory
 
-        if executor.implements(g.ops):   # the budget holds the whole step: a plan of plans
-            return step_memory.plan(lambda **kw: plan(**{**args, "graph_or_path": g,
-                                                         "accounting": "activations", **kw}), g, args)
-    opts = EngineOptions(tasks=int(tasks), blocks=int(blocks), mode=mode, runtime=runtime,
-                         address=address, checkpoint_every=checkpoint_every,
-                         inject_failure=inject_failure)
-    a = analyse(g, opts)                                            # analyse
-    b = budget if isinstance(budget, Budget) else Budget.parse(budget)
-    budget_bytes = b.resolve(a.baseline_peak)
-    s = make_solver(g, solver, strategy, units, opts, max_lower_sets, fallback,
-                        dp_window=dp_window, dp_front_cap=dp_front_cap, level=a.level, ag=a.ir,
-                        milp_time_limit=milp_time_limit, milp_stages=milp_stages)
-    s.engine_supersteps += a.supersteps
-    groups, model, schedule, sim = fit(a, s, budget_bytes, check)   # family, solve, emit, verify
-    cert = None
-    if certify != "off":
-        with stages.stage("certificate (lower bound)"):
-            cert = cert_mod.certify(a.ir, budget_bytes, units, model, certify,
-                                    **({} if certify_time_limit is None
-                                       else {"time_limit": certify_time_limit}))
-    return Plan.from_replay(
-        g, a.ir, schedule, groups, sim, solver=solver, strategy=strategy, units=units, budget=b,
-        budget_bytes=budget_bytes, baseline_peak=a.baseline_peak, baseline_kind=a.baseline_kind,
-        lower_bound=lower_bound_bytes(g), model=model, depth=a.depth,
-        engine=dict(tasks=opts.tasks, blocks=opts.blocks, mode=opts.mode, runtime=opts.runtime,
-                    supersteps=s.engine_supersteps),
-        seconds=time.perf_counter() - t0, baseline_timeline=a.baseline_timeline,
-        certificate=cert)
+class Planning:
+    """One graph and one solver, planned at as many budgets as asked (:meth:`at`), with
+    :func:`plan`'s keywords (``budget`` aside: each :meth:`at` names its own).
+
+    Why: a front of plans (the PyTorch bridge's, :func:`planner.torch.front.front`) asks one
+    graph and one solver for a dozen budgets; a session analyses the graph once (levels on the
+    engine, the baseline replay) and builds the solver's family once (the exact DP's lower sets,
+    per scaling ratio), where a :func:`plan` per budget did both every time. Each plan is the
+    one :func:`plan` returns at that budget: the solver and its family are deterministic, and
+    what a solver keeps across budgets (families, known optima) only bounds searches that keep
+    the unpruned DP's plan (:mod:`planner.dp.solve`).
+    """
+
+    def __init__(self, graph_or_path, budget=None, solver: str = "approx",
+                 strategy: str = "time", units: str = "bytes", tasks: int = 1,
+                 blocks: int = 1, mode: str = "hybrid", runtime: str = "local",
+                 address: str | None = None, max_lower_sets: int = DEFAULT_MAX_LOWER_SETS,
+                 fallback: bool = False, check: bool = True,
+                 checkpoint_every: int | None = None, inject_failure: int | None = None,
+                 dp_window: int | None = None, dp_front_cap: int | None = None,
+                 certify: str = "on", certify_time_limit: float | None = None,
+                 milp_time_limit: float | None = None, milp_stages: int | None = None,
+                 accounting: str = "auto"):
+        self.args = dict(locals())
+        del self.args["self"]
+        self.t0 = time.perf_counter()
+        _check_choice("solver", solver, SOLVERS)
+        _check_choice("strategy", strategy, STRATEGIES)
+        _check_choice("units", units, UNITS)
+        from planner import certificate as cert_mod
+
+        _check_choice("certify mode", certify, cert_mod.MODES)
+        for name, value in (("milp_time_limit", milp_time_limit),
+                            ("certify_time_limit", certify_time_limit)):
+            if value is not None and not value > 0:
+                raise HGraphError(f"{name} must be > 0 seconds, got {value}")
+        if solver == "milp" and strategy != "time":
+            raise HGraphError("the milp solver minimises recomputation (time-centric); "
+                              "--strategy memory does not apply to it")
+        if milp_stages is not None and milp_stages < 1:
+            raise HGraphError(f"milp_stages must be >= 1, got {milp_stages}")
+        stages = current_progress()
+        with stages.stage("reading the graph"):
+            g = self.g = _load(graph_or_path)
+        if g.num_forward == 0:
+            raise HGraphError(f"{g.path or 'graph'}: no forward functions to plan")
+        _check_choice("accounting", accounting, ("auto", "activations"))
+        self.step_memory = None
+        # a graph without op arguments (the reference's dumps: g.ops is None) never loads the
+        # executor or the kernels: whole-step accounting is for graphs the op table can run
+        if accounting == "auto" and units == "bytes" and g.ops is not None:
+            from planner.execute import executor, step_memory
+
+            if executor.implements(g.ops):   # the budget holds the whole step: plans of plans
+                self.step_memory = step_memory
+                return
+        self.opts = opts = EngineOptions(tasks=int(tasks), blocks=int(blocks), mode=mode,
+                                         runtime=runtime, address=address,
+                                         checkpoint_every=checkpoint_every,
+                                         inject_failure=inject_failure)
+        self.a = a = analyse(g, opts)                               # analyse
+        self.s = make_solver(g, solver, strategy, units, opts, max_lower_sets, fallback,
+                             dp_window=dp_window, dp_front_cap=dp_front_cap, level=a.level,
+                             ag=a.ir, milp_time_limit=milp_time_limit,
+                             milp_stages=milp_stages)
+        self.s.engine_supersteps += a.supersteps
+
+    def at(self, budget, keep_errors: bool = False):
+        """The :class:`Plan` at ``budget`` (what :func:`plan` returns); a budget no plan fits
+        raises its :class:`~hgraph.common.errors.InfeasibleError`, or with ``keep_errors``
+        returns it."""
+        from hgraph.common.errors import InfeasibleError
+        from planner import certificate as cert_mod
+
+        try:
+            return self._at(budget, cert_mod)
+        except InfeasibleError as err:
+            if not keep_errors:
+                raise
+            return err
+
+    def _at(self, budget, cert_mod):
+        args, g = self.args, self.g
+        if self.step_memory is not None:
+            one = {**args, "budget": budget}
+            return self.step_memory.plan(lambda **kw: plan(**{**one, "graph_or_path": g,
+                                                              "accounting": "activations",
+                                                              **kw}), g, one)
+        a, s, opts = self.a, self.s, self.opts
+        solver, strategy, units = args["solver"], args["strategy"], args["units"]
+        certify, certify_time_limit = args["certify"], args["certify_time_limit"]
+        b = budget if isinstance(budget, Budget) else Budget.parse(budget)
+        budget_bytes = b.resolve(a.baseline_peak)
+        groups, model, schedule, sim = fit(a, s, budget_bytes, args["check"])  # solve, emit, verify
+        cert = None
+        if certify != "off":
+            with current_progress().stage("certificate (lower bound)"):
+                cert = cert_mod.certify(a.ir, budget_bytes, units, model, certify,
+                                        **({} if certify_time_limit is None
+                                           else {"time_limit": certify_time_limit}))
+        t0, self.t0 = self.t0, time.perf_counter()
+        return Plan.from_replay(
+            g, a.ir, schedule, groups, sim, solver=solver, strategy=strategy, units=units,
+            budget=b, budget_bytes=budget_bytes, baseline_peak=a.baseline_peak,
+            baseline_kind=a.baseline_kind, lower_bound=lower_bound_bytes(g), model=model,
+            depth=a.depth,
+            engine=dict(tasks=opts.tasks, blocks=opts.blocks, mode=opts.mode,
+                        runtime=opts.runtime, supersteps=s.engine_supersteps),
+            seconds=self.t0 - t0, baseline_timeline=a.baseline_timeline, certificate=cert)

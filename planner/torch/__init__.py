@@ -100,10 +100,13 @@ def plan_for_step(tg, budget="100%", **plan_kwargs):
     ``plan_kwargs`` go to :func:`planner.torch.front.front` as they are (its ``solvers``,
     ``points``, ``exact_max_lower_sets``, ``seeds``, and :func:`planner.plan`'s keywords but
     ``solver``, with ``certify`` "off" unless said): which keywords a front takes is the front's
-    to say, so they are not repeated here."""
+    to say, so they are not repeated here. A budget that covers the keep-everything step
+    plans that step alone; any other computes the front once and keeps it on ``tg``, so the
+    next budget on the same graph is picked from it at no planning cost
+    (:func:`planner.torch.front.for_budget`)."""
     from planner.torch import front
 
-    return front.pick(front.front(tg, **plan_kwargs), budget).plan
+    return front.pick(front.for_budget(tg, budget, **plan_kwargs), budget).plan
 
 
 def apply(model, the_plan, *inputs, loss=None):

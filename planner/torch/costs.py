@@ -86,11 +86,24 @@ def op_flops(target, args, kwargs, out) -> int:
     return max(floor, flops)
 
 
+#: ``node.meta`` key of a node's FLOPs (:func:`node_flops`).
+FLOPS_META = "hgraph_flops"
+
+
 def node_flops(node) -> int:
-    """FLOPs of one call_function node (at least its output element count)."""
-    args = _as(_meta, node.args)
-    kwargs = {k: _as(_meta, v) for k, v in node.kwargs.items()}
-    return op_flops(node.target, args, kwargs, node.meta.get("val"))
+    """FLOPs of one call_function node (at least its output element count).
+
+    Kept in ``node.meta`` once counted: the importer costs every forward op and each priced
+    candidate its recomputed ones (:func:`planner.torch.measure.recompute_flops`), the same
+    joint nodes again and again, and a count runs the op under a ``FlopCounterMode`` on meta
+    tensors (about a millisecond)."""
+    flops = node.meta.get(FLOPS_META)
+    if flops is None:
+        args = _as(_meta, node.args)
+        kwargs = {k: _as(_meta, v) for k, v in node.kwargs.items()}
+        flops = node.meta[FLOPS_META] = op_flops(node.target, args, kwargs,
+                                                 node.meta.get("val"))
+    return flops
 
 
 def node_nanoseconds(node, repeats: int = 3) -> int:

@@ -14,7 +14,7 @@ replayed peak fits: :func:`front` builds the Pareto front, :func:`choose` picks 
     >>> torch.manual_seed(0) and None
     >>> model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.Tanh(),
     ...                             torch.nn.Linear(32, 32), torch.nn.Tanh(), torch.nn.Linear(32, 1))
-    >>> tg = pt.graph(model, torch.randn(8, 16))
+    >>> tg = pt.graph(model, torch.randn(8, 16), loss=lambda out: out.mean())
     >>> fr = front(tg)                              # step peak ascending, recompute descending
     >>> [a.step_peak < b.step_peak and a.recompute_flops > b.recompute_flops
     ...  for a, b in zip(fr, fr[1:])] == [True] * (len(fr) - 1)
@@ -37,7 +37,7 @@ from hgraph.common.progress import current as current_progress
 from planner.torch import measure
 from planner.torch.partition import keep_names, partition
 
-__all__ = ["Candidate", "front", "keep_all", "keeps_everything", "choose", "measured_candidate",
+__all__ = ["Candidate", "front", "for_budget", "covers", "keep_all", "keeps_everything", "choose", "measured_candidate",
            "seeded_candidate", "split", "union", "resolve_step_budget",
            "pick", "POINTS", "SOLVERS", "EXACT_MAX_LOWER_SETS", "LOWEST"]
 
@@ -77,16 +77,6 @@ def split(c: Candidate, num_fwd_outputs: int, joint=None):
     return partition(c.joint if joint is None else joint, num_fwd_outputs, c.keep, plan=plan)
 
 
-def _smallest_budget(g, solver: str, **plan_kwargs) -> int:
-    from hgraph.common.errors import InfeasibleError
-    import planner
-
-    try:
-        return int(planner.plan(g, budget=1, solver=solver, **plan_kwargs).peak_bytes)
-    except InfeasibleError as err:
-        return int(err.min_budget_bytes)
-
-
 def measured_candidate(tg, the_plan) -> Candidate:
     """The plan partitioned on ``tg.joint``: its kept names, replayed peak, recomputed FLOPs."""
     keep = frozenset(keep_names(the_plan.graph, the_plan.schedule))
@@ -104,7 +94,16 @@ def seeded_candidate(tg, keep, label: str) -> Candidate:
 
 
 def _measured(c: Candidate, num_fwd_outputs: int) -> Candidate:
-    fw, bw = split(c, num_fwd_outputs)
+    """``c`` with its partition's replayed step peak and recomputed FLOPs.
+
+    The partition is built as lazy graph modules (``_use_lazy_graph_module``): pricing reads
+    the graphs only, so the Python code fx would generate and compile for each module (about a
+    third of a partition of a 2,000-node joint graph) is never made; the candidate picked is
+    split again, for real, by whoever runs it (:func:`split`)."""
+    from torch.fx._lazy_graph_module import _use_lazy_graph_module
+
+    with _use_lazy_graph_module(True):
+        fw, bw = split(c, num_fwd_outputs)
     return dataclasses.replace(c, step_peak=measure.predict_step_peak(fw, bw),
                                recompute_flops=measure.recompute_flops(c.joint, bw))
 
@@ -120,34 +119,97 @@ def front(tg, solvers=SOLVERS, points: int = POINTS,
     of partitions chosen elsewhere (:func:`planner.torch.seeds.min_cut_keeps`), offered beside
     the plans (:func:`union` says how the two meet). Deterministic: the same budgets, solvers,
     seeds and graph give the same front.
+
+    Computed once per graph and arguments: the front is kept on ``tg`` (``tg.fronts``), so
+    every later budget is a point picked from it at no cost (each call gets its own copies of
+    the plans, whose reports :func:`pick` writes to). Per solver, the graph is analysed and
+    the solver's family built once for all its budgets (:func:`planner.api.plans`), and a kept
+    set met before is not partitioned again.
     """
-    import planner
+    key = _front_key(solvers, points, exact_max_lower_sets, seeds, plan_kwargs)
+    cache = getattr(tg, "fronts", None)
+    if cache is not None and key is not None and key in cache:
+        return _copies(cache[key])
+    fr = _front(tg, solvers, points, exact_max_lower_sets, seeds, plan_kwargs)
+    if cache is not None and key is not None:
+        cache[key] = fr
+        return _copies(fr)
+    return fr
+
+
+def _front_key(solvers, points, exact_max_lower_sets, seeds, plan_kwargs):
+    """What a front depends on besides the graph, hashable (None: an argument that is not)."""
+    try:
+        key = (tuple(solvers), int(points), int(exact_max_lower_sets),
+               tuple(sorted((str(k), frozenset(v)) for k, v in (seeds or {}).items())),
+               tuple(sorted(plan_kwargs.items())))
+        hash(key)
+    except TypeError:
+        return None
+    return key
+
+
+def _copies(fr: list) -> list:
+    """The candidates of ``fr`` with plans of their own (a shallow copy and a fresh report)."""
+    import copy
+
+    out = []
+    for c in fr:
+        p = copy.copy(c.plan)
+        p.report = dict(c.plan.report)
+        out.append(dataclasses.replace(c, plan=p))
+    return out
+
+
+def _front(tg, solvers, points, exact_max_lower_sets, seeds, plan_kwargs) -> list:
+    from hgraph.common.errors import InfeasibleError
+    from planner.api import Planning
     from planner.lower_sets import TooManyLowerSets
 
     # the front plans at many budgets and keeps few plans: no lower bound for each
     plan_kwargs = {"certify": "off", **plan_kwargs}
     g = tg.cg
     stages = current_progress()
-    top = int(planner.plan(g, budget="100%", **plan_kwargs).peak_bytes)
+    sessions = []               # (keywords, Planning): one per solver and its options
+
+    def session(kwargs):
+        for kw, s in sessions:
+            if kw == kwargs:
+                return s
+        sessions.append((kwargs, Planning(g, **kwargs)))
+        return sessions[-1][1]
+
+    with stages.stage("step front: the keep-everything plan"):
+        top = int(session(dict(plan_kwargs, solver="approx")).at("100%").peak_bytes)
     seen, found = set(), []
     for solver in solvers:
-        kwargs = dict(plan_kwargs)
+        kwargs = dict(plan_kwargs, solver=solver)
         if solver == "exact":
             kwargs["max_lower_sets"] = min(exact_max_lower_sets,
                                            kwargs.get("max_lower_sets", exact_max_lower_sets))
         with stages.stage(f"step front: {solver} plans"):
             try:
-                lo = _smallest_budget(g, solver, **kwargs)
+                planning = session(kwargs)
+                # budget 1 fits no plan but a trivial graph's: the smallest budget that fits
+                first = planning.at(1, keep_errors=True)
+                lo = (int(first.min_budget_bytes) if isinstance(first, InfeasibleError)
+                      else int(first.peak_bytes))
+                budgets = np.unique(np.linspace(min(lo, top), top, points).astype(np.int64))
+                got = []
+                for k, b in enumerate(budgets):
+                    stages.position(k, len(budgets))
+                    got.append(planning.at(int(b)))
             except TooManyLowerSets:
                 continue
-            budgets = np.unique(np.linspace(min(lo, top), top, points).astype(np.int64))
-            for k, b in enumerate(budgets):
-                stages.position(k, len(budgets))
-                p = planner.plan(g, budget=int(b), solver=solver, **kwargs)
-                keep = frozenset(keep_names(g, p.schedule))
-                if keep in seen:
-                    continue
+        fresh = []
+        for p in got:
+            keep = frozenset(keep_names(g, p.schedule))
+            if keep not in seen:
                 seen.add(keep)
+                fresh.append(p)
+        with stages.stage(f"step front: pricing {len(fresh)} {solver} plans"):
+            for k, p in enumerate(fresh):
+                stages.position(k, len(fresh))
                 found.append(measured_candidate(tg, p))
     with stages.stage("step front: min-cut partitions"):
         seeded = [seeded_candidate(tg, keep, label) for label, keep in (seeds or {}).items()
@@ -163,6 +225,42 @@ def keep_all(tg, **plan_kwargs) -> list:
 
     plan_kwargs = {"certify": "off", **plan_kwargs}
     return [measured_candidate(tg, planner.plan(tg.cg, budget="100%", **plan_kwargs))]
+
+
+#: :func:`front`'s own keywords (the others are the planner's).
+FRONT_KEYWORDS = ("solvers", "points", "exact_max_lower_sets", "seeds")
+
+
+def for_budget(tg, budget, **kwargs) -> list:
+    """The candidates :func:`pick` needs at ``budget``: the keep-everything point alone
+    (:func:`keep_all`: one plan, one partition) when the budget covers its step peak
+    (:func:`covers`), else the whole front (:func:`front`, computed once per graph).
+
+    Why the keep-everything point is then the whole front's pick: a plan keeps a subset of
+    what the keep-everything plan keeps, so its partition recomputes a superset, and every
+    recomputed op costs at least its output's element count
+    (:func:`planner.torch.costs.op_flops`): no candidate recomputes fewer FLOPs, and one
+    recomputing as many recomputes the same ops. Only where the front's first solver is the
+    one :func:`keep_all` plans with (the approximate DP: :func:`union` keeps the first of equal
+    points) and no seeds join (a min-cut partition is never dropped from a front).
+    ``kwargs``: :func:`front`'s.
+    """
+    solvers = kwargs.get("solvers", SOLVERS)
+    if (not kwargs.get("seeds") and tuple(solvers)[:1] == ("approx",)
+            and not (isinstance(budget, str) and budget.strip().lower() == LOWEST)):
+        with current_progress().stage("step front: the keep-everything plan"):
+            fr = keep_all(tg, **{k: v for k, v in kwargs.items() if k not in FRONT_KEYWORDS})
+        if covers(fr, budget):
+            return fr
+    return front(tg, **kwargs)
+
+
+def covers(fr: list, budget) -> bool:
+    """Whether ``budget`` (resolved on ``fr``, :func:`resolve_step_budget`) is at least the
+    step peak of every keep-everything plan on ``fr`` (:func:`keeps_everything`): then one of
+    them is the pick (:func:`for_budget` says why)."""
+    peaks = [c.step_peak for c in fr if keeps_everything(c)]
+    return bool(peaks) and resolve_step_budget(fr, budget) >= max(peaks)
 
 
 def union(fronts: list) -> list:

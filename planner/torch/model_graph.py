@@ -58,6 +58,9 @@ class TorchGraph:
     decompose: bool
     source: str | None = None
     info: dict = field(default_factory=dict)
+    #: Plan fronts of this graph by their arguments (:func:`planner.torch.front.front`):
+    #: computed once, every later budget is picked from them.
+    fronts: dict = field(default_factory=dict, repr=False, compare=False)
 
 
 def is_view(node) -> bool:
