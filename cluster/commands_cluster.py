@@ -149,28 +149,35 @@ def main(args) -> int:
         state = up(state_dir, nodes=args.nodes, cpus_per_node=args.cpus_per_node, port=args.port,
                    dashboard_port=None if args.no_dashboard else args.dashboard_port,
                    listen=args.listen)
-        print(f"Ray cluster up: {len(state['processes'])} nodes, listening on {state['listen']}"
-              f" (token auth: {state['auth_mode']})")
-        print(f"  join (engine):   --address {state['gcs_address']}")
-        if state.get("jobs_address"):
-            print(f"  Ray Jobs:        --address {state['jobs_address']}")
-        print(f"  stop:            hgraph cluster down{_state_flag(args)}")
+        _result(f"Ray cluster up: {len(state['processes'])} nodes, listening on {state['listen']}"
+                f" (token auth: {state['auth_mode']})",
+                f"  join (engine):   --address {state['gcs_address']}",
+                *([f"  Ray Jobs:        --address {state['jobs_address']}"]
+                  if state.get("jobs_address") else []),
+                f"  stop:            hgraph cluster down{_state_flag(args)}")
         return 0
     if args.action == "down":
         stopped = down(state_dir, keep_logs=args.keep_logs)
-        print(f"Ray cluster down: stopped {stopped} process group(s)" if stopped is not None
-              else "no cluster recorded")
-        if stopped is not None and args.keep_logs:
-            print(f"  logs kept in {state_dir} (node-*.log, Ray's in r/)")
+        _result(f"Ray cluster down: stopped {stopped} process group(s)" if stopped is not None
+                else "no cluster recorded",
+                *([f"  logs kept in {state_dir} (node-*.log, Ray's in r/)"]
+                  if stopped is not None and args.keep_logs else []))
         return 0
     state = read_state(state_dir)
     if state is None:
-        print("no cluster recorded")
+        _result("no cluster recorded")
         return 1
     alive = sum(_alive(p["pid"]) and _identify(p)[0] for p in state["processes"])
-    print(f"{alive}/{len(state['processes'])} node processes alive; GCS {state['gcs_address']}"
-          + (f"; Ray Jobs {state['jobs_address']}" if state.get("jobs_address") else ""))
+    _result(f"{alive}/{len(state['processes'])} node processes alive; GCS {state['gcs_address']}"
+            + (f"; Ray Jobs {state['jobs_address']}" if state.get("jobs_address") else ""))
     return 0
+
+
+def _result(*lines: str) -> None:
+    """Lines on stdout, by the one writer (a full disk or a closed pipe: one line, exit 2)."""
+    from hgraph.common.fileio import write_stream
+
+    write_stream(sys.stdout, "".join(line + "\n" for line in lines))
 
 
 def _state_flag(args) -> str:
@@ -198,18 +205,11 @@ def read_state(state_dir: Path) -> dict | None:
 
 
 def _write_state(state_dir: Path, state: dict) -> None:
-    """Atomically (a 0600 temporary file renamed over it): a link at the path is replaced, not
-    followed."""
-    import tempfile
+    """Atomically, by the one writer (a 0600 temporary file renamed over it: a link at the path
+    is replaced, not followed; a full disk is one line naming the file)."""
+    from hgraph.common.fileio import write_text
 
-    fd, tmp = tempfile.mkstemp(prefix=".cluster.", suffix=".tmp", dir=state_dir)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(json.dumps(state, indent=1))
-        os.replace(tmp, state_path(state_dir))
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    write_text(state_path(state_dir), json.dumps(state, indent=1), private=True)
 
 
 def _open_log(path: Path) -> int:

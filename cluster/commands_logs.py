@@ -38,6 +38,7 @@ def add_arguments(parser) -> None:
 def main(args) -> int:
     from cluster import jobs_api, ship_outputs
     from hgraph.common.errors import HGraphError
+    from hgraph.common.fileio import write_stream
 
     client = jobs_api.connect(args.address)
     if args.follow:
@@ -45,8 +46,7 @@ def main(args) -> int:
                                to=args.to)
     info = jobs_api.job_info(client, args.job_id)
     log = ship_outputs.strip(jobs_api.job_logs(client, args.job_id))
-    sys.stdout.write(jobs_api.job_output(log))
-    sys.stdout.flush()
+    write_stream(sys.stdout, jobs_api.job_output(log))
     if args.fetch:
         status = str(getattr(info.status, "value", info.status))
         if status != "SUCCEEDED":

@@ -10,6 +10,7 @@ Command: ``hgraph status raysubmit_8Wb3... --address http://127.0.0.1:8265`` (do
 
 from __future__ import annotations
 
+import sys
 import time
 
 NAME = "status"
@@ -24,6 +25,7 @@ def add_arguments(parser) -> None:
 
 def main(args) -> int:
     from cluster import jobs_api
+    from hgraph.common.fileio import write_stream
 
     client = jobs_api.connect(args.address)
     info = jobs_api.job_info(client, args.job_id)
@@ -33,5 +35,5 @@ def main(args) -> int:
     ended = (info.end_time or 0) / 1000.0 or time.time()
     took = f"{ended - started:.1f}s" if started else "-"
     message = " ".join((info.message or "").split())
-    print(f"{args.job_id}\t{status}\t{name}\t{took}\t{message}")
+    write_stream(sys.stdout, f"{args.job_id}\t{status}\t{name}\t{took}\t{message}\n")
     return 0

@@ -46,7 +46,7 @@ from pathlib import Path
 
 from cluster import ship_outputs
 from hgraph.common.errors import HGraphError
-from hgraph.common.fileio import check_writable, write_bytes
+from hgraph.common.fileio import check_writable, write_bytes, write_stream
 from hgraph.runtime.ray_connect import is_dashboard_address, probe, split_host_port
 
 #: Packages a job needs on the cluster.
@@ -263,7 +263,7 @@ def submit(args: argparse.Namespace, argv: list[str]) -> int:
         shutil.rmtree(staging, ignore_errors=True)
     print(f"hgraph: submitted {name} as Ray job {job_id}", file=sys.stderr)
     if args.detach:
-        print(job_id)
+        write_stream(sys.stdout, job_id + "\n")
         print(f"hgraph: follow it with `hgraph status {job_id} --address {url}` and "
               f"`hgraph logs {job_id} --address {url} --follow --fetch`", file=sys.stderr)
         return 0
@@ -324,8 +324,7 @@ def follow(client, job_id: str, *, timeout: float | None, fetch: bool, stream=No
         text = ship_outputs.strip(job_logs(client, job_id))
         complete = text if status in TERMINAL else text[:text.rfind("\n") + 1]
         if echo and len(complete) > shown:
-            stream.write(job_output(complete[shown:]))
-            stream.flush()
+            write_stream(stream, job_output(complete[shown:]))
             shown = len(complete)
         if status in TERMINAL:
             break

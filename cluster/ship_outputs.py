@@ -33,23 +33,29 @@ import sys
 import zlib
 from pathlib import Path
 
+from hgraph.common.errors import HGraphError
+from hgraph.common.fileio import write_stream
+
 BEGIN = "=== hgraph-output-begin"
 END = "=== hgraph-output-end ==="
 LINE = 8192
 
 
 def ship(paths, out=None) -> None:
-    """Print every file in ``paths`` as one block on ``out`` (stdout)."""
+    """Print every file in ``paths`` as one block on ``out`` (stdout), by the one writer (a
+    log that cannot be written is one line)."""
     out = out or sys.stdout
     for path in paths:
-        data = Path(path).read_bytes()
+        try:
+            data = Path(path).read_bytes()
+        except OSError as err:
+            raise HGraphError(f"{path}: cannot read the result file: {err.strerror}") from None
         digest = hashlib.sha256(data).hexdigest()
         packed = base64.b64encode(zlib.compress(data, 6)).decode("ascii")
-        out.write(f"{BEGIN} {path} {len(data)} {digest} ===\n")
+        write_stream(out, f"{BEGIN} {path} {len(data)} {digest} ===\n")
         for i in range(0, len(packed), LINE):
-            out.write(packed[i:i + LINE] + "\n")
-        out.write(END + "\n")
-    out.flush()
+            write_stream(out, packed[i:i + LINE] + "\n")
+        write_stream(out, END + "\n")
 
 
 def parse(log: str) -> dict[str, bytes]:
@@ -88,13 +94,19 @@ def strip(log: str) -> str:
     return "".join(kept)
 
 
-def _main(argv: list[str]) -> None:
-    """``python -m cluster.ship_outputs [--dir DIR] NAME...``: names are relative to DIR."""
+def _main(argv: list[str]) -> int:
+    """``python -m cluster.ship_outputs [--dir DIR] NAME...``: names are relative to DIR; the
+    exit code (a file that cannot be read or a log that cannot be written: one line, 2)."""
     if argv[:1] == ["--dir"]:
         os.chdir(argv[1])
         argv = argv[2:]
-    ship(argv)
+    try:
+        ship(argv)
+    except HGraphError as err:
+        print(f"hgraph: error: {err}", file=sys.stderr)
+        return err.exit_code
+    return 0
 
 
 if __name__ == "__main__":
-    _main(sys.argv[1:])
+    sys.exit(_main(sys.argv[1:]))

@@ -129,7 +129,9 @@ class _VersionAction(argparse.Action):
     is a noticeable share of a small plan; bench/NOTES_scale.md)."""
 
     def __call__(self, parser, namespace, values, option_string=None):
-        print(f"hgraph {version()}")          # stdout, as argparse's own version action
+        from hgraph.common.fileio import write_stream
+
+        write_stream(sys.stdout, f"hgraph {version()}\n")   # stdout, as argparse's own action
         parser.exit(0)
 
 
@@ -226,15 +228,43 @@ def runs_kernels(words: list[str]) -> bool:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run one command line; the exit code. What ``print`` left in stdout's buffer is flushed
+    here, before the interpreter would (a full disk or a closed pipe there is one line and exit
+    2 as well, not ``Exception ignored``): :func:`hgraph.common.fileio.flush_stdout`."""
+    from hgraph.common.fileio import flush_stdout
+
+    try:
+        code = _main(argv)
+        flush_stdout()
+        return code
+    except SystemExit:                  # argparse: --help, --version, a usage error
+        try:
+            flush_stdout()
+        except HGraphError as err:
+            raise SystemExit(_said(err)) from None
+        raise
+    except HGraphError as err:          # stdout itself: `hgraph jobs`, --version, the last flush
+        return _said(err)
+
+
+def _said(err: HGraphError) -> int:
+    """Print ``err`` as the one line on stderr; its exit code."""
+    print(f"hgraph: error: {err}", file=sys.stderr)
+    return err.exit_code
+
+
+def _main(argv: list[str] | None) -> int:
     if not runs_kernels(list(sys.argv[1:] if argv is None else argv)):
         os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")   # before NumPy loads (docstring)
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.command == "jobs":
+        from hgraph.common.fileio import write_stream
+
         rows = list_jobs()
         width = max(len(n) for n, _ in rows) if rows else 0
-        for name, help_text in rows:
-            print(f"{name.ljust(width)}  {help_text}")
+        write_stream(sys.stdout, "".join(f"{name.ljust(width)}  {help_text}\n"
+                                         for name, help_text in rows))
         return 0
     from hgraph.common.fileio import check_writable
 

@@ -8,8 +8,9 @@ vertex program, how its values print — and hands the rest to :func:`run_engine
 * the runtime is in-process unless ``--runtime ray`` or ``--address`` says otherwise;
 * per-superstep progress goes to stderr (:mod:`hgraph.common.progress`);
 * ``--out`` gets ``vid<TAB>value`` lines sorted by vid and ``--stats`` a JSON list with one
-  object per superstep, both written atomically (a failed run leaves no half-written file and
-  keeps an earlier one).
+  object per superstep, both by :func:`hgraph.common.fileio.write_text` (``-``: stdout;
+  atomically: a failed run or write leaves no half-written file and keeps an earlier one; a
+  write that fails is one line naming the file).
 
 :func:`jobs.cli.module_main` makes ``python -m jobs.NAME ARGS`` behave exactly like
 ``hgraph submit NAME ARGS`` — the entry point a Ray Job runs.
@@ -18,7 +19,6 @@ vertex program, how its values print — and hands the rest to :func:`run_engine
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
 import sys
@@ -28,7 +28,7 @@ from typing import Any, Callable, Iterable, Sequence
 import numpy as np
 
 from hgraph.common.errors import HGraphError
-from hgraph.common.fileio import atomic_write
+from hgraph.common.fileio import write_text
 from jobs.flags import add_common_arguments, add_recovery_arguments
 
 #: Stats fields every superstep row carries (the engine may add more, e.g. failures).
@@ -158,37 +158,11 @@ def format_values(values: np.ndarray) -> Iterable[str]:
     return map(str, values.tolist())
 
 
-@contextlib.contextmanager
-def open_output(path):
-    """A text handle for an output file: ``-`` is stdout; a regular file (or a new one) is
-    written atomically (through a symlink, to its target); a pipe or device such as
-    ``/dev/stdout`` is written directly (renaming over it would replace the device)."""
-    if str(path) == "-":
-        yield sys.stdout
-        sys.stdout.flush()
-        return
-    p = Path(path)
-    if p.exists() and not p.is_file():
-        if p.is_dir():
-            raise HGraphError(f"{p}: is a directory, expected an output file")
-        with open(p, "w", encoding="utf-8") as handle:
-            yield handle
-        return
-    if p.is_symlink():
-        p = p.resolve()
-    try:
-        with atomic_write(p, "w", encoding="utf-8") as handle:
-            yield handle
-    except OSError as err:
-        raise HGraphError(f"{path}: cannot write: {err.strerror or err}") from None
-
-
 def write_values(path, values: np.ndarray) -> None:
     """``vid<TAB>value`` lines sorted by vid (values are in vertex-id order), atomically."""
     texts = format_values(values)
     lines = "\n".join(map("\t".join, zip(map(str, range(len(values))), texts)))
-    with open_output(path) as handle:
-        handle.write(lines + "\n" if lines else "")
+    write_text(path, lines + "\n" if lines else "")
 
 
 def _plain(value):
@@ -206,8 +180,7 @@ def write_stats(path, stats: Sequence[dict]) -> None:
     # A JSON list with one object per line: valid JSON, and a superstep per line to read or grep.
     body = ",\n".join(json.dumps(row, default=_plain) for row in rows)
     text = f"[\n{body}\n]\n" if rows else "[]\n"
-    with open_output(path) as handle:
-        handle.write(text)
+    write_text(path, text)
 
 
 def read_values(path) -> dict[int, str]:

@@ -148,11 +148,7 @@ def main(args) -> int:
         report = step_memory.evaluate(g, schedule, backend=args.backend, **options)
     report["graph"] = args.graph or f"zoo:{args.model}"
     report["schedule"] = args.schedule or "plain"
-    text = json.dumps(report, indent=2) + "\n"
-    if args.report:
-        write_text(args.report, text)
-    else:
-        sys.stdout.write(text)
+    write_text(args.report or "-", json.dumps(report, indent=2) + "\n")
     predicted = report["predicted_peak_bytes"]
     for row in report["allocators"]:
         line = (f"{row['allocator']:6s} {report['backend']}: predicted {predicted:,} B, "

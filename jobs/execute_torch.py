@@ -39,11 +39,7 @@ def main(args) -> int:
 
     check_flags(args)
     result = pt.execute(args.torch, args.schedule, args.graph, eager=getattr(args, "eager", None))
-    text = json.dumps(result.report(), indent=2) + "\n"
-    if args.report:
-        write_text(args.report, text)
-    else:
-        sys.stdout.write(text)
+    write_text(args.report or "-", json.dumps(result.report(), indent=2) + "\n")
     print(f"{args.torch}: predicted peak {result.predicted_peak_bytes:,} B, measured "
           f"{result.measured_peak_bytes:,} B; saved {result.predicted_saved_bytes:,} / "
           f"{result.measured_saved_bytes:,} B; recompute {result.recompute_flops:,} FLOPs; "

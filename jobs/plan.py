@@ -124,10 +124,7 @@ def main(args) -> int:
                 p.report["execute"] = _execute(p)
         with stages.stage("writing outputs"):
             if args.out:
-                if args.out == "-":
-                    sys.stdout.write(p.schedule.dumps())
-                else:
-                    p.schedule.write(args.out)
+                p.schedule.write(args.out)      # "-": stdout
             if args.report:
                 report.write_json(p.report, args.report)
             if args.plot:

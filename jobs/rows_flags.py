@@ -33,7 +33,7 @@ import json
 import sys
 
 from hgraph.common.errors import HGraphError
-from hgraph.common.fileio import write_text
+from hgraph.common.fileio import write_stream, write_text
 from jobs import common
 
 POLICIES = ("overlap", "share", "auto")
@@ -124,11 +124,7 @@ def _plan(args, graph):
 
 
 def _emit(report: dict, path) -> None:
-    text = json.dumps(report, indent=2) + "\n"
-    if path and path != "-":
-        write_text(path, text)
-    else:
-        sys.stdout.write(text)
+    write_text(path or "-", json.dumps(report, indent=2) + "\n")
 
 
 def plan_main(args) -> int:
@@ -142,14 +138,15 @@ def plan_main(args) -> int:
     _emit(report, args.report)
     dp = (f" + DP recomputing {len(p.recompute)} whole ops and sweeping {len(p.resweep)} regions again"
           if r.combined_with_dp else "")
-    print(f"rows {p.bands} {p.policy}{dp}: {p.num_regions} regions, predicted peak "
-          f"{p.predicted_peak_bytes:,} B (plain {r.plain_peak_bytes:,} B), activations "
-          f"{report['predicted_activation_peak_bytes']:,} B = "
-          f"{report['predicted_activation_peak_bytes'] / max(r.plain_activation_peak_bytes, 1):.3f} "
-          f"x plain, extra FLOPs {report['extra_flops']:,} ({100 * report['extra_flops_ratio']:.1f}%); "
-          f"whole step {report['step_peak_bytes']:,} B = "
-          f"{report['step_peak_bytes'] / max(report['step_baseline_peak_bytes'], 1):.3f} x plain's",
-          file=sys.stdout if args.report and args.report != "-" else sys.stderr)  # a result line
+    write_stream(sys.stdout if args.report and args.report != "-" else sys.stderr,  # a result line
+                 f"rows {p.bands} {p.policy}{dp}: {p.num_regions} regions, predicted peak "
+                 f"{p.predicted_peak_bytes:,} B (plain {r.plain_peak_bytes:,} B), activations "
+                 f"{report['predicted_activation_peak_bytes']:,} B = "
+                 f"{report['predicted_activation_peak_bytes'] / max(r.plain_activation_peak_bytes, 1):.3f} "
+                 f"x plain, extra FLOPs {report['extra_flops']:,} ({100 * report['extra_flops_ratio']:.1f}%); "
+                 f"whole step {report['step_peak_bytes']:,} B = "
+                 f"{report['step_peak_bytes'] / max(report['step_baseline_peak_bytes'], 1):.3f} x plain's"
+                 "\n")
     return 0
 
 

@@ -1,7 +1,8 @@
 """The plan's report: JSON fields, a short terminal summary table, a memory-timeline plot.
 
 :func:`build` reads a :class:`planner.api.Plan`'s fields into the report dict (keys below);
-:func:`write_json` / :func:`plot` write files atomically (temporary name, then rename);
+:func:`write_json` / :func:`plot` / :func:`print_summary` write through the one writer
+(:mod:`hgraph.common.fileio`: files atomically, a failed write one line naming the file);
 :func:`summary_table` renders the few numbers a user looks at first (rich), including what
 changes how to read them: the DP family actually used (``fell_back``), the scale approximations
 (``dp_window``, ``dp_front_cap``, ``dp_exact``), how the baseline was obtained
@@ -36,11 +37,12 @@ Example::
 
 from __future__ import annotations
 
+import io
 import json
 
 import numpy as np
 
-from hgraph.common.fileio import atomic_write, write_text
+from hgraph.common.fileio import write_bytes, write_stream, write_text
 from hgraph.common.formatting import format_bytes
 
 __all__ = ["build", "decisions", "dumps", "write_json", "summary_table", "print_summary", "plot",
@@ -135,14 +137,8 @@ def dumps(report: dict) -> str:
 
 
 def write_json(report: dict, path) -> None:
-    """The report as JSON (:func:`dumps`), written atomically; ``-`` is stdout."""
-    text = dumps(report)
-    if str(path) == "-":
-        import sys
-
-        sys.stdout.write(text)
-    else:
-        write_text(path, text)
+    """The report as JSON (:func:`dumps`), by the one writer (``-``: stdout)."""
+    write_text(path, dumps(report))
 
 
 #: How the no-recomputation baseline was obtained (``baseline_kind``), as the table says it.
@@ -289,12 +285,21 @@ def print_summary(report: dict, file=None) -> None:
 
     out = file or sys.stdout
     text = summary_table(report, PlainTable).render(100) if plain_stream(out) else None
-    if text is not None:        # a pipe or a log: the same text, without importing rich
-        out.write(text)
-        return
-    from rich.console import Console
+    if text is None:            # a terminal: rich's rendering, colours as rich chooses for out
+        from rich.console import Console
 
-    Console(file=out, width=100).print(summary_table(report))
+        rendered = io.StringIO()
+        Console(file=rendered, width=100, force_terminal=_terminal(out) or None).print(
+            summary_table(report))
+        text = rendered.getvalue()
+    write_stream(out, text)     # a full disk or a closed pipe: one line (the one writer)
+
+
+def _terminal(stream) -> bool:
+    try:
+        return stream.isatty()
+    except (AttributeError, ValueError):
+        return False
 
 
 def plot(p, path) -> None:
@@ -324,6 +329,7 @@ def plot(p, path) -> None:
     ax.legend(loc="upper left", fontsize=8)
     ax.grid(alpha=0.3)
     fig.tight_layout()
-    with atomic_write(path, "wb") as fh:
-        fig.savefig(fh, format="png")
+    png = io.BytesIO()
+    fig.savefig(png, format="png")
     plt.close(fig)
+    write_bytes(path, png.getvalue())

@@ -1,6 +1,8 @@
 """What a new user meets first on the command line (issue 11, items 8, 13, 16): outputs that
 cannot be written fail before any work, budgets that are almost surely slips are refused with a
-hint, ``--version``, a bare ``hgraph`` that shows the commands, and a help text for every flag.
+hint, ``--version``, a bare ``hgraph`` that shows the commands, and a help text for every flag;
+and (issue 39 item 2) every output of every command that cannot be written — a full disk, a
+read-only or missing folder, a closed pipe, stdout on a full disk — is one line naming it.
 
 Every check runs the real command (a subprocess) and asserts what the user sees: one line, exit
 code 2, no traceback — and, for outputs, that no work was done first.
@@ -52,10 +54,11 @@ def mlp(tmp_path_factory):
     return path
 
 
-def hgraph(*args, preexec_fn=None):
+def hgraph(*args, preexec_fn=None, stdout=subprocess.PIPE):
     env = {**os.environ, "PYTHONPATH": str(ROOT), "RAY_AUTH_MODE": "disabled"}
     return subprocess.run([sys.executable, "-m", "jobs", *map(str, args)], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=300, preexec_fn=preexec_fn)
+                          stdout=stdout, stderr=subprocess.PIPE, text=True, timeout=300,
+                          preexec_fn=preexec_fn)
 
 
 def assert_one_line_error(proc, *fragments):
@@ -181,3 +184,119 @@ def test_every_flag_of_every_command_has_a_help_text():
 
     walk(build_parser(), ["hgraph"])
     assert missing == []
+
+
+# ------------------------------------------------------------- issue 39 item 2: failed writes
+
+#: Every output flag of every command, on a small input: (name, the words before the path).
+WRITERS = [
+    ("plan --out", ["submit", "plan", "--graph", "{mlp}", "--budget", "100%", "--out"]),
+    ("plan --report", ["submit", "plan", "--graph", "{mlp}", "--budget", "100%", "--report"]),
+    ("plan --plot", ["submit", "plan", "--graph", "{mlp}", "--budget", "100%", "--plot"]),
+    ("sssp --out", ["submit", "sssp", "--graph", TINY, "--out"]),
+    ("sssp --stats", ["submit", "sssp", "--graph", TINY, "--stats"]),
+    ("pagerank --out", ["submit", "pagerank", "--graph", TINY, "--out"]),
+    ("cc --out", ["submit", "cc", "--graph", TINY, "--out"]),
+    ("execute --report", ["submit", "execute", "--model", "mlp", "--report"]),
+    ("graph zoo --out", ["graph", "zoo", "mlp", "--out"]),
+    ("graph synth --out", ["graph", "synth", "--layers", "1", "--hidden", "16", "--seq", "4",
+                           "--out"]),
+]
+
+
+def _words(words, mlp):
+    return [str(mlp) if w == "{mlp}" else w for w in words]
+
+
+def _files(folder: Path) -> list[str]:
+    return sorted(str(p.relative_to(folder)) for p in folder.rglob("*"))
+
+
+def _read_only(tmp_path: Path) -> Path:
+    folder = tmp_path / "ro"
+    folder.mkdir()
+    folder.chmod(0o555)
+    return folder
+
+
+#: Where an output cannot go: (name, the path under tmp_path, what the line says).
+PLACES = {
+    "/dev/full": (lambda tmp: Path("/dev/full"), "cannot write: No space left on device"),
+    "read-only folder": (lambda tmp: _read_only(tmp) / "out", "cannot create a file in"),
+    "missing folder in a read-only one": (lambda tmp: _read_only(tmp) / "new" / "out",
+                                          "cannot create a file in"),
+    "missing folder below a file": (lambda tmp: (tmp / "f").write_text("x") and tmp / "f" / "out",
+                                    "Not a directory"),
+}
+
+
+@pytest.mark.parametrize("place", list(PLACES))
+@pytest.mark.parametrize("name, words", WRITERS, ids=[w[0] for w in WRITERS])
+def test_an_output_that_cannot_be_written_is_one_line(name, words, place, mlp, tmp_path):
+    """Each output flag onto a full disk, a read-only folder, a folder that cannot be made:
+    one line naming the file, exit 2, nothing left behind (before: 12-55 lines of traceback,
+    exit 1, for /dev/full)."""
+    make, says = PLACES[place]
+    target = make(tmp_path)
+    before = _files(tmp_path)
+    proc = hgraph(*_words(words, mlp), target, preexec_fn=_as_ordinary_user())
+    assert_one_line_error(proc, str(target), says)
+    assert _files(tmp_path) == before                  # no temporary file, no folder made
+
+
+#: How stdout can fail: (a file object for the child's stdout, what the line says).
+STDOUTS = {
+    "/dev/full": (lambda: open("/dev/full", "w"), "No space left on device"),
+    "closed pipe": (lambda: _closed_pipe(), "Broken pipe"),
+}
+
+
+def _closed_pipe():
+    read, write = os.pipe()
+    os.close(read)
+    return os.fdopen(write, "w")
+
+
+@pytest.mark.parametrize("how", list(STDOUTS))
+@pytest.mark.parametrize("words", [
+    *[[*w, "-"] for _, w in WRITERS],                   # every output flag onto stdout
+    ["submit", "plan", "--graph", "{mlp}", "--budget", "100%"],          # the summary table
+    ["submit", "execute", "--model", "mlp"],             # the report on stdout by default
+    ["jobs"], ["--version"],
+], ids=[*[f"{n} -" for n, _ in WRITERS], "plan table", "execute report", "jobs", "version"])
+def test_stdout_that_cannot_be_written_is_one_line(words, how, mlp, tmp_path):
+    """stdout on a full disk or a reader that closed the pipe (``| head -c 10``): one line
+    naming stdout, exit 2 — not a traceback, nor Python's ``Exception ignored`` at exit."""
+    make, says = STDOUTS[how]
+    with make() as stdout:
+        proc = hgraph(*_words(words, mlp), stdout=stdout)
+    assert_one_line_error(proc, "stdout: cannot write", says)
+
+
+def _file_size_limit(nbytes):
+    """A ``preexec_fn`` under which a regular file cannot grow past ``nbytes`` (EFBIG: "File
+    too large", a disk that fills up partway through the outputs)."""
+    import resource
+
+    def limit():
+        resource.setrlimit(resource.RLIMIT_FSIZE, (nbytes, nbytes))
+    return limit
+
+
+def test_a_failed_write_keeps_what_was_written_and_every_earlier_file(mlp, tmp_path):
+    """The schedule (900 B) is written, then the report (4 kB) hits the limit: the schedule stays
+    whole, the earlier report is not truncated, the folder made for the plot is not left
+    behind, and there is no temporary file."""
+    schedule, report = tmp_path / "sch.txt", tmp_path / "r.json"
+    report.write_text("the earlier report\n")
+    proc = hgraph("submit", "plan", "--graph", mlp, "--budget", "100%", "--out", schedule,
+                  "--report", report, preexec_fn=_file_size_limit(2000))
+    assert_one_line_error(proc, f"{report}: cannot write: File too large")
+    assert report.read_text() == "the earlier report\n"
+    assert schedule.read_text().startswith(hgraph("submit", "plan", "--graph", mlp, "--budget",
+                                                  "100%", "--out", "-").stdout)
+    assert _files(tmp_path) == ["r.json", "sch.txt"]
+    proc = hgraph("submit", "plan", "--graph", mlp, "--budget", "100%", "--report",
+                  tmp_path / "new" / "deeper" / "r.json", preexec_fn=_file_size_limit(2000))
+    assert_one_line_error(proc, "File too large")
+    assert _files(tmp_path) == ["r.json", "sch.txt"]   # the folders made for it are gone

@@ -1,9 +1,18 @@
-"""Writing output files safely: one writer per file, a temporary name, then an atomic rename.
+"""The one writer of every output: files through a temporary name and an atomic rename, streams
+directly, and any failure one line naming what could not be written.
 
-A crash or a bad input never leaves a half-written or truncated output behind, and an earlier
-good file is kept until the new one is complete. Targets that are not regular files
-(``/dev/stdout``, a pipe, a terminal) cannot be renamed over; they are written directly, and a
-symbolic link is followed so the file it names is replaced, not the link.
+Every output a command writes (schedules, reports, plots, graphs, engine results, stats, the
+summary table, cluster state, fetched job results, checkpoints) goes through :func:`write_text`
+or :func:`write_bytes`, and a stream (stdout, stderr) through :func:`write_stream`, so a full
+disk, a read-only folder or a closed pipe is the same one line everywhere (``PATH: cannot
+write: No space left on device``, an :class:`HGraphError`, exit 2), never a traceback.
+
+A crash, a bad input or a failed write never leaves a half-written or truncated output behind,
+nor a temporary file or a folder made for it, and an earlier good file is kept until the new
+one is complete. ``-`` is standard output. Targets that are not regular files
+(``/dev/stdout``, ``/dev/full``, a pipe, a terminal) cannot be renamed over; they are written
+directly, and a symbolic link is followed so the file it names is replaced, not the link
+(``private=True``, for state files, replaces the link instead and makes the file 0600).
 """
 
 from __future__ import annotations
@@ -11,40 +20,159 @@ from __future__ import annotations
 import contextlib
 import os
 import stat
+import sys
 import tempfile
 from pathlib import Path
 
 from hgraph.common.errors import HGraphError
 
+#: The output name that means standard output.
+STDOUT = "-"
+
+
+def write_text(path, text: str, *, private: bool = False) -> None:
+    """Write ``text`` (UTF-8) to the output ``path`` (``-``: stdout); see the module docstring.
+
+    >>> write_text("/tmp/hgraph-doc.txt", "ok\\n"); open("/tmp/hgraph-doc.txt").read()
+    'ok\\n'
+    >>> write_text("/dev/full", "ok\\n")
+    Traceback (most recent call last):
+    hgraph.common.errors.HGraphError: /dev/full: cannot write: No space left on device
+    """
+    _write(path, text, private)
+
+
+def write_bytes(path, data: bytes, *, private: bool = False) -> None:
+    """Write ``data`` to the output ``path`` (``-``: stdout); see the module docstring."""
+    _write(path, data, private)
+
+
+def _write(path, data, private: bool) -> None:
+    if str(path) == STDOUT:
+        write_stream(sys.stdout, data)
+        return
+    binary = not isinstance(data, str)
+    try:
+        with atomic_write(path, "wb" if binary else "w", private=private,
+                          **({} if binary else {"encoding": "utf-8"})) as handle:
+            handle.write(data)
+    except OSError as err:
+        raise cannot_write(path, err) from None
+
+
+def write_stream(stream, data) -> None:
+    """Write ``data`` (text, or bytes to the stream's buffer) to an open stream and flush it.
+
+    A failure is one line naming the stream (:func:`cannot_write`); stdout is then pointed at
+    ``/dev/null``, so that what stays in its buffer cannot fail a second time when the
+    interpreter flushes it at exit (``Exception ignored ... BrokenPipeError``, exit 120)."""
+    try:
+        if isinstance(data, str):
+            stream.write(data)
+        else:
+            stream.flush()
+            stream.buffer.write(data)
+        stream.flush()
+    except OSError as err:
+        if stream in (sys.stdout, sys.__stdout__):
+            _drop_stdout()
+        raise cannot_write(_stream_name(stream), err) from None
+
+
+def flush_stdout() -> None:
+    """Flush what ``print`` left in stdout's buffer (:func:`write_stream`'s errors): called by
+    the command line before it exits, so that a full disk or a closed pipe is still one line."""
+    write_stream(sys.stdout, "")
+
+
+def cannot_write(name, err: OSError) -> HGraphError:
+    """The one line for an output that could not be written: ``NAME: cannot write: REASON``."""
+    return HGraphError(f"{name}: cannot write: {err.strerror or err}")
+
+
+def _stream_name(stream) -> str:
+    if stream in (sys.stdout, sys.__stdout__):
+        return "stdout"
+    if stream in (sys.stderr, sys.__stderr__):
+        return "stderr"
+    return str(getattr(stream, "name", "output"))
+
+
+def _drop_stdout() -> None:
+    """Point file descriptor 1 (when stdout has one) at ``/dev/null`` (Python's documented way
+    out of a broken stdout, "Note on SIGPIPE")."""
+    try:
+        fd = sys.stdout.fileno()
+    except (AttributeError, ValueError, OSError):      # a StringIO, a closed stream
+        return
+    null = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(null, fd)
+    finally:
+        os.close(null)
+
 
 @contextlib.contextmanager
-def atomic_write(path, mode: str = "w", **kwargs):
-    """Open a temporary file beside ``path``; on success rename it over ``path``.
+def atomic_write(path, mode: str = "w", *, private: bool = False, **kwargs):
+    """Open a temporary file beside ``path``; on success rename it over ``path``. Folders made
+    for it are removed again when the write fails. Raises what ``open`` raises: the callers
+    are :func:`write_text` / :func:`write_bytes`, which turn it into one line.
 
-    >>> with atomic_write("/tmp/hgraph-doc.txt") as f:
-    ...     _ = f.write("ok\\n")
-    """
+    ``private``: the file is 0600 and replaces whatever is at ``path``, a symbolic link, a
+    device or a pipe included, instead of writing through it."""
     path = Path(path)
-    if path.is_symlink():
+    if path.is_symlink() and not private:
         path = path.resolve()
-    if path.exists() and not path.is_file():          # a device, pipe or terminal: no rename
+    if path.exists() and not path.is_file() and not private:   # a device, pipe or terminal
         with open(path, mode, **kwargs) as handle:
             yield handle
         return
-    if path.parent and not path.parent.exists():
-        path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=str(path.parent or "."))
+    made = _make_folders(path.parent)
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp",
+                                   dir=str(path.parent or "."))
+    except BaseException:
+        _remove_folders(made)
+        raise
     try:
         with os.fdopen(fd, mode, **kwargs) as handle:
             yield handle
             handle.flush()
             os.fsync(handle.fileno())
-        os.chmod(tmp, _mode_for(path))
+        os.chmod(tmp, 0o600 if private else _mode_for(path))
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
+        _remove_folders(made)
         raise
+
+
+def _make_folders(folder: Path) -> list[Path]:
+    """Create ``folder`` and the folders missing above it; the ones made, deepest first."""
+    missing = []
+    while not folder.exists() and folder != folder.parent:
+        missing.append(folder)
+        folder = folder.parent
+    made: list[Path] = []
+    try:
+        for one in reversed(missing):
+            try:
+                one.mkdir()
+            except FileExistsError:
+                continue
+            made.insert(0, one)
+    except BaseException:
+        _remove_folders(made)
+        raise
+    return made
+
+
+def _remove_folders(made: list[Path]) -> None:
+    """Remove folders :func:`_make_folders` made (deepest first) if they are still empty."""
+    for folder in made:
+        with contextlib.suppress(OSError):
+            folder.rmdir()
 
 
 def _mode_for(path: Path) -> int:
@@ -105,16 +233,6 @@ def _may_replace_others_files() -> bool:
         return bool(int(caps, 16) >> _CAP_FOWNER & 1)
     except (TypeError, ValueError):
         return os.geteuid() == 0
-
-
-def write_text(path, text: str) -> None:
-    with atomic_write(path, "w", encoding="utf-8") as handle:
-        handle.write(text)
-
-
-def write_bytes(path, data: bytes) -> None:
-    with atomic_write(path, "wb") as handle:
-        handle.write(data)
 
 
 def check_writable(path, flag: str = "output") -> None:
