@@ -215,7 +215,9 @@ class StageProgress:
 
     ``kind``: ``"bar"`` — a live rich line (stage, progress bar, position, engine superstep,
     elapsed time, ETA) that disappears when the job ends; ``"plain"`` — one line per finished
-    top-level stage with its seconds (for logs); ``"off"`` — nothing. Report with :meth:`stage` (a context manager;
+    top-level stage with its seconds (for logs), and one per stage opened with ``logged=True``
+    however deep it runs (a wait a log should name: starting Ray, which happens inside whatever
+    stage first needs it); ``"off"`` — nothing. Report with :meth:`stage` (a context manager;
     stages nest, the innermost shows), :meth:`superstep` (the engine's per-superstep callback)
     and :meth:`position` (``done`` of ``total`` steps of the current stage: the bar and ETA).
     """
@@ -241,8 +243,9 @@ class StageProgress:
             self.task = self.progress.add_task("starting", total=None, info="")
 
     @contextlib.contextmanager
-    def stage(self, name: str) -> Iterator[None]:
-        """Run the body as stage ``name`` (its position and superstep start afresh)."""
+    def stage(self, name: str, *, logged: bool = False) -> Iterator[None]:
+        """Run the body as stage ``name`` (its position and superstep start afresh); ``logged``:
+        its plain line is printed even when it runs inside another stage."""
         self.names.append(name)
         self._show(name)
         t0 = time.perf_counter()
@@ -250,7 +253,7 @@ class StageProgress:
             yield
         finally:
             self.names.pop()
-            if self.kind == "plain" and not self.names:       # top-level stages only
+            if self.kind == "plain" and (logged or not self.names):   # top-level stages, logged ones
                 print(f"{name}: {time.perf_counter() - t0:.2f} s", file=self.stream, flush=True)
             if self.names:
                 self._show(self.names[-1])
@@ -284,7 +287,7 @@ class _NoStages:
 
     kind = "off"
 
-    def stage(self, name: str):
+    def stage(self, name: str, *, logged: bool = False):
         return contextlib.nullcontext()
 
     def superstep(self, row) -> None:
@@ -314,7 +317,8 @@ def tracking(kind: str = "auto", stream: TextIO | None = None, *,
     ``kind="auto"``: a live bar when ``stream`` (default stderr) is a terminal, else nothing —
     a log or a pipe gets no progress noise (``"plain"`` asks for one line per stage).
     ``tracker``: a ready-made one instead (anything with ``stage``/``superstep``/``position``/
-    ``close``, e.g. a recorder in a test).
+    ``close``, e.g. a recorder in a test; ``stage`` is also called with ``logged=True`` by the
+    engine's Ray start, which a recorder that never starts Ray need not take).
     """
     if kind not in KINDS:
         raise ValueError(f"progress kind must be one of {', '.join(KINDS)}, got {kind!r}")

@@ -131,6 +131,15 @@ def _keeping_sigterm():
             signal.signal(signal.SIGTERM, before)
 
 
+def _stage(name: str):
+    """Starting or joining Ray as a stage of the running job's progress: the wait (seconds on a
+    laptop, ~20 s on a loaded machine) is named on the live line — not "levels (engine) 0/?" —
+    and in a plain log (:class:`hgraph.common.progress.StageProgress`)."""
+    from hgraph.common.progress import current
+
+    return current().stage(name, logged=True)
+
+
 def ensure_ray(address: str | None = None, *, num_cpus: int | None = None,
                dashboard: bool = False, probe_timeout: float = PROBE_TIMEOUT_S) -> None:
     """Connect this process to Ray once; later calls are no-ops (see the module docstring)."""
@@ -144,7 +153,8 @@ def ensure_ray(address: str | None = None, *, num_cpus: int | None = None,
         raise HGraphError(f"{address} is a Ray dashboard address; the engine joins a cluster "
                           "by its GCS address HOST:PORT (a dashboard takes submitted Ray Jobs)")
     if address is None:
-        _start_embedded(ray, num_cpus=num_cpus, dashboard=dashboard)
+        with _stage("starting Ray"):
+            _start_embedded(ray, num_cpus=num_cpus, dashboard=dashboard)
         return
     if address != "auto":
         host, port = split_host_port(address)
@@ -152,7 +162,7 @@ def ensure_ray(address: str | None = None, *, num_cpus: int | None = None,
         if _loopback_only(host, port):
             stay_on_loopback(ray)
     try:
-        with _keeping_sigterm():
+        with _stage(f"joining the Ray cluster at {address}"), _keeping_sigterm():
             ray.init(address=address, log_to_driver=False, logging_level="ERROR")
     except (ConnectionError, ValueError, RuntimeError) as err:
         hint = ""

@@ -1,0 +1,63 @@
+"""Waiting for Ray is a named stage (issue 39, item 10): ``hgraph submit plan --runtime ray``
+showed "levels (engine) 0/? ETA" for the ~20 s the embedded Ray took to start, and nothing in a
+``--progress plain`` log. Starting (or joining) Ray is now the stage ``starting Ray`` (``joining
+the Ray cluster at ...``) on the live line and a line of its own in a plain log, although it runs
+inside whichever stage first needs Ray.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+
+import pytest
+
+from hgraph.common.progress import StageProgress, tracking
+from hgraph.runtime import ray_connect
+
+
+def test_plain_prints_a_logged_stage_however_deep():
+    out = io.StringIO()
+    stages = StageProgress("plain", out)
+    with stages.stage("levels (engine)"):
+        with stages.stage("starting Ray", logged=True):
+            pass
+        with stages.stage("an inner step"):
+            pass
+    lines = out.getvalue().splitlines()
+    assert [line.split(":")[0] for line in lines] == ["starting Ray", "levels (engine)"]
+
+
+class _Recorder:
+    def __init__(self):
+        self.stages = []
+
+    def stage(self, name, logged=False):
+        self.stages.append((name, logged))
+        return contextlib.nullcontext()
+
+    def superstep(self, row):
+        pass
+
+    def position(self, done, total):
+        pass
+
+    def close(self):
+        pass
+
+
+@pytest.mark.parametrize("address, stage", [(None, "starting Ray"),
+                                            ("auto", "joining the Ray cluster at auto")])
+def test_ensure_ray_reports_its_wait_as_a_logged_stage(monkeypatch, address, stage):
+    import ray
+
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    monkeypatch.setattr(ray, "is_initialized", lambda: False)
+    started = []
+    monkeypatch.setattr(ray_connect, "_start_embedded", lambda *a, **k: started.append("local"))
+    monkeypatch.setattr(ray, "init", lambda **k: started.append(k["address"]))
+    rec = _Recorder()
+    with tracking(tracker=rec):
+        ray_connect.ensure_ray(address)
+    assert rec.stages == [(stage, True)]
+    assert started == [address or "local"]
