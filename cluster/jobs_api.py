@@ -21,7 +21,8 @@
    so ``hgraph logs JOB_ID --fetch [--to DIR]`` writes the results of a detached job later —
    under DIR (default: the current directory) only, since the metadata comes from the cluster.
 4. **Waiting.** ``--wait`` (the default) streams the job's log (result blocks, Ray's own INFO
-   lines and its echo of the shell entry point hidden: :func:`job_output`) until the job
+   lines and its echo of the shell entry point hidden: :func:`job_output`; a ``[result file X
+   shipped]`` line goes to stderr, a status beside the job's own output on stdout) until the job
    ends, within ``--job-timeout`` seconds; a failed job is one error line (the job's own last
    ``error:`` line when it printed one) and a non-zero exit. ``--detach`` prints the job id and
    returns; ``hgraph status JOB_ID`` / ``hgraph logs JOB_ID`` follow it.
@@ -324,7 +325,10 @@ def follow(client, job_id: str, *, timeout: float | None, fetch: bool, stream=No
         text = ship_outputs.strip(job_logs(client, job_id))
         complete = text if status in TERMINAL else text[:text.rfind("\n") + 1]
         if echo and len(complete) > shown:
-            write_stream(stream, job_output(complete[shown:]))
+            lines = job_output(complete[shown:]).splitlines(keepends=True)
+            write_stream(stream, "".join(x for x in lines if not ship_outputs.is_placeholder(x)))
+            for line in filter(ship_outputs.is_placeholder, lines):     # status: stderr
+                print(line.rstrip("\n"), file=sys.stderr)
             shown = len(complete)
         if status in TERMINAL:
             break
@@ -355,7 +359,7 @@ def failure_line(job_id: str, info, log_text: str) -> str:
     Ray's message."""
     status = str(getattr(info.status, "value", info.status))
     lines = [line.strip() for line in job_output(log_text).splitlines() if line.strip()
-             and not line.startswith("[result file ")]
+             and not ship_outputs.is_placeholder(line)]
     errors = [line for line in lines if re.search(r"(^hgraph: error: |Error: |error: )", line)]
     message = (info.message or "").strip().splitlines()
     reason = errors[-1] if errors else lines[-1] if lines else message[0] if message else "no message"

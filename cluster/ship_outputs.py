@@ -80,18 +80,30 @@ def parse(log: str) -> dict[str, bytes]:
     return files
 
 
+#: The line :func:`strip` puts where a shipped block was: a status line, not the job's output.
+PLACEHOLDER = "[result file {} shipped]"
+
+
 def strip(log: str) -> str:
-    """``log`` without the shipped blocks (each replaced by one line naming the file)."""
+    """``log`` without the shipped blocks (each replaced by one line naming the file, which
+    :func:`is_placeholder` recognises)."""
     kept, inside = [], False
     for line in log.splitlines(keepends=True):
         if not inside and line.startswith(BEGIN):
             inside = True
-            kept.append(f"[result file {line[len(BEGIN):].split()[0]} shipped]\n")
+            kept.append(PLACEHOLDER.format(line[len(BEGIN):].split()[0]) + "\n")
         elif inside:
             inside = line.strip() != END
         else:
             kept.append(line)
     return "".join(kept)
+
+
+def is_placeholder(line: str) -> bool:
+    """Whether ``line`` is the line :func:`strip` left for a shipped block."""
+    head, _, tail = PLACEHOLDER.partition("{}")
+    text = line.rstrip("\n")
+    return text.startswith(head) and text.endswith(tail) and not text.startswith(BEGIN)
 
 
 def _main(argv: list[str]) -> int:

@@ -487,3 +487,20 @@ def test_fetch_refuses_a_path_that_climbs_out(tmp_path, monkeypatch, capsys):
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "refusing to write result file '../../escaped.tsv'" in err[0]
     assert not (tmp_path / "escaped.tsv").exists() and not list(tmp_path.rglob("escaped.tsv"))
+
+
+def test_waiting_prints_the_jobs_output_on_stdout_and_shipped_files_on_stderr(tmp_path,
+                                                                              monkeypatch, capsys):
+    """``[result file X shipped]`` is a status line (issue 39, item 10): stderr, not mixed into
+    the job's output on stdout, which a pipe may be reading."""
+    import io
+
+    from cluster import jobs_api
+
+    log = _shipped_log(tmp_path, {"0-a.tsv": b"A\n"}, monkeypatch)
+    out = io.StringIO()
+    capsys.readouterr()
+    assert jobs_api.follow(_FakeJobsClient({}, log), "raysubmit_x", timeout=30, fetch=False,
+                           stream=out) == 0
+    assert out.getvalue() == "superstep 0\n"
+    assert capsys.readouterr().err.splitlines() == ["[result file 0-a.tsv shipped]"]
