@@ -24,6 +24,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import refdata  # noqa: E402  (bench/ is not a package)
 
 from planner import cg, simulate  # noqa: E402
 from planner.execute import backend as backend_mod, executor, export, plans, zoo  # noqa: E402
@@ -80,7 +82,7 @@ def main(argv=None) -> int:
         ok &= good
     if not args.zoo_only:
         for name in args.graphs.split(","):
-            g = cg.read(ROOT.parent / "shared" / "graphs" / f"cg_{name}.txt")
+            g = cg.read(refdata.graph(name))
             rows, good = bench_graph(name, g, be, False, args.budgets, plans.LADDER)
             print("\n".join(rows), flush=True)
             ok &= good

@@ -1,6 +1,6 @@
 """The certificate (issue 27) on the reference graphs: DP cost, MILP cost, bounds, gaps, times.
 
-For each reference graph (``../shared/graphs/cg_*.txt``: five of the reference's seven ship)
+For each reference graph (``bench/refdata.py``: five of the reference's seven ship)
 at 40 %, 60 % and 80 % of S, the sum of activation bytes (the reference's ``N%act``, in
 practice its no-recomputation peak; FORMAT.md §1.3), in reference units:
 
@@ -41,6 +41,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import refdata  # noqa: E402  (bench/ is not a package)
 
 import numpy as np  # noqa: E402
 
@@ -56,7 +58,7 @@ FRACTIONS = (0.4, 0.6, 0.8)
 
 
 def _graph_path(name: str) -> Path:
-    return ROOT.parent / "shared" / "graphs" / f"cg_{name}.txt"
+    return refdata.graph(name)
 
 
 def row(name: str, frac: float, args) -> dict:

@@ -1,6 +1,6 @@
 """Planner DP time per graph and solver beside the reference's wall_s (results.csv), as ratios.
 
-For every DP2fix (approx) and DPfix (exact) row of ../shared/reference/results.csv this solves
+For every DP2fix (approx) and DPfix (exact) row of the reference's results.csv (tests/data) this solves
 the same graph, budget and strategy with ``planner.solver.make_solver(..., units="reference").dp(budget)`` — family
 construction included, the cg.txt parse excluded — checks the row's model numbers, and prints
 our seconds next to the reference's ``wall_s`` (g++ -O3, one core). Rows where the reference
@@ -39,11 +39,11 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from forked import TIMEOUT, run_limited  # noqa: E402  (bench/ is not a package)
+import refdata  # noqa: E402
 
 from planner import cg, synth  # noqa: E402
 from planner.solver import make_solver  # noqa: E402
 
-SHARED = ROOT.parent / "shared"
 FAMILY = {"DP2fix": "approx", "DPfix": "exact"}
 KEYS = ("model_recompute_cost", "model_peak_bytes", "ckpt_bytes", "blocks", "n_lower_sets")
 
@@ -112,7 +112,7 @@ def main(argv=None) -> int:
     ap.add_argument("--generated", default="",
                     help="comma list of block counts of generated branchy CNN graphs (exact DP)")
     args = ap.parse_args(argv)
-    rows = list(csv.DictReader(open(SHARED / "reference" / "results.csv")))
+    rows = list(csv.DictReader(open(refdata.RESULTS)))
     graphs = set(args.graphs.split(",")) if args.graphs else None
     parsed = {}
     if args.generated and "DPfix" in args.solvers.split(","):
@@ -138,7 +138,7 @@ def main(argv=None) -> int:
         if row["strategy"] not in strategies:
             continue
         if row["graph"] not in parsed:
-            path = SHARED / "graphs" / f"cg_{row['graph']}.txt"
+            path = refdata.graph(row['graph'])
             if not path.exists():
                 continue
             parsed[row["graph"]] = cg.read(path)

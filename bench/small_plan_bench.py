@@ -1,6 +1,6 @@
 """Small plans end to end: ``hgraph submit plan --runtime local`` wall time beside the reference's.
 
-For every shared graph under ``--max-nodes`` activations (../shared/graphs) and every budget label
+For every reference graph under ``--max-nodes`` activations (tests/data) and every budget label
 asked for, this runs the real command in a child process —
 ``python3 -m jobs submit plan --graph G --runtime local --budget B --units reference
 --solver approx --out S --progress off`` with B the row's ``budget_bytes`` — and prints its wall
@@ -49,7 +49,8 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-SHARED = ROOT.parent / "shared"
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import refdata  # noqa: E402  (bench/ is not a package)
 REF_SOLVER = {"approx": "DP2fix", "exact": "DPfix"}
 HEAVY = ("ray", "matplotlib", "rich", "torch", "scipy", "cupy", "pandas", "grpc", "requests",
          "certifi", "urllib3", "yaml", "psutil", "numpy.ma", "numpy.linalg", "jsonschema")
@@ -179,10 +180,9 @@ def main(argv=None) -> int:
                     help="keep the environment's PYTHONDONTWRITEBYTECODE (default: cache .pyc "
                          "files under a temporary PYTHONPYCACHEPREFIX and warm it first)")
     args = ap.parse_args(argv)
-    rows = list(csv.DictReader(open(SHARED / "reference" / "results.csv")))
+    rows = list(csv.DictReader(open(refdata.RESULTS)))
     ref = {(r["graph"], r["solver"], r["strategy"], r["budget_label"]): r for r in rows}
-    names = args.graphs.split(",") if args.graphs else sorted(
-        p.stem[3:] for p in (SHARED / "graphs").glob("cg_*.txt"))
+    names = args.graphs.split(",") if args.graphs else refdata.names()
     py = sys.executable
     work = Path(tempfile.mkdtemp(prefix="hgraph-small-"))
     global PYC_PREFIX
@@ -192,7 +192,7 @@ def main(argv=None) -> int:
     print(f"byte-code cache: {PYC_PREFIX or 'as the environment says'} "
           f"(PYTHONDONTWRITEBYTECODE={os.environ.get('PYTHONDONTWRITEBYTECODE', '')!r})")
     if args.ratio:
-        ratio = ratio_check(py, SHARED / "graphs" / "cg_googlenet.txt", work / "s.txt",
+        ratio = ratio_check(py, refdata.graph("googlenet"), work / "s.txt",
                             args.ratio_rounds)
         return 0 if ratio <= RATIO_LIMIT else 1
     w, c, _, _ = best([py, "-c", "pass"], args.repeat)
@@ -206,7 +206,7 @@ def main(argv=None) -> int:
     first_cmd = None
     worst = 0.0
     for name in names:
-        path = SHARED / "graphs" / f"cg_{name}.txt"
+        path = refdata.graph(name)
         nodes = int(path.open().readline().split()[1]) // 2
         if nodes >= args.max_nodes:
             continue

@@ -40,3 +40,20 @@ def test_the_format_spec_is_in_docs():
     text = (ROOT / "docs" / "FORMAT.md").read_text()
     assert "## 1. Graph file format" in text
     assert "docs/FORMAT.md" in (ROOT / "README.md").read_text()
+
+
+def test_the_benches_read_the_reference_data_from_the_repository():
+    """The README's figures are rerun by benches: a clone alone must run them too (issue 38).
+    bench/refdata.py finds the same files the tests read; no bench reads ``../shared``."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("refdata", ROOT / "bench" / "refdata.py")
+    refdata = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(refdata)
+    rows = list(csv.DictReader(open(refdata.RESULTS)))
+    assert refdata.names() == sorted({r["graph"] for r in rows})
+    for name in refdata.names():
+        assert refdata.graph(name) == data_path("graphs", f"cg_{name}.txt")
+    pattern = re.compile(r"ROOT\.parent|\.\./shared|parents\[2\]")
+    offenders = [p.name for p in sorted((ROOT / "bench").glob("*.py")) if pattern.search(p.read_text())]
+    assert not offenders
