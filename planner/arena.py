@@ -5,8 +5,9 @@ at the same step must not overlap. Placement is greedy by size with best fit (TF
 calculator, XLA's GlobalDecreasingSizeBestFit): largest buffer first, each into the smallest gap
 among the already placed buffers whose lifetimes intersect its own, else on top. Several greedy
 orders are tried and the smallest arena kept. The lower bound is the most bytes live at one step;
-``gap_pct`` says how far the arena is above it (see ../shared/notes/memplan.md §2: on training
-traces greedy-by-size lands within a few percent of it).
+``gap_pct`` says how far the arena is above it (on training steps greedy-by-size lands within a
+few percent of it: ``python3 bench/alloc_bench.py``, at most 2.67 % on the zoo and reference
+graphs, bench/NOTES_step.md).
 
 >>> p = plan([100, 60, 40], [0, 0, 1], [1, 2, 3], alignment=1)
 >>> p.arena_bytes, p.lower_bound, p.offsets.tolist()
