@@ -46,7 +46,8 @@ from hgraph.common.fileio import write_bytes, write_stream, write_text
 from hgraph.common.formatting import format_bytes
 
 __all__ = ["build", "decisions", "dumps", "write_json", "summary_table", "print_summary", "plot",
-           "solver_text", "approximations_text", "BASELINE_KINDS", "NO_BOUND_TEXT"]
+           "solver_text", "approximations_text", "over_budget_text", "BASELINE_KINDS",
+           "NO_BOUND_TEXT"]
 
 
 def decisions(g, ag, groups, sim) -> list:
@@ -117,9 +118,16 @@ def build(p) -> dict:
             "certificate": p.recompute_certificate.report()} if p.recompute_certificate is not None else {}),
         "accounting": (p.step or {}).get("accounting", "activations"),
         **{k: v for k, v in (p.step or {}).items() if k != "accounting"},
+        **({"workspace_bytes": None} if p.step and not _convolves(p.graph) else {}),
         "engine": dict(p.engine),
         "decisions": p.decisions,
     }
+
+
+def _convolves(g) -> bool:
+    """Whether a forward op of ``g`` is a convolution: the only kernels the workspace cap
+    (``workspace_bytes``) bounds; without one the report says null, not a cap nothing uses."""
+    return "conv2d" in (g.ops or ())
 
 
 def dumps(report: dict) -> str:
@@ -190,6 +198,7 @@ def summary_table(report: dict, table=None):
                              f"({100 * report['peak_bytes'] / base:.1f}% of baseline)"),
         ("baseline (no recompute)", f"{format_bytes(report['baseline_peak_bytes'])}  "
                                     f"({BASELINE_KINDS.get(kind, kind)})"),
+        *_over_budget_rows(report),
         *_step_rows(report),
         ("lower bound", format_bytes(report["lower_bound_bytes"])),
         ("recompute / forward", f"{report['recompute_cost']:,} / {report['forward_cost']:,}  "
@@ -261,6 +270,36 @@ def certificate_rows(report: dict) -> list:
     return rows
 
 
+def over_budget_text(report: dict) -> str | None:
+    """Why the plan's peak is above its budget, or None when it fits (``within_budget``): the
+    table says it beside the peak, where the JSON's ``within_budget: false`` alone does not.
+
+    A plan is above its budget only where the budget does not bind the replayed peak: Chen's
+    chain ignores it, and ``--units reference`` fits the reference DP's model (activations and
+    their gradients, scaled sizes: FORMAT.md §4.2) while the replay also counts the parameters'
+    gradients as they accumulate (vgg19 at 60 %: model 2.20 GiB under a 2.24 GiB budget, the
+    replay 2.67 GiB, of which 0.46 GiB parameters' gradients)."""
+    if report.get("within_budget", True):
+        return None
+    whole = report.get("accounting") == "whole-step"
+    peak = report["step_peak_bytes"] if whole else report["peak_bytes"]
+    head = (f"{'step peak' if whole else 'peak'} {format_bytes(peak)} > budget "
+            f"{format_bytes(report['budget_bytes'])}: ")
+    if report.get("solver") == "chen":
+        return head + "Chen's sqrt(n) chain ignores the budget (as the reference's does)"
+    if report.get("units") == "reference":
+        return head + (f"--units reference fits the reference's model (peak "
+                       f"{format_bytes(report['model_peak_bytes'])}: activations and their "
+                       f"gradients, scaled sizes), the replay also counts the parameters' "
+                       f"gradients; --units bytes fits the replay")
+    return head + "the solver's plan does not fit it"
+
+
+def _over_budget_rows(report: dict) -> list:
+    text = over_budget_text(report)
+    return [] if text is None else [("above the budget", text)]
+
+
 def _step_rows(report: dict) -> list:
     """The whole step's rows of the table (graphs with op arguments: the budget's accounting),
     or the accounting alone."""
@@ -273,7 +312,8 @@ def _step_rows(report: dict) -> list:
             ("step peak (predicted)", f"{format_bytes(report['step_peak_bytes'])}  "
                                       f"(no recompute: {format_bytes(report['step_baseline_peak_bytes'])})"),
             ("at the step peak", f"{bd['op']}: {parts}"),
-            ("convolution workspace", format_bytes(report["workspace_bytes"]))]
+            *([("convolution workspace", format_bytes(report["workspace_bytes"]))]
+              if report.get("workspace_bytes") is not None else [])]   # null: no convolution
 
 
 def print_summary(report: dict, file=None) -> None:

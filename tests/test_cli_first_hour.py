@@ -300,3 +300,69 @@ def test_a_failed_write_keeps_what_was_written_and_every_earlier_file(mlp, tmp_p
                   tmp_path / "new" / "deeper" / "r.json", preexec_fn=_file_size_limit(2000))
     assert_one_line_error(proc, "File too large")
     assert _files(tmp_path) == ["r.json", "sch.txt"]   # the folders made for it are gone
+
+
+# ------------------------------------------- issue 39 items 8, 10: what the summary table says
+
+VGG19 = str(ROOT / "tests" / "data" / "graphs" / "cg_vgg19.txt")
+
+
+def _row(table: str, name: str) -> str:
+    """The text of a table row (its continuation lines joined), "" when there is none."""
+    found, text = False, []
+    for line in table.splitlines():
+        cells = [c.strip() for c in line.strip("│|").split("│")] if "│" in line else []
+        if len(cells) != 2:
+            if found:
+                break
+            continue
+        if cells[0] == name or (found and cells[0] == ""):
+            found = True
+            text.append(cells[1])
+        elif found:
+            break
+    return " ".join(text)
+
+
+@pytest.mark.parametrize("solver", ["approx", "milp"])
+def test_a_reference_units_plan_above_its_budget_says_so_and_why(solver, tmp_path):
+    """The README's MILP line (vgg19, 60 %, --units reference): the replayed peak, 2.67 GiB, is
+    above the 2.24 GiB budget. Before, the table showed both with no remark, exit 0, and only
+    the JSON's within_budget said it; now a row says it and which accounting differs."""
+    report = tmp_path / "r.json"
+    proc = hgraph("submit", "plan", "--graph", VGG19, "--budget", "60%", "--units", "reference",
+                  "--solver", solver, "--milp-time-limit", "60", "--report", report)
+    assert proc.returncode == 0, proc.stderr
+    import json
+
+    rep = json.loads(report.read_text())
+    assert rep["within_budget"] is False and rep["peak_bytes"] > rep["budget_bytes"]
+    row = _row(proc.stdout, "above the budget")
+    assert row.startswith("peak 2.67 GiB > budget 2.24 GiB: --units reference"), proc.stdout
+    assert "parameters' gradients" in row and "--units bytes fits the replay" in row
+    # in bytes the same budget is refused with the smallest that fits; a plan that fits: no row
+    fits = hgraph("submit", "plan", "--graph", VGG19, "--budget", "80%")
+    assert fits.returncode == 0 and "above the budget" not in fits.stdout
+
+
+def test_chens_chain_above_the_budget_says_it_ignores_the_budget():
+    proc = hgraph("submit", "plan", "--graph", VGG19, "--budget", "40%", "--solver", "chen")
+    assert proc.returncode == 0, proc.stderr
+    assert "Chen's sqrt(n) chain ignores the budget" in _row(proc.stdout, "above the budget")
+
+
+@pytest.mark.parametrize("model, shown", [("transformer", False), ("resnet", True)])
+def test_the_convolution_workspace_is_shown_only_for_a_model_with_a_convolution(model, shown,
+                                                                               tmp_path):
+    """The README's transformer (no convolution) showed a 32 MiB "convolution workspace"; its
+    report now says null and the table has no such row. ResNet's cap stays in both."""
+    graph, report = tmp_path / "g.txt", tmp_path / "r.json"
+    assert hgraph("graph", "zoo", model, "--out", graph).returncode == 0
+    proc = hgraph("submit", "plan", "--graph", graph, "--budget", "98.5%", "--report", report)
+    assert proc.returncode == 0, proc.stderr
+    import json
+
+    rep = json.loads(report.read_text())
+    assert rep["accounting"] == "whole-step"
+    assert (rep["workspace_bytes"] is not None) is shown
+    assert bool(_row(proc.stdout, "convolution workspace")) is shown, proc.stdout
