@@ -33,7 +33,9 @@ STDOUT = "-"
 def write_text(path, text: str, *, private: bool = False) -> None:
     """Write ``text`` (UTF-8) to the output ``path`` (``-``: stdout); see the module docstring.
 
-    >>> write_text("/tmp/hgraph-doc.txt", "ok\\n"); open("/tmp/hgraph-doc.txt").read()
+    >>> import os, tempfile
+    >>> path = os.path.join(tempfile.mkdtemp(), "out.txt")
+    >>> write_text(path, "ok\\n"); open(path).read()
     'ok\\n'
     >>> write_text("/dev/full", "ok\\n")
     Traceback (most recent call last):
