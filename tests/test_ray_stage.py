@@ -7,7 +7,6 @@ inside whichever stage first needs Ray.
 
 from __future__ import annotations
 
-import contextlib
 import io
 
 import pytest
@@ -28,27 +27,11 @@ def test_plain_prints_a_logged_stage_however_deep():
     assert [line.split(":")[0] for line in lines] == ["starting Ray", "levels (engine)"]
 
 
-class _Recorder:
-    def __init__(self):
-        self.stages = []
-
-    def stage(self, name, logged=False):
-        self.stages.append((name, logged))
-        return contextlib.nullcontext()
-
-    def superstep(self, row):
-        pass
-
-    def position(self, done, total):
-        pass
-
-    def close(self):
-        pass
-
-
 @pytest.mark.parametrize("address, stage", [(None, "starting Ray"),
                                             ("auto", "joining the Ray cluster at auto")])
 def test_ensure_ray_reports_its_wait_as_a_logged_stage(monkeypatch, address, stage):
+    """Inside another stage (as when the plan's first engine run needs Ray), the wait still
+    has its line in a plain log."""
     import ray
 
     monkeypatch.delenv("RAY_ADDRESS", raising=False)
@@ -56,8 +39,9 @@ def test_ensure_ray_reports_its_wait_as_a_logged_stage(monkeypatch, address, sta
     started = []
     monkeypatch.setattr(ray_connect, "_start_embedded", lambda *a, **k: started.append("local"))
     monkeypatch.setattr(ray, "init", lambda **k: started.append(k["address"]))
-    rec = _Recorder()
-    with tracking(tracker=rec):
-        ray_connect.ensure_ray(address)
-    assert rec.stages == [(stage, True)]
+    out = io.StringIO()
+    with tracking(tracker=StageProgress("plain", out)) as stages:
+        with stages.stage("levels (engine)"):
+            ray_connect.ensure_ray(address)
+    assert [line.split(":")[0] for line in out.getvalue().splitlines()] == [stage, "levels (engine)"]
     assert started == [address or "local"]
