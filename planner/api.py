@@ -234,6 +234,10 @@ class Analysis:
     baseline_kind: str
     baseline_schedule: Schedule | None
     baseline_timeline: np.ndarray | None
+    #: (solver, DP budget, check) -> what :func:`_replay` returned: a solve at a DP budget
+    #: already solved on this analysis (a front's smallest budget, then its first point) is
+    #: not solved again; the solver is deterministic.
+    replays: dict = field(default_factory=dict, repr=False, compare=False)
 
     @property
     def act_sum(self) -> int:
@@ -330,7 +334,15 @@ def _fit(a: Analysis, s: Solver, budget_bytes: int, check: bool):
 
 def _replay(a: Analysis, s: Solver, dp_budget: int, check: bool):
     """(groups, model, schedule, sim) of the solver's chain at ``dp_budget``, or None:
-    solve, emit (:func:`planner.emit.emit_groups`), verify (:func:`planner.simulate.replay`)."""
+    solve, emit (:func:`planner.emit.emit_groups`), verify (:func:`planner.simulate.replay`);
+    kept on ``a`` (:attr:`Analysis.replays`) for the next ask."""
+    key = (id(s), int(dp_budget), bool(check))
+    if key not in a.replays:
+        a.replays[key] = _solve_and_replay(a, s, dp_budget, check)
+    return a.replays[key]
+
+
+def _solve_and_replay(a: Analysis, s: Solver, dp_budget: int, check: bool):
     status, groups, model, emit_options = s.solve(dp_budget)
     if status != "OK":
         return None

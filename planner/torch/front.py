@@ -29,6 +29,7 @@ replayed peak fits: :func:`front` builds the Pareto front, :func:`choose` picks 
 from __future__ import annotations
 
 import dataclasses
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import numpy as np
@@ -96,16 +97,34 @@ def seeded_candidate(tg, keep, label: str) -> Candidate:
 def _measured(c: Candidate, num_fwd_outputs: int) -> Candidate:
     """``c`` with its partition's replayed step peak and recomputed FLOPs.
 
-    The partition is built as lazy graph modules (``_use_lazy_graph_module``): pricing reads
-    the graphs only, so the Python code fx would generate and compile for each module (about a
-    third of a partition of a 2,000-node joint graph) is never made; the candidate picked is
-    split again, for real, by whoever runs it (:func:`split`)."""
-    from torch.fx._lazy_graph_module import _use_lazy_graph_module
-
-    with _use_lazy_graph_module(True):
+    Pricing reads the partition's graphs only, so they are built without their Python code
+    (:func:`_graphs_only`); the candidate picked is split again, for real, by whoever runs it
+    (:func:`split`)."""
+    with _graphs_only():
         fw, bw = split(c, num_fwd_outputs)
     return dataclasses.replace(c, step_peak=measure.predict_step_peak(fw, bw),
                                recompute_flops=measure.recompute_flops(c.joint, bw))
+
+
+@contextmanager
+def _graphs_only():
+    """fx graph modules made inside have graphs but no generated code: lazy graph modules
+    (``_use_lazy_graph_module``, what torch's own partitioner builds), and the plain
+    ``GraphModule`` that ``reordering_to_mimic_autograd_engine`` makes skips its
+    ``recompile``. Generating and compiling a module's Python code is about a sixth of a
+    partition of a 2,000-node joint graph, three modules per candidate, and a priced
+    candidate is never run; calling one made here fails (it has no ``forward``), never runs
+    stale code."""
+    from torch.fx._lazy_graph_module import _use_lazy_graph_module
+    from torch.fx.graph_module import GraphModule
+
+    real = GraphModule.recompile
+    GraphModule.recompile = lambda self: None
+    try:
+        with _use_lazy_graph_module(True):
+            yield
+    finally:
+        GraphModule.recompile = real
 
 
 def front(tg, solvers=SOLVERS, points: int = POINTS,
