@@ -32,6 +32,7 @@ keep everything (time-centric always; memory-centric when the DP's plan would no
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -107,7 +108,7 @@ class Plan:
     timeline: np.ndarray
     baseline_timeline: np.ndarray | None = None
     recompute_certificate: object = None
-    #: whole-step accounting (graphs with op arguments; :mod:`planner.execute.step_memory`):
+    #: whole-step accounting (graphs with op arguments; :mod:`planner.whole_step`):
     #: ``step_peak_bytes``, ``step_peak_breakdown``, ``workspace_bytes``...; None: activations
     step: dict | None = None
     report: dict = field(init=False, repr=False, compare=False)
@@ -408,7 +409,7 @@ def plan(graph_or_path, budget="100%", solver: str = "approx", strategy: str = "
     ``certify``: ``"on"`` (default), ``"lp"`` or ``"off"``: the plan's lower bound on
     recomputation and gap (:mod:`planner.certificate`; the LP within ``certify_time_limit``).
     ``accounting``: ``"auto"`` budgets the whole step of a graph with op arguments
-    (:mod:`planner.execute.step_memory`) and the activations of any other; ``"activations"``.
+    (:mod:`planner.whole_step`) and the activations of any other; ``"activations"``.
     """
     return Planning(**dict(locals())).at(budget)
 
@@ -460,25 +461,45 @@ class Planning:
         if g.num_forward == 0:
             raise HGraphError(f"{g.path or 'graph'}: no forward functions to plan")
         _check_choice("accounting", accounting, ("auto", "activations"))
-        self.step_memory = None
+        self.whole_step = None
         # a graph without op arguments (the reference's dumps: g.ops is None) never loads the
-        # executor or the kernels: whole-step accounting is for graphs the op table can run
+        # op table or its kernels: whole-step accounting is for graphs the op table can run
         if accounting == "auto" and units == "bytes" and g.ops is not None:
-            from planner.execute import executor, step_memory
+            from planner import whole_step
 
-            if executor.implements(g.ops):   # the budget holds the whole step: plans of plans
-                self.step_memory = step_memory
-                return
+            if whole_step.applies(g):        # the budget holds the whole step
+                self.whole_step = whole_step
         self.opts = opts = EngineOptions(tasks=int(tasks), blocks=int(blocks), mode=mode,
                                          runtime=runtime, address=address,
                                          checkpoint_every=checkpoint_every,
                                          inject_failure=inject_failure)
-        self.a = a = analyse(g, opts)                               # analyse
-        self.s = make_solver(g, solver, strategy, units, opts, max_lower_sets, fallback,
-                             dp_window=dp_window, dp_front_cap=dp_front_cap, level=a.level,
-                             ag=a.ir, milp_time_limit=milp_time_limit,
-                             milp_stages=milp_stages)
-        self.s.engine_supersteps += a.supersteps
+        self.a = analyse(g, opts)                                   # analyse, once
+        self.solvers = {}                    # every solver made, by name (a MILP: by plan)
+        self.s = self._solver(solver)
+
+    def _solver(self, name: str, fresh: bool = False) -> Solver:
+        """The session's solver ``name`` (made once), or with ``fresh`` a new one: a MILP's
+        time limit is its plan's (:class:`planner.solver.MILPSolver`), so each of the
+        whole-step ladder's plans gets its own, as a :func:`plan` of its own would."""
+        if name in self.solvers and not fresh:
+            return self.solvers[name][-1]
+        args, a = self.args, self.a
+        s = make_solver(self.g, name, args["strategy"], args["units"], self.opts,
+                        args["max_lower_sets"], args["fallback"], dp_window=args["dp_window"],
+                        dp_front_cap=args["dp_front_cap"], level=a.level, ag=a.ir,
+                        milp_time_limit=args["milp_time_limit"],
+                        milp_stages=args["milp_stages"])
+        self.solvers.setdefault(name, []).append(s)
+        return s
+
+    def _engine(self) -> dict:
+        """The report's ``engine``: where the analyses ran and their supersteps so far (the
+        analysis's, and every family the session's solvers built)."""
+        o = self.opts
+        steps = self.a.supersteps + sum(s.engine_supersteps for made in self.solvers.values()
+                                        for s in made)
+        return dict(tasks=o.tasks, blocks=o.blocks, mode=o.mode, runtime=o.runtime,
+                    supersteps=steps)
 
     def at(self, budget, keep_errors: bool = False):
         """The :class:`Plan` at ``budget`` (what :func:`plan` returns); a budget no plan fits
@@ -495,15 +516,31 @@ class Planning:
             return err
 
     def _at(self, budget, cert_mod):
-        args, g = self.args, self.g
-        if self.step_memory is not None:
-            one = {**args, "budget": budget}
-            return self.step_memory.plan(lambda **kw: plan(**{**one, "graph_or_path": g,
-                                                              "accounting": "activations",
-                                                              **kw}), g, one)
-        a, s, opts = self.a, self.s, self.opts
-        solver, strategy, units = args["solver"], args["strategy"], args["units"]
-        certify, certify_time_limit = args["certify"], args["certify_time_limit"]
+        if self.whole_step is not None:      # the whole step's budget: a plan of plans
+            args = self.args
+            p, fields = self.whole_step.plan(
+                lambda b, solver=None, certify=None: self._activations_at(b, cert_mod, solver,
+                                                                         certify),
+                self.g, budget, solver=args["solver"], strategy=args["strategy"],
+                certify=args["certify"])
+            p = dataclasses.replace(p, **fields, engine=self._engine(),
+                                    seconds=time.perf_counter() - self.t0)
+        else:
+            p = self._activations_at(budget, cert_mod)
+        self.t0 = time.perf_counter()
+        return p
+
+    def _activations_at(self, budget, cert_mod, solver: str | None = None,
+                        certify: str | None = None) -> Plan:
+        """The plan of the activations at ``budget`` (the reference's accounting in the
+        session's units) with the session's analysis, by the session's solver or ``solver``,
+        certified as the session says or as ``certify`` says."""
+        args, g, a = self.args, self.g, self.a
+        solver, certify = solver or args["solver"], certify or args["certify"]
+        s = self.s if solver == args["solver"] and self.whole_step is None else \
+            self._solver(solver, fresh=solver == "milp")
+        strategy, units = args["strategy"], args["units"]
+        certify_time_limit = args["certify_time_limit"]
         b = budget if isinstance(budget, Budget) else Budget.parse(budget)
         budget_bytes = b.resolve(a.baseline_peak)
         groups, model, schedule, sim = fit(a, s, budget_bytes, args["check"])  # solve, emit, verify
@@ -513,12 +550,9 @@ class Planning:
                 cert = cert_mod.certify(a.ir, budget_bytes, units, model, certify,
                                         **({} if certify_time_limit is None
                                            else {"time_limit": certify_time_limit}))
-        t0, self.t0 = self.t0, time.perf_counter()
         return Plan.from_replay(
             g, a.ir, schedule, groups, sim, solver=solver, strategy=strategy, units=units,
             budget=b, budget_bytes=budget_bytes, baseline_peak=a.baseline_peak,
             baseline_kind=a.baseline_kind, lower_bound=lower_bound_bytes(g), model=model,
-            depth=a.depth,
-            engine=dict(tasks=opts.tasks, blocks=opts.blocks, mode=opts.mode,
-                        runtime=opts.runtime, supersteps=s.engine_supersteps),
-            seconds=self.t0 - t0, baseline_timeline=a.baseline_timeline, certificate=cert)
+            depth=a.depth, engine=self._engine(), seconds=time.perf_counter() - self.t0,
+            baseline_timeline=a.baseline_timeline, certificate=cert)

@@ -1,0 +1,372 @@
+"""The whole step's peak, predicted while planning: what a budget for a graph with op arguments holds.
+
+A plan's ``peak_bytes`` counts activations and gradients as the reference does. The step the
+NumPy executor (:mod:`planner.execute.executor`: lazy allocation, the ``pool`` allocator, freed
+after last use) really runs holds more, and a meter outside the plan sees all of it:
+
+* **parameters and inputs** (``parameters``, ``inputs``): built before the step, held throughout;
+* the plan's **buffers**, split into ``activations``, ``gradients`` (of activations) and
+  ``param_gradients`` (parameters' and inputs': the step's results, kept to its end);
+* the **allocator** (``allocator``): the pool rounds each block up to its alignment and keeps
+  freed blocks for reuse, a request taking the smallest free block large enough, whole; its
+  reserved bytes are replayed here through the allocator's own free list
+  (:class:`planner.pool.BestFit`), request for request;
+* each **kernel's temporaries** (``temporaries``): im2col tiles (under the convolution workspace
+  cap, ``workspace_bytes``), padded slabs, masks, statistics, NumPy's ufunc buffers, and a
+  gradient a kernel returns in an array of its own before it is copied or added into the plan's
+  buffer (the transient second copy while a gradient accumulates):
+  :func:`planner.ops.kernel_temp_bytes`, next to the kernels;
+* Python's own objects (``interpreter``): arrays' headers and table entries per buffer
+  (:data:`OBJECT_BYTES`), what a kernel call creates (:data:`PYTHON_BYTES`) and the free
+  lists' growth over the steps (:data:`STEP_BYTES`).
+
+:func:`predict` replays a schedule's buffer timeline (:func:`planner.timeline.timeline`) and
+returns the peak over the steps of the sum, the parts at that moment and the op at the peak;
+:func:`predict_caps` does it for several convolution workspace caps from one replay (only the
+temporaries depend on the cap). :func:`fit` chooses, among candidates fixed by the graph (a
+ladder of activation budgets times the workspace caps), the plan whose predicted whole step
+fits a budget, or names the smallest reachable one; :func:`plan` is :func:`planner.plan`'s
+hook for graphs with op arguments.
+
+Why here and not in :mod:`planner.execute`: planning prices a step through the op table
+(:mod:`planner.ops`: shapes, temporaries) and the timeline; running it is the executor's, which
+sits above the planner (``tests/test_layering.py``: nothing of the planner outside
+``planner/execute`` imports it). :mod:`planner.execute.step_memory` keeps what needs the
+executor (row plans' walks, :func:`~planner.execute.step_memory.evaluate`).
+
+>>> from planner.execute import export, zoo, executor
+>>> g = export.to_cg(zoo.build("mlp"))
+>>> s = executor.plain_schedule(g)
+>>> p = predict(g, s)
+>>> r = executor.run(g, s)
+>>> 0.9 * p.step_peak_bytes <= r.measured_step_peak_bytes <= p.step_peak_bytes
+True
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from hgraph.common.errors import HGraphError, InfeasibleError
+from hgraph.common.formatting import format_bytes
+from planner.budget import Budget
+from planner.cg import details_of
+from planner.ops import CONV_WORKSPACE_BYTES, OPS, implements, kernel_temp_bytes, with_workspace
+from planner.pool import BestFit
+from planner.timeline import timeline
+
+#: Bytes of Python objects (arrays' headers, views, lists, a generator's frame) a step's kernel
+#: and the executor's loop hold at once beside the arrays' data, bounded from above (measured
+#: under tracemalloc on the zoo: at most ~5 KiB per kernel call).
+PYTHON_BYTES = 32 << 10
+
+#: Bytes of Python objects per pool block and per live buffer (the block's array, the view the
+#: allocator hands out, the typed array the executor keeps, their table entries): measured under
+#: tracemalloc, ~350-420 B per buffer of a zoo step.
+OBJECT_BYTES = 448
+
+#: Bytes the interpreter's free lists (tuples, lists, dicts, frames a kernel call creates and
+#: frees: kept for reuse, still counted by tracemalloc) may grow by per compute step, bounded from
+#: above (measured: ~90 B a step over a 288-step recomputing resnet50 schedule).
+STEP_BYTES = 128
+
+#: Whole-step accounting (graphs with op arguments) and the reference's (cg.txt dumps).
+WHOLE_STEP, ACTIVATIONS = "whole-step", "activations"
+
+#: The smallest convolution workspace cap :func:`fit` tries (a tile is at least one output row).
+MIN_WORKSPACE_BYTES = 64 << 10
+
+#: Parts of :attr:`StepPeak.breakdown`, in report order.
+PARTS = ("parameters", "inputs", "activations", "gradients", "param_gradients", "allocator",
+         "temporaries", "interpreter")
+
+
+
+@dataclasses.dataclass
+class StepPeak:
+    step_peak_bytes: int
+    breakdown: dict            # PARTS -> bytes at the peak moment, and "op": the op running then
+    workspace_bytes: int       # the convolution workspace cap the kernels run under
+    curve: np.ndarray          # int64 [steps]: predicted bytes during each schedule step
+
+    def report(self) -> dict:
+        """The report's fields (``accounting``, ``step_peak_bytes``, ``step_peak_breakdown``,
+        ``workspace_bytes``)."""
+        return {"accounting": WHOLE_STEP, "step_peak_bytes": int(self.step_peak_bytes),
+                "step_peak_breakdown": dict(self.breakdown),
+                "workspace_bytes": int(self.workspace_bytes)}
+
+
+def applies(g) -> bool:
+    """Whether ``g`` carries op arguments (zoo, traced, torch exports) the op table implements:
+    whole-step accounting."""
+    return implements(g.ops)
+
+
+def leaf_bytes(g) -> tuple[int, int]:
+    """(parameters, inputs): bytes of the leaves :func:`planner.execute.executor.leaves` builds
+    (parameters are named by path)."""
+    seen, params, inputs = set(), 0, 0
+    for f in g.forward:
+        d = details_of(f)
+        for pos, (a, _) in enumerate(f.inputs):
+            if g.is_activation[a] or a in seen:
+                continue
+            seen.add(a)
+            nbytes = int(np.prod(d["in_shapes"][pos], dtype=np.int64)) * np.dtype(d["in_dtypes"][pos]).itemsize
+            if g.var_names[a].startswith("/"):
+                params += nbytes
+            else:
+                inputs += nbytes
+    return params, inputs
+
+
+class Pricer:
+    """What a graph's steps cost beside their buffers, computed once per graph: the leaves'
+    bytes and each kernel call's temporaries (:func:`planner.ops.kernel_temp_bytes`).
+
+    Why: :func:`fit` prices a dozen schedules of one graph at every workspace cap, and the same
+    call (a function, forward or backward, the gradients it writes or adds, under a cap) recurs
+    in all of them; only a convolution's temporaries depend on the cap."""
+
+    def __init__(self, g):
+        self.g, self.nf = g, len(g.forward)
+        self.leaves = leaf_bytes(g)
+        self._temps = {}
+
+    def temp(self, step, workspace) -> tuple[int, str]:
+        """(kernel temporaries, the op's name) of one timeline step of the executor under the
+        convolution workspace cap ``workspace`` (None: the kernels' own)."""
+        op = step.op
+        if op.kind != "compute":
+            return 0, "forget"
+        f, g, nf = op.index, self.g, self.nf
+        i = f if f < nf else f - nf
+        d = details_of(g.forward[i])
+        name = d["op"]
+        key = (f, tuple((j, acc) for j, _, acc in step.writes), step.grad_in is None,
+               workspace if name == "conv2d" else None)
+        if key in self._temps:
+            return self._temps[key]
+        opdef = OPS[name]
+        attrs = with_workspace(d["attrs"], name, workspace)
+        e = np.dtype(d["out_dtype"]).itemsize
+        if f < nf:
+            into = (-1,) if opdef.fills_out else ()
+            got = kernel_temp_bytes(name, "forward", d["in_shapes"], d["out_shape"], attrs, e,
+                                    into=into), f"{name} forward (function {i})"
+        else:
+            want = [j for j, _, _ in step.writes]
+            into = [j for j, _, acc in step.writes if not acc] if opdef.fills_grads else []
+            ones = 0 if step.grad_in is not None else \
+                int(np.prod(d["out_shape"], dtype=np.int64)) * e
+            got = ones + kernel_temp_bytes(name, "backward", d["in_shapes"], d["out_shape"],
+                                           attrs, e, want=want, into=into), \
+                f"{name} backward (function {nf + i})"
+        self._temps[key] = got
+        return got
+
+
+def predict(g, schedule, *, recycle: bool = True, alignment: int = 64,
+            workspace: int | None = None) -> StepPeak:
+    """The whole-step peak of ``schedule`` on ``g`` as :func:`planner.execute.executor.run`
+    runs it on NumPy with the ``pool`` allocator (``recycle``: freed after last use;
+    ``workspace``: the convolution workspace cap, None: :data:`planner.ops.CONV_WORKSPACE_BYTES`)."""
+    return predict_caps(g, schedule, [workspace], recycle=recycle, alignment=alignment)[workspace]
+
+
+def predict_caps(g, schedule, caps, *, recycle: bool = True, alignment: int = 64,
+                 pricer: Pricer | None = None) -> dict:
+    """{cap: :func:`predict` at workspace cap ``cap``} for each of ``caps``, from one replay of
+    the schedule's buffers through the pool (which no cap changes); ``pricer``: a
+    :class:`Pricer` of ``g`` to share across schedules."""
+    if not applies(g):
+        raise HGraphError("whole-step prediction needs a graph with op arguments (zoo, traced)")
+    pricer = pricer if pricer is not None else Pricer(g)
+    tl = timeline(g, schedule, recycle=recycle)
+    params, inputs = pricer.leaves
+    is_act = g.is_activation
+    kind = np.where(tl.grad, np.where(is_act[tl.var], 1, 2), 0) if tl.var.size else \
+        np.zeros(0, np.int64)        # 0 activation value, 1 activation gradient, 2 param gradient
+    nbytes = tl.nbytes.tolist()
+    kind = kind.tolist()
+    pool = BestFit(alignment)
+    blocks = {}
+    reserved = nblocks = computes = 0
+    live_by = [0, 0, 0]
+    n = len(tl.steps)
+    base = np.zeros(n, np.int64)     # every part but the temporaries, per step
+    held = np.zeros((n, 4), np.int64)          # live by kind, and reserved, per step
+    for s, step in enumerate(tl.steps):
+        for b in step.frees_before:
+            pool.give(blocks.pop(b))
+            live_by[kind[b]] -= nbytes[b]
+        for _, b, acc in step.writes:
+            if acc:
+                continue
+            size = pool.take(nbytes[b])
+            if size is None:
+                size = pool.block_size(nbytes[b])
+                reserved += size
+                nblocks += 1
+            blocks[b] = size
+            live_by[kind[b]] += nbytes[b]
+        computes += step.op.kind == "compute"
+        objects = PYTHON_BYTES + OBJECT_BYTES * (nblocks + len(blocks)) + STEP_BYTES * computes
+        base[s] = params + inputs + reserved + objects
+        held[s] = (*live_by, reserved)
+        for b in step.frees_after:
+            pool.give(blocks.pop(b))
+            live_by[kind[b]] -= nbytes[b]
+    out = {}
+    for cap in caps:
+        named = [pricer.temp(step, cap) for step in tl.steps]
+        temp = np.fromiter((t for t, _ in named), np.int64, n)
+        curve = base + temp
+        at = {}
+        if n:
+            s = int(np.argmax(curve))            # the first step at the peak
+            live = int(held[s, :3].sum())
+            at = {"parameters": params, "inputs": inputs, "activations": int(held[s, 0]),
+                  "gradients": int(held[s, 1]), "param_gradients": int(held[s, 2]),
+                  "allocator": int(held[s, 3]) - live, "temporaries": int(temp[s]),
+                  "interpreter": int(base[s]) - params - inputs - int(held[s, 3]),
+                  "op": named[s][1], "step": s + 1}
+        peak = int(curve.max()) if n else 0
+        out[cap] = StepPeak(max(peak, 0), at, CONV_WORKSPACE_BYTES if cap is None else int(cap),
+                            curve)
+    return out
+
+
+# ---------------------------------------------------------------- choosing a plan that fits
+def workspaces(top: int = CONV_WORKSPACE_BYTES):
+    """The convolution workspace caps :func:`fit` tries, largest (fastest) first."""
+    cap = int(top)
+    while cap >= MIN_WORKSPACE_BYTES:
+        yield cap
+        cap //= 2
+
+
+def smallest_step(g, schedule) -> StepPeak:
+    """The lowest whole-step peak of ``schedule`` over the workspace caps."""
+    return min(predict_caps(g, schedule, list(workspaces())).values(),
+               key=lambda p: p.step_peak_bytes)
+
+
+#: Activation budgets :func:`fit` plans at between the activations' smallest plan and keeping
+#: everything (evenly spaced; each distinct schedule is a candidate).
+LADDER = 8
+
+
+def candidates(plan_at, g) -> list:
+    """[(activation budget, plan, {workspace cap: StepPeak})]: the plans :func:`fit` chooses
+    from, fixed by the graph alone (not by the budget asked): keeping everything, the
+    activations' smallest plan and :data:`LADDER` plans between, each with every workspace cap
+    (a cap above a step's largest im2col tile changes nothing: kept once)."""
+    base = plan_at("100%")
+    lowest, low_arg = _lowest_plan(plan_at)
+    top = int(base.peak_bytes)
+    bottom = int(lowest.budget_bytes if low_arg else lowest.peak_bytes)
+    args = ["100%", low_arg] + sorted({int(bottom + (top - bottom) * k / (LADDER + 1))
+                                       for k in range(1, LADDER + 1)}, reverse=True)
+    out, seen, pricer, caps = [], set(), Pricer(g), list(workspaces())
+    for arg in args:
+        p = base if arg == "100%" else lowest if arg == low_arg else plan_at(arg)
+        text = p.schedule.dumps()
+        if text in seen:
+            continue
+        seen.add(text)
+        steps, last = {}, None
+        for cap, got in predict_caps(g, p.schedule, caps, pricer=pricer).items():
+            if last is None or got.step_peak_bytes != last:
+                steps[cap] = got
+            last = got.step_peak_bytes
+        out.append((arg, p, steps))
+    return out
+
+
+def fit(plan_at, g, budget, *, strategy: str = "time") -> "Fit":
+    """The plan whose predicted whole step fits ``budget`` (a :class:`Fit`).
+
+    ``plan_at(activation_budget)`` plans ``g``'s activations (:func:`planner.plan` with the
+    reference accounting) at a budget in bytes or text; ``budget``: bytes or text as
+    ``--budget`` takes it, a percentage of the no-recomputation *step*. Among
+    :func:`candidates` (plan, workspace cap) whose predicted step fits, time-centric takes the
+    least recomputation, then the largest cap (fastest kernels), then the lowest step;
+    memory-centric the lowest step first. The candidates do not depend on the budget, so a
+    lower budget never gets a higher predicted step (the choice is a minimum over a shrinking
+    set). None fits: :class:`hgraph.common.errors.InfeasibleError` naming the lowest candidate
+    step, the smallest reachable budget.
+    """
+    cands = candidates(plan_at, g)
+    base_step = cands[0][2][max(cands[0][2])]
+    b = budget if isinstance(budget, Budget) else Budget.parse(budget)
+    budget_bytes = b.resolve(base_step.step_peak_bytes)
+    rows = []
+    for n, (arg, p, steps) in enumerate(cands):
+        for cap, st in steps.items():
+            rows.append(((p.recompute_cost, -cap, st.step_peak_bytes, n) if strategy == "time"
+                         else (st.step_peak_bytes, p.recompute_cost, -cap, n), arg, p, st))
+    fits = [r for r in rows if r[3].step_peak_bytes <= budget_bytes]
+    if fits:
+        _, arg, p, st = min(fits, key=lambda r: r[0])
+        return Fit(arg, p, st, budget_bytes, base_step)
+    smallest = min(r[3].step_peak_bytes for r in rows)
+    err = InfeasibleError(
+        f"budget {budget_bytes:,} bytes ({format_bytes(budget_bytes)}) is infeasible for the whole "
+        f"step on {g.name}; the smallest reachable budget is {smallest:,} bytes "
+        f"({format_bytes(smallest)}, {100 * smallest / max(1, base_step.step_peak_bytes):.1f}% of "
+        f"the no-recomputation step: parameters, gradients, kernel temporaries included)")
+    err.min_budget_bytes = smallest
+    raise err
+
+
+def _lowest_plan(plan_at):
+    """(the activations' plan at their smallest feasible budget, that budget)."""
+    try:
+        return plan_at(0), 0
+    except InfeasibleError as err:
+        return plan_at(int(err.min_budget_bytes)), int(err.min_budget_bytes)
+
+
+@dataclasses.dataclass
+class Fit:
+    """What :func:`fit` chose: the activation budget it planned at, the plan, its step, the
+    whole-step budget in bytes and the no-recomputation step."""
+
+    activation_budget: object
+    plan: object
+    step: StepPeak
+    budget_bytes: int
+    baseline: StepPeak
+
+
+def plan(plan_at, g, budget, *, solver: str, strategy: str, certify: str):
+    """:func:`planner.plan` under whole-step accounting (its hook for graphs with op arguments):
+    (the chosen activations' plan, the fields whole-step accounting sets on it).
+
+    ``plan_at(activation_budget, solver=None, certify=None)`` plans ``g``'s activations with the
+    :func:`planner.plan` call's options (its one analysis of the graph and its solver, reused
+    for every budget) but those given. The budget is the whole step's (:func:`fit`); Chen's
+    chain ignores it, as with activations, and reports its step. The fields: ``budget``,
+    ``budget_bytes`` (the whole step's) and ``step``, which puts in the report ``accounting``
+    ("whole-step"), ``step_peak_bytes``, ``step_peak_breakdown``, ``workspace_bytes`` (the
+    convolution workspace cap the plan runs under), ``activation_budget_bytes`` (what the
+    activations were planned at) and ``step_baseline_peak_bytes`` (the no-recomputation step)."""
+    if solver == "chen":
+        p = plan_at(budget)
+        base = predict(g, plan_at("100%", solver="approx", certify="off").schedule)
+        b = budget if isinstance(budget, Budget) else Budget.parse(budget)
+        chosen = Fit(p.budget_bytes, p, predict(g, p.schedule), b.resolve(base.step_peak_bytes),
+                     base)
+    else:
+        chosen = fit(lambda a: plan_at(a, certify="off"), g, budget, strategy=strategy)
+        if certify != "off":
+            chosen.plan = plan_at(chosen.activation_budget)
+    p = chosen.plan
+    step = {**chosen.step.report(), "activation_budget_bytes": int(p.budget_bytes),
+            "step_baseline_peak_bytes": int(chosen.baseline.step_peak_bytes)}
+    return p, {"budget": getattr(budget, "text", str(budget)),
+               "budget_bytes": int(chosen.budget_bytes), "step": step}
