@@ -116,6 +116,117 @@ def picks(args) -> int:
     return 1 if bad else 0
 
 
+def gpt_model(layers: int, d: int, seq: int, batch: int, hf: bool = False):
+    """A GPT-2-shaped model, its inputs and loss: examples/torch/gpt.py's (plain torch), or
+    with ``hf`` Hugging Face's ``GPT2LMHeadModel`` (dropout on, as it trains)."""
+    import torch
+
+    if not hf:
+        import gpt
+
+        return gpt.model(batch=batch, seq=seq, d=d, layers=layers)
+    import torch.nn.functional as F
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    torch.manual_seed(0)
+    vocab = 512
+    net = GPT2LMHeadModel(GPT2Config(n_layer=layers, n_embd=d, n_head=4, n_positions=seq,
+                                     vocab_size=vocab)).train()
+    idx = torch.randint(0, vocab, (batch, seq))
+    target = torch.roll(idx, -1, dims=1)
+    return (net, (idx,),
+            lambda out: F.cross_entropy(out.logits.reshape(-1, vocab), target.reshape(-1)))
+
+
+def aot_trace_seconds(model, inputs, loss) -> float:
+    """Seconds of ``aot_function``'s own trace of the step (Inductor's decompositions, the
+    joint graph made, stopped there): the floor of any capture."""
+    from functorch.compile import aot_function
+
+    from planner.torch import capture as cap
+
+    class Stop(BaseException):
+        pass
+
+    def stop(joint, joint_inputs, **kwargs):
+        raise Stop
+
+    step = cap.make_step(model, loss)
+    fn = aot_function(step.fn, fw_compiler=cap._boxed, bw_compiler=cap._boxed,
+                      partition_fn=stop, decompositions=cap.decompositions(True))
+    args = step.args(cap.fresh_inputs(inputs))
+    t0 = time.perf_counter()
+    try:
+        fn(*args[:2], list(args[2]), *args[3:])
+    except Stop:
+        pass
+    return time.perf_counter() - t0
+
+
+def _clock():
+    return time.perf_counter(), time.process_time()
+
+
+def _since(t) -> tuple:
+    w, c = _clock()
+    return w - t[0], c - t[1]
+
+
+def gpt(args) -> int:
+    """``pt.graph`` against aot_function's trace (interleaved, same process), then
+    ``pt.plan_for_step`` at each budget on the same graph, each timed (wall and CPU)."""
+    import planner.torch as pt
+    from hgraph.common.errors import InfeasibleError
+
+    model, inputs, loss = gpt_model(args.layers, args.d, args.seq, args.batch, args.hf)
+    small = gpt_model(1, 32, 16, 2, args.hf)
+    pt.graph(*small[:1], *small[1], loss=small[2], progress="off")      # one-time imports
+    aot_trace_seconds(*small)
+    rows = []
+    for rep in range(args.repeats):
+        a = aot_trace_seconds(model, inputs, loss)
+        t = _clock()
+        tg = pt.graph(model, *inputs, loss=loss, progress=args.progress)
+        g = _since(t)
+        rows.append((a, g[0]))
+        print(f"trace: aot_function {a:.1f} s, pt.graph {g[0]:.1f} s (cpu {g[1]:.1f} s), "
+              f"ratio {g[0] / a:.2f}", flush=True)
+    print(f"{'hf GPT2LMHeadModel' if args.hf else 'gpt'}: {args.layers} layers, d={args.d}, "
+          f"seq {args.seq}, batch {args.batch}: {len(tg.joint.graph.nodes):,} joint nodes, "
+          f"{tg.info['activations']} activations; load {os.getloadavg()[0]:.1f}", flush=True)
+    for b in args.budgets:
+        t = _clock()
+        try:
+            p = pt.plan_for_step(tg, b, progress=args.progress)
+            what = (f"{p.solver}, step peak {p.report['step_peak_bytes']:,} B, recompute "
+                    f"{p.report['step_recompute_flops']:,} FLOPs")
+        except InfeasibleError as err:
+            what = f"refused: {err}"
+        w, c = _since(t)
+        print(f"plan_for_step {b}: {w:.1f} s (cpu {c:.1f} s): {what}; load "
+              f"{os.getloadavg()[0]:.1f}", flush=True)
+    return 0
+
+
+def scale(args) -> int:
+    """Plan time against joint-graph size: a fresh graph per depth, ``plan_for_step`` at
+    ``--budget`` (its front computed: a budget below keep-all), CPU seconds."""
+    import planner.torch as pt
+
+    print("layers | joint nodes | activations | plan cpu s | cpu s / (n log2 n) x 1e6")
+    for layers in args.layers:
+        model, inputs, loss = gpt_model(layers, args.d, args.seq, args.batch)
+        tg = pt.graph(model, *inputs, loss=loss, progress="off")
+        n = len(tg.joint.graph.nodes)
+        t = _clock()
+        pt.plan_for_step(tg, args.budget, progress="off")
+        w, c = _since(t)
+        print(f"{layers} | {n:,} | {tg.info['activations']} | {c:.2f} | "
+              f"{1e6 * c / (n * math.log2(n)):.2f}   (wall {w:.1f} s, load "
+              f"{os.getloadavg()[0]:.1f})", flush=True)
+    return 0
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -124,11 +235,26 @@ def main(argv=None) -> int:
     p.add_argument("--budgets", nargs="+", default=list(BUDGETS))
     p.add_argument("--out")
     p.add_argument("--check")
+    p = sub.add_parser("gpt")
+    p.add_argument("--layers", type=int, default=12)
+    p.add_argument("--d", type=int, default=256)
+    p.add_argument("--seq", type=int, default=128)
+    p.add_argument("--batch", type=int, default=2)
+    p.add_argument("--hf", action="store_true", help="Hugging Face GPT2LMHeadModel")
+    p.add_argument("--repeats", type=int, default=2)
+    p.add_argument("--budgets", nargs="+", default=["100%", "60%", "min"])
+    p.add_argument("--progress", default="off")
+    p = sub.add_parser("scale")
+    p.add_argument("--layers", type=int, nargs="+", default=[1, 2, 4, 8, 16, 32, 60])
+    p.add_argument("--d", type=int, default=64)
+    p.add_argument("--seq", type=int, default=32)
+    p.add_argument("--batch", type=int, default=2)
+    p.add_argument("--budget", default="90%")
     args = ap.parse_args(argv)
     import torch
 
     torch.set_num_threads(1)
-    return {"picks": picks}[args.cmd](args)
+    return {"picks": picks, "gpt": gpt, "scale": scale}[args.cmd](args)
 
 
 if __name__ == "__main__":

@@ -28,12 +28,16 @@ def add_arguments(parser) -> None:
     parser.add_argument("--out", required=True, help="cg.txt to write")
     parser.add_argument("--cost", choices=("flops", "measured"), default="flops",
                         help="per-op cost: FLOPs (default) or measured nanoseconds")
+    parser.add_argument("--progress", choices=["auto", "bar", "plain", "off"], default="auto",
+                        help="progress on stderr (the capture's stages): auto (default: live on "
+                             "a terminal, nothing in a pipe or log), bar, plain or off")
     parser.add_argument("--eager", action="store_true",
                         help="capture the undecomposed aten graph eager autograd runs (then "
                              "execute --torch with --eager too)")
 
 
 def main(args) -> int:
+    from hgraph.common.progress import tracking
     from planner import cg
     from planner.torch import require_torch
 
@@ -42,7 +46,7 @@ def main(args) -> int:
     from planner.torch.model_file import load, user_errors
 
     spec = load(args.spec)
-    with user_errors(spec):
+    with user_errors(spec), tracking(args.progress or "auto"):
         tg = pt.graph(spec.model, *spec.inputs, loss=spec.loss, decompose=not args.eager,
                       costs=args.cost, source=spec.source)
     cg.write(tg.cg, args.out)

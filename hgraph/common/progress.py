@@ -333,3 +333,13 @@ def tracking(kind: str = "auto", stream: TextIO | None = None, *,
     finally:
         _CURRENT.reset(token)
         tracker.close()
+
+
+def joining(kind: str = "auto"):
+    """A context manager giving the stage progress to report to: the running job's, where one
+    is tracked (a CLI job's: its stages then show inside the job's), else a new one of ``kind``
+    (:func:`tracking`) for the body. Why: library calls that take long (the PyTorch bridge's
+    ``graph``, ``plan_for_step``, ``compile``) show their stages when called from a script and
+    must not open a second live line inside a job that already has one."""
+    have = current()
+    return contextlib.nullcontext(have) if have.kind != "off" else tracking(kind)

@@ -52,12 +52,19 @@ def require_torch():
 
 
 def graph(model, *inputs, loss=None, decompose: bool = True, costs: str = "flops",
-          source: str | None = None):
-    """The training step of ``model`` on ``inputs`` as a :class:`planner.torch.model_graph.TorchGraph`."""
+          source: str | None = None, progress: str = "auto"):
+    """The training step of ``model`` on ``inputs`` as a :class:`planner.torch.model_graph.TorchGraph`.
+
+    ``progress``: its stages on stderr (the trace, the planner's graph): ``"auto"`` (live on
+    a terminal, nothing in a pipe or log), ``"bar"``, ``"plain"`` or ``"off"``; inside a job
+    that tracks its stages, that job's line shows them (:func:`hgraph.common.progress.joining`)."""
     require_torch()
+    from hgraph.common.progress import joining
     from planner.torch.model_graph import import_model
 
-    return import_model(model, inputs, loss=loss, decompose=decompose, costs=costs, source=source)
+    with joining(progress):
+        return import_model(model, inputs, loss=loss, decompose=decompose, costs=costs,
+                            source=source)
 
 
 def plan(tg, budget="100%", solver: str = "approx", strategy: str = "time",
@@ -89,7 +96,7 @@ def plan(tg, budget="100%", solver: str = "approx", strategy: str = "time",
                       milp_stages=milp_stages, accounting=accounting)
 
 
-def plan_for_step(tg, budget="100%", **plan_kwargs):
+def plan_for_step(tg, budget="100%", progress: str = "auto", **plan_kwargs):
     """The plan whose training step, as torch partitions and runs it, peaks within ``budget``
     (bytes, percent of the no-recompute step's peak, or ``"min"``: the lowest reachable) with
     the least recomputation, chosen from the plan front (:mod:`planner.torch.front`); a budget
@@ -103,10 +110,13 @@ def plan_for_step(tg, budget="100%", **plan_kwargs):
     to say, so they are not repeated here. A budget that covers the keep-everything step
     plans that step alone; any other computes the front once and keeps it on ``tg``, so the
     next budget on the same graph is picked from it at no planning cost
-    (:func:`planner.torch.front.for_budget`)."""
+    (:func:`planner.torch.front.for_budget`). ``progress``: the stages on stderr, as
+    :func:`graph` shows them."""
+    from hgraph.common.progress import joining
     from planner.torch import front
 
-    return front.pick(front.for_budget(tg, budget, **plan_kwargs), budget).plan
+    with joining(progress) as stages, stages.stage(f"plan_for_step at {budget}"):
+        return front.pick(front.for_budget(tg, budget, **plan_kwargs), budget).plan
 
 
 def apply(model, the_plan, *inputs, loss=None):

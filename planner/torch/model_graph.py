@@ -357,6 +357,13 @@ def from_joint(joint, num_fwd_outputs: int, decompose: bool, costs: str = "flops
 
 def import_model(model, inputs, loss=None, decompose: bool = True, costs: str = "flops",
                  source: str | None = None) -> TorchGraph:
-    """Capture ``model``'s training step on ``inputs`` and build its planner graph."""
-    joint, n_out = cap.capture(model, inputs, loss=loss, decompose=decompose)
-    return from_joint(joint, n_out, decompose, costs=costs, source=source)
+    """Capture ``model``'s training step on ``inputs`` and build its planner graph; each a
+    stage of the current progress (seconds each on a model of some depth)."""
+    from hgraph.common.progress import current
+
+    stages = current()
+    with stages.stage("capturing the training step (AOTAutograd trace)"):
+        joint, n_out = cap.capture(model, inputs, loss=loss, decompose=decompose)
+    with stages.stage(f"the planner's graph ({len(joint.graph.nodes):,} joint nodes, "
+                      f"{costs} costs)"):
+        return from_joint(joint, n_out, decompose, costs=costs, source=source)
