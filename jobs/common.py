@@ -19,6 +19,7 @@ vertex program, how its values print — and hands the rest to :func:`run_engine
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
@@ -86,26 +87,31 @@ def load_graph(path: str | os.PathLike):
 def run_program(args: argparse.Namespace, program, graph, *, progress_total: int | None = None):
     """Run ``program`` on ``graph`` with the engine flags in ``args``; returns the engine's result."""
     import hgraph
-    from hgraph.common.progress import make_reporter
+    from hgraph.common.progress import make_reporter, tracking
 
     runtime = runtime_of(args)
     max_supersteps = getattr(args, "max_supersteps", None)
     total = max_supersteps if max_supersteps is not None else progress_total
-    reporter = make_reporter(getattr(args, "progress", "auto") or "auto", total=total)
+    kind = getattr(args, "progress", "auto") or "auto"
+    reporter = make_reporter(kind, total=total)
+    # A plain log names the wait for Ray as well ("starting Ray: 14.3 s", a stage the engine
+    # reports), before the superstep lines; a live bar has one display only, the superstep bar.
+    stages = tracking("plain") if kind == "plain" else contextlib.nullcontext()
     try:
-        return hgraph.run(
-            program, graph,
-            tasks=args.tasks,
-            blocks=args.blocks,
-            mode=args.mode,
-            runtime=runtime,
-            address=getattr(args, "address", None),
-            max_supersteps=max_supersteps,
-            checkpoint_every=getattr(args, "checkpoint_every", None),
-            inject_failure=getattr(args, "inject_failure", None),
-            max_recoveries=getattr(args, "max_recoveries", 3),
-            progress=reporter,
-        )
+        with stages:
+            return hgraph.run(
+                program, graph,
+                tasks=args.tasks,
+                blocks=args.blocks,
+                mode=args.mode,
+                runtime=runtime,
+                address=getattr(args, "address", None),
+                max_supersteps=max_supersteps,
+                checkpoint_every=getattr(args, "checkpoint_every", None),
+                inject_failure=getattr(args, "inject_failure", None),
+                max_recoveries=getattr(args, "max_recoveries", 3),
+                progress=reporter,
+            )
     finally:
         reporter.close()
 

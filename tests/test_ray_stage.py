@@ -45,3 +45,32 @@ def test_ensure_ray_reports_its_wait_as_a_logged_stage(monkeypatch, address, sta
             ray_connect.ensure_ray(address)
     assert [line.split(":")[0] for line in out.getvalue().splitlines()] == [stage, "levels (engine)"]
     assert started == [address or "local"]
+
+
+def test_an_engine_job_logs_the_ray_start_in_plain_progress(tmp_path):
+    """``hgraph submit sssp --runtime ray --progress plain``: the wait for the embedded Ray is
+    the first progress line, before the supersteps (its own Ray: a subprocess, RAY_TMPDIR short
+    for Unix-socket paths, removed with the job)."""
+    import os
+    import shutil
+    import subprocess
+    import sys
+    import tempfile
+
+    from tests.conftest import ROOT
+
+    ray_tmp = tempfile.mkdtemp(prefix="hgs", dir="/tmp")
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "RAY_TMPDIR": ray_tmp}
+    env.pop("RAY_ADDRESS", None)
+    try:
+        proc = subprocess.run([sys.executable, "-m", "jobs", "submit", "sssp", "--graph",
+                               str(ROOT / "examples" / "tiny.edges"), "--source", "0",
+                               "--runtime", "ray", "--progress", "plain", "--out",
+                               str(tmp_path / "d.tsv")], cwd=ROOT, env=env, capture_output=True,
+                              text=True, timeout=300)
+    finally:
+        shutil.rmtree(ray_tmp, ignore_errors=True)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    lines = proc.stderr.splitlines()
+    assert lines[0].startswith("starting Ray: ") and lines[0].endswith(" s"), proc.stderr
+    assert lines[1].startswith("superstep 0 "), proc.stderr
