@@ -256,3 +256,60 @@ def test_the_sink_is_subtracted():
     assert certificate.sink_size(m, src) == 3
     assert certificate.knapsack_bound(m, t, certificate.sink_size(m, src), 5) == 6
     assert _formula(m, t, src, 5) == 6
+
+
+def _dp_graph(seed):
+    from planner.dp_families import DPGraph
+
+    n, m, t, src, dst = _graph(seed)
+    return DPGraph(m=m, t=t, src=src, dst=dst), _stage_front(_Bits(n, src, dst), m, t)
+
+
+@pytest.mark.parametrize("seed", [12, 13])
+def test_the_milp_s_optimum_is_the_brute_force_s(seed):
+    """The per-stage brute force is planner.milp's model: HiGHS's proven optimum equals it
+    at every budget (and both say when nothing fits)."""
+    from planner import milp
+
+    g, front = _dp_graph(seed)
+    peaks = [p for _, p in front]
+    for budget in range(min(peaks) - 1, max(peaks) + 2):
+        r = milp.solve(g, budget, time_limit=60)
+        assert (r.cost if r.status == "OK" else None) == _best(front, budget), budget
+        assert r.status != "OK" or r.optimal
+
+
+def test_a_re_solve_at_a_lower_budget_keeps_the_budget_s_bound(monkeypatch):
+    """HiGHS's tolerance lets a stage exceed the budget B (simulated: the first solve sees
+    B + 4; its schedule peaks at 32 here), so milp.solve re-solves at B less the excess, 24,
+    whose optimum (12) is far above B's (1): that model's dual bound is no bound at B (the
+    re-solve used to record it, and call its schedule optimal). The result keeps the first
+    solve's bound, is not called optimal, and the certificate's milp bound stays at most the
+    optimum at B."""
+    from planner import milp
+
+    g, front = _dp_graph(12)
+    B = 28
+    assert _best(front, B) == 1 and _best(front, 24) == 12
+    real, calls = milp._highs, []
+
+    def tolerant(model, integral, time_limit):
+        U = model.layout("U", np.arange(model.layout.T))
+        calls.append(float(model.ub[U].max()))
+        if len(calls) > 1:
+            return real(model, integral, time_limit)
+        ub = model.ub[U].copy()
+        model.ub[U] = B + 4
+        try:
+            return real(model, integral, time_limit)
+        finally:
+            model.ub[U] = ub
+
+    monkeypatch.setattr(milp, "_highs", tolerant)
+    r = milp.solve(g, B, time_limit=60)       # the forked child inherits the patch
+    assert r.status == "OK" and r.cost == 12 and r.peak <= 24
+    assert r.dual_bound is not None and r.dual_bound <= 1 and not r.optimal
+    n = g.n
+    ag = ActivationGraph(np.arange(n), np.arange(n), g.m, g.t, g.src, g.dst)
+    c = certificate.certify(ag, B, "bytes", ModelStats.of_milp(r, 1, B, 60))
+    assert c.bounds["milp"] <= 1 and c.bound <= 1
