@@ -82,8 +82,9 @@ def checkpoint_schedule(g, keep) -> Schedule:
                 live.discard(a)
     sinks = loss_outputs(g)
 
-    def needs(f):
-        return [a for a, tag in g.backward[f].inputs if tag != "gradient" and is_act[a]]
+    backward = g.backward          # what each backward block reads, listed once (read 3x)
+    needs = {f: [a for a, tag in backward[f].inputs if tag != "gradient" and is_act[a]]
+             for f in order}.__getitem__
 
     remaining = {}
     for f in order:

@@ -134,22 +134,31 @@ class Pricer:
     def __init__(self, g):
         self.g, self.nf = g, len(g.forward)
         self.leaves = leaf_bytes(g)
+        self.names = [details_of(f)["op"] for f in g.forward]
         self._temps = {}
 
-    def temp(self, step, workspace) -> tuple[int, str]:
-        """(kernel temporaries, the op's name) of one timeline step of the executor under the
-        convolution workspace cap ``workspace`` (None: the kernels' own)."""
+    def call(self, step):
+        """(the kernel call a timeline step makes, or None for a forget; whether the workspace
+        cap bears on it: a convolution's)."""
         op = step.op
         if op.kind != "compute":
+            return None, False
+        f = op.index
+        return (f, tuple((j, acc) for j, _, acc in step.writes), step.grad_in is None), \
+            self.names[f if f < self.nf else f - self.nf] == "conv2d"
+
+    def temp(self, step, call, workspace) -> tuple[int, str]:
+        """(kernel temporaries, the op's name) of timeline step ``step`` (its :meth:`call`)
+        under the convolution workspace cap ``workspace`` (None: the kernels' own)."""
+        if call is None:
             return 0, "forget"
-        f, g, nf = op.index, self.g, self.nf
+        key = (call, workspace)
+        if key in self._temps:
+            return self._temps[key]
+        f, g, nf = call[0], self.g, self.nf
         i = f if f < nf else f - nf
         d = details_of(g.forward[i])
         name = d["op"]
-        key = (f, tuple((j, acc) for j, _, acc in step.writes), step.grad_in is None,
-               workspace if name == "conv2d" else None)
-        if key in self._temps:
-            return self._temps[key]
         opdef = OPS[name]
         attrs = with_workspace(d["attrs"], name, workspace)
         e = np.dtype(d["out_dtype"]).itemsize
@@ -221,8 +230,13 @@ def predict_caps(g, schedule, caps, *, recycle: bool = True, alignment: int = 64
             pool.give(blocks.pop(b))
             live_by[kind[b]] -= nbytes[b]
     out = {}
-    for cap in caps:
-        named = [pricer.temp(step, cap) for step in tl.steps]
+    calls = [pricer.call(step) for step in tl.steps]
+    named = [None if conv else pricer.temp(step, call, None)
+             for step, (call, conv) in zip(tl.steps, calls)]
+    conv = [s for s, (_, c) in enumerate(calls) if c]
+    for cap in caps:                     # only a convolution's temporaries depend on the cap
+        for s in conv:
+            named[s] = pricer.temp(tl.steps[s], calls[s][0], cap)
         temp = np.fromiter((t for t, _ in named), np.int64, n)
         curve = base + temp
         at = {}
