@@ -117,8 +117,9 @@ def _keeping_sigterm():
     ``ray.init`` replaces the process's SIGTERM handler with one that exits with status 15 and
     no word of why (measured with ``signal.getsignal`` before and after). An application that
     handles SIGTERM itself (the CLI: one line, exit 143, Ray shut down by the exit hooks) gets
-    its handler back; a process without one (the default action) keeps Ray's, which at least
-    runs the exit hooks that stop an embedded Ray."""
+    its handler back, and a SIGTERM that Ray's handler took while ``ray.init`` ran (its
+    ``SystemExit(15)``) goes to the application's handler as well; a process without one (the
+    default action) keeps Ray's, which at least runs the exit hooks that stop an embedded Ray."""
     import signal
     import threading
 
@@ -126,6 +127,10 @@ def _keeping_sigterm():
     before = signal.getsignal(signal.SIGTERM) if main else None
     try:
         yield
+    except SystemExit as stop:
+        if callable(before) and stop.code == signal.SIGTERM:
+            before(signal.SIGTERM, None)        # the application's answer (may raise)
+        raise
     finally:
         if callable(before) and signal.getsignal(signal.SIGTERM) is not before:
             signal.signal(signal.SIGTERM, before)
@@ -223,6 +228,7 @@ def _start_embedded(ray, *, num_cpus: int | None, dashboard: bool,
                      _node_ip_address=LOOPBACK, log_to_driver=False, logging_level="ERROR",
                      object_store_memory=object_store_bytes, _temp_dir=temp_dir)
     except BaseException as err:
+        ray.shutdown()                  # what ray.init had started (a SIGTERM may stop it midway)
         shutil.rmtree(temp_dir, ignore_errors=True)
         if isinstance(err, (ConnectionError, ValueError, RuntimeError, OSError)):
             raise HGraphError(f"cannot start a local Ray: {_first_line(err)}") from None
