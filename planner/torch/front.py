@@ -265,6 +265,12 @@ def for_budget(tg, budget, **kwargs) -> list:
     ``kwargs``: :func:`front`'s.
     """
     solvers = kwargs.get("solvers", SOLVERS)
+    planned = _front_key(solvers, kwargs.get("points", POINTS),
+                         kwargs.get("exact_max_lower_sets", EXACT_MAX_LOWER_SETS),
+                         kwargs.get("seeds"),
+                         {k: v for k, v in kwargs.items() if k not in FRONT_KEYWORDS})
+    if planned is not None and planned in getattr(tg, "fronts", {}):
+        return front(tg, **kwargs)                 # computed already: picked from, not planned
     if (not kwargs.get("seeds") and tuple(solvers)[:1] == ("approx",)
             and not (isinstance(budget, str) and budget.strip().lower() == LOWEST)):
         with current_progress().stage("step front: the keep-everything plan"):
