@@ -91,7 +91,7 @@ def against(rev: str, dg, fam, b: int, window: int, cap: int, strategy: str,
     """The stacked DP of ``rev`` and of this tree, alternating; CPU seconds and chains."""
     lams = scale.pass_lambdas(dg.t, dg.m, cap, strategy)
     sub, _, dm = window_transitions(fam, dg.t, dg.m, window)
-    steps = max(1, len(_batches(_limits(fam, b, sub, dm, True))) - 1)
+    steps = max(1, len(_batches(_limits(fam.mL, fam.mAB, b, sub, dm, True))) - 1)
     print(f"{fam.num_sets:,} states in {steps:,} steps of this tree's walk "
           f"({fam.num_sets / steps:.2f} a step)", flush=True)
     runs = {rev: stacked_at(rev), "this tree": run_stacked}

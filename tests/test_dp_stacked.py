@@ -183,7 +183,7 @@ def test_batches_hold_no_source_of_their_own_members():
     fam = approx_family(g, stats=local_stats(g), dense=False)
     W = 8
     sub, _, dm = window_transitions(fam, g.t, g.m, W)
-    limit = _limits(fam, int(0.5 * g.m.sum()), sub, dm, True)
+    limit = _limits(fam.mL, fam.mAB, int(0.5 * g.m.sum()), sub, dm, True)
     bounds = _batches(limit)
     assert bounds[0] == 1 and bounds[-1] == fam.num_sets
     sizes = np.diff(bounds)

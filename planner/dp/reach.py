@@ -39,15 +39,18 @@ __all__ = ["reach_limits"]
 
 
 def reach_limits(sub: np.ndarray, room: np.ndarray, dm: np.ndarray,
-                 chunk: int = 1 << 14) -> np.ndarray:
+                 chunk: int = 1 << 14, ends=None) -> np.ndarray:
     """``reach[i]`` for every state (``-1``: V cannot be reached from ``i`` at all).
 
     ``sub``/``room``/``dm``: ``(L, W)`` tables by target ``k`` and column ``w`` (source
     ``k − W + w``): whether the transition exists, the largest source ckpt its peak test
-    lets through, and its checkpoint growth. The last state is V."""
+    lets through, and its checkpoint growth. The last state is V. ``ends``: states whose
+    reach is ``INF`` too (the separators a segmented DP cuts at, :mod:`planner.dp.segmented`:
+    each segment prunes towards its own end, as it does walked alone)."""
     L, W = sub.shape
     reach = np.full(L, -1, np.int64)
     reach[L - 1] = INF
+    end = set() if ends is None else set(np.asarray(ends, np.int64).tolist())
     lim = np.where(sub, room, -1)
     done = [INF]                                   # reach of the states after the chunk
     hi = L - 1                                     # states [lo, hi) are computed per chunk
@@ -70,7 +73,7 @@ def reach_limits(sub: np.ndarray, room: np.ndarray, dm: np.ndarray,
                     v = room_ik
                 if v > best:
                     best = v
-            r[x] = best
+            r[x] = INF if i in end else best
         reach[lo:hi] = r[:hi - lo]
         done = r[:min(W, len(r))]
         hi = lo

@@ -57,7 +57,7 @@ from planner.dp.reach import reach_limits
 from planner.dp.scale import thin_lagrange
 from planner.dp.subsets import window_transitions
 
-__all__ = ["run_stacked", "STACKED_MAX_WINDOW"]
+__all__ = ["run_stacked", "walk", "STACKED_MAX_WINDOW"]
 
 #: Widest window the stacked loop takes: its tables hold ``L·W`` transitions.
 STACKED_MAX_WINDOW = 64
@@ -76,8 +76,36 @@ def run_stacked(fam, t: np.ndarray, m: np.ndarray, budget: int, window: int, fro
     strategy's end entry of the first pass, replaced by a later pass's only if it saves more,
     or as much with less ckpt (``entry`` None when no pass reaches V).
     """
-    L, W, K, P = fam.num_sets, int(window), int(front_cap), len(lams)
-    sub, dt, dm = window_transitions(fam, t, m, W)
+    sub, dt, dm = window_transitions(fam, t, m, int(window))
+    span = int(m.sum()) + 1                        # ckpt < span, saved < span_s: the pass
+    span_s = int(t.sum()) + 1                      # goes into one sortable key with either
+    store, last = walk(fam.mL, fam.mAB, sub, dt, dm, budget, front_cap, lams, span, span_s,
+                       prune)
+    entry = _best_end(last, len(lams), strategy)
+    if entry is None:
+        return Fronts.empty(0), None
+    return _chain_fronts(store, entry, int(window), dt, dm)
+
+
+def walk(mL: np.ndarray, mAB: np.ndarray, sub: np.ndarray, dt: np.ndarray, dm: np.ndarray,
+         budget: int, front_cap: int, lams: list, span: int, span_s: int, prune: bool = True,
+         seed=None, ends=None):
+    """The walk of :func:`run_stacked` over states given by their ``(L, W)`` window tables
+    (:func:`~planner.dp.subsets.window_transitions`) and ``m(L)``, ``m(A) + m(B)``.
+
+    Why separate: a segment of the family between two strict separators is walked on its own
+    (:mod:`planner.dp.segmented`), its first state the separator it starts at and its fronts
+    ``seed`` — ``(saved, ckpt, pass)`` arrays, each pass's entries in saved order (at most
+    ``front_cap`` a pass): the front that segment's walk handed over — instead of ∅'s
+    ``(0, 0)``. ``ends``: states whose reach (:mod:`planner.dp.reach`) is unbounded, as the
+    last state's is (a segment's end seen from inside it). ``span``/``span_s``: above any
+    ckpt / saved (the whole graph's ``m(V) + 1`` / ``T(V) + 1``, so segments sort alike).
+
+    Returns ``(store, last)``: every kept entry's predecessor (:class:`_Store`; a seed entry's
+    is −1, its id its index in ``seed``) and the last state's front, ``(saved, ckpt, pass,
+    store id)`` in (pass, saved) order (None when it has no entry).
+    """
+    L, W, K, P = int(mL.size), int(sub.shape[1]), int(front_cap), len(lams)
     lam = np.array([np.nan if x is None else float(x) for x in lams])
     is_lagrange = ~np.isnan(lam) & (K >= 4)        # as run_dp: thin only below a cap of 4
     half = K // 2
@@ -86,8 +114,6 @@ def run_stacked(fam, t: np.ndarray, m: np.ndarray, budget: int, window: int, fro
     for p in range(P):                             # ones at 0: the first entry, kept anyway)
         x[p, :nlev[p]] = np.linspace(0.0, 1.0, int(nlev[p])) ** 0.5
     x, lam, is_lagrange = np.tile(x, (W, 1)), np.tile(lam, W), np.tile(is_lagrange, W)
-    span = int(m.sum()) + 1                        # ckpt < span, saved < span_s: the pass
-    span_s = int(t.sum()) + 1                      # goes into one sortable key with either
     if span * (P + 1) >= INF or span_s * (P + 1) >= INF:
         raise HGraphError(f"the capped DP's sort keys overflow: {P} passes × m(V) = {span - 1} "
                           f"(DP units); plan with a coarser unit")
@@ -100,12 +126,18 @@ def run_stacked(fam, t: np.ndarray, m: np.ndarray, budget: int, window: int, fro
     # order, then pass, then saved): the reference's arrival order.
     ring = np.zeros((3, W, PK), np.int64)
     ring[1] = INF
-    ring[0, 0, :P] = np.arange(P) * span_s
-    ring[1, 0, :P] = 0
-    ring[2, 0, :P] = np.arange(P)
-    store.add(np.full(P, -1), 0, [P])
+    if seed is None:                               # ∅: (0, 0) in every pass
+        seed = (np.zeros(P, np.int64), np.zeros(P, np.int64), np.arange(P))
+    s0, c0, p0 = (np.asarray(a, np.int64) for a in seed)
+    if s0.size > PK or (p0.size > 1 and np.any(np.diff(p0) < 0)) \
+            or np.bincount(p0, minlength=P).max(initial=0) > K:
+        raise HGraphError("a seed front has at most front_cap entries a pass, in pass order")
+    ring[0, 0, :s0.size] = p0 * span_s + s0
+    ring[1, 0, :s0.size] = c0
+    ring[2, 0, :s0.size] = np.arange(s0.size)
+    store.add(np.full(s0.size, -1), 0, [s0.size])
     rs, rc, re = (ring[f].reshape(-1) for f in range(3))     # flat views
-    limit = _limits(fam, budget, sub, dm, prune)
+    limit = _limits(mL, mAB, budget, sub, dm, prune, ends)
     report, every = current_progress().position, max(1, L // 200)   # the DP position, ~0.5 %
     starts, stops, radices = _batch_plan(limit, dm, B_key=P * span_s)
     # windows[s0, b]: the ring slots of the window of batch member b when the batch starts
@@ -153,21 +185,19 @@ def run_stacked(fam, t: np.ndarray, m: np.ndarray, budget: int, window: int, fro
         if z == L:
             end = seg // P == B - 1
             last = (ps[end] - seg[end] * span_s, nc[end], seg[end] % P, ids[end])
-    entry = _best_end(last, P, strategy)
-    if entry is None:
-        return Fronts.empty(0), None
-    return _chain_fronts(store, entry, W, dt, dm)
+    return store, last
 
 
-def _limits(fam, budget: int, sub, dm, prune: bool) -> np.ndarray:
+def _limits(mL, mAB, budget: int, sub, dm, prune: bool, ends=None) -> np.ndarray:
     """``(L, W)``: the largest source ckpt each window transition takes (``-1``: none) — the
-    peak test's room and, with ``prune``, what still reaches V after it."""
+    peak test's room and, with ``prune``, what still reaches V (or a state of ``ends``)
+    after it."""
     L, W = sub.shape
-    two_mL = 2 * fam.mL
+    two_mL = 2 * mL
     src = np.arange(L)[:, None] - W + np.arange(W)[None, :]
-    room = (budget - two_mL - fam.mAB)[:, None] + two_mL[np.maximum(src, 0)]
+    room = (budget - two_mL - mAB)[:, None] + two_mL[np.maximum(src, 0)]
     if prune:
-        room = np.minimum(room, reach_limits(sub, room, dm)[:, None] - dm)
+        room = np.minimum(room, reach_limits(sub, room, dm, ends=ends)[:, None] - dm)
     return np.where(sub, room, -1)
 
 
