@@ -367,6 +367,8 @@ def _env(host: str) -> dict:
     env["RAY_AUTH_MODE"] = auth_mode(host)
     if _is_loopback(host):
         env[LOOPBACK_ONLY_ENV] = "0"   # every Ray process of the node stays on loopback
+    else:                              # --listen HOST: not kept on loopback by an inherited switch
+        env.pop(LOOPBACK_ONLY_ENV, None)   # (a process that ran an embedded Ray has it set)
     env.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     env.pop("RAY_ADDRESS", None)
     # Ray Jobs run `python3 ...` through the PATH of the node: make it this interpreter.

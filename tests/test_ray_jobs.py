@@ -417,10 +417,12 @@ def test_cluster_up_binds_loopback_and_keeps_the_users_auth(monkeypatch, tmp_pat
 
 def test_cluster_up_listen_exposes_only_what_it_is_told(monkeypatch, tmp_path, capsys):
     monkeypatch.delenv("RAY_AUTH_MODE", raising=False)
+    monkeypatch.setenv("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")   # as after an embedded Ray
     started = _dry_up(monkeypatch, tmp_path, listen="10.1.2.3")
     for argv, env in started:
         assert "--node-ip-address=10.1.2.3" in argv
         assert env["RAY_AUTH_MODE"] == "token"           # Ray's default kept off loopback
+        assert "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER" not in env     # not held on loopback
     assert "--dashboard-host=10.1.2.3" in started[0][0]
     with pytest.raises(SystemExit):
         hgraph_main(["cluster", "--help"])
