@@ -151,7 +151,8 @@ def certify(ag, budget_bytes: int, units: str, model, mode: str = "on",
             bounds["lp"] = (max(0, math.ceil(lp.bound - 1e-6)) if lp.status == "OK" else None)
             if lp.status == "TIMEOUT":
                 notes.append(f"lp bound: time limit {time_limit:g} s hit"
-                             + (" in HiGHS's set-up (stopped)" if lp.stopped == "killed" else ""))
+                             + (" before HiGHS returned (stopped)" if lp.stopped == "killed"
+                                else ""))
     info = model.milp
     if (info and info.get("full_stages") and info.get("dual_bound") is not None
             and info.get("budget_units", -1) >= budget and model.comp_ratio == u.ratio):

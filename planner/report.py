@@ -256,7 +256,7 @@ def certificate_rows(report: dict) -> list:
         if mi["optimal"]:
             how = "optimal"
         elif mi.get("stopped") == "killed":
-            how = (f"time limit {mi['time_limit']:g} s hit in HiGHS's set-up "
+            how = (f"time limit {mi['time_limit']:g} s hit before HiGHS returned "
                    f"({mi['variables']:,} variables): stopped, no dual bound")
         elif mi["dual_bound"] is None:
             how = f"time limit {mi['time_limit']:g} s hit: no dual bound yet"

@@ -384,7 +384,7 @@ class MILPSolver(Solver):
         with current_progress().stage(f"MILP (HiGHS, {ag.n:,} nodes)"):
             r = milp.solve(dg, u.budget, time_limit=max(0.01, limit - spent), groups=groups,
                            stages=self.milp_stages or milp.DEFAULT_SOLVER_STAGES)
-        self._cache["milp_seconds"] = spent + r.seconds
+        spent = self._cache["milp_seconds"] = spent + r.seconds
         if seed is not None and (r.status != "OK" or r.cost > seed.model_recompute_cost):
             # the chain's own schedule is a solution of the same model: HiGHS's incumbent at
             # the time limit (or none) is no better, so the plan is the chain's
@@ -394,10 +394,11 @@ class MILPSolver(Solver):
                                               stages=r.stages, full_stages=False,
                                               stages_from=stages_from,
                                               budget_units=int(u.budget),
-                                              seconds=round(r.seconds, 3),
+                                              seconds=round(spent, 3),
                                               time_limit=float(limit), variables=r.variables,
                                               constraints=r.constraints, stopped=r.stopped)
             info["schedule"] = "the DP chain's own (HiGHS found none cheaper in time)"
+            info["seconds"] = round(spent, 3)          # every MILP of this plan
             return "OK", seed.groups, dataclasses.replace(stats, family="milp", milp=info), {}
         if r.status == "TIMEOUT":
             raise HGraphError(f"milp: HiGHS found no schedule within {limit:g} s "
@@ -407,6 +408,7 @@ class MILPSolver(Solver):
             return r.status, None, None, {}
         stats = ModelStats.of_milp(r, u.ratio, u.budget, limit, stages_from)
         stats.milp["schedule"] = "HiGHS's"
+        stats.milp["seconds"] = round(spent, 3)
         return "OK", r.groups, stats, dict(keep=r.keep, recompute=r.recompute, retain=r.retain)
 
     def infeasible(self, name: str, budget_bytes: int, baseline_peak: int,
