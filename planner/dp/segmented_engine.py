@@ -1,0 +1,285 @@
+"""The segmented DP on the engine: one vertex per segment, fronts pushed left to right.
+
+Why: :mod:`planner.dp.segmented` cuts the scale path's DP into segments that need nothing of
+each other but the front handed across a cut. Here each segment is a vertex of a chain graph
+(``k → k+1`` forward, ``k+1 → k`` backward) on :func:`hgraph.run`, its inputs
+(:class:`~planner.dp.segmented.SegmentDP`: its window tables, nothing of the others) a
+vertex column, so each worker receives only its own segments' (the engine slices columns
+by task), and runs their walks:
+
+* superstep 0 (``init``): with ``mode="composed"`` every segment's free walk, on every
+  worker at once — the DP's work, in parallel; vertex 0 takes its scan step from ∅;
+* supersteps ``1 … S−1``, the push scan: vertex ``k`` gets the front of ``k − 1`` (the
+  message carries its entries: saved, ckpt, pass), takes its scan step
+  (:func:`~planner.dp.segmented.scan_step`; ``mode="handover"``: its walk seeded with it)
+  and pushes its own front on;
+* then the back-trace, right to left: the last vertex takes the strategy's end entry, reads
+  its chain back and sends the incoming entry it started from to ``k − 1``, which reads its
+  own, and so on.
+
+A vertex keeps what it needs to read back in its value — its incoming front, its outgoing
+one and how each outgoing entry was made — so a worker that is replaced after a failure (its
+walks are not in a checkpoint) walks its segment again from the same front: the walk is
+deterministic, and the plan is the same (:func:`hgraph.run`'s checkpoints hold the values).
+The result, the chain of every segment, is the vertices' values; it does not depend on the
+number of tasks, blocks or the message mode (one message per vertex and superstep).
+
+Example::
+
+    >>> from planner import synth
+    >>> from planner.activation_graph import ActivationGraph
+    >>> from planner.dp import segmented
+    >>> g = ActivationGraph.from_cg(synth.build(layers=4, heads=2))
+    >>> fam, budget = segmented.scale_family(g), int(0.5 * g.m.sum())
+    >>> cuts = segmented.choose_cuts(fam, 4)
+    >>> run = solve_on_engine(fam, g, budget, cuts, tasks=2)
+    >>> one = segmented.solve_composed(fam, g, budget, cuts)
+    >>> run.stitched.fronts.state.tolist() == one.fronts.state.tolist(), run.supersteps
+    (True, 7)
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+import hgraph
+from planner.analyses.engine import EngineOptions, options
+from planner.dp import segmented as S
+from planner.dp.stacked import _best_end
+
+__all__ = ["SegmentedDP", "EngineRun", "solve_on_engine", "MODES"]
+
+MODES = ("composed", "handover")
+_FWD, _BWD = 1.0, 2.0
+_MIN = np.iinfo(np.int64).min
+# value header: phase (0 waiting, 1 front out, 2 read back), outgoing front size, then the
+# outgoing front (saved, ckpt, pass: C each) — the forward message is this prefix
+_PHASE, _NOUT, _OUT = 0, 1, 2
+
+
+class SegmentedDP(hgraph.VertexProgram):
+    """The vertex program (see the module docstring). ``cap``: the most entries a front
+    carries (passes × front cap); ``width``: the most states of a segment; ``strategy``:
+    which end entry the plan takes; ``mode``: ``"composed"`` or ``"handover"``."""
+
+    value_dtype = message_dtype = np.int64
+    combiner = np.maximum        # one message a vertex and superstep; unused slots are −∞
+
+    def __init__(self, cap: int, width: int, strategy: str = "time", mode: str = "composed"):
+        if mode not in MODES:
+            raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
+        self.cap, self.width, self.strategy, self.mode = int(cap), int(width), strategy, mode
+        C = self.cap
+        self.msg = 2 + 3 * C
+        r = self.msg
+        # after the message prefix: kind (0 free, 1 seeded), chosen incoming entry, chosen
+        # outgoing entry, incoming size, back sizes, chain length; then the incoming front
+        # (saved, ckpt, pass), how each outgoing entry was made (a, b), the chain's states,
+        # dt and dm
+        self.KIND, self.IN_IDX, self.OUT_IDX, self.NIN, self.NA, self.NB, self.NCH = \
+            range(r, r + 7)
+        self.IN = r + 7
+        self.BACK = self.IN + 3 * C
+        self.CHAIN = self.BACK + 2 * C
+        self.value_shape = (self.CHAIN + 3 * self.width,)
+        self.message_shape = (self.msg,)
+
+    # ---- value fields ---------------------------------------------------------------------
+    def _put(self, row, at: int, *arrays):
+        for k, a in enumerate(arrays):
+            row[at + k * self.cap:at + k * self.cap + len(a)] = a
+
+    def _get(self, row, at: int, n: int, count: int):
+        return [row[at + k * self.cap:at + k * self.cap + n].copy() for k in range(count)]
+
+    def _front_out(self, row, s, c, p):
+        row[_PHASE], row[_NOUT] = 1, s.size
+        self._put(row, _OUT, s, c, p)
+
+    # ---- one segment's steps ----------------------------------------------------------------
+    def _incoming(self, row, inbox=None):
+        """The incoming front (saved, ckpt, pass), from the message or the value."""
+        if inbox is not None:
+            n = int(inbox[_NOUT])
+            s, c, p = self._get(inbox, _OUT, n, 3)
+            row[self.NIN] = n
+            self._put(row, self.IN, s, c, p)
+            return s, c, p
+        n = int(row[self.NIN])
+        return tuple(self._get(row, self.IN, n, 3))
+
+    def _forward(self, seg, row, s_in, c_in, p_in):
+        """The scan step of ``seg`` from the incoming front; fills the outgoing front and how
+        each of its entries was made. False when nothing reaches the segment's end."""
+        if self.mode == "handover":
+            seed = None if s_in is None else (s_in, c_in, p_in)
+            s, c, p = seg.solve(seed, kind="seeded")
+            if s.size == 0:
+                return False
+            row[self.KIND] = 1
+            self._front_out(row, s, c, p)
+            return True
+        if s_in is None:
+            s_in, c_in = np.zeros(1, np.int64), np.zeros(1, np.int64)
+        step = S.scan_step(seg, s_in, c_in, self.cap)
+        if step is None:
+            return False
+        s, c, (kind, a, b) = step
+        row[self.KIND] = 0 if kind == "free" else 1
+        row[self.NA], row[self.NB] = a.size, b.size
+        self._put(row, self.BACK, a, b)
+        self._front_out(row, s, c, np.full(s.size, -1))
+        return True
+
+    def _rewalk(self, seg, row, first: bool):
+        """Walk the segment again where this worker has not kept the walk (a replacement):
+        from the incoming front in the value, as the first time."""
+        kind = "free" if row[self.KIND] == 0 else "seeded"
+        if kind in seg.walks:
+            return kind
+        if kind == "free":
+            seg.solve(None)
+            return kind
+        s_in, c_in, p_in = (None, None, None) if first else self._incoming(row)
+        if self.mode == "handover":
+            seg.solve(None if first else (s_in, c_in, p_in), kind="seeded")
+        else:
+            if first:
+                s_in, c_in = np.zeros(1, np.int64), np.zeros(1, np.int64)
+            seed, _ = S.seeds_from(s_in, c_in, seg.passes, seg.front_cap)
+            seg.solve(seed, kind="seeded")
+        return kind
+
+    def _back(self, seg, row, f: int, first: bool):
+        """Read back outgoing entry ``f``: the chain into the value, the incoming entry it
+        started from into ``IN_IDX``."""
+        kind = self._rewalk(seg, row, first)
+        if self.mode == "handover":
+            states, dts, dms, idx = seg.chain(f, "seeded")
+        else:
+            na, nb = int(row[self.NA]), int(row[self.NB])
+            a = row[self.BACK:self.BACK + na]
+            b = row[self.BACK + self.cap:self.BACK + self.cap + nb]
+            states, dts, dms, idx = S.read_back(seg, (kind, a, b), f)
+        row[self.OUT_IDX], row[self.IN_IDX] = f, idx
+        row[self.NCH] = states.size
+        w = self.width
+        row[self.CHAIN:self.CHAIN + states.size] = states
+        row[self.CHAIN + w:self.CHAIN + w + dts.size] = dts
+        row[self.CHAIN + 2 * w:self.CHAIN + 2 * w + dms.size] = dms
+        row[_PHASE] = 2
+
+    def _end_entry(self, seg, row) -> int:
+        """The strategy's entry of the last segment's outgoing front."""
+        if self.mode == "handover":
+            last = seg.end("seeded")
+            entry = _best_end(last, seg.passes, self.strategy)
+            return int(np.flatnonzero(last[3] == entry)[0])
+        return int(row[_NOUT]) - 1 if self.strategy == "time" else 0
+
+    # ---- the protocol -----------------------------------------------------------------------
+    def init(self, block):
+        values = np.zeros((block.size, *self.value_shape), np.int64)
+        respond = np.zeros(block.size, bool)
+        n = int(block.columns["segments"][0]) if block.size else 0
+        for r, seg in enumerate(block.columns["seg"]):
+            if self.mode == "composed":
+                seg.solve(None)                       # every free walk, in parallel
+            if seg.index == 0:
+                respond[r] = self._step(seg, values[r], None, n)
+        return values, respond
+
+    def _step(self, seg, row, inbox, n: int) -> bool:
+        """The forward step; the back-trace starts at the last segment."""
+        first = inbox is None
+        s_in, c_in, p_in = (None, None, None) if first else self._incoming(row, inbox)
+        if not self._forward(seg, row, s_in, c_in, p_in):
+            return False                            # no chain: the scan ends, nothing sent
+        if seg.index == n - 1:
+            self._back(seg, row, self._end_entry(seg, row), first)
+        return True
+
+    def update(self, ctx, block, values, inbox, has_message):
+        values = values.copy()
+        respond = np.zeros(block.size, bool)
+        n = int(block.columns["segments"][0]) if block.size else 0
+        for r in np.flatnonzero(has_message):
+            seg, msg = block.columns["seg"][r], inbox[r]
+            if msg[0] == 1 and values[r, _PHASE] == 0:          # the front from the left
+                respond[r] = self._step(seg, values[r], msg, n)
+            elif msg[0] == 2 and values[r, _PHASE] == 1:        # the entry to read back
+                self._back(seg, values[r], int(msg[1]), seg.index == 0)
+                respond[r] = seg.index > 0
+        return hgraph.Update(values, respond=respond)
+
+    def message(self, src_values, weights):
+        out = np.full((src_values.shape[0], self.msg), _MIN, np.int64)
+        out[:, 0] = 0
+        fwd = (weights == _FWD) & (src_values[:, _PHASE] == 1)
+        out[fwd, 0] = 1
+        out[fwd, 1:] = src_values[fwd, 1:self.msg]
+        bwd = (weights == _BWD) & (src_values[:, _PHASE] == 2)
+        out[bwd, 0] = 2
+        out[bwd, 1] = src_values[bwd, self.IN_IDX]
+        return out
+
+
+@dataclass
+class EngineRun:
+    """What :func:`solve_on_engine` returns: the ``stitched`` chain (None: no chain reaches
+    V), the end entry taken (``saved``, ``ckpt``: the composed front's), how many segments
+    were walked seeded (``handed_over``), the engine's ``supersteps`` and ``stats``."""
+
+    stitched: object
+    saved: int
+    ckpt: int
+    segments: int
+    handed_over: int
+    supersteps: int
+    stats: list
+    seconds: float
+
+
+def solve_on_engine(fam, g, budget: int, cuts, window: int = S.DEFAULT_WINDOW,
+                    front_cap: int = S.DEFAULT_FRONT_CAP, strategy: str = "time",
+                    mode: str = "composed", prune: bool = True, segs=None,
+                    opts: EngineOptions | None = None, **engine) -> EngineRun:
+    """The segmented DP over ``cuts`` on the engine (``opts`` or engine keywords: tasks,
+    runtime, …): the same chain as :func:`~planner.dp.segmented.solve_composed`
+    (``mode="composed"``) or :func:`~planner.dp.segmented.solve_handover` (``"handover"``)
+    in this process, for any tasks, blocks, message mode and runtime."""
+    t0 = time.perf_counter()
+    o = options(opts, engine)
+    segs = segs if segs is not None else S.segment_dps(fam, g, budget, cuts, window,
+                                                      front_cap, strategy, prune)
+    n = len(segs)
+    program = SegmentedDP(segs[0].passes * int(front_cap),
+                          max(sg.num_states for sg in segs), strategy, mode)
+    column = np.empty(n, object)
+    column[:] = segs
+    k = np.arange(n - 1)
+    chain = hgraph.Graph.from_edges(np.r_[k, k + 1], np.r_[k + 1, k],
+                                    weights=np.r_[np.full(n - 1, _FWD), np.full(n - 1, _BWD)],
+                                    n=n, columns={"seg": column,
+                                                  "segments": np.full(n, n, np.int64)})
+    res = o.run(program, chain)
+    vals = np.asarray(res.values)
+    done = vals[:, _PHASE] == 2
+    if not done.all():
+        return EngineRun(None, 0, 0, n, 0, res.supersteps, res.stats,
+                         time.perf_counter() - t0)
+    pr, w = program, program.width
+    pieces = []
+    for row in vals:
+        m = int(row[pr.NCH])
+        pieces.append((row[pr.CHAIN:pr.CHAIN + m], row[pr.CHAIN + w:pr.CHAIN + w + m - 1],
+                       row[pr.CHAIN + 2 * w:pr.CHAIN + 2 * w + m - 1]))
+    handed = int((vals[:, pr.KIND] == 1).sum())
+    last, f = vals[-1], int(vals[-1, pr.OUT_IDX])
+    saved, ckpt = int(last[_OUT + f]), int(last[_OUT + pr.cap + f])
+    stitched = S.Stitched.from_pieces(pieces, n, handed, time.perf_counter() - t0)
+    return EngineRun(stitched, saved, ckpt, n, handed, res.supersteps, res.stats,
+                     stitched.seconds)

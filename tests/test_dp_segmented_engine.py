@@ -1,0 +1,123 @@
+"""The segmented DP on the engine (planner.dp.segmented_engine): the chain is the in-process
+one (:mod:`planner.dp.segmented`) for any tasks, message mode and runtime, and after a
+worker is lost mid-DP (the replacement walks its segments again)."""
+
+from __future__ import annotations
+
+import hashlib
+import pickle
+
+import numpy as np
+import pytest
+
+from planner import synth
+from planner.activation_graph import ActivationGraph
+from planner.dp import segmented as S
+from planner.dp.segmented_engine import SegmentedDP, solve_on_engine
+
+_G = {}
+
+
+def _setup(kind="tf"):
+    if kind not in _G:
+        cg = synth.build(layers=24, heads=4) if kind == "tf" else synth.build_cnn(blocks=12)
+        g = ActivationGraph.from_cg(cg)
+        _G[kind] = (g, S.scale_family(g))
+    return _G[kind]
+
+
+def _hash(stitched):
+    f = stitched.fronts
+    return hashlib.sha256(f.state.tobytes() + f.s.tobytes() + f.c.tobytes()).hexdigest()
+
+
+@pytest.mark.parametrize("kind,frac,mode", [("tf", 0.45, "composed"), ("tf", 0.45, "handover"),
+                                            ("cnn", 0.155, "composed"),
+                                            ("cnn", 0.4, "handover")])
+def test_same_chain_for_any_number_of_tasks(kind, frac, mode):
+    g, fam = _setup(kind)
+    B = int(frac * g.m.sum())
+    cuts = S.choose_cuts(fam, 6)
+    one = (S.solve_composed if mode == "composed" else S.solve_handover)(fam, g, B, cuts)
+    want = _hash(one)
+    for tasks in (1, 2, 4):
+        run = solve_on_engine(fam, g, B, cuts, mode=mode, tasks=tasks)
+        assert _hash(run.stitched) == want, tasks
+        assert run.supersteps == 2 * (cuts.size - 1) - 1
+        assert run.handed_over == one.handed_over
+        assert (run.saved, run.ckpt) == (int(one.fronts.s[-1]), int(one.fronts.c[-1]))
+
+
+def test_message_modes_give_the_same_chain():
+    from planner.analyses.engine import EngineOptions
+
+    g, fam = _setup("tf")
+    B = int(0.45 * g.m.sum())
+    cuts = S.choose_cuts(fam, 5)
+    want = _hash(S.solve_composed(fam, g, B, cuts))
+    for msg in ("push", "pull", "hybrid"):
+        run = solve_on_engine(fam, g, B, cuts, opts=EngineOptions(tasks=2, blocks=2, mode=msg))
+        assert _hash(run.stitched) == want, msg
+
+
+def test_no_chain_reaches_the_end():
+    g, fam = _setup("tf")
+    cuts = S.choose_cuts(fam, 4)
+    for mode in ("composed", "handover"):
+        run = solve_on_engine(fam, g, int(0.05 * g.m.sum()), cuts, mode=mode, tasks=2)
+        assert run.stitched is None
+
+
+def test_a_replacement_worker_walks_again_and_reads_back_the_same_chain():
+    """What a worker holds beyond the values is its walks; a fresh copy of each segment (as
+    a replacement actor gets: no walk) reads back the same chain from the values."""
+    g, fam = _setup("cnn")
+    B = int(0.155 * g.m.sum())
+    cuts = S.choose_cuts(fam, 6)
+    for mode in ("composed", "handover"):
+        segs = S.segment_dps(fam, g, B, cuts)
+        run = solve_on_engine(fam, g, B, cuts, mode=mode, segs=segs, tasks=2)
+        prog = SegmentedDP(segs[0].passes * segs[0].front_cap,
+                           max(s.num_states for s in segs), "time", mode)
+        from planner.analyses.engine import EngineOptions
+
+        res = EngineOptions(tasks=1).run(prog, _chain_graph(segs))
+        for k, seg in enumerate(segs):
+            fresh = pickle.loads(pickle.dumps(seg))
+            assert fresh.walks == {}
+            row = res.values[k].copy()
+            prog._back(fresh, row, int(row[prog.OUT_IDX]), k == 0)
+            assert np.array_equal(row, res.values[k]), (mode, k)
+        assert run.stitched is not None
+
+
+def _chain_graph(segs):
+    import hgraph
+
+    n = len(segs)
+    col = np.empty(n, object)
+    col[:] = segs
+    k = np.arange(n - 1)
+    return hgraph.Graph.from_edges(np.r_[k, k + 1], np.r_[k + 1, k],
+                                   weights=np.r_[np.full(n - 1, 1.0), np.full(n - 1, 2.0)], n=n,
+                                   columns={"seg": col, "segments": np.full(n, n)})
+
+
+@pytest.mark.parametrize("mode", ["composed", "handover"])
+def test_on_ray_same_chain_and_a_worker_lost_mid_dp(ray_session, mode):
+    from planner.analyses.engine import EngineOptions
+
+    g, fam = _setup("tf")
+    B = int(0.45 * g.m.sum())
+    cuts = S.choose_cuts(fam, 6)
+    want = _hash((S.solve_composed if mode == "composed" else S.solve_handover)(fam, g, B, cuts))
+    run = solve_on_engine(fam, g, B, cuts, mode=mode,
+                          opts=EngineOptions(tasks=2, runtime="ray"))
+    assert _hash(run.stitched) == want
+    # superstep 6 kills task 0 (6 % 2) in the back-trace: its segments' walks are gone,
+    # the replacement walks them again from the checkpointed values
+    lost = solve_on_engine(fam, g, B, cuts, mode=mode,
+                           opts=EngineOptions(tasks=2, runtime="ray", checkpoint_every=1,
+                                              inject_failure=6))
+    assert _hash(lost.stitched) == want
+    assert any("failure" in row for row in lost.stats)
