@@ -42,14 +42,16 @@ from pathlib import Path
 
 from hgraph.common.errors import HGraphError
 from hgraph.common.progress import current as current_progress
-from planner import cg
+from planner import cg, whole_step
 from planner.analyses.engine import EngineOptions
 from planner.budget import Budget
+from planner.fixed_schedules import plain_schedule
 from planner.execute import backend as backend_mod
 from planner.execute import executor, rows_exec, step_memory
 from planner.rows import plan as rows_plan
 from planner.rows import with_dp
 from planner.rows.plan import RowPlan
+from planner.timeline import timeline
 
 __all__ = ["RowsPlan", "RowsExecution", "plan_rows", "execute_rows", "POLICIES", "TOLERANCE",
            "plain_peak_bytes"]
@@ -103,7 +105,7 @@ class RowsPlan:
 def plain_peak_bytes(g) -> int:
     """The peak of a plain training step of ``g`` (no recomputation, buffers freed after their
     last use): what a percentage budget of a row plan is of, and what its report compares with."""
-    return int(executor.timeline(g, executor.plain_schedule(g), recycle=True).live_peak())
+    return int(timeline(g, plain_schedule(g), recycle=True).live_peak())
 
 
 def _check(rows, policy: str, budget) -> None:
@@ -140,7 +142,7 @@ def plan_rows(graph_or_path, rows: int | None = None, policy: str | None = None,
         g = cg.read(graph_or_path) if isinstance(graph_or_path, (str, Path)) else graph_or_path
     with stages.stage("plain step peak"):
         plain = plain_peak_bytes(g)
-        plain_step = step_memory.predict(g, executor.plain_schedule(g)).step_peak_bytes
+        plain_step = whole_step.predict(g, plain_schedule(g)).step_peak_bytes
     budget_bytes = None if b is None else b.resolve(plain_step)
     steps = {}
 
@@ -217,7 +219,7 @@ class RowsExecution:
         p, r, plain = self.plan, self.rows, self.plain
         fl = p.flops()
         return {"graph": graph, "rows": p.bands, "row_policy": p.policy,
-                "accounting": step_memory.WHOLE_STEP,
+                "accounting": whole_step.WHOLE_STEP,
                 "step_peak_bytes": self.step.step_peak_bytes,
                 "step_peak_breakdown": dict(self.step.breakdown),
                 "measured_step_peak_bytes": r.measured_step_peak_bytes,
@@ -253,10 +255,10 @@ def execute_rows(planned: RowsPlan, backend=None, seed: int = 0) -> RowsExecutio
     with current_progress().stage("row step"):
         r = rows_exec.run(g, p, backend=be, seed=seed)
     with current_progress().stage("plain step"):
-        plain = executor.run(g, executor.plain_schedule(g), backend=be, recycle=True, seed=seed)
+        plain = executor.run(g, plain_schedule(g), backend=be, recycle=True, seed=seed)
     err = rows_exec.relative_error(r.param_grads, plain.param_grads)
     dtype = next(iter(r.param_grads.values())).dtype.name if r.param_grads else "float32"
     return RowsExecution(plan=p, rows=r, plain=plain, max_relative_error=err,
                          gradients_match=err <= TOLERANCE.get(dtype, 1e-4),
                          step=step_memory.predict_rows(g, p),
-                         plain_step=step_memory.predict(g, executor.plain_schedule(g)))
+                         plain_step=whole_step.predict(g, plain_schedule(g)))

@@ -13,11 +13,12 @@ the executor's own decisions:
 * :func:`metered_ops`: the op table with every kernel metered, to check the temporaries' model.
 
 >>> from planner.execute import export, zoo, executor
->>> g = export.to_cg(zoo.build("mlp"))
->>> s = executor.plain_schedule(g)
->>> p = predict(g, s)
->>> r = executor.run(g, s)
->>> 0.9 * p.step_peak_bytes <= r.measured_step_peak_bytes <= p.step_peak_bytes
+>>> from planner.rows import plan as rows_plan
+>>> g = export.to_cg(zoo.build("vgg16", width=4, depth=1, image=32))
+>>> rows = predict_rows(g, rows_plan.plan(g, 4, "share"))
+>>> rows.step_peak_bytes < predict(g, executor.plain_schedule(g)).step_peak_bytes
+True
+>>> sum(rows.breakdown[part] for part in PARTS) == rows.step_peak_bytes
 True
 """
 
