@@ -272,12 +272,23 @@ def for_budget(tg, budget, **kwargs) -> list:
     if planned is not None and planned in getattr(tg, "fronts", {}):
         return front(tg, **kwargs)                 # computed already: picked from, not planned
     if (not kwargs.get("seeds") and tuple(solvers)[:1] == ("approx",)
-            and not (isinstance(budget, str) and budget.strip().lower() == LOWEST)):
+            and not _below_keep_all(budget)):
         with current_progress().stage("step front: the keep-everything plan"):
             fr = keep_all(tg, **{k: v for k, v in kwargs.items() if k not in FRONT_KEYWORDS})
         if covers(fr, budget):
             return fr
     return front(tg, **kwargs)
+
+
+def _below_keep_all(budget) -> bool:
+    """``"min"`` or a percentage under 100: below the keep-everything step by definition
+    (:func:`resolve_step_budget`), so :func:`for_budget` need not plan that step to know."""
+    from planner.budget import Budget
+
+    if isinstance(budget, str) and budget.strip().lower() == LOWEST:
+        return True
+    b = budget if isinstance(budget, Budget) else Budget.parse(budget)
+    return b.percent is not None and b.percent < 100
 
 
 def covers(fr: list, budget) -> bool:
