@@ -5,12 +5,13 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import warnings
 
 import numpy as np
 import pytest
 
 import hgraph
-from hgraph.common.errors import HGraphError, InputError
+from hgraph.common.errors import HGraphError, InputError, Notice
 from hgraph.partition import Partition
 
 EXAMPLES = __import__("pathlib").Path(__file__).resolve().parents[1] / "examples"
@@ -181,8 +182,13 @@ def test_more_tasks_and_blocks_than_vertices_are_cut_to_the_vertices():
     from hgraph.algorithms import SSSP
 
     one = hgraph.run(SSSP(0), g, tasks=1)
-    many = hgraph.run(SSSP(0), g, tasks=100_000, blocks=3)
+    with pytest.warns(Notice, match=r"running 8 tasks, not the 100,000 asked for: at most one "
+                                    r"task per vertex \(the graph has 8\)"):   # said (issue 39)
+        many = hgraph.run(SSSP(0), g, tasks=100_000, blocks=3)
     assert one.values.tobytes() == many.values.tobytes()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", Notice)              # a request that fits: no notice
+        hgraph.run(SSSP(0), g, tasks=8)
 
 
 def test_too_many_vblocks_for_the_block_matrices_are_refused():

@@ -6,12 +6,11 @@ and started that many Ray actors — a process each — on a 2-CPU machine, for 
 engine runs. Now the engine cuts them to what the runtime can use too (one Ray actor per CPU of
 the cluster, :func:`hgraph.runtime.task_limit`) and says so with a
 :class:`~hgraph.common.errors.Notice`; the CLI prints each distinct one once. The results are
-the same for any number of tasks, and are checked to be.
+the same for any number of tasks, and are checked to be (more tasks than vertices, in the
+engine: ``tests/test_graph_io.py``).
 """
 
 from __future__ import annotations
-
-import warnings
 
 import pytest
 
@@ -23,17 +22,6 @@ from jobs.cli import main as hgraph_main
 from tests.conftest import RAY_TIMEOUT, ROOT
 
 TINY = ROOT / "examples" / "tiny.edges"
-
-
-def test_more_tasks_than_vertices_are_cut_with_a_notice():
-    g = hgraph.Graph.from_edges([0, 0, 1, 3], [1, 2, 2, 4], weights=[4.0, 1.0, 2.0, 1.0])
-    with pytest.warns(Notice, match=r"running 5 tasks, not the 100,000 asked for: at most one "
-                                    r"task per vertex \(the graph has 5\)"):
-        many = hgraph.run(SSSP(0), g, tasks=100_000, blocks=3)
-    assert many.values.tobytes() == hgraph.run(SSSP(0), g, tasks=1).values.tobytes()
-    with warnings.catch_warnings():
-        warnings.simplefilter("error", Notice)              # a request that fits: no notice
-        hgraph.run(SSSP(0), g, tasks=5)
 
 
 @pytest.mark.ray
