@@ -9,7 +9,7 @@ One thread (``--threads``; the driver re-runs itself with the BLAS variables set
 ``bands``-band ``share`` plan, parameters prebuilt, one warm-up run, then ``--steps`` runs of
 the row step (and of the plain step for the convolution table). The timers sit around every
 step of ``rows_exec._Run.run`` and every convolution kernel call (``planner.ops``' and
-``planner/execute/band_kernels.py``'s, the latter's classes marked "band kernel"), so the
+``planner/band_kernels.py``'s, the latter's classes marked "band kernel"), so the
 totals run a little above an untimed step's; compare the shares, not absolute times with the
 bench's.
 """
@@ -101,9 +101,9 @@ def _conv_meter(rec: dict, side: list):
 
 
 def _band_meter(rec: dict, side: list) -> dict:
-    """planner/execute/band_kernels.py's convolutions timed like :func:`_conv_meter`'s (the row
+    """planner/band_kernels.py's convolutions timed like :func:`_conv_meter`'s (the row
     executor calls them through the module): ``{name: wrapper}`` to set on the module."""
-    from planner.execute import band_kernels as bk
+    from planner import band_kernels as bk
 
     def cls(k, s, ho, wo):
         return f"{k}x{k} s{s}, {'<' if ho * wo < 256 else '>='}256 px/image, band kernel"
@@ -156,7 +156,8 @@ def main(argv=None) -> int:
     if rerun is not None:
         return rerun
 
-    from planner.execute import backend, band_kernels, executor, export, rows_exec
+    from planner import band_kernels
+    from planner.execute import backend, executor, export, rows_exec
     from planner.rows import plan as rows_plan
 
     sizes = kb.row_model_sizes("rows_profile", args)

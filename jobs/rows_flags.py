@@ -1,7 +1,7 @@
 """``--rows R --row-policy overlap|share|auto`` for the plan and execute jobs (LR-CNN row plans).
 
 The flags and the printing only: the plan is :func:`planner.rows_api.plan_rows` and the run
-:func:`planner.rows_api.execute_rows`, with the same engine flags as a recomputation plan
+:func:`planner.execute.rows_run.execute_rows`, with the same engine flags as a recomputation plan
 (``--tasks --blocks --mode`` for the row analyses, ``--runtime --address`` where they run,
 ``--checkpoint-every --inject-failure`` for each engine run, ``--progress``). A flag the row path
 cannot use is refused in one line (exit 2), never dropped.
@@ -153,7 +153,7 @@ def plan_main(args) -> int:
 def execute_main(args, load_graph) -> int:
     """The execute job with ``--rows``: run the row plan and a plain step, report both.
     ``load_graph(args, dtype)``: the execute job's ``--graph``/``--model`` loader."""
-    from planner.rows_api import execute_rows
+    from planner.execute.rows_run import execute_rows
 
     _refuse(args, EXECUTE_ONLY)
     _check_dtype(args)

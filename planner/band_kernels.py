@@ -37,8 +37,10 @@ copied through (no padded copy of the band first), the input gradient as the tra
 convolution of the output gradient computed on the band's own rows only.
 
 :func:`conv1x1_temp_bytes` / :func:`conv_temp_bytes` / :func:`conv_pm_temp_bytes` say what each
-kernel holds beyond its inputs and the buffers it writes (:mod:`planner.execute.step_memory` reads
-them; tests/test_band_kernels.py meters them). ``bench/band_kernels_ab.py`` at 78975d9 times the
+kernel holds beyond its inputs and the buffers it writes (:mod:`planner.rows.step` reads them;
+tests/test_band_kernels.py meters them). They sit beside the op table (:mod:`planner.ops`), below
+the executor, for that reason: planning a row plan's whole step prices them, and the planner
+never imports the executor. ``bench/band_kernels_ab.py`` at 78975d9 times the
 kernels against the whole-op kernels on bands of row plans, ``bench/rows_pm_ab.py`` at 78975d9 the
 pixel-major ones against what each band step of a plan took before them.
 """

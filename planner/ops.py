@@ -374,7 +374,7 @@ def merged_columns(x, k, s, out):
     """The windows of an unpadded ``x`` (``(N, C, H, W)``, any strides) as channel-major,
     images-merged columns, ``(C*k*k, N*Ho*Wo)``, copied into ``out`` (that many elements) in
     one strided copy (NumPy or CuPy): the layout of a merged tile (:func:`_im2col_tiles`) and of
-    the row executor's band convolutions (:mod:`planner.execute.band_kernels`)."""
+    the row executor's band convolutions (:mod:`planner.band_kernels`)."""
     n, c, h, w = x.shape
     ho, wo = (h - k) // s + 1, (w - k) // s + 1
     sn, sc, sh, sw = x.strides
@@ -1367,8 +1367,8 @@ BACKWARD_FLOPS_FACTOR = 2
 
 # ---------------------------------------------------------------- kernel temporaries (issue 23)
 # What each kernel above allocates beyond its inputs and the buffers it is handed (``out=``),
-# for a plan that predicts a whole step's peak (planner.execute.step_memory). Each figure is the
-# most the kernel holds at once (its returned arrays included, unless written into ``out``),
+# for a plan that predicts a whole step's peak (planner.whole_step, planner.rows.step). Each
+# figure is the most the kernel holds at once (its returned arrays included, unless written into ``out``),
 # read off the kernel's code: change a kernel's temporaries, change its entry here
 # (tests/test_step_memory.py compares both under tracemalloc).
 def _nb(shape, itemsize) -> int:

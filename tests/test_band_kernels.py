@@ -1,4 +1,4 @@
-"""planner/execute/band_kernels.py: the row executor's 1x1 band convolutions against the
+"""planner/band_kernels.py: the row executor's 1x1 band convolutions against the
 whole-op kernel (bitwise forward and input gradient, the weight gradient within rounding),
 their fill / add semantics into the caller's buffers, their temporaries under tracemalloc, and a
 row step that takes the merged path (issue 26)."""
@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from conftest import traced_peak
-from planner.execute import band_kernels as bk
+from planner import band_kernels as bk
 from planner.execute import executor, export, rows_exec, step_memory, zoo
 from planner.ops import OPS
 from planner.rows import plan as rows_plan

@@ -19,7 +19,7 @@ module's package). The rules (ARCHITECTURE.md, "Layout"):
 * the op table (``planner.ops``) sits below ``planner.rows`` and ``planner.execute``: it imports
   neither, and the rows import nothing of ``planner.execute``;
 * nothing of the planner outside ``planner.execute`` imports it (the executor sits above the
-  planner; one listed module is still in the way).
+  planner: planning prices kernels through the op table).
 """
 
 from __future__ import annotations
@@ -250,29 +250,15 @@ def test_op_table_sits_below_rows_and_execute():
     assert imports_from("planner.rows", ("planner.execute",)) == []
 
 
-#: Modules of the planner outside ``planner.execute`` that still import it, each with why; the
-#: list may only shrink (a module that no longer imports the executor fails the test until it
-#: is taken off). ``planner.rows_api`` prices a row plan's whole step with
-#: ``planner.execute.step_memory.predict_rows``, which reads the row executor's own decisions
-#: (which band kernel a step runs, its padded copies: ``rows_exec``, ``band_kernels``), and
-#: runs row plans (``execute_rows``); moving that pricing below the executor is issue 38's
-#: remaining step.
-PLANNER_IMPORTS_OF_THE_EXECUTOR = {"planner.rows_api"}
-
-
 def test_the_planner_never_imports_the_executor():
-    """Planning prices kernels through the op table (``planner.ops``) and the buffer timeline
-    (``planner.timeline``); running a plan is the executor's, above it (issue 38): nothing
-    under ``planner/`` outside ``planner/execute/`` imports ``planner.execute``, at module
-    level or inside a function."""
-    found = {m: [f"{MODULES[m].relative_to(ROOT)}:{line} imports {name}"
-                 for name, line in imports_of(m) if _within(name, "planner.execute")]
-             for m in MODULES if _within(m, "planner") and not _within(m, "planner.execute")}
-    importers = {m for m, lines in found.items() if lines}
-    assert importers <= PLANNER_IMPORTS_OF_THE_EXECUTOR, sorted(
-        v for m in importers - PLANNER_IMPORTS_OF_THE_EXECUTOR for v in found[m])
-    assert importers == PLANNER_IMPORTS_OF_THE_EXECUTOR, \
-        f"no longer imports the executor, take it off the list: {PLANNER_IMPORTS_OF_THE_EXECUTOR - importers}"
+    """Planning prices kernels through the op table (``planner.ops``, ``planner.band_kernels``),
+    the buffer timeline and the pool's free list (``planner.whole_step``, ``planner.rows.step``);
+    running a plan is the executor's, above it (issue 38): nothing under ``planner/`` outside
+    ``planner/execute/`` imports ``planner.execute``, at module level or inside a function."""
+    bad = [f"{MODULES[m].relative_to(ROOT)}:{line} imports {name}"
+           for m in MODULES if _within(m, "planner") and not _within(m, "planner.execute")
+           for name, line in imports_of(m) if _within(name, "planner.execute")]
+    assert bad == []
 
 
 #: What the planner takes from the engine: its public API (``import hgraph``: ``hgraph.Graph``,

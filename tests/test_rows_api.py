@@ -221,7 +221,8 @@ def test_plan_rows_returns_a_typed_result(paths):
 
 
 def test_execute_rows_returns_a_typed_result(paths):
-    from planner.rows_api import RowsExecution, execute_rows, plan_rows
+    from planner.execute.rows_run import RowsExecution, execute_rows
+    from planner.rows_api import plan_rows
 
     run = execute_rows(plan_rows(paths["tiny"], rows=4, policy="share"), backend="numpy")
     assert isinstance(run, RowsExecution) and run.ok and run.gradients_match

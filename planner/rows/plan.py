@@ -337,7 +337,7 @@ def choose(g, budget_bytes: int, opts: EngineOptions | None = None, stages: bool
            prune: bool = True, peak=None) -> RowPlan:
     """``auto``: the fitting plan with the least extra FLOPs (ties: fewer bands, overlap first).
     ``peak``: a plan's peak as the budget counts it (default its activations,
-    ``predicted_peak_bytes``; the whole step: ``planner.execute.step_memory.predict_rows``)."""
+    ``predicted_peak_bytes``; the whole step: ``planner.rows.step.predict_rows``)."""
     peak = peak or (lambda q: int(q.predicted_peak_bytes))
     ly = layers_mod.read(g)
     image = int(ly.h_in[np.asarray([op == "conv2d" for op in ly.ops], dtype=bool)].max(initial=0))

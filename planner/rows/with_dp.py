@@ -178,7 +178,7 @@ def combine(p: RowPlan, budget_bytes: int, opts=None, peak=None) -> RowPlan:
     """``p`` itself when it fits ``budget_bytes``, else the cheapest of :func:`candidates` that
     fits (InfeasibleError naming the smallest peak found when none does). ``peak``: a plan's
     peak as the budget counts it (default its activations, ``predicted_peak_bytes``; the whole
-    step: ``planner.execute.step_memory.predict_rows``)."""
+    step: ``planner.rows.step.predict_rows``)."""
     peak = peak or _activations
     if peak(p) <= budget_bytes:
         return p
