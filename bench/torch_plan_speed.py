@@ -138,8 +138,8 @@ def gpt_model(layers: int, d: int, seq: int, batch: int, hf: bool = False):
             lambda out: F.cross_entropy(out.logits.reshape(-1, vocab), target.reshape(-1)))
 
 
-def aot_trace_seconds(model, inputs, loss) -> float:
-    """Seconds of ``aot_function``'s own trace of the step (Inductor's decompositions, the
+def aot_trace_seconds(model, inputs, loss) -> tuple:
+    """(wall, CPU) seconds of ``aot_function``'s own trace of the step (Inductor's decompositions, the
     joint graph made, stopped there): the floor of any capture."""
     from functorch.compile import aot_function
 
@@ -155,12 +155,12 @@ def aot_trace_seconds(model, inputs, loss) -> float:
     fn = aot_function(step.fn, fw_compiler=cap._boxed, bw_compiler=cap._boxed,
                       partition_fn=stop, decompositions=cap.decompositions(True))
     args = step.args(cap.fresh_inputs(inputs))
-    t0 = time.perf_counter()
+    t = _clock()
     try:
         fn(*args[:2], list(args[2]), *args[3:])
     except Stop:
         pass
-    return time.perf_counter() - t0
+    return _since(t)
 
 
 def _clock():
@@ -182,15 +182,14 @@ def gpt(args) -> int:
     small = gpt_model(1, 32, 16, 2, args.hf)
     pt.graph(*small[:1], *small[1], loss=small[2], progress="off")      # one-time imports
     aot_trace_seconds(*small)
-    rows = []
     for rep in range(args.repeats):
         a = aot_trace_seconds(model, inputs, loss)
         t = _clock()
         tg = pt.graph(model, *inputs, loss=loss, progress=args.progress)
         g = _since(t)
-        rows.append((a, g[0]))
-        print(f"trace: aot_function {a:.1f} s, pt.graph {g[0]:.1f} s (cpu {g[1]:.1f} s), "
-              f"ratio {g[0] / a:.2f}", flush=True)
+        print(f"trace: aot_function {a[0]:.1f} s (cpu {a[1]:.1f} s), pt.graph {g[0]:.1f} s "
+              f"(cpu {g[1]:.1f} s): ratio {g[0] / a[0]:.2f} wall, {g[1] / a[1]:.2f} cpu",
+              flush=True)
     print(f"{'hf GPT2LMHeadModel' if args.hf else 'gpt'}: {args.layers} layers, d={args.d}, "
           f"seq {args.seq}, batch {args.batch}: {len(tg.joint.graph.nodes):,} joint nodes, "
           f"{tg.info['activations']} activations; load {os.getloadavg()[0]:.1f}", flush=True)
