@@ -17,7 +17,10 @@ schedule), ``lower_bound_bytes``, ``recompute_cost``, ``forward_cost``, ``overhe
 ``seconds``, ``blocks``, ``model_recompute_cost``, ``model_peak_bytes``, ``comp_ratio``,
 ``n_lower_sets``, ``recompute_lower_bound`` and ``gap`` with ``certificate`` (method, every
 bound computed, the model cost and budget certified: :mod:`planner.certificate`; absent with
-``certify="off"``), ``milp`` (``--solver milp``: optimal, dual bound, stages, seconds),
+``certify="off"``), ``dp_segmented`` (from ``planner.dp.segmented_engine.SEGMENTED_LIMIT``
+activations: the DP cut into ``segments`` on the engine, ``mode``, ``handed_over``, the
+composed front's ``composed_recompute_cost`` / ``composed_ckpt_bytes``, ``supersteps``),
+``milp`` (``--solver milp``: optimal, dual bound, stages, seconds),
 ``engine`` (tasks, blocks, mode, runtime, supersteps) and ``decisions``: one
 object per activation (``var``, ``function``, ``bytes``, ``block``, ``decision`` keep|recompute,
 ``computes``, ``reason``).
@@ -113,6 +116,7 @@ def build(p) -> dict:
         "fell_back": m.fell_back,
         **({"dp_window": m.dp_window, "dp_front_cap": m.dp_front_cap, "dp_exact": m.dp_exact}
            if m.on_scale_path else {}),
+        **({"dp_segmented": dict(m.dp_segmented)} if m.dp_segmented else {}),
         **({"milp": dict(m.milp)} if m.milp else {}),
         **({"recompute_lower_bound": p.recompute_certificate.bound, "gap": p.recompute_certificate.gap,
             "certificate": p.recompute_certificate.report()} if p.recompute_certificate is not None else {}),
@@ -172,6 +176,10 @@ def approximations_text(report: dict) -> str | None:
         return "none (exact approximate DP: the family's optimum)"
     parts = [f"window {report['dp_window']}" if report.get("dp_window") else "no window",
              f"front cap {report['dp_front_cap']}" if report.get("dp_front_cap") else "no front cap"]
+    seg = report.get("dp_segmented")
+    if seg:
+        parts.append(f"segmented: {seg['segments']} segments on the engine ({seg['mode']}, "
+                     f"{seg['handed_over']} walked seeded)")
     return ", ".join(parts) + "; " + NO_BOUND_TEXT
 
 

@@ -67,19 +67,25 @@ class ModelStats:
     dp_front_cap: int | None = None
     dp_exact: bool | None = None
     milp: dict | None = None
+    #: the segmented DP's account (:func:`planner.dp.segmented_engine.solve_result`): the
+    #: report's ``dp_segmented``; None for a DP walked whole
+    dp_segmented: dict | None = None
 
     @property
     def on_scale_path(self) -> bool:
         return self.dp_exact is not None
 
     @classmethod
-    def of_dp(cls, r, scale: bool = False) -> ModelStats:
+    def of_dp(cls, r, scale: bool = False, segmented: dict | None = None) -> ModelStats:
         """Of a :class:`~planner.dp.solve.DPResult`; ``scale``: solved on the scale path (its
-        window and front cap, as ``r`` records them, go in)."""
+        window and front cap, as ``r`` records them, go in); ``segmented``: how the
+        segmented DP made it (None: walked whole)."""
         extra = {}
         if scale:
             extra = dict(dp_window=r.window, dp_front_cap=r.front_cap,
                          dp_exact=r.window is None and r.front_cap is None)
+        if segmented is not None:
+            extra["dp_segmented"] = dict(segmented)
         return cls(blocks=int(r.blocks), model_recompute_cost=int(r.model_recompute_cost),
                    model_peak_bytes=int(r.model_peak_bytes), n_lower_sets=int(r.n_lower_sets),
                    comp_ratio=int(r.comp_ratio), family=r.family, fell_back=bool(r.fell_back),
@@ -235,14 +241,24 @@ class _DP(Solver):
         """The DP's :class:`~planner.dp.solve.DPResult` at ``budget_bytes``."""
         u = scale_units(budget_bytes, self.act_sum, self.units)
         dg, fam = self.family(u.ratio)
+        strategy = strategy or self.strategy
+        segmented = self._segmented(fam, dg, u, strategy)
+        if segmented is not None:
+            return segmented
         with current_progress().stage(f"DP ({fam.kind}, {fam.num_sets:,} states)"):
-            return solve_family(fam, dg, u.budget, strategy=strategy or self.strategy,
+            return solve_family(fam, dg, u.budget, strategy=strategy,
                                 comp_ratio=u.ratio, units=self.units, window=self.window,
                                 front_cap=self.front_cap)
 
+    def _segmented(self, fam, dg, u, strategy: str):
+        """The DP cut into segments on the engine's workers where the solver has one and it
+        applies (:class:`ApproxDP`), else None."""
+        return None
+
     def solve(self, budget_bytes: int):
         r = self.dp(budget_bytes)
-        return r.status, r.groups, ModelStats.of_dp(r, scale=self.scale), {}
+        return r.status, r.groups, ModelStats.of_dp(r, scale=self.scale,
+                                                    segmented=r.segmented), {}
 
     def min_budget(self, top: int) -> int | None:
         """The smallest budget (bytes, at least 1) at which :meth:`solve` has a plan; None when
@@ -299,6 +315,24 @@ class ApproxDP(_DP):
         fam = approx_family(dg, dense=not self.scale, opts=self.opts, level=self.level)
         self.engine_supersteps += fam.supersteps
         return fam
+
+    def _segmented(self, fam, dg, u, strategy: str):
+        """From :data:`planner.dp.segmented_engine.SEGMENTED_LIMIT` activations (time-centric,
+        on the scale path): the DP cut at separators, the segments walked on the engine's
+        workers and their fronts composed there (:mod:`planner.dp.segmented_engine`); the
+        result carries ``segmented``, what the report says of it."""
+        from planner.dp import segmented_engine as se
+
+        if not (self.scale and se.applies(fam, self.ag.n, self.window, self.front_cap,
+                                          strategy)):
+            return None
+        with current_progress().stage(f"DP (segmented on the engine, {fam.num_sets:,} "
+                                      f"states)"):
+            r, info = se.solve_result(fam, dg, u.budget, strategy, u.ratio, self.units,
+                                      self.window, self.front_cap, opts=self.opts)
+        self.engine_supersteps += info["supersteps"]
+        r.segmented = info
+        return r
 
     def _one_pass_min_budget(self) -> bool:
         return not self.scale            # thinned fronts can miss a chain the pass finds

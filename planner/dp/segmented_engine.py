@@ -50,7 +50,14 @@ from planner.analyses.engine import EngineOptions, options
 from planner.dp import segmented as S
 from planner.dp.stacked import _best_end
 
-__all__ = ["SegmentedDP", "EngineRun", "solve_on_engine", "MODES"]
+__all__ = ["SegmentedDP", "EngineRun", "solve_on_engine", "solve_result", "applies", "MODES",
+           "SEGMENTED_LIMIT"]
+
+#: Activations from which :func:`planner.plan`'s approximate DP runs segmented on the engine
+#: (:func:`applies`); below it the one walk of :mod:`planner.dp.stacked`, unchanged. Op-level
+#: graphs of today's models are 10^3–10^5 activations; the segmented DP is for the unrolled
+#: ones above.
+SEGMENTED_LIMIT = 100_000
 
 MODES = ("composed", "handover")
 _FWD, _BWD = 1.0, 2.0
@@ -283,3 +290,35 @@ def solve_on_engine(fam, g, budget: int, cuts, window: int = S.DEFAULT_WINDOW,
     stitched = S.Stitched.from_pieces(pieces, n, handed, time.perf_counter() - t0)
     return EngineRun(stitched, saved, ckpt, n, handed, res.supersteps, res.stats,
                      stitched.seconds)
+
+
+def applies(fam, n: int, window, front_cap, strategy: str) -> bool:
+    """Whether a solve of ``fam`` (``n`` activations) runs segmented: at least
+    :data:`SEGMENTED_LIMIT` activations, the segment-local family and the stacked walk's
+    options (a window and a front cap, time-centric)."""
+    from planner.dp.stacked import STACKED_MAX_WINDOW
+
+    return (n >= SEGMENTED_LIMIT and fam.local is not None and fam.node is not None
+            and window is not None and front_cap is not None and strategy == "time"
+            and window <= STACKED_MAX_WINDOW)
+
+
+def solve_result(fam, g, budget_units: int, strategy: str = "time", comp_ratio: int = 1,
+                 units: str = "bytes", window: int = S.DEFAULT_WINDOW,
+                 front_cap: int = S.DEFAULT_FRONT_CAP, segments: int = S.DEFAULT_SEGMENTS,
+                 mode: str = "composed", opts: EngineOptions | None = None):
+    """``(DPResult, info)``: the segmented DP's plan as :func:`planner.dp.solve.solve_family`
+    reports one, and what the report says of it (``info``: segments, mode, segments walked
+    seeded, the composed front's entry taken — its recompute and ckpt in bytes — and the
+    engine's supersteps)."""
+    cuts = S.choose_cuts(fam, segments)
+    run = solve_on_engine(fam, g, budget_units, cuts, window, front_cap, strategy, mode,
+                          opts=opts if opts is not None else EngineOptions())
+    res = S.to_result(run.stitched, fam, g, budget_units, strategy, comp_ratio, units,
+                      window, front_cap)
+    info = dict(segments=int(cuts.size - 1), mode=mode, handed_over=int(run.handed_over),
+                supersteps=int(run.supersteps))
+    if run.stitched is not None:
+        info.update(composed_recompute_cost=int(g.t.sum()) - run.saved,
+                    composed_ckpt_bytes=run.ckpt * int(comp_ratio))
+    return res, info

@@ -82,6 +82,9 @@ class DPResult:
     window: int | None = None
     front_cap: int | None = None
     seconds: float = 0.0
+    #: how the segmented DP made it (:func:`planner.dp.segmented_engine.solve_result`); None
+    #: for a DP walked whole
+    segmented: dict | None = None
 
     @property
     def impossible(self) -> bool:
