@@ -90,6 +90,9 @@ class TreeSampler:
         self._rss_at_pss = -1               # summed RSS at the last PSS reading
         #: [(PSS bytes, process name)] at the PSS peak, largest first
         self.peak_breakdown: list[tuple[int, str]] = []
+        #: pid -> (peak RSS bytes, peak PSS bytes at the PSS readings, name): each process's
+        #: own peak (the driver's, a worker's), not its share of the tree's summed peak
+        self.per_process: dict[int, list] = {}
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -99,15 +102,32 @@ class TreeSampler:
         total = sum(rss)
         self.peak_rss_bytes = max(self.peak_rss_bytes, total)
         self.peak_processes = max(self.peak_processes, len(pids))
+        for pid, r in zip(pids, rss):
+            own = self.per_process.get(pid)
+            if own is None:
+                own = self.per_process[pid] = [0, 0, _name(pid)]
+            elif r > own[0]:
+                own[2] = _name(pid)          # a Ray worker (ray::IDLE) renames itself once
+                #                              it has an actor, and grows from then on
+            own[0] = max(own[0], r)
         if self._rss_at_pss >= 0 and total <= self._rss_at_pss * (1 + PSS_STEP):
             return
         self._rss_at_pss, self.pss_reads = total, self.pss_reads + 1
         sizes = [_pss(p, r) for p, r in zip(pids, rss)]
+        for pid, b in zip(pids, sizes):
+            self.per_process[pid][1] = max(self.per_process[pid][1], b)
         pss = sum(sizes)
         if pss > self.peak_pss_bytes:            # who holds the memory at the peak
             self.peak_pss_bytes = pss
             self.peak_breakdown = sorted(((b, _name(pid)) for pid, b in zip(pids, sizes)),
                                          reverse=True)
+
+    def peaks(self, pid: int | None = None, contains: str | None = None) -> tuple[int, int]:
+        """``(peak RSS, peak PSS)`` bytes of the one process ``pid``, or the largest of the
+        processes whose command line contains ``contains`` (0, 0 when none ran)."""
+        rows = [v for p, v in self.per_process.items()
+                if (pid is not None and p == pid) or (contains is not None and contains in v[2])]
+        return (max((v[0] for v in rows), default=0), max((v[1] for v in rows), default=0))
 
     def _loop(self) -> None:
         while not self._stop.wait(self.interval):

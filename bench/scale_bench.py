@@ -38,17 +38,32 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from proctree import TreeSampler  # noqa: E402  (bench/ is not a package)
 
 
+#: What a Ray engine worker's command line holds (:mod:`hgraph.runtime.ray_actors`' actor).
+WORKER_MARK = "WorkerActor"
+
+
+#: ``python -c`` program: the plan job with the segmented DP off (its limit above any graph),
+#: the single-process walk ``--compare`` measures against in the same run.
+UNSEGMENTED = ("import sys; import planner.dp.segmented_engine as se; "
+               "se.SEGMENTED_LIMIT = 1 << 62; from jobs.cli import main; "
+               "sys.exit(main(sys.argv[1:]))")
+
+
 def run_child(argv, limit: float) -> dict:
-    """Run ``python -m ARGV`` with a wall-clock limit: wall seconds, exit code, and the peak
-    memory of the child's whole process tree (driver + Ray's processes and workers, summed, from
-    :mod:`proctree`: ``tree_pss_mib`` what the tree costs, ``tree_rss_mib`` an upper bound)."""
+    """Run ``python -m ARGV`` (``python -c ...`` when ARGV starts with ``-c``) with a
+    wall-clock limit: wall seconds, exit code, and the peak memory of the child's whole
+    process tree (driver + Ray's processes and workers, summed, from :mod:`proctree`:
+    ``tree_pss_mib`` what the tree costs, ``tree_rss_mib`` an upper bound), of the driver
+    alone (``driver_*_mib``: the plan job's process) and of the largest engine worker
+    (``worker_*_mib``: a Ray actor process; 0 on the local runtime)."""
     env = dict(os.environ, RAY_AUTH_MODE=os.environ.get("RAY_AUTH_MODE", "disabled"),
                RAY_USAGE_STATS_ENABLED="0", PYTHONPATH=str(ROOT))
     import resource
 
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
-    proc = subprocess.Popen([sys.executable, "-m", *argv], stdout=subprocess.PIPE,
+    cmd = [sys.executable, *argv] if argv[0] == "-c" else [sys.executable, "-m", *argv]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, env=env, start_new_session=True)
     sampler = TreeSampler(proc.pid).start()
     timed_out = False
@@ -62,13 +77,22 @@ def run_child(argv, limit: float) -> dict:
     sampler.stop()
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    drv_rss, drv_pss = sampler.peaks(pid=proc.pid)
+    wrk_rss, wrk_pss = sampler.peaks(contains=WORKER_MARK)
     return {"rc": proc.returncode, "timed_out": timed_out, "seconds": wall,
+            "driver_rss_mib": drv_rss / 2**20, "driver_pss_mib": drv_pss / 2**20,
+            "worker_rss_mib": wrk_rss / 2**20, "worker_pss_mib": wrk_pss / 2**20,
             "stage_seconds": stage_seconds(err or ""), "cpu_seconds": cpu,
             "tree_pss_mib": sampler.peak_pss_bytes / 2**20,
             "tree_rss_mib": sampler.peak_rss_bytes / 2**20,
             "processes": sampler.peak_processes, "pss_reads": sampler.pss_reads,
             "top_pss": [(round(b / 2**20), name) for b, name in sampler.peak_breakdown[:6]],
             "stderr_tail": err.strip().splitlines()[-1:] if err else []}
+
+
+def _dp_seconds(res: dict) -> float:
+    """Seconds of the plan's DP stages (``DP (...)`` lines of ``--progress plain``)."""
+    return sum(v for k, v in res["stage_seconds"].items() if k.startswith("DP"))
 
 
 def stage_seconds(stderr: str) -> dict:
@@ -174,6 +198,9 @@ def main(argv=None) -> int:
     ap.add_argument("--limit", type=float, default=600.0, help="seconds per plan (default 600)")
     ap.add_argument("--stages", action="store_true", help="also time the pieces in-process (CPU s, MiB) at every size")
     ap.add_argument("--workdir", default=None)
+    ap.add_argument("--compare", action="store_true",
+                    help="also plan each graph with the segmented DP off (the single-process "
+                         "walk) and print the recompute gap, wall and memory of both")
     args = ap.parse_args(argv)
     from planner import synth
 
@@ -193,9 +220,10 @@ def main(argv=None) -> int:
                            capture_output=True, env=dict(os.environ, PYTHONPATH=str(ROOT)))
         synth_s = time.perf_counter() - t
         rep = work / f"report_{n}.json"
-        res = run_child(["jobs", "submit", "plan", "--graph", str(path), "--solver", "approx",
-                         "--tasks", str(args.tasks), "--runtime", args.runtime, "--budget",
-                         args.budget, "--report", str(rep), "--progress", "plain"], args.limit)
+        plan_args = ["submit", "plan", "--graph", str(path), "--solver", "approx",
+                     "--tasks", str(args.tasks), "--runtime", args.runtime, "--budget",
+                     args.budget, "--progress", "plain"]
+        res = run_child(["jobs", *plan_args, "--report", str(rep)], args.limit)
         if res["timed_out"]:
             status, detail = "TIMEOUT", f"killed after {args.limit:.0f} s"
         elif res["rc"] == 0:
@@ -203,6 +231,10 @@ def main(argv=None) -> int:
             status = "OK"
             dp_opts = ("exact DP" if r.get("dp_exact", True) else
                        f"dp_window {r['dp_window']}, dp_front_cap {r['dp_front_cap']}")
+            if r.get("dp_segmented"):
+                sg = r["dp_segmented"]
+                dp_opts += (f", segmented: {sg['segments']} segments ({sg['mode']}, "
+                            f"{sg['handed_over']} walked seeded)")
             detail = (f"{r['nodes']:,} activations, depth {r['depth']:,}, "
                       f"{r['engine']['supersteps']} supersteps, budget {r['budget_bytes']:,} B, "
                       f"peak {r['peak_bytes']:,} B = {r['peak_bytes'] / r['budget_bytes']:.4f} of "
@@ -222,8 +254,31 @@ def main(argv=None) -> int:
             detail += "  " + " ".join(f"{k}={v:.2f}" if isinstance(v, float) else f"{k}={v}"
                                       for k, v in row["stages"].items())
         rows.append(row)
+        detail += (f"; driver peak {res['driver_rss_mib']:.0f} MiB RSS / "
+                   f"{res['driver_pss_mib']:.0f} PSS, largest worker {res['worker_rss_mib']:.0f}"
+                   f" RSS / {res['worker_pss_mib']:.0f} PSS")
         print(f"{n:>8,} {layers:>6} {status:>10} {res['seconds']:>9.1f} {res['tree_pss_mib']:>12.0f} "
               f"{res['tree_rss_mib']:>12.0f}  {detail}", flush=True)
+        if args.compare and status == "OK":
+            one_rep = work / f"report_{n}_single.json"
+            one = run_child(["-c", UNSEGMENTED, *plan_args, "--report", str(one_rep)],
+                            args.limit)
+            row["single"] = one
+            if one["rc"] == 0:
+                q = json.loads(one_rep.read_text())
+                gap = 100 * (r["recompute_cost"] - q["recompute_cost"]) / max(1, q["recompute_cost"])
+                print(f"          vs the single-process walk: recompute {r['recompute_cost']:,} vs "
+                      f"{q['recompute_cost']:,} ({gap:+.2f} %), wall {res['seconds']:.1f} vs "
+                      f"{one['seconds']:.1f} s, DP {_dp_seconds(res):.1f} vs "
+                      f"{_dp_seconds(one):.1f} s, driver peak {res['driver_rss_mib']:.0f} vs "
+                      f"{one['driver_rss_mib']:.0f} MiB RSS, largest worker "
+                      f"{res['worker_rss_mib']:.0f} vs {one['worker_rss_mib']:.0f} MiB RSS, tree "
+                      f"PSS {res['tree_pss_mib']:.0f} vs {one['tree_pss_mib']:.0f} MiB"
+                      f" (segmented: {'yes' if r.get('dp_segmented') else 'no'} vs "
+                      f"{'yes' if q.get('dp_segmented') else 'no'})", flush=True)
+            else:
+                print(f"          single-process walk: rc={one['rc']} "
+                      f"{' '.join(one['stderr_tail'])}", flush=True)
         print(f"          largest at the peak (PSS MiB, process; {res['pss_reads']} PSS readings): "
               + "; ".join(f"{mib} {name}" for mib, name in res["top_pss"]), flush=True)
     print("(tree PSS / RSS: peak of the summed memory of the planning process and every process it "
