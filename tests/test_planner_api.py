@@ -98,7 +98,9 @@ def test_plan_reads_as_a_pipeline_and_solvers_are_strategies():
 
     plan_src = inspect.getsource(api.plan)
     body = plan_src[plan_src.index('"""', plan_src.index('"""') + 3):]
-    assert body.index("analyse(") < body.index("fit(") < body.index("Plan.from_replay(")
+    assert "Planning(" in body and ".at(budget)" in body      # one session, one budget
+    session = inspect.getsource(api.Planning)
+    assert session.index("analyse(") < session.index("fit(") < session.index("Plan.from_replay(")
     for name in ("fit", "_fit", "_replay"):
         src = inspect.getsource(getattr(api, name))
         for word in ('"chen"', '"milp"', '"approx"', '"exact"', "s.solver"):
