@@ -13,7 +13,7 @@ import pytest
 from planner import synth
 from planner.activation_graph import ActivationGraph
 from planner.dp import segmented as S
-from planner.dp.segmented_engine import SegmentedDP, solve_on_engine
+from planner.dp.segmented_engine import SegmentedDP, chain_graph, solve_on_engine
 
 _G = {}
 
@@ -81,7 +81,7 @@ def test_a_replacement_worker_walks_again_and_reads_back_the_same_chain():
                            max(s.num_states for s in segs), "time", mode)
         from planner.analyses.engine import EngineOptions
 
-        res = EngineOptions(tasks=1).run(prog, _chain_graph(segs))
+        res = EngineOptions(tasks=1).run(prog, chain_graph(segs))
         for k, seg in enumerate(segs):
             fresh = pickle.loads(pickle.dumps(seg))
             assert fresh.walks == {}
@@ -89,18 +89,6 @@ def test_a_replacement_worker_walks_again_and_reads_back_the_same_chain():
             prog._back(fresh, row, int(row[prog.OUT_IDX]), k == 0)
             assert np.array_equal(row, res.values[k]), (mode, k)
         assert run.stitched is not None
-
-
-def _chain_graph(segs):
-    import hgraph
-
-    n = len(segs)
-    col = np.empty(n, object)
-    col[:] = segs
-    k = np.arange(n - 1)
-    return hgraph.Graph.from_edges(np.r_[k, k + 1], np.r_[k + 1, k],
-                                   weights=np.r_[np.full(n - 1, 1.0), np.full(n - 1, 2.0)], n=n,
-                                   columns={"seg": col, "segments": np.full(n, n)})
 
 
 @pytest.mark.parametrize("mode", ["composed", "handover"])

@@ -52,7 +52,7 @@ import time
 import numpy as np
 
 from hgraph.common.errors import HGraphError
-from planner.dp.fronts import Fronts, best_per_saved, pareto_mask
+from planner.dp.fronts import Fronts, best_per_saved, pareto_mask, path
 from planner.dp.scale import DEFAULT_FRONT_CAP, DEFAULT_WINDOW, pass_lambdas, thin
 from planner.dp.stacked import _best_end, _chain_fronts, walk
 from planner.dp.subsets import window_transitions
@@ -192,20 +192,11 @@ class SegmentDP:
         ``end_index``: its states (global ids, the seed's first), each transition's terms
         and the index, in the seed arrays, of the entry it started from."""
         _, store, last = self.walks[kind]
-        entries = _chain_entries(store, int(last[3][end_index]))
+        entries = np.asarray(path(store, int(last[3][end_index])), np.int64)
         state = np.searchsorted(store.ptr, entries, side="right") - 1
         w = state[:-1] - (state[1:] - self.sub.shape[1])
         return (state + self.lo, self.dt[state[1:], w], self.dm[state[1:], w],
                 int(entries[0]))
-
-
-def _chain_entries(store, entry: int) -> np.ndarray:
-    """Store ids from a seed entry's to ``entry`` along the predecessors."""
-    out = []
-    while entry >= 0:
-        out.append(entry)
-        entry = int(store.pred[entry])
-    return np.array(out[::-1], np.int64)
 
 
 def segment_dps(fam, g, budget: int, cuts, window: int = DEFAULT_WINDOW,

@@ -50,7 +50,7 @@ from planner.analyses.engine import EngineOptions, options
 from planner.dp import segmented as S
 from planner.dp.stacked import _best_end
 
-__all__ = ["SegmentedDP", "EngineRun", "solve_on_engine", "solve_result", "applies", "MODES",
+__all__ = ["SegmentedDP", "EngineRun", "chain_graph", "solve_on_engine", "solve_result", "applies", "MODES",
            "SEGMENTED_LIMIT"]
 
 #: Activations from which :func:`planner.plan`'s approximate DP runs segmented on the engine
@@ -234,6 +234,20 @@ class SegmentedDP(hgraph.VertexProgram):
         return out
 
 
+def chain_graph(segs) -> hgraph.Graph:
+    """The engine's graph of the segments: vertex ``k`` is segment ``k`` (its
+    :class:`~planner.dp.segmented.SegmentDP` in column ``seg``, the count in ``segments``),
+    edges ``k → k+1`` (the scan) and ``k+1 → k`` (the back-trace)."""
+    n = len(segs)
+    column = np.empty(n, object)
+    column[:] = segs
+    k = np.arange(n - 1)
+    return hgraph.Graph.from_edges(np.r_[k, k + 1], np.r_[k + 1, k],
+                                   weights=np.r_[np.full(n - 1, _FWD), np.full(n - 1, _BWD)],
+                                   n=n, columns={"seg": column,
+                                                 "segments": np.full(n, n, np.int64)})
+
+
 @dataclass
 class EngineRun:
     """What :func:`solve_on_engine` returns: the ``stitched`` chain (None: no chain reaches
@@ -265,14 +279,7 @@ def solve_on_engine(fam, g, budget: int, cuts, window: int = S.DEFAULT_WINDOW,
     n = len(segs)
     program = SegmentedDP(segs[0].passes * int(front_cap),
                           max(sg.num_states for sg in segs), strategy, mode)
-    column = np.empty(n, object)
-    column[:] = segs
-    k = np.arange(n - 1)
-    chain = hgraph.Graph.from_edges(np.r_[k, k + 1], np.r_[k + 1, k],
-                                    weights=np.r_[np.full(n - 1, _FWD), np.full(n - 1, _BWD)],
-                                    n=n, columns={"seg": column,
-                                                  "segments": np.full(n, n, np.int64)})
-    res = o.run(program, chain)
+    res = o.run(program, chain_graph(segs))
     vals = np.asarray(res.values)
     done = vals[:, _PHASE] == 2
     if not done.all():
