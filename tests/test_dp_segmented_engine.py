@@ -43,7 +43,7 @@ def test_same_chain_for_any_number_of_tasks(kind, frac, mode):
     for tasks in (1, 2, 4):
         run = solve_on_engine(fam, g, B, cuts, mode=mode, tasks=tasks)
         assert _hash(run.stitched) == want, tasks
-        assert run.supersteps == 2 * (cuts.size - 1) - 1
+        assert run.supersteps == 2 * min(tasks, cuts.size - 1) - 1     # a superstep a block
         assert run.handed_over == one.handed_over
         assert (run.saved, run.ckpt) == (int(one.fronts.s[-1]), int(one.fronts.c[-1]))
 
@@ -100,37 +100,13 @@ def test_on_ray_same_chain_and_a_worker_lost_mid_dp(ray_session, mode):
     cuts = S.choose_cuts(fam, 6)
     want = _hash((S.solve_composed if mode == "composed" else S.solve_handover)(fam, g, B, cuts))
     run = solve_on_engine(fam, g, B, cuts, mode=mode,
-                          opts=EngineOptions(tasks=2, runtime="ray"))
+                          opts=EngineOptions(tasks=2, blocks=3, runtime="ray"))
     assert _hash(run.stitched) == want
-    # superstep 6 kills task 0 (6 % 2) in the back-trace: its segments' walks are gone,
-    # the replacement walks them again from the checkpointed values
+    assert run.supersteps == 11                  # 6 blocks of one segment: 6 forward, 5 back
+    # superstep 7 kills task 1 (7 % 2), whose block 3 reads its segment back in it: that
+    # walk is gone with the actor, the replacement walks it again from the checkpointed values
     lost = solve_on_engine(fam, g, B, cuts, mode=mode,
-                           opts=EngineOptions(tasks=2, runtime="ray", checkpoint_every=1,
-                                              inject_failure=6))
+                           opts=EngineOptions(tasks=2, blocks=3, runtime="ray",
+                                              checkpoint_every=1, inject_failure=7))
     assert _hash(lost.stitched) == want
-    assert any("failure" in row for row in lost.stats)
-
-
-def test_plan_above_the_limit_is_segmented_and_says_so(monkeypatch):
-    """``planner.plan`` from :data:`SEGMENTED_LIMIT` activations: the DP runs segmented on the
-    engine, the report says so (segments, the composed front's cost), the schedule replays
-    clean within the budget; below the limit the report has no ``dp_segmented`` and the plan
-    is the one walk's."""
-    import planner
-    from planner.dp import segmented_engine as se
-
-    cg = synth.build(layers=110, heads=4)                  # ~2,600 activations: scale path
-    below = planner.plan(cg, budget="50%", tasks=2, certify="off")
-    assert "dp_segmented" not in below.report and below.report["dp_exact"] is False
-    monkeypatch.setattr(se, "SEGMENTED_LIMIT", 1000)
-    p = planner.plan(cg, budget="50%", tasks=2, certify="off")
-    seg = p.report["dp_segmented"]
-    assert seg["segments"] == S.DEFAULT_SEGMENTS and seg["mode"] == "composed"
-    assert seg["supersteps"] == 2 * seg["segments"] - 1
-    assert seg["composed_recompute_cost"] == p.report["model_recompute_cost"]
-    assert p.peak_bytes <= p.budget_bytes and p.within_budget
-    # the composed plan is not the one walk's, but near it (measured: bench/NOTES_scale.md)
-    assert p.recompute_cost <= 1.05 * below.recompute_cost
-    from planner.report import approximations_text
-
-    assert "segmented: 64 segments" in approximations_text(p.report)
+    assert [row["failure"]["superstep"] for row in lost.stats if "failure" in row] == [7]

@@ -9,13 +9,14 @@ by task), and runs their walks:
 
 * superstep 0 (``init``): with ``mode="composed"`` every segment's free walk, on every
   worker at once — the DP's work, in parallel; vertex 0 takes its scan step from ∅;
-* supersteps ``1 … S−1``, the push scan: vertex ``k`` gets the front of ``k − 1`` (the
-  message carries its entries: saved, ckpt, pass), takes its scan step
-  (:func:`~planner.dp.segmented.scan_step`; ``mode="handover"``: its walk seeded with it)
-  and pushes its own front on;
+* then the push scan: vertex ``k`` gets the front of ``k − 1`` (the message carries its
+  entries: saved, ckpt, pass), takes its scan step (:func:`~planner.dp.segmented.scan_step`;
+  ``mode="handover"``: its walk seeded with it) and pushes its own front on — within a
+  VBlock straight to the next segment, so the scan takes a superstep per block, not per
+  segment;
 * then the back-trace, right to left: the last vertex takes the strategy's end entry, reads
   its chain back and sends the incoming entry it started from to ``k − 1``, which reads its
-  own, and so on.
+  own, and so on (again a superstep per block).
 
 A vertex keeps what it needs to read back in its value — its incoming front, its outgoing
 one and how each outgoing entry was made — so a worker that is replaced after a failure (its
@@ -35,7 +36,7 @@ Example::
     >>> run = solve_on_engine(fam, g, budget, cuts, tasks=2)
     >>> one = segmented.solve_composed(fam, g, budget, cuts)
     >>> run.stitched.fronts.state.tolist() == one.fronts.state.tolist(), run.supersteps
-    (True, 7)
+    (True, 3)
 """
 
 from __future__ import annotations
@@ -190,37 +191,60 @@ class SegmentedDP(hgraph.VertexProgram):
     # ---- the protocol -----------------------------------------------------------------------
     def init(self, block):
         values = np.zeros((block.size, *self.value_shape), np.int64)
-        respond = np.zeros(block.size, bool)
-        n = int(block.columns["segments"][0]) if block.size else 0
-        for r, seg in enumerate(block.columns["seg"]):
-            if self.mode == "composed":
+        segs = block.columns["seg"]
+        if self.mode == "composed":
+            for seg in segs:
                 seg.solve(None)                       # every free walk, in parallel
-            if seg.index == 0:
-                respond[r] = self._step(seg, values[r], None, n)
-        return values, respond
-
-    def _step(self, seg, row, inbox, n: int) -> bool:
-        """The forward step; the back-trace starts at the last segment."""
-        first = inbox is None
-        s_in, c_in, p_in = (None, None, None) if first else self._incoming(row, inbox)
-        if not self._forward(seg, row, s_in, c_in, p_in):
-            return False                            # no chain: the scan ends, nothing sent
-        if seg.index == n - 1:
-            self._back(seg, row, self._end_entry(seg, row), first)
-        return True
+        first = {r: None for r, seg in enumerate(segs) if seg.index == 0}
+        return values, self._run(block, values, first, {})
 
     def update(self, ctx, block, values, inbox, has_message):
         values = values.copy()
+        got = np.flatnonzero(has_message)
+        fwd = {int(r): inbox[r] for r in got
+               if inbox[r, 0] == 1 and values[r, _PHASE] == 0}     # the front from the left
+        bwd = {int(r): int(inbox[r, 1]) for r in got
+               if inbox[r, 0] == 2 and values[r, _PHASE] == 1}    # the entry to read back
+        return hgraph.Update(values, respond=self._run(block, values, fwd, bwd))
+
+    def _run(self, block, values, fwd: dict, bwd: dict) -> np.ndarray:
+        """The block's part of the scan and of the back-trace: from each vertex given a front
+        (``fwd``: row -> message, None for segment 0), segment after segment while the next
+        one is in this block — the last it reaches responds (its front goes to the next
+        block), and the last segment of all starts the back-trace; then from each vertex
+        given an entry to read back (``bwd``), right to left likewise. Why in one call: a
+        block's segments are consecutive, so the chain needs a superstep per block, not per
+        segment (the same values either way)."""
         respond = np.zeros(block.size, bool)
+        segs = block.columns["seg"]
         n = int(block.columns["segments"][0]) if block.size else 0
-        for r in np.flatnonzero(has_message):
-            seg, msg = block.columns["seg"][r], inbox[r]
-            if msg[0] == 1 and values[r, _PHASE] == 0:          # the front from the left
-                respond[r] = self._step(seg, values[r], msg, n)
-            elif msg[0] == 2 and values[r, _PHASE] == 1:        # the entry to read back
-                self._back(seg, values[r], int(msg[1]), seg.index == 0)
-                respond[r] = seg.index > 0
-        return hgraph.Update(values, respond=respond)
+        for r in sorted(fwd):
+            msg = fwd[r]
+            while True:
+                seg, row = segs[r], values[r]
+                s_in, c_in, p_in = (None, None, None) if msg is None else \
+                    self._incoming(row, msg)
+                if not self._forward(seg, row, s_in, c_in, p_in):
+                    break                             # no chain: the scan ends, nothing sent
+                if seg.index == n - 1:
+                    bwd[r] = self._end_entry(seg, row)
+                    break
+                if r + 1 == block.size:
+                    respond[r] = True
+                    break
+                msg, r = row[:self.msg].copy(), r + 1
+        for r in sorted(bwd, reverse=True):
+            f = bwd[r]
+            while True:
+                seg, row = segs[r], values[r]
+                self._back(seg, row, f, seg.index == 0)
+                if seg.index == 0:
+                    break
+                if r == 0:
+                    respond[r] = True
+                    break
+                f, r = int(row[self.IN_IDX]), r - 1
+        return respond
 
     def message(self, src_values, weights):
         out = np.full((src_values.shape[0], self.msg), _MIN, np.int64)
