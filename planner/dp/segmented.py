@@ -129,6 +129,7 @@ class SegmentDP:
         self.budget, self.front_cap, self.lams = int(budget), int(front_cap), list(lams)
         self.span, self.span_s, self.prune = int(span), int(span_s), bool(prune)
         self.walks: dict = {}
+        self.heads: dict = {}            # headroom of each kept walk's end entries
         self.seconds = 0.0
 
     @property
@@ -141,7 +142,7 @@ class SegmentDP:
 
     def __getstate__(self):             # what travels to a worker: the inputs, no walk
         state = dict(self.__dict__)
-        state["walks"] = {}
+        state["walks"], state["heads"] = {}, {}
         return state
 
     def solve(self, seed=None, kind: str | None = None):
@@ -158,6 +159,7 @@ class SegmentDP:
             z = np.zeros(0, np.int64)
             last = (z, z, z, z)
         self.walks[kind] = (seed, store, last)
+        self.heads.pop(kind, None)
         return last[0], last[1], last[2]
 
     def end(self, kind: str):
@@ -168,7 +170,13 @@ class SegmentDP:
         """For each end entry of the walk: the largest ``ckpt + step peak`` along its chain
         (the ckpt counted from the walk's seed). All entries walked back together, one
         transition a step: ``ckpt`` before a transition is the ckpt after it less its
-        ``dm``."""
+        ``dm``. Kept with the walk (a worker computes it beside the walk, in parallel, and
+        the scan only reads it)."""
+        if kind not in self.heads:
+            self.heads[kind] = self._headroom(kind)
+        return self.heads[kind]
+
+    def _headroom(self, kind: str) -> np.ndarray:
         _, store, (s, c, p, ids) = self.walks[kind]
         W = self.sub.shape[1]
         cur, rem = ids.astype(np.int64), c.astype(np.int64)

@@ -194,7 +194,8 @@ class SegmentedDP(hgraph.VertexProgram):
         segs = block.columns["seg"]
         if self.mode == "composed":
             for seg in segs:
-                seg.solve(None)                       # every free walk, in parallel
+                seg.solve(None)                       # every free walk, in parallel,
+                seg.headroom("free")                  # and what its end entries need
         first = {r: None for r, seg in enumerate(segs) if seg.index == 0}
         return values, self._run(block, values, first, {})
 
