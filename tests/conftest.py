@@ -25,6 +25,13 @@ SHIPPED_GRAPHS = ROOT / "jobs" / "data"
 RAY_TIMEOUT = 120
 
 
+def MEAN(out):
+    """The mean of a model's output as its loss: the torch tests' small models return a
+    tensor, and planner.torch has no default loss for one (issue 39: a forgotten ``loss=``
+    would train on the mean without a word)."""
+    return out.mean()
+
+
 def traced_peak(fn):
     """``(fn(), bytes)``: tracemalloc's peak during the call above what was traced when it
     started -- a kernel's temporaries, held in the kernel tests against what the plan predicts

@@ -22,6 +22,7 @@ nn = torch.nn
 
 import planner  # noqa: E402
 import planner.torch as pt  # noqa: E402
+from tests.conftest import MEAN  # noqa: E402
 from hgraph.common.errors import InfeasibleError  # noqa: E402
 from jobs.cli import main as cli_main  # noqa: E402
 from planner import cg  # noqa: E402
@@ -128,7 +129,8 @@ def test_execute_runs_the_default_capture_of_graph_torch(tmp_path):
                     "nn.ReLU(), *convs,\n"
                     "                      nn.MaxPool2d(2), nn.Flatten(), "
                     "nn.Linear(64, 10)).double()\n"
-                    "    return m, torch.randn(4, 3, 8, 8, dtype=torch.float64)\n")
+                    "    return m, torch.randn(4, 3, 8, 8, dtype=torch.float64), "
+                    "lambda out: out.mean()\n")
     report, _, _ = round_trip(tmp_path, f"{path}:model")
     assert report["capture"] == "inductor" and report["gradients_match"] is True
     assert report["recompute_flops"] > 0
@@ -189,6 +191,7 @@ CASES = {
     "FUNC returns no tensors": (MODEL, "not_tensors", 29, "tensor"),
     "shape error in forward": (MODEL, "bad_shape", 11, "RuntimeError"),
     "non-scalar loss": (MODEL, "non_scalar", 38, "scalar"),
+    "non-scalar output, no loss_fn": (MODEL, "ok", 14, "loss="),
     "exception in the loss": (MODEL, "loss_raises", 43, "AttributeError"),
     "import error": ("import torch\nimport no_such_module_hgraph\n" + MODEL, "ok", 2,
                      "No module named"),
@@ -265,20 +268,20 @@ def rel_gap(a, b) -> float:
 @pytest.mark.parametrize("kind,budget", [("LSTM", "60%"), ("GRU", "70%")])
 def test_recurrent_model_imports_plans_and_applies(kind, budget):
     m, x = recurrent(kind)
-    tg = pt.graph(m, x)                          # Inductor's decomposition (the default)
+    tg = pt.graph(m, x, loss=MEAN)               # Inductor's decomposition (the default)
     p = pt.plan(tg, budget)
     assert p.recompute_cost > 0 and p.peak_bytes < p.report["baseline_peak_bytes"]
     planned = copy.deepcopy(m)
-    pt.apply(planned, p, x)(x)
+    pt.apply(planned, p, x, loss=MEAN)(x)
     assert rel_gap(planned, eager_step(m, x)) < 1e-12
 
 
 def test_lstm_eager_capture_is_bitwise_eager():
     m, x = recurrent("LSTM")
-    tg = pt.graph(m, x, decompose=False)
+    tg = pt.graph(m, x, loss=MEAN, decompose=False)
     p = pt.plan(tg, "60%")
     planned = copy.deepcopy(m)
-    pt.apply(planned, p, x)(x)
+    pt.apply(planned, p, x, loss=MEAN)(x)
     ref = eager_step(m, x)
     assert all(torch.equal(a.grad, b.grad) for a, b in zip(planned.parameters(),
                                                            ref.parameters()))
@@ -289,13 +292,13 @@ def test_float32_lstm_imports_as_native_ops():
     capture; it is traced as the native per-timestep ops (oneDNN stays as the caller set it)."""
     m, x = recurrent("LSTM", torch.float32, batch=4, seq=4, layers=1)
     before = torch.backends.mkldnn.enabled
-    tg = pt.graph(m, x, decompose=False)
+    tg = pt.graph(m, x, loss=MEAN, decompose=False)
     assert torch.backends.mkldnn.enabled == before
     ops = {f.type for f in tg.cg.forward}
     assert not any("mkldnn" in op for op in ops) and "aten.sigmoid.default" in ops
     p = pt.plan(tg, "100%")
     planned = copy.deepcopy(m)
-    pt.apply(planned, p, x)(x)
+    pt.apply(planned, p, x, loss=MEAN)(x)
     assert rel_gap(planned, eager_step(m, x)) < 1e-5
 
 
@@ -304,7 +307,7 @@ def test_compiled_lstm_is_planned_not_run_eagerly():
     traces it, so the LSTM's activations are in the partition hgraph plans."""
     m, x = recurrent("LSTM", seq=4, layers=1)
     planned = copy.deepcopy(m)
-    step = pt.compile(planned, budget="min")
+    step = pt.compile(planned, budget="min", loss=MEAN)
     step(x)
     plans = step.partitioner.plans
     assert plans, "the partitioner saw the step"

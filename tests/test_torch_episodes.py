@@ -13,6 +13,7 @@ from planner import schedule as sched  # noqa: E402
 from planner import simulate  # noqa: E402
 from planner.torch import measure  # noqa: E402
 import planner.torch as pt  # noqa: E402
+from tests.conftest import MEAN  # noqa: E402
 from planner.torch.partition import apply_keep, apply_plan, keep_names  # noqa: E402
 
 
@@ -50,7 +51,7 @@ def forget_in_forward(p, name):
 @pytest.fixture(scope="module")
 def twice():
     m, x = mlp()
-    tg = pt.graph(m, x, decompose=False)
+    tg = pt.graph(m, x, loss=MEAN, decompose=False)
     p = tightest(tg)
     q = forget_in_forward(p, "tanh_1")
     assert not simulate.replay(q.graph, q.schedule).violations
@@ -64,7 +65,7 @@ def twice():
 
 def test_backward_has_one_copy_per_episode_in_the_plans_order(twice):
     m, x, q, tg = twice
-    step = apply_plan(copy.deepcopy(m), q, (x,))
+    step = apply_plan(copy.deepcopy(m), q, (x,), loss=MEAN)
     step(x)
     bw = step.partition["backward"]
     nodes = list(bw.graph.nodes)
@@ -76,7 +77,8 @@ def test_backward_has_one_copy_per_episode_in_the_plans_order(twice):
     assert all(nodes.index(u) < nodes.index(second) for u in first.users)
     assert second.args[0].meta.get("recompute_of") == first.args[0].name
     # a single-episode plan is partitioned as torch does it: no copies
-    once = apply_plan(copy.deepcopy(m), tightest(pt.graph(m, x, decompose=False)), (x,))
+    once = apply_plan(copy.deepcopy(m), tightest(pt.graph(m, x, loss=MEAN, decompose=False)),
+                      (x,), loss=MEAN)
     once(x)
     assert not any("recompute_of" in n.meta for n in once.partition["backward"].graph.nodes)
 
@@ -95,7 +97,7 @@ def test_recompute_flops_count_every_episode(twice):
 def test_gradients_stay_bitwise_equal_to_eager(twice):
     m, x, q, tg = twice
     m1 = copy.deepcopy(m)
-    apply_plan(m1, q, (x,))(x)
+    apply_plan(m1, q, (x,), loss=MEAN)(x)
     m2 = copy.deepcopy(m)
     m2(x).mean().backward()
     assert all(torch.equal(a.grad, b.grad) for a, b in zip(m1.parameters(), m2.parameters()))
@@ -107,7 +109,7 @@ def test_measured_peak_no_higher_than_one_recompute(twice):
     peaks, copies = {}, {}
     for follow in (False, True):
         m1 = copy.deepcopy(m)
-        step = apply_keep(m1, keep, False, plan=q if follow else None)
+        step = apply_keep(m1, keep, False, loss=MEAN, plan=q if follow else None)
         peaks[follow] = measure.measure_step(step, m1, (x,))["measured_peak_bytes"]
         bw = step.partition["backward"]
         copies[follow] = sum("recompute_of" in n.meta for n in bw.graph.nodes)

@@ -11,6 +11,7 @@ nn = torch.nn
 from hgraph.common.errors import HGraphError  # noqa: E402
 from planner.torch import front, measure, seeds  # noqa: E402
 import planner.torch as pt  # noqa: E402
+from tests.conftest import MEAN  # noqa: E402
 from planner.torch.capture import capture, cse  # noqa: E402
 
 
@@ -45,7 +46,7 @@ def torch_partition(joint, n_out, budget):
 def test_hgraph_partition_of_a_min_cut_set_is_torchs_step(budget):
     """Same replayed peak, same recomputed FLOPs as torch's own partition of the same joint."""
     m, x = small_gpt_block()
-    joint, n_out = capture(m, (x,), decompose=True)
+    joint, n_out = capture(m, (x,), loss=MEAN, decompose=True)
     merged = cse(joint)
     t_fw, t_bw = torch_partition(joint, n_out, budget)
     keep = seeds.representable(merged, seeds.min_cut_saved(merged, None, budget,
@@ -61,7 +62,7 @@ def test_hgraph_partition_of_a_min_cut_set_is_torchs_step(budget):
 
 def test_min_cut_saved_leaves_the_joint_graph_as_it_was():
     m, x = small_gpt_block()
-    joint, n_out = capture(m, (x,), decompose=True)
+    joint, n_out = capture(m, (x,), loss=MEAN, decompose=True)
     before = str(joint.graph)
     seeds.min_cut_saved(joint, None, 0.3, num_fwd_outputs=n_out)
     assert str(joint.graph) == before
@@ -71,7 +72,7 @@ def test_front_keeps_every_distinct_min_cut_set_and_prunes_plans_only():
     from planner.torch.model_graph import from_joint
 
     m, x = small_gpt_block()
-    joint, n_out = capture(m, (x,), decompose=True)
+    joint, n_out = capture(m, (x,), loss=MEAN, decompose=True)
     merged = cse(joint)
     keeps = seeds.min_cut_keeps(merged, None, num_fwd_outputs=n_out)
     assert len(set(keeps.values())) == len(keeps) >= 2
@@ -91,26 +92,35 @@ def test_front_keeps_every_distinct_min_cut_set_and_prunes_plans_only():
 
 
 def test_compile_with_min_cut_seeds_trains_like_eager_at_every_pick():
-    """Whatever the front picks, plan or min-cut partition, the step's gradients are eager's."""
+    """Whatever candidate the first call of a compiled step settles on, plan or min-cut
+    partition, the step's gradients are eager's: each candidate of the front compiled."""
+    import torch._functorch.config as functorch_config
+    import torch._inductor.config as inductor_config
+
+    from planner.torch.compiled import HGraphPartitioner, fresh_function
+
     m, x = small_gpt_block()
     ref = copy.deepcopy(m)
     ref(x).mean().backward()
-    fronts = {}
+    part = HGraphPartitioner("min", progress="off")
 
-    def run(budget):
+    def run():
         mm = copy.deepcopy(m)
-        step = pt.compile(mm, budget=budget, fronts=fronts, whole_front=True)
-        step(x)
+        step = torch.compile(fresh_function(lambda v: mm(v).mean()), dynamic=False)
+        with inductor_config.patch(custom_partitioner_fn=part, fx_graph_cache=False), \
+                functorch_config.patch(enable_autograd_cache=False):
+            step(x).backward()
         for a, b in zip(mm.parameters(), ref.parameters()):
             assert (a.grad - b.grad).abs().max() <= 1e-9 * max(1.0, b.grad.abs().max())
-        return step.partitioner.plans[-1]
+        return part.plans[-1]
 
-    run("100%")
-    fr = next(iter(fronts.values()))[0]
-    picks = {front.choose(fr, c.step_peak).plan.solver: c.step_peak for c in fr}
-    assert any(s.startswith("min-cut") for s in picks), "a budget picks a min-cut partition"
-    for solver, peak in sorted(picks.items()):
-        assert run(peak).solver == solver
+    run()                                           # plans the front, splits by its pick
+    (key,) = part.keys
+    fr = part.fronts[key][0]
+    assert any(c.source == "min-cut" for c in fr), "the front offers min-cut partitions"
+    for i, c in enumerate(fr):
+        part.trial = (key, i)
+        assert run() is c.plan
 
 
 def test_compile_shows_its_planning_on_stderr(capsys):
@@ -121,7 +131,7 @@ def test_compile_shows_its_planning_on_stderr(capsys):
     from hgraph.common.progress import tracking
 
     m, x = small_gpt_block()
-    pt.compile(copy.deepcopy(m), progress="plain")(x)
+    pt.compile(copy.deepcopy(m), budget="min", loss=MEAN, progress="plain")(x)
     err = capsys.readouterr().err
     assert "hgraph: planning the step:" in err and err.strip().endswith(" s")
 
@@ -143,10 +153,10 @@ def test_compile_shows_its_planning_on_stderr(capsys):
 
     rec = Recorder()
     with tracking(tracker=rec):                     # below 100%: the whole front is planned
-        pt.compile(copy.deepcopy(m), budget="min")(x)
+        pt.compile(copy.deepcopy(m), budget="min", loss=MEAN)(x)
     assert rec.names[:2] == ["hgraph: planning the step", "torch's min-cut partitions"]
     assert {"step front: approx plans", "step front: min-cut partitions"} <= set(rec.names)
-    pt.compile(copy.deepcopy(m))(x)                 # "auto", stderr is no terminal here
+    pt.compile(copy.deepcopy(m), loss=MEAN)(x)                 # "auto", stderr is no terminal here
     assert "hgraph" not in capsys.readouterr().err
     with pytest.raises(HGraphError, match="^progress must be one of auto, bar, plain, off, "
                                           "got 'loud'$"):

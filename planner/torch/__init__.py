@@ -6,13 +6,14 @@ rest of the planner works without it; :func:`require_torch` says in one line how
 
     >>> import torch, planner.torch as pt
     >>> model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.GELU(), torch.nn.Linear(16, 1))
-    >>> x = torch.randn(32, 8)
-    >>> tg = pt.graph(model, x)              # joint fwd+bwd graph, decomposed as Inductor sees it
+    >>> x, y = torch.randn(32, 8), torch.randn(32, 1)
+    >>> mse = lambda out: ((out - y) ** 2).mean()    # the loss (a scalar output needs none)
+    >>> tg = pt.graph(model, x, loss=mse)    # joint fwd+bwd graph, decomposed as Inductor sees it
     >>> p = pt.plan(tg, budget="100%")       # planner.plan on it: at 100% nothing is recomputed
     >>> p = pt.plan_for_step(tg, "100%")     # or: chosen by the step torch will really run
     >>> p.recompute_cost
     0
-    >>> step = pt.apply(model, p, x)         # eager training step that keeps exactly p's tensors
+    >>> step = pt.apply(model, p, x, loss=mse)   # eager training step keeping exactly p's tensors
     >>> loss = step(x)                       # grads accumulate into model's .grad
     >>> model[0].weight.grad.shape
     torch.Size([16, 8])

@@ -36,12 +36,21 @@ class LossError(HGraphError):
 
 
 def default_loss(out):
-    """The issue's default: the output if it is a scalar, else its mean."""
+    """The loss when none is given: the model's output, which must then be a scalar.
+
+    Why no mean of a larger output: a model whose output is logits, and whose caller forgot
+    ``loss=``, would train on the logits' mean without a word (issue 39: loss 0.0055 where
+    the intended cross entropy was 2.30); a refusal naming ``loss=`` costs one line instead.
+    """
     if not isinstance(out, torch.Tensor):
         kind = type(out).__name__
         raise LossError(f"the model returns a {kind}, not a tensor: pass loss=FN that turns "
                         f"its output into a scalar loss (e.g. loss=lambda out: out[0].mean())")
-    return out if out.dim() == 0 else out.mean()
+    if out.dim() != 0:
+        raise LossError(f"the model's output has shape {tuple(out.shape)}, not a scalar loss: "
+                        f"pass loss=FN that turns it into one (e.g. loss=lambda out: "
+                        f"F.cross_entropy(out, labels)); there is no default loss")
+    return out
 
 
 def decompositions(decompose: bool):

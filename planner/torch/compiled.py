@@ -18,13 +18,22 @@ from hgraph.common.errors import HGraphError
 from planner.torch import capture as cap
 from planner.torch import front as front_mod
 from planner.torch.model_graph import from_joint
-from planner.torch.seeds import MIN_CUT_BUDGETS, min_cut_keeps
+from planner.torch.seeds import (MIN_CUT_BUDGETS, min_cut_keeps, min_cut_partition,
+                                 representable, saved_names)
 
-__all__ = ["HGraphPartitioner", "compile_model", "fresh_function"]
+__all__ = ["HGraphPartitioner", "CompiledStep", "compile_model", "fresh_function",
+           "TORCH_DEFAULT", "TRIALS"]
 
 _compiles = itertools.count()
 #: ``fronts`` key prefix of a graph's keep-everything plans alone (:meth:`HGraphPartitioner._keep_all`).
 KEEP_ALL = "keep-all"
+#: :attr:`HGraphPartitioner.trial` that splits by torch.compile's own partition (the min-cut
+#: as Inductor calls it): the step percent budgets are measured against.
+TORCH_DEFAULT = "torch.compile default"
+#: Front candidates the first call of an input shape compiles and measures, besides
+#: torch.compile's default step, before it settles (each costs Dynamo, AOTAutograd, Inductor
+#: and two runs of the step).
+TRIALS = 3
 
 
 def fresh_function(fn):
@@ -80,6 +89,21 @@ class HGraphPartitioner(torch._inductor.custom_graph_pass.CustomPartitionerFn):
         self.whole_front = whole_front
         self.min_cut_budgets = tuple(min_cut_budgets or ())
         self.fronts = {} if fronts is None else fronts
+        #: What the next compile splits by (set by :class:`CompiledStep`, which verifies each
+        #: by the allocator): None, the pick by the replay at :attr:`budget` (:meth:`pick`);
+        #: :data:`TORCH_DEFAULT`, torch.compile's own partition; ``(key, i)``, candidate ``i``
+        #: of the front of graph ``key``.
+        self.trial = None
+        #: :data:`TORCH_DEFAULT` trials plan the whole front as well (a budget other than
+        #: "100%" chooses among its candidates once torch's default step is measured).
+        self.need_front = True
+        #: graph key -> the :class:`Candidate` of torch.compile's default partition of it.
+        self.defaults = {}
+        #: Graphs this partitioner was handed (one per Dynamo graph; a graph break makes more,
+        #: a cached compile none) and their keys.
+        self.calls, self.keys = 0, []
+        #: Graphs planned in the step(s) accepted (:class:`CompiledStep` sets it).
+        self.graphs_planned = 0
 
     def __call__(self, gm, joint_inputs, **kwargs):
         import time
@@ -91,29 +115,32 @@ class HGraphPartitioner(torch._inductor.custom_graph_pass.CustomPartitionerFn):
             self.seconds += time.perf_counter() - t0
 
     def _partition(self, gm, joint_inputs, **kwargs):
-        import dataclasses
-
         from planner import cg
 
         n_out = kwargs["num_fwd_outputs"]
         tg = from_joint(gm, n_out, decompose=True)
         key = cg.dumps(tg.cg)
+        self.calls += 1
+        self.keys.append(key)
+        if self.trial == TORCH_DEFAULT:
+            return self._torch_default(tg, key, gm, joint_inputs, **kwargs)
+        if self.trial is not None and self.trial[0] == key:
+            fr, traced_gm, old_merged = self.fronts[key]
+            return self._split(fr[self.trial[1]], gm, traced_gm, old_merged, n_out)
         if key not in self.fronts:       # the graph as traced, and with its subexpressions merged
-            with _progress(self.progress) as stages, stages.stage("hgraph: planning the step"):
-                merged_gm = cap.cse(gm)
-                merged = from_joint(merged_gm, n_out, decompose=True)
-                if self._keep_all(tg, merged, gm, merged_gm, key, joint_inputs, **kwargs):
-                    key = (KEEP_ALL, key)
-                else:
-                    with stages.stage("torch's min-cut partitions"):
-                        seeds = min_cut_keeps(merged_gm, joint_inputs, self.min_cut_budgets,
-                                              **kwargs)
-                    self.fronts[key] = (front_mod.union([
-                        front_mod.front(tg, **self.plan_kwargs),
-                        front_mod.front(merged, seeds=seeds, **self.plan_kwargs)]),
-                        gm, merged_gm)
+            merged_gm = cap.cse(gm)
+            merged = from_joint(merged_gm, n_out, decompose=True)
+            if self._keep_all(tg, merged, gm, merged_gm, key, joint_inputs, **kwargs):
+                key = (KEEP_ALL, key)
+            else:
+                self._plan_front(tg, key, gm, merged_gm, merged, joint_inputs, **kwargs)
         fr, traced_gm, old_merged = self.fronts[key]
-        c = self.pick(fr)
+        return self._split(self.pick(fr), gm, traced_gm, old_merged, n_out)
+
+    def _split(self, c, gm, traced_gm, old_merged, n_out):
+        """Forward and backward of candidate ``c`` on this compile's joint graph ``gm``."""
+        import dataclasses
+
         # a front planned in another compile holds that compile's joint graph, whose values are
         # another fake mode's: split this compile's own (same node names, same graph)
         if gm is not traced_gm:
@@ -124,6 +151,36 @@ class HGraphPartitioner(torch._inductor.custom_graph_pass.CustomPartitionerFn):
         self.plans.append(c.plan)
         fw, bw = front_mod.split(c, n_out)
         self.parts.append((c.joint, fw, bw))
+        return fw, bw
+
+    def _plan_front(self, tg, key, gm, merged_gm, merged, joint_inputs, **kwargs):
+        """The whole front of graph ``key`` (its plans as traced and with subexpressions merged,
+        and torch's min-cut partitions) into :attr:`fronts`, unless there."""
+        if key in self.fronts:
+            return
+        with _progress(self.progress) as stages, stages.stage("hgraph: planning the step"):
+            with stages.stage("torch's min-cut partitions"):
+                seeds = min_cut_keeps(merged_gm, joint_inputs, self.min_cut_budgets, **kwargs)
+            self.fronts[key] = (front_mod.union([
+                front_mod.front(tg, **self.plan_kwargs),
+                front_mod.front(merged, seeds=seeds, **self.plan_kwargs)]), gm, merged_gm)
+
+    def _torch_default(self, tg, key, gm, joint_inputs, **kwargs):
+        """torch.compile's own partition of ``gm`` (the min-cut as Inductor calls it, at the
+        ``activation_memory_budget`` configured: torch.compile's default step), its candidate
+        kept in :attr:`defaults` (the replay a measured step calibrates), and the whole front
+        when :attr:`need_front`."""
+        n_out = kwargs["num_fwd_outputs"]
+        merged_gm = cap.cse(gm)
+        merged = from_joint(merged_gm, n_out, decompose=True)
+        if self.need_front:
+            self._plan_front(tg, key, gm, merged_gm, merged, joint_inputs, **kwargs)
+        work, fw, bw = min_cut_partition(gm, joint_inputs, **kwargs)
+        c = front_mod.seeded_candidate(merged, representable(merged_gm, saved_names(bw)),
+                                       TORCH_DEFAULT)
+        self.defaults[key] = c
+        self.plans.append(c.plan)
+        self.parts.append((work, fw, bw))
         return fw, bw
 
     def _keep_all(self, tg, merged, gm, merged_gm, key, joint_inputs, **kwargs):
@@ -175,43 +232,270 @@ def _progress(kind: str):
     return contextlib.nullcontext(have) if have.kind != "off" else tracking(kind)
 
 
-def compile_model(model, budget="100%", loss=None, **plan_kwargs):
-    """``torch.compile`` of the model's training loss with hgraph as the partitioner.
+class _StepState:
+    """What one run of a training step changes: the model's buffers (running statistics), the
+    RNG states (dropout) and the parameters' gradients. Why: :class:`CompiledStep` runs
+    candidate steps to measure them, and only the step it accepts may count (a rejected
+    trial must not leave its gradients, its running statistics or its random draws behind)."""
 
-    ``budget``: the step's peak in bytes or percent of the no-recompute step's (see
-    :class:`HGraphPartitioner`).
+    def __init__(self, model):
+        self.params = list(model.parameters())
+        self.grads = [None if p.grad is None else p.grad.detach().clone() for p in self.params]
+        self.buffers = [(b, b.detach().clone()) for b in model.buffers()]
+        self.rng = torch.get_rng_state()
+        self.cuda_rng = (torch.cuda.get_rng_state_all()
+                         if torch.cuda.is_available() and torch.cuda.is_initialized() else None)
 
-    Returns ``step(*inputs) -> loss`` (the backward runs inside, grads accumulate into the
-    model's parameters); ``step.partitioner.plans`` holds the plans made. The partitioner is
-    set in ``torch._inductor.config`` for the first call (compilation) only. Recurrent layers
-    (``nn.LSTM``/``GRU``/``RNN``) are traced into the graph (Dynamo's ``allow_rnn``): by
-    default Dynamo runs them eagerly, outside any partition, so their activations, usually
-    most of such a model's, would go unplanned.
+    def restore(self):
+        """The state before the step, with no gradients (a trial's run starts there, so
+        every trial and torch's default are measured alike: gradients allocated in the step)."""
+        with torch.no_grad():
+            for b, saved in self.buffers:
+                b.copy_(saved)
+        torch.set_rng_state(self.rng)
+        if self.cuda_rng is not None:
+            torch.cuda.set_rng_state_all(self.cuda_rng)
+        for p in self.params:
+            p.grad = None
+
+    def original(self):
+        """The state before the step, gradients included (a refused budget leaves no trace)."""
+        self.restore()
+        for p, g in zip(self.params, self.grads):
+            p.grad = g
+
+    def accumulate(self):
+        """After the accepted run: its gradients added to those the parameters held before."""
+        for p, g in zip(self.params, self.grads):
+            if g is not None:
+                p.grad = g if p.grad is None else g + p.grad
+
+
+class CompiledStep:
+    """The training step :func:`compile_model` returns: ``step(*inputs) -> loss`` (forward and
+    backward; gradients accumulate into the model's parameters), its partition chosen by the
+    allocator on the first call with each input shape.
+
+    Why measured: the front ranks candidates by the replay of unfused fx graphs, and Inductor
+    runs another step (measured / replayed peak 0.73-3.66 on the examples, 1.6x over the
+    budget on a torchvision resnet18: issue 35). So the first call of a shape
+
+    1. compiles torch.compile's own default partition (:data:`TORCH_DEFAULT`), runs it and
+       measures its peak by the allocator (:func:`planner.torch.measure.allocator_peak`):
+       percent budgets are of that step, so ``"100%"`` (the default) is torch.compile's
+       default step itself and never loses to it (no front is planned for it either);
+    2. other budgets try up to ``trials`` candidates of the front, one at a time
+       (:meth:`_next`): the least recompute among those whose replayed peak, scaled by the
+       measured / replayed ratio (torch's default step's, raised to any missed candidate's),
+       fits (at or above torch's default peak, only those recomputing less than it); where
+       none fits, the lowest replayed; ``"min"`` the lowest replayed ones;
+    3. accepts the first candidate measured within the budget (``"min"``: the lowest
+       measured, torch's default included), else torch's default where it fits, else raises
+       :class:`hgraph.common.errors.InfeasibleError` naming the smallest step measured.
+
+    Trials run from the same state (:class:`_StepState`), so after the first call the
+    gradients, running statistics and RNG are those of one step. The accepted plan's report
+    gains ``measured_peak_bytes``, ``peak_measured_by``, ``step_budget_bytes`` (allocator
+    bytes), ``torch_default_peak_bytes``, ``candidates_measured`` and ``within_budget`` by the
+    measured peak. A step Dynamo splits into several graphs (graph breaks), or one it compiles
+    from its cache (no graph handed to the partitioner), is said in one line on stderr
+    (:attr:`notes`) and runs torch.compile's default partition (the budget then holds for
+    the measured step or is refused); ``partitioner.graphs_planned`` says how many graphs
+    the accepted step partitioned.
     """
-    import torch._inductor.config as inductor_config
 
-    part = HGraphPartitioner(budget, **plan_kwargs)
-    loss_fn = loss or cap.default_loss
-    # static shapes: a new input shape recompiles, and the partitioner plans that shape afresh
-    # (with symbolic sizes the joint graph carries SymInts no plan can size)
-    compiled = torch.compile(fresh_function(lambda *xs: loss_fn(model(*xs))), dynamic=False)
+    def __init__(self, model, budget, loss_fn, partitioner, trials: int = TRIALS):
+        self.model, self.budget, self.loss_fn = model, budget, loss_fn
+        self.partitioner, self.trials = partitioner, int(trials)
+        self.steps, self.notes = {}, []
 
-    import torch._functorch.config as functorch_config
+    def _compile(self):
+        model, loss_fn = self.model, self.loss_fn
+        # static shapes: a new input shape recompiles, and the partitioner plans that shape
+        # afresh (with symbolic sizes the joint graph carries SymInts no plan can size)
+        return torch.compile(fresh_function(lambda *xs: loss_fn(model(*xs))), dynamic=False)
 
-    def run(*xs):
+    def _run(self, compiled, xs):
+        import torch._functorch.config as functorch_config
+        import torch._inductor.config as inductor_config
+
         # no cache: a cached compile of the same graph would skip the partitioner
-        with inductor_config.patch(custom_partitioner_fn=part, fx_graph_cache=False), \
+        with inductor_config.patch(custom_partitioner_fn=self.partitioner,
+                                   fx_graph_cache=False), \
                 functorch_config.patch(enable_autograd_cache=False), \
                 torch._dynamo.config.patch(allow_rnn=True):
             try:
                 out = compiled(*xs)
+            except HGraphError as err:              # the loss, said in one line
+                raise err.with_traceback(None) from None
             except torch._dynamo.exc.BackendCompilerFailed as err:
                 inner = getattr(err, "inner_exception", None)
                 if isinstance(inner, HGraphError):      # the budget, said in one line
-                    raise inner from None
+                    raise inner.with_traceback(None) from None
                 raise
         out.backward()
         return out.detach()
 
-    run.partitioner = part
-    return run
+    def __call__(self, *xs):
+        from planner.torch.partition import _signature
+
+        sig = _signature(xs)
+        if sig not in self.steps:
+            self.steps[sig], out = self._first_call(xs)
+            return out
+        return self._run(self.steps[sig], xs)
+
+    def _say(self, note: str):
+        import sys
+
+        self.notes.append(note)
+        print(f"hgraph: {note}", file=sys.stderr)
+
+    def _trial(self, state, xs, trial, label, cand):
+        """Compile with the partitioner at ``trial``, run once from ``state`` (compiling),
+        once more measured: a dict of what was made and measured."""
+        from planner.torch.measure import allocator_peak
+
+        part = self.partitioner
+        part.trial, part.calls, part.keys = trial, 0, []
+        n0 = len(part.plans)
+        compiled = self._compile()
+        state.restore()
+        self._run(compiled, xs)
+        made = (part.plans[n0:], part.parts[n0:], part.calls, list(part.keys))
+        del part.plans[n0:], part.parts[n0:]
+        state.restore()
+        box = []
+        peak, how = allocator_peak(lambda *a: box.append(self._run(compiled, a)), xs)
+        return dict(peak=peak, how=how, compiled=compiled, made=made, label=label, cand=cand,
+                    out=box[0], trial=trial)
+
+    @staticmethod
+    def _next(left, dflt, scale, target, m0, lowest):
+        """The (front index, candidate) of ``left`` to try next, or None: ``"min"``, the lowest
+        replayed; else the least recompute among those whose replayed peak times ``scale``
+        (the allocator's bytes per replayed byte seen so far) fits ``target`` (at or above
+        torch's default peak, only those recomputing less than it), and where none does (and
+        torch's default does not fit either), the lowest replayed."""
+        if not left:
+            return None
+        by_peak = min(left, key=lambda ic: (ic[1].step_peak, ic[1].recompute_flops))
+        if lowest:
+            return by_peak
+        fit = [ic for ic in left if scale * ic[1].step_peak <= target
+               and (m0 > target or ic[1].recompute_flops < dflt.recompute_flops)]
+        if fit:
+            return min(fit, key=lambda ic: (ic[1].recompute_flops, ic[1].step_peak))
+        return None if m0 <= target else by_peak
+
+    def _first_call(self, xs):
+        from planner.budget import Budget
+
+        part, budget = self.partitioner, self.budget
+        lowest = isinstance(budget, str) and budget.strip().lower() == front_mod.LOWEST
+        parsed = None if lowest else Budget.parse(budget)
+        part.need_front = lowest or parsed.percent != 100
+        state = _StepState(self.model)
+        try:
+            return self._settle(state, xs, lowest, parsed)
+        except BaseException:
+            state.original()            # a refusal, or an error in a trial: no trace left
+            raise
+
+    def _settle(self, state, xs, lowest, parsed):
+        from hgraph.common.errors import InfeasibleError
+        from hgraph.common.formatting import format_bytes
+
+        part = self.partitioner
+        dflt = self._trial(state, xs, TORCH_DEFAULT, TORCH_DEFAULT, None)
+        tried, m0 = [dflt], dflt["peak"]
+        calls, keys = dflt["made"][2], dflt["made"][3]
+        target = None if lowest else parsed.resolve(m0)
+        if calls == 0:
+            self._say("torch.compile reused a compile of this step from its cache: no graph "
+                      "reached the partitioner, so torch's earlier partition runs, unplanned")
+        elif calls > 1:
+            self._say(f"Dynamo split the step into {calls} graphs (graph breaks): hgraph "
+                      f"plans one graph per step, so each runs torch.compile's default "
+                      f"partition")
+        elif part.need_front:
+            key = keys[0]
+            dflt["cand"] = d = part.defaults[key]
+            left = [(i, c) for i, c in enumerate(part.fronts[key][0])
+                    if not (c.source == "min-cut" and c.keep == d.keep)]
+            scale = m0 / max(d.step_peak, 1)          # the allocator's bytes per replayed byte
+            for _ in range(self.trials):
+                nxt = self._next(left, d, scale, target, m0, lowest)
+                if nxt is None:
+                    break
+                left.remove(nxt)
+                i, c = nxt
+                t = self._trial(state, xs, (key, i), f"{c.plan.report.get('solver')}", c)
+                tried.append(t)
+                if not lowest and t["peak"] <= target:
+                    break
+                scale = max(scale, t["peak"] / max(c.step_peak, 1))
+        else:
+            dflt["cand"] = part.defaults[keys[0]]
+        if lowest:
+            chosen = min(tried, key=lambda t: t["peak"])
+            target = chosen["peak"]
+        else:
+            fits = [t for t in tried[1:] if t["peak"] <= target] or (
+                [dflt] if m0 <= target else [])
+            if not fits:
+                small = min(tried, key=lambda t: t["peak"])["peak"]
+                of = (f" ({parsed.text} of torch.compile's default step, {format_bytes(m0)})"
+                      if parsed.is_relative else "")
+                err = InfeasibleError(
+                    f"step budget {format_bytes(target)}{of} is below every step measured on "
+                    f"the first call ({len(tried)}): the smallest, {format_bytes(small)} "
+                    f"({100 * small / m0:.1f}% of torch.compile's default step) by "
+                    f"{dflt['how']}; budget '{front_mod.LOWEST}' asks for the lowest")
+                err.min_budget_bytes = small
+                raise err
+            chosen = fits[0]
+        out = chosen["out"]
+        if chosen is not tried[-1]:           # a later trial ran since: run the chosen again
+            state.restore()
+            out = self._run(chosen["compiled"], xs)
+        state.accumulate()
+        part.trial = chosen["trial"]          # should Dynamo recompile the step it keeps
+        plans, parts, calls, _ = chosen["made"]
+        part.plans.extend(plans)
+        part.parts.extend(parts)
+        part.graphs_planned = calls
+        c = chosen["cand"]
+        for p in plans:
+            if c is not None and p is c.plan:
+                p.report.update(step_peak_bytes=c.step_peak,
+                                step_recompute_flops=c.recompute_flops)
+            p.report.update(
+                step_budget_bytes=int(target), measured_peak_bytes=int(chosen["peak"]),
+                peak_measured_by=chosen["how"], within_budget=chosen["peak"] <= target,
+                torch_default_peak_bytes=int(m0),
+                candidates_measured=[(t["label"], int(t["peak"])) for t in tried])
+        return chosen["compiled"], out
+
+
+def compile_model(model, budget="100%", loss=None, trials: int = TRIALS, **plan_kwargs):
+    """``torch.compile`` of the model's training loss with hgraph as the partitioner: a
+    :class:`CompiledStep` (``step(*inputs) -> loss``; the backward runs inside, grads
+    accumulate into the model's parameters; ``step.partitioner.plans`` holds the plans of the
+    steps accepted).
+
+    ``budget``: the step's peak by the allocator, in bytes, percent of torch.compile's own
+    default step (``"100%"``: that step), or ``"min"`` (see :class:`CompiledStep`, which
+    checks it on the first call; ``trials``: candidates it may compile and measure).
+    The partitioner is set in ``torch._inductor.config`` for the calls that compile only.
+    Recurrent layers (``nn.LSTM``/``GRU``/``RNN``) are traced into the graph (Dynamo's
+    ``allow_rnn``): by default Dynamo runs them eagerly, outside any partition, so their
+    activations, usually most of such a model's, would go unplanned.
+    """
+    from planner.budget import Budget
+
+    if not (isinstance(budget, str) and budget.strip().lower() == front_mod.LOWEST):
+        Budget.parse(budget)            # a bad budget is refused here, before any compile
+    part = HGraphPartitioner(budget, **plan_kwargs)
+    step = CompiledStep(model, budget, loss or cap.default_loss, part, trials)
+    return step

@@ -23,8 +23,8 @@ import time
 
 import numpy as np
 
-__all__ = ["MIN_CUT_BUDGETS", "min_cut_saved", "representable", "base_of", "keep_plan",
-           "min_cut_keeps"]
+__all__ = ["MIN_CUT_BUDGETS", "min_cut_partition", "saved_names", "min_cut_saved",
+           "representable", "base_of", "keep_plan", "min_cut_keeps"]
 
 #: ``activation_memory_budget`` values at which the min-cut's partition is offered: a spread
 #: over torch's range (1.0 is its default), the values torch's own docs and benches quote
@@ -69,20 +69,34 @@ def representable(joint, names) -> frozenset:
     return frozenset(out)
 
 
-def min_cut_saved(joint, joint_inputs, budget: float, **kwargs) -> list:
-    """Names of the values torch's min-cut partitioner saves for the backward of ``joint`` at
-    ``activation_memory_budget`` = ``budget`` (``kwargs``: what Inductor passes a partitioner,
-    ``num_fwd_outputs`` included). ``joint`` is left as it is: the min-cut rewrites the graph it
-    is given (dead code, subexpressions), so it gets a copy."""
+def min_cut_partition(joint, joint_inputs, budget: float | None = None, **kwargs) -> tuple:
+    """(joint as partitioned, forward, backward) of torch's min-cut partitioner on a copy of
+    ``joint`` at ``activation_memory_budget`` = ``budget`` (None: the configured one, 1.0 unless
+    the user set it: ``torch.compile``'s default partition itself). ``kwargs``: what Inductor
+    passes a partitioner, ``num_fwd_outputs`` included. ``joint`` is left as it is: the min-cut
+    rewrites the graph it is given (dead code, subexpressions), so it gets a copy, returned
+    first (the node names of the forward and backward are its)."""
     import torch
     import torch._functorch.config as functorch_config
     from torch._functorch.partitioners import min_cut_rematerialization_partition
 
     work = torch.fx.GraphModule(joint, _graph_copy(joint.graph))
-    with functorch_config.patch(activation_memory_budget=float(budget)):
-        _, bw = min_cut_rematerialization_partition(work, joint_inputs, **kwargs)
-    return [n.name for n in bw.graph.nodes
+    patch = {} if budget is None else dict(activation_memory_budget=float(budget))
+    with functorch_config.patch(**patch):
+        fw, bw = min_cut_rematerialization_partition(work, joint_inputs, **kwargs)
+    return work, fw, bw
+
+
+def saved_names(backward) -> list:
+    """Names of the values a partition's backward module receives from its forward."""
+    return [n.name for n in backward.graph.nodes
             if n.op == "placeholder" and not n.name.startswith("tangents")]
+
+
+def min_cut_saved(joint, joint_inputs, budget: float, **kwargs) -> list:
+    """Names of the values torch's min-cut partitioner saves for the backward of ``joint`` at
+    ``activation_memory_budget`` = ``budget`` (:func:`min_cut_partition`)."""
+    return saved_names(min_cut_partition(joint, joint_inputs, budget, **kwargs)[2])
 
 
 def _graph_copy(graph):

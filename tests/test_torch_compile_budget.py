@@ -1,0 +1,134 @@
+"""planner.torch.compile keeps its budget by the allocator (issue 35) and refuses in one line
+(issue 39): percent budgets of torch.compile's own default step, checked on the first call."""
+
+import copy
+import os
+import traceback
+
+import pytest
+
+torch = pytest.importorskip("torch", reason="the torch extra is not installed")
+nn = torch.nn
+
+import planner.torch as pt  # noqa: E402
+from hgraph.common.errors import InfeasibleError  # noqa: E402
+from planner.torch.capture import LossError  # noqa: E402
+from planner.torch.compiled import TORCH_DEFAULT  # noqa: E402
+from planner.torch.measure import allocator_peak  # noqa: E402
+from tests.conftest import MEAN  # noqa: E402
+
+
+def activation_mlp():
+    """An MLP whose activations outweigh its parameters (a batch of 512), so that budgets
+    below torch's default step are reachable by recomputing."""
+    torch.manual_seed(0)
+    m = nn.Sequential(nn.Linear(32, 128), nn.GELU(), nn.Linear(128, 128), nn.GELU(),
+                      nn.Linear(128, 128), nn.Tanh(), nn.Linear(128, 10))
+    x, y = torch.randn(512, 32), torch.randint(0, 10, (512,))
+    return m, x, (lambda out: nn.functional.cross_entropy(out, y))
+
+
+def no_torch_frames(err) -> bool:
+    """The refusal carries no frame of torch (Dynamo, Inductor) and no chained exception."""
+    frames = traceback.extract_tb(err.value.__traceback__)
+    home = os.path.dirname(torch.__file__)
+    e = err.value
+    return (e.__cause__ is None and (e.__context__ is None or e.__suppress_context__)
+            and not any(f.filename.startswith(home) for f in frames))
+
+
+def test_a_non_scalar_output_without_loss_is_refused_naming_loss():
+    m = nn.Linear(4, 3)
+    x = torch.randn(5, 4)
+    for call in (lambda: pt.compile(copy.deepcopy(m))(x), lambda: pt.graph(m, x)):
+        with pytest.raises(LossError, match=r"shape \(5, 3\).*pass loss=FN") as err:
+            call()
+        assert "\n" not in str(err.value)
+    with pytest.raises(LossError) as err:
+        pt.compile(copy.deepcopy(m))(x)
+    assert no_torch_frames(err)
+    assert all(p.grad is None for p in m.parameters())
+
+
+def test_the_default_budget_is_torch_compiles_default_step():
+    """"100%" (the default) is torch.compile's own default partition, measured: the same peak
+    as plain torch.compile's step in this process, within budget, one graph planned."""
+    m, x, loss = activation_mlp()
+    ours, theirs = copy.deepcopy(m), copy.deepcopy(m)
+    step = pt.compile(ours, loss=loss)
+    step(x)
+    (plan,) = step.partitioner.plans
+    r = plan.report
+    assert plan.solver == TORCH_DEFAULT and step.partitioner.graphs_planned == 1
+    assert r["within_budget"] and r["measured_peak_bytes"] == r["step_budget_bytes"]
+    assert r["candidates_measured"] == [(TORCH_DEFAULT, r["measured_peak_bytes"])]
+    ref = torch.compile(lambda v: loss(theirs(v)), dynamic=False)
+
+    def ref_step(v):
+        ref(v).backward()
+
+    ref_step(x)
+    for p in theirs.parameters():
+        p.grad = None
+    for p in ours.parameters():
+        p.grad = None
+    peak, _ = allocator_peak(ref_step, (x,))
+    assert r["measured_peak_bytes"] == peak
+    assert allocator_peak(step, (x,))[0] == peak
+    for a, b in zip(ours.parameters(), theirs.parameters()):
+        assert torch.allclose(a.grad, b.grad, rtol=1e-5, atol=1e-7)
+
+
+def test_budgets_hold_by_the_allocator_and_the_peak_falls_with_the_budget():
+    """Every budget's step measures within it on the first call (the report's figure is the
+    allocator's, and a later step measures the same), gradients those of one step, and the
+    measured peak never rises as the budget falls."""
+    m, x, loss = activation_mlp()
+    ref = copy.deepcopy(m)
+    loss(ref(x)).backward()
+    peaks = []
+    for budget in ("100%", "80%", "min"):
+        ours = copy.deepcopy(m)
+        step = pt.compile(ours, budget=budget, loss=loss, progress="off")
+        step(x)
+        r = step.partitioner.plans[-1].report
+        assert r["within_budget"] and r["measured_peak_bytes"] <= r["step_budget_bytes"]
+        for a, b in zip(ours.parameters(), ref.parameters()):       # one step's gradients
+            assert torch.allclose(a.grad, b.grad, rtol=1e-4, atol=1e-6)
+        for p in ours.parameters():
+            p.grad = None
+        assert allocator_peak(step, (x,))[0] == r["measured_peak_bytes"]
+        peaks.append(r["measured_peak_bytes"])
+    assert peaks == sorted(peaks, reverse=True) and peaks[-1] < peaks[0]
+
+
+def test_a_budget_no_step_meets_is_refused_in_one_line_leaving_no_trace():
+    m, x, loss = activation_mlp()
+    ours = copy.deepcopy(m)
+    with pytest.raises(InfeasibleError, match="below every step measured") as err:
+        pt.compile(ours, budget="5%", loss=loss, progress="off")(x)
+    assert "\n" not in str(err.value) and no_torch_frames(err)
+    assert err.value.min_budget_bytes > 0
+    assert all(p.grad is None for p in ours.parameters())
+
+
+def test_a_graph_break_is_said_in_one_line(capsys):
+    class Broken(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a, self.b = nn.Linear(8, 16), nn.Linear(16, 1)
+
+        def forward(self, x):
+            h = torch.tanh(self.a(x))
+            torch._dynamo.graph_break()
+            return self.b(h)
+
+    torch.manual_seed(0)
+    step = pt.compile(Broken(), loss=MEAN)
+    step(torch.randn(4, 8))
+    err = capsys.readouterr().err
+    notes = [line for line in err.splitlines() if line.startswith("hgraph: ")]
+    assert len(notes) == 1 and "graph breaks" in notes[0]
+    assert step.notes == [notes[0][len("hgraph: "):]]
+    n = step.partitioner.graphs_planned
+    assert n >= 2 and f"into {n} graphs" in notes[0]
