@@ -69,6 +69,7 @@ def load(name):
         raise SystemExit(f"torch_compile_budget: unknown model {name!r} (no {path})")
     spec = importlib.util.spec_from_file_location(f"example_{name}", path)
     mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod            # Dynamo imports a traced function's module by name
     spec.loader.exec_module(mod)
     got = mod.model()
     return got[0], tuple(got[1]), got[2]
