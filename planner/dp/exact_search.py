@@ -557,7 +557,8 @@ class ExactSearch:
             return None
         return st[ok], ns[ok], nc[ok], e[ok]
 
-    def time_fronts(self, lexmin_after: int | None = 12, give_up_after: int | None = None):
+    def time_fronts(self, lexmin_after: int | None = 12, give_up_after: int | None = None,
+                    start: int | None = None, ceiling: int | None = None):
         """Iterative deepening on the recompute bound from the root's lower bound.
 
         Each pass is exact once its bound is at least the optimum (it reaches V); the bound
@@ -576,8 +577,19 @@ class ExactSearch:
         rarely worth its cost. ``give_up_after``:
         None after that many failed passes (the caller runs the unpruned DP instead: where
         the budget, not the bound, keeps the fronts small, that is cheaper than deepening).
+
+        ``start``: a bound to start from, above the root's (a front's next budget, or a
+        fit's re-solve a little below, starts near an optimum found before:
+        :mod:`planner.dp.solve`); ``ceiling``: an upper bound on the optimum known from
+        elsewhere (an optimum at a smaller budget), past which no pass goes (the pass there
+        reaches V). Neither changes the plan: a pass whose bound is at least the optimum
+        returns the same plan (module docstring), a lower one fails and the deepening goes on.
         """
         bound, step, upper, failed = self.lower_bound_root(), 2, self.T, 0
+        if start is not None:
+            bound = max(bound, start)
+        if ceiling is not None:
+            upper = min(upper, max(ceiling, 0))
         lex_done = lexmin_after is None
         last = None                                     # (bound, size) of the previous pass
         while True:

@@ -48,7 +48,8 @@ APPROX_DEEPENING_GROWTH = 1.5
 #: second size run the bounded search (above, its inclusion matrix, L² bits, is not built).
 APPROX_SEARCH_SETS = (512, 4096)
 #: A time-centric solve with a known optimum at a larger budget starts its bound this fraction
-#: above it (at least 2): the fit loop's re-solves move the optimum by a few units.
+#: above it (at least 2): the fit loop's re-solves move the optimum by a few units (the
+#: approximate family's bounded loop and the exact family's search alike).
 KNOWN_OPTIMUM_MARGIN = 16
 
 __all__ = ["DPResult", "solve_family", "bounded_fronts", "objective_bounded",
@@ -174,17 +175,32 @@ def bounded_fronts(fam, g, b_units: int, strategy: str) -> Fronts:
     memory-centric. Smaller approximate families run the plain loop; bigger ones, and every
     time-centric one from 512 sets, the loop bounded by :func:`objective_bounded` (cheaper
     than the search's deepening there; bench/NOTES_scale.md). All keep the unpruned
-    DP's plan.
+    DP's plan. A small dense family whose optima at other budgets are known (a planning
+    session's next budget, a fit's re-solve: :func:`_known_optima`) runs the bounded loop too,
+    time-centric: the known optima bound it tightly from the first pass, where the plain loop
+    keeps every entry (on FLOP-costed PyTorch graphs, fronts of thousands of entries).
     """
     if fam.kind == "approx" and fam.num_sets < APPROX_SEARCH_SETS[0]:
-        return run_dp(fam, g.t, g.m, b_units)
+        timed = strategy == "time" and fam.sets is not None
+        if timed and _known_optima(fam, g):
+            return objective_bounded(fam, g, b_units, strategy)
+        fronts = run_dp(fam, g.t, g.m, b_units)
+        if timed and has_end(fronts):
+            _known_optima(fam, g)[b_units] = int(g.t.sum()) - int(
+                fronts.s[end_entry(fronts, "time")])
+        return fronts
     if fam.kind == "exact" or (strategy == "memory" and fam.sets is not None
                                and fam.num_sets <= APPROX_SEARCH_SETS[1]):
         from planner.dp.exact_search import ExactSearch    # small approximate DPs never load it
 
         search = ExactSearch(fam, g, b_units)
         if strategy == "time":
-            return search.time_fronts()
+            start, ceiling = _known_bounds(fam, g, b_units) if fam.kind == "exact" else (None, None)
+            fronts = search.time_fronts(start=start, ceiling=ceiling)
+            if fam.kind == "exact" and has_end(fronts):
+                _known_optima(fam, g)[b_units] = int(g.t.sum()) - int(
+                    fronts.s[end_entry(fronts, "time")])
+            return fronts
         upper = _approx_memory_upper(fam, g, b_units) if fam.kind == "exact" else None
         return search.memory_fronts(upper)
     return objective_bounded(fam, g, b_units, strategy)
@@ -240,12 +256,11 @@ def objective_bounded(fam, g, b_units: int, strategy: str) -> Fronts:
             bound, grow, passes = 2 * max(1, recompute_lower_bound(fam, g, b_units)), \
                 APPROX_DEEPENING_GROWTH, APPROX_DEEPENING_PASSES
             known = _known_optima(fam, g)
-            floor = [r for b, r in known.items() if b >= b_units]   # opt(b) ≤ opt(b_units)
-            roof = [r for b, r in known.items() if b <= b_units]    # opt(b) ≥ opt(b_units)
-            if floor:                # a little above it: a re-solve's budget is a little lower
-                bound = max(floor) + max(2, max(floor) // KNOWN_OPTIMUM_MARGIN)
-            if roof:
-                ceiling = min(roof)
+            start, roof = _known_bounds(fam, g, b_units)
+            if start is not None:
+                bound = start
+            if roof is not None:
+                ceiling = roof
                 bound = min(bound, ceiling)
         else:
             bound, grow, passes = 16, 4, None
@@ -269,6 +284,19 @@ def objective_bounded(fam, g, b_units: int, strategy: str) -> Fronts:
         if has_end(fronts) or bound >= top:
             return fronts
         bound = min(top, max(bound * 4, top // 1024, 1))
+
+
+def _known_bounds(fam, g, b_units: int) -> tuple:
+    """(a bound to start from, a ceiling) on the least recompute at ``b_units`` from the
+    optima already found on ``fam`` (:func:`_known_optima`; None where none bounds it): less
+    budget never recomputes less, so an optimum at a larger budget is at most this one — the
+    start lies a little above it (1/:data:`KNOWN_OPTIMUM_MARGIN`: a re-solve's budget is a
+    little lower) — and one at a smaller budget at least it."""
+    known = _known_optima(fam, g)
+    floor = [r for b, r in known.items() if b >= b_units]
+    roof = [r for b, r in known.items() if b <= b_units]
+    start = max(floor) + max(2, max(floor) // KNOWN_OPTIMUM_MARGIN) if floor else None
+    return start, (min(roof) if roof else None)
 
 
 def _known_optima(fam, g) -> dict:
