@@ -19,7 +19,7 @@ schedule), ``lower_bound_bytes``, ``recompute_cost``, ``forward_cost``, ``overhe
 bound computed, the model cost and budget certified: :mod:`planner.certificate`; absent with
 ``certify="off"``), ``dp_segmented`` (from ``planner.dp.segmented_engine.SEGMENTED_LIMIT``
 activations: the DP cut into ``segments`` on the engine, ``mode``, ``handed_over``, the
-composed front's ``composed_recompute_cost`` / ``composed_ckpt_bytes``, ``supersteps``),
+composed front's ``composed_recompute_cost`` / ``composed_ckpt_bytes``),
 ``milp`` (``--solver milp``: optimal, dual bound, stages, seconds),
 ``engine`` (tasks, blocks, mode, runtime, supersteps) and ``decisions``: one
 object per activation (``var``, ``function``, ``bytes``, ``block``, ``decision`` keep|recompute,

@@ -328,9 +328,9 @@ class ApproxDP(_DP):
             return None
         with current_progress().stage(f"DP (segmented on the engine, {fam.num_sets:,} "
                                       f"states)"):
-            r, info = se.solve_result(fam, dg, u.budget, strategy, u.ratio, self.units,
-                                      self.window, self.front_cap, opts=self.opts)
-        self.engine_supersteps += info["supersteps"]
+            r, info, steps = se.solve_result(fam, dg, u.budget, strategy, u.ratio, self.units,
+                                             self.window, self.front_cap, opts=self.opts)
+        self.engine_supersteps += steps
         r.segmented = info
         return r
 

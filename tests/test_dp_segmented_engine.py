@@ -110,3 +110,52 @@ def test_on_ray_same_chain_and_a_worker_lost_mid_dp(ray_session, mode):
                                               checkpoint_every=1, inject_failure=7))
     assert _hash(lost.stitched) == want
     assert [row["failure"]["superstep"] for row in lost.stats if "failure" in row] == [7]
+
+
+def _plan_hash(p):
+    rep = {k: v for k, v in p.report.items() if k not in ("seconds", "engine")}
+    import json
+
+    return hashlib.sha256(p.schedule.dumps().encode() + json.dumps(rep, sort_keys=True,
+                                                                   default=str).encode()
+                          ).hexdigest()
+
+
+def test_segmented_plan_is_the_same_for_1_2_4_workers_local_and_ray(monkeypatch, ray_session):
+    """The whole plan (schedule and report but its timings and engine line) of a segmented
+    solve is the same for 1, 2 and 4 tasks, in-process and on Ray actors."""
+    import planner
+    from planner.dp import segmented_engine as se
+
+    monkeypatch.setattr(se, "SEGMENTED_LIMIT", 1000)
+    cg = synth.build_cnn(blocks=synth.cnn_blocks_for_nodes(3000))     # scale path
+    hashes = {}
+    for tasks, runtime in ((1, "local"), (2, "local"), (4, "local"), (4, "ray")):
+        p = planner.plan(cg, budget="40%", tasks=tasks, runtime=runtime, certify="off")
+        assert p.report["dp_segmented"]["segments"] > 1
+        hashes[(tasks, runtime)] = _plan_hash(p)
+    assert len(set(hashes.values())) == 1, hashes
+
+
+def test_plan_above_the_limit_is_segmented_and_says_so(monkeypatch):
+    """``planner.plan`` from :data:`SEGMENTED_LIMIT` activations: the DP runs segmented on the
+    engine, the report says so (segments, the composed front's cost), the schedule replays
+    clean within the budget; below the limit the report has no ``dp_segmented`` and the plan
+    is the one walk's."""
+    import planner
+    from planner.dp import segmented_engine as se
+    from planner.report import approximations_text
+
+    cg = synth.build(layers=110, heads=4)                  # ~2,600 activations: scale path
+    below = planner.plan(cg, budget="50%", tasks=2, certify="off")
+    assert "dp_segmented" not in below.report and below.report["dp_exact"] is False
+    assert approximations_text(below.report).startswith("window 8, front cap 128;")
+    monkeypatch.setattr(se, "SEGMENTED_LIMIT", 1000)
+    p = planner.plan(cg, budget="50%", tasks=2, certify="off")
+    seg = p.report["dp_segmented"]
+    assert seg["segments"] == S.DEFAULT_SEGMENTS and seg["mode"] == "composed"
+    assert seg["composed_recompute_cost"] == p.report["model_recompute_cost"]
+    assert p.peak_bytes <= p.budget_bytes and p.within_budget
+    # the composed plan is not the one walk's, but near it (measured: bench/NOTES_scale.md)
+    assert p.recompute_cost <= 1.05 * below.recompute_cost
+    assert "segmented: 64 segments" in approximations_text(p.report)

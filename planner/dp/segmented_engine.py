@@ -339,18 +339,17 @@ def solve_result(fam, g, budget_units: int, strategy: str = "time", comp_ratio: 
                  units: str = "bytes", window: int = S.DEFAULT_WINDOW,
                  front_cap: int = S.DEFAULT_FRONT_CAP, segments: int = S.DEFAULT_SEGMENTS,
                  mode: str = "composed", opts: EngineOptions | None = None):
-    """``(DPResult, info)``: the segmented DP's plan as :func:`planner.dp.solve.solve_family`
-    reports one, and what the report says of it (``info``: segments, mode, segments walked
-    seeded, the composed front's entry taken — its recompute and ckpt in bytes — and the
-    engine's supersteps)."""
+    """``(DPResult, info, supersteps)``: the segmented DP's plan as
+    :func:`planner.dp.solve.solve_family` reports one, what the report says of it (``info``:
+    segments, mode, segments walked seeded, the composed front's entry taken — its recompute
+    and ckpt in bytes: nothing that depends on where it ran) and the engine's supersteps."""
     cuts = S.choose_cuts(fam, segments)
     run = solve_on_engine(fam, g, budget_units, cuts, window, front_cap, strategy, mode,
                           opts=opts if opts is not None else EngineOptions())
     res = S.to_result(run.stitched, fam, g, budget_units, strategy, comp_ratio, units,
                       window, front_cap)
-    info = dict(segments=int(cuts.size - 1), mode=mode, handed_over=int(run.handed_over),
-                supersteps=int(run.supersteps))
+    info = dict(segments=int(cuts.size - 1), mode=mode, handed_over=int(run.handed_over))
     if run.stitched is not None:
         info.update(composed_recompute_cost=int(g.t.sum()) - run.saved,
                     composed_ckpt_bytes=run.ckpt * int(comp_ratio))
-    return res, info
+    return res, info, int(run.supersteps)
