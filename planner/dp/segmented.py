@@ -389,10 +389,15 @@ def scan_step(seg: SegmentDP, s_in, c_in, cap: int):
     if "free" not in seg.walks:
         seg.solve(None)
     ds, dc, _ = seg.end("free")[:3]
-    joined = compose(s_in, c_in, ds, dc, seg.headroom("free"), seg.budget, cap)
+    hp = seg.headroom("free")
+    # the passes end on the same chains often (on a 20k transformer ~5 entries of each
+    # (Δs, Δc, headroom)): one of each joins, 5× fewer pairs, the same joined front
+    one = np.sort(np.unique(np.stack([ds, dc, hp], axis=1), axis=0, return_index=True)[1]) \
+        if ds.size else ds
+    joined = compose(s_in, c_in, ds[one], dc[one], hp[one], seg.budget, cap)
     if joined is not None:
         ns, nc, ii, jj = joined
-        return ns, nc, ("free", ii, jj)
+        return ns, nc, ("free", ii, one[jj])
     seed, seed_of = seeds_from(s_in, c_in, seg.passes, seg.front_cap)
     s, c, _ = seg.solve(seed, kind="seeded")
     e = merge_front(s, c, cap)
