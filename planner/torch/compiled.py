@@ -234,12 +234,14 @@ def _progress(kind: str):
 
 class _StepState:
     """What one run of a training step changes: the model's buffers (running statistics), the
-    RNG states (dropout) and the parameters' gradients. Why: :class:`CompiledStep` runs
+    RNG states (dropout) and the gradients of the parameters (and of inputs that ask for one). Why: :class:`CompiledStep` runs
     candidate steps to measure them, and only the step it accepts may count (a rejected
     trial must not leave its gradients, its running statistics or its random draws behind)."""
 
-    def __init__(self, model):
-        self.params = list(model.parameters())
+    def __init__(self, model, inputs=()):
+        # inputs that require grad get gradients too (leaves: their .grad accumulates)
+        self.params = list(model.parameters()) + [
+            x for x in inputs if isinstance(x, torch.Tensor) and x.requires_grad and x.is_leaf]
         self.grads = [None if p.grad is None else p.grad.detach().clone() for p in self.params]
         self.buffers = [(b, b.detach().clone()) for b in model.buffers()]
         self.rng = torch.get_rng_state()
@@ -395,7 +397,7 @@ class CompiledStep:
         lowest = isinstance(budget, str) and budget.strip().lower() == front_mod.LOWEST
         parsed = None if lowest else Budget.parse(budget)
         part.need_front = lowest or parsed.percent != 100
-        state = _StepState(self.model)
+        state = _StepState(self.model, xs)
         try:
             return self._settle(state, xs, lowest, parsed)
         except BaseException:
