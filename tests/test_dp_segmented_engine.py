@@ -123,7 +123,8 @@ def _plan_hash(p):
 
 def test_segmented_plan_is_the_same_for_1_2_4_workers_local_and_ray(monkeypatch, ray_session):
     """The whole plan (schedule and report but its timings and engine line) of a segmented
-    solve is the same for 1, 2 and 4 tasks, in-process and on Ray actors."""
+    solve is the same for 1, 2 and 4 tasks, in-process and on Ray actors, and with a worker
+    lost mid-DP."""
     import planner
     from planner.dp import segmented_engine as se
 
@@ -135,6 +136,11 @@ def test_segmented_plan_is_the_same_for_1_2_4_workers_local_and_ray(monkeypatch,
         assert p.report["dp_segmented"]["segments"] > 1
         hashes[(tasks, runtime)] = _plan_hash(p)
     assert len(set(hashes.values())) == 1, hashes
+    # a worker killed at superstep 1 of every engine run — in the DP's scan, the actor that
+    # walked the second block's segments in superstep 0 — changes nothing
+    p = planner.plan(cg, budget="40%", tasks=2, runtime="ray", certify="off",
+                     checkpoint_every=1, inject_failure=1)
+    assert _plan_hash(p) == hashes[(1, "local")]
 
 
 def test_plan_above_the_limit_is_segmented_and_says_so(monkeypatch):
