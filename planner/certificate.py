@@ -22,7 +22,8 @@ The bound is the largest of these, each valid on its own:
   (every schedule of the model is a point of it), rounded up; only when HiGHS proves it
   optimal within the time limit, and only up to :data:`LP_MAX_CELLS` stage × node cells
   (bigger models do not finish in minutes; bench/NOTES_certificate.md, "Figures formerly
-  quoted in the code");
+  quoted in the code"); skipped or cut short, :attr:`Certificate.notes` says so, and the
+  table with it;
 * ``milp``: HiGHS's dual bound when the plan came from ``--solver milp`` over all ``n``
   stages at a budget no lower than the one certified.
 
