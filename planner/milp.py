@@ -410,8 +410,8 @@ def _solve_here(g, budget, family, stages, time_limit, groups, t0) -> MILPResult
         bound = getattr(res, "mip_dual_bound", None)
         if k == 0:                      # the bound at ``budget``; later solves' are not
             out.dual_bound = None if bound is None or not np.isfinite(bound) else float(bound)
-        if res.status == 2:
-            out.status = "IMPOSSIBLE" if k == 0 else "TIMEOUT"
+        if res.status == 2:     # after a re-solve: none fits but within HiGHS's tolerance,
+            out.status = "IMPOSSIBLE"       # as sure as HiGHS's own first answer
         elif res.x is not None:
             _read(out, res.x, L, g)
             out.status = "OK"
