@@ -83,9 +83,11 @@ def add_certificate_arguments(parser: argparse.ArgumentParser) -> None:
                              "(default: the knapsack bound, microseconds), lp (also the LP "
                              "relaxation, up to ~200 activations, within --certify-time-limit), off")
     parser.add_argument("--certify-time-limit", type=positive_float, default=None, metavar="S",
-                        help="seconds the LP relaxation may take (default 30)")
+                        help="wall seconds the LP relaxation may take, building it included "
+                             "(default 30)")
     parser.add_argument("--milp-time-limit", type=positive_float, default=None, metavar="S",
-                        help="--solver milp: seconds HiGHS may take per solve (default 60)")
+                        help="--solver milp: wall seconds for the plan's MILPs, building and "
+                             "re-solves included (default 60)")
     parser.add_argument("--milp-stages", type=positive_int, default=None, metavar="T",
                         help="--solver milp: free order over T backward stages (default: the "
                              "stages of the exact DP's chain; one per activation covers every chain)")
