@@ -321,10 +321,11 @@ class ApproxDP(_DP):
         on the scale path): the DP cut at separators, the segments walked on the engine's
         workers and their fronts composed there (:mod:`planner.dp.segmented_engine`); the
         result carries ``segmented``, what the report says of it."""
+        if not self.scale:               # the common case: no import of the scale path's loop
+            return None
         from planner.dp import segmented_engine as se
 
-        if not (self.scale and se.applies(fam, self.ag.n, self.window, self.front_cap,
-                                          strategy)):
+        if not se.applies(fam, self.ag.n, self.window, self.front_cap, strategy):
             return None
         with current_progress().stage(f"DP (segmented on the engine, {fam.num_sets:,} "
                                       f"states)"):
