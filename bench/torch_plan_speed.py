@@ -2,10 +2,12 @@
 
 Three commands, each rerunnable:
 
-``picks``: for each examples/torch model, ``pt.graph`` and the front of ``pt.plan_for_step``
-(:func:`planner.torch.front.front`, the planner's plans without seeds), then the pick at each
-budget: the solver, the replayed step peak and the recomputed FLOPs (or the smallest reachable
-step peak of a refused budget), and the whole front (one row per candidate). ``--out`` writes
+``picks``: for each examples/torch model, ``pt.graph``, then the pick at each budget as
+``pt.plan_for_step`` makes it (:func:`planner.torch.front.for_budget`, each budget on its own:
+the shortlist that prices few candidates; its CPU seconds): the solver, the replayed step peak
+and the recomputed FLOPs (or the smallest reachable step peak of a refused budget), and the
+whole front (:func:`planner.torch.front.front`, one row per candidate). An older revision's
+file holds the picks of its own ``plan_for_step`` path (before the shortlist: the whole front). ``--out`` writes
 them as JSON, ``--check FILE`` compares them to a file written by another revision (the same
 process layout, e.g. a ``git worktree`` of the old revision running this script) and exits 1
 on any difference in the picks.
@@ -74,20 +76,25 @@ def picks(args) -> int:
         t0 = time.perf_counter()
         tg = pt.graph(model, *inputs, loss=loss)
         t1 = time.perf_counter()
-        fr = front.front(tg)
-        t2 = time.perf_counter()
-        chosen = {}
-        for b in args.budgets:
+        chosen, seconds = {}, {}
+        for b in args.budgets:            # as plan_for_step picks, each budget afresh
+            tg.fronts.clear()
+            c0 = time.process_time()
             try:
-                chosen[b] = _row(front.pick(fr, b))
+                chosen[b] = _row(front.pick(front.for_budget(tg, b), b))
             except InfeasibleError as err:
                 chosen[b] = dict(refused=int(err.min_budget_bytes))
-        out[name] = dict(picks=chosen, front=[_row(c) for c in fr],
-                         graph_s=round(t1 - t0, 2), front_s=round(t2 - t1, 2))
-        print(f"{name}: graph {t1 - t0:.1f} s, front {t2 - t1:.1f} s, {len(fr)} candidates",
-              flush=True)
+            seconds[b] = round(time.process_time() - c0, 2)
+        tg.fronts.clear()
+        t2 = time.perf_counter()
+        fr = front.front(tg)
+        t3 = time.perf_counter()
+        out[name] = dict(picks=chosen, front=[_row(c) for c in fr], pick_cpu_s=seconds,
+                         graph_s=round(t1 - t0, 2), front_s=round(t3 - t2, 2))
+        print(f"{name}: graph {t1 - t0:.1f} s, whole front {t3 - t2:.1f} s, {len(fr)} "
+              f"candidates", flush=True)
         for b, r in chosen.items():
-            print(f"  {b:>5}: {r}", flush=True)
+            print(f"  {b:>5}: {seconds[b]:5.1f} s CPU  {r}", flush=True)
     if args.out:
         os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
         tmp = args.out + ".tmp"

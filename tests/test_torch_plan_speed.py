@@ -114,3 +114,36 @@ def test_graph_and_plan_for_step_show_their_stages():
     assert names[1].startswith("the planner's graph (")
     assert names[2:] == ["plan_for_step at 90%"]
     assert all(line.endswith(" s") for line in out.getvalue().splitlines())
+
+
+def test_a_keep_sets_bounds_are_never_above_its_partitions_price(tg):
+    from planner.torch.bounds import JointIndex
+
+    index = JointIndex(tg.joint, tg.num_fwd_outputs)
+    fr = front.front(tg)
+    for c in fr:
+        peak, flops = index.bounds(c.keep)
+        assert 0 < peak <= c.step_peak and 0 <= flops <= c.recompute_flops
+    assert index.bounds(fr[-1].keep)[1] == fr[-1].recompute_flops == 0
+
+
+def test_the_shortlist_picks_what_the_whole_front_picks_pricing_fewer():
+    whole = _mlp_graph()
+    fr = front.front(whole)
+    priced = []
+    for b in ("90%", "80%", "60%", "40%", "min", 1):
+        tg = _mlp_graph()
+        try:
+            want = front.pick(fr, b)
+        except InfeasibleError as err:
+            with pytest.raises(InfeasibleError) as got:
+                front.pick(front.for_budget(tg, b), b)
+            assert str(got.value) == str(err) and got.value.min_budget_bytes == err.min_budget_bytes
+            continue
+        got = front.pick(front.for_budget(tg, b), b)
+        assert _point(got) == _point(want)
+        timeless = [{k: v for k, v in c.plan.report.items() if k != "seconds"} for c in (got, want)]
+        assert timeless[0] == timeless[1]                          # step_budget_bytes included
+        (short,) = tg.fronts.values()
+        priced.append(len(short.priced) / len(short.plans))
+    assert min(priced) < 1                      # some budget partitions only a few plans

@@ -109,9 +109,9 @@ def plan_for_step(tg, budget="100%", progress: str = "auto", **plan_kwargs):
     ``points``, ``exact_max_lower_sets``, ``seeds``, and :func:`planner.plan`'s keywords but
     ``solver``, with ``certify`` "off" unless said): which keywords a front takes is the front's
     to say, so they are not repeated here. A budget that covers the keep-everything step
-    plans that step alone; any other computes the front once and keeps it on ``tg``, so the
-    next budget on the same graph is picked from it at no planning cost
-    (:func:`planner.torch.front.for_budget`). ``progress``: the stages on stderr, as
+    plans that step alone; any other plans the front once and keeps it on ``tg``, partitioning
+    only the plans whose bounds say they could be the pick, so the next budget on the same
+    graph is picked from it at no planning cost (:func:`planner.torch.front.for_budget`). ``progress``: the stages on stderr, as
     :func:`graph` shows them."""
     from hgraph.common.progress import joining
     from planner.torch import front

@@ -181,6 +181,24 @@ def _copies(fr: list) -> list:
 
 
 def _front(tg, solvers, points, exact_max_lower_sets, seeds, plan_kwargs) -> list:
+    stages = current_progress()
+    found = []
+    for solver, fresh in _planned(tg, solvers, points, exact_max_lower_sets, plan_kwargs):
+        with stages.stage(f"step front: pricing {len(fresh)} {solver} plans"):
+            for k, p in enumerate(fresh):
+                stages.position(k, len(fresh))
+                found.append(measured_candidate(tg, p))
+    seen = {c.keep for c in found}
+    with stages.stage("step front: min-cut partitions"):
+        seeded = [seeded_candidate(tg, keep, label) for label, keep in (seeds or {}).items()
+                  if frozenset(keep) not in seen]
+    return union([found, seeded])
+
+
+def _planned(tg, solvers, points, exact_max_lower_sets, plan_kwargs) -> list:
+    """(solver, its plans) per solver the front asks: the plans at :data:`POINTS` budgets from
+    the smallest that fits to keep-everything, each kept set once (the first plan met that
+    keeps it), unpriced; a solver whose lower sets are too many is left out."""
     from hgraph.common.errors import InfeasibleError
     from planner.api import Planning
     from planner.lower_sets import TooManyLowerSets
@@ -200,7 +218,7 @@ def _front(tg, solvers, points, exact_max_lower_sets, seeds, plan_kwargs) -> lis
 
     with stages.stage("step front: the keep-everything plan"):
         top = int(session(dict(plan_kwargs, solver="approx")).at("100%").peak_bytes)
-    seen, found = set(), []
+    seen, out = set(), []
     for solver in solvers:
         kwargs = dict(plan_kwargs, solver=solver)
         if solver == "exact":
@@ -226,14 +244,8 @@ def _front(tg, solvers, points, exact_max_lower_sets, seeds, plan_kwargs) -> lis
             if keep not in seen:
                 seen.add(keep)
                 fresh.append(p)
-        with stages.stage(f"step front: pricing {len(fresh)} {solver} plans"):
-            for k, p in enumerate(fresh):
-                stages.position(k, len(fresh))
-                found.append(measured_candidate(tg, p))
-    with stages.stage("step front: min-cut partitions"):
-        seeded = [seeded_candidate(tg, keep, label) for label, keep in (seeds or {}).items()
-                  if frozenset(keep) not in seen]
-    return union([found, seeded])
+        out.append((solver, fresh))
+    return out
 
 
 def keep_all(tg, **plan_kwargs) -> list:
@@ -253,7 +265,9 @@ FRONT_KEYWORDS = ("solvers", "points", "exact_max_lower_sets", "seeds")
 def for_budget(tg, budget, **kwargs) -> list:
     """The candidates :func:`pick` needs at ``budget``: the keep-everything point alone
     (:func:`keep_all`: one plan, one partition) when the budget covers its step peak
-    (:func:`covers`), else the whole front (:func:`front`, computed once per graph).
+    (:func:`covers`), else the front's plans priced as the pick needs them (:class:`_Shortlist`:
+    every plan planned, only those whose bounds say they could win partitioned; kept on ``tg``
+    for the next budget), or the whole front where it is computed already or seeds join.
 
     Why the keep-everything point is then the whole front's pick: a plan keeps a subset of
     what the keep-everything plan keeps, so its partition recomputes a superset, and every
@@ -277,7 +291,116 @@ def for_budget(tg, budget, **kwargs) -> list:
             fr = keep_all(tg, **{k: v for k, v in kwargs.items() if k not in FRONT_KEYWORDS})
         if covers(fr, budget):
             return fr
-    return front(tg, **kwargs)
+    if kwargs.get("seeds") or planned is None or getattr(tg, "fronts", None) is None:
+        return front(tg, **kwargs)
+    return _shortlist(tg, planned, kwargs).front(budget)
+
+
+def _shortlist(tg, key, kwargs) -> _Shortlist:
+    """The front's plans for ``tg`` with their bounds, kept on ``tg.fronts`` (apart from whole
+    fronts) so a later budget prices only what it adds."""
+    at = ("shortlist", key)
+    if at not in tg.fronts:
+        with current_progress().stage("step front: plans"):
+            plans = [p for _, fresh in _planned(
+                tg, kwargs.get("solvers", SOLVERS), kwargs.get("points", POINTS),
+                kwargs.get("exact_max_lower_sets", EXACT_MAX_LOWER_SETS),
+                {k: v for k, v in kwargs.items() if k not in FRONT_KEYWORDS})
+                for p in fresh]
+        tg.fronts[at] = _Shortlist(tg, plans)
+    return tg.fronts[at]
+
+
+class _Shortlist:
+    """A front's plans priced lazily: each plan has lower bounds on its step peak and
+    recomputed FLOPs from the joint graph (:mod:`planner.torch.bounds`, no partition built),
+    and is partitioned and replayed (:func:`measured_candidate`) only when a budget's pick
+    could be it, or could change with its price. :meth:`front` returns the candidates priced
+    for a budget: :func:`pick` on them gives what it gives on the whole :func:`front` (same
+    candidate, target and refusal; the method says why), for the price of a few partitions
+    where the whole front partitions every plan."""
+
+    def __init__(self, tg, plans):
+        from planner.torch.bounds import JointIndex
+
+        self.tg, self.plans = tg, plans
+        index = JointIndex(tg.joint, tg.num_fwd_outputs)
+        keeps = [frozenset(keep_names(p.graph, p.schedule)) for p in plans]
+        got = np.array([index.bounds(k) for k in keeps], dtype=np.int64).reshape(-1, 2)
+        self.peak_lb, self.flops_lb = got[:, 0], got[:, 1]
+        self.priced = {}            # plan index -> Candidate
+
+    def price(self, i: int) -> Candidate:
+        """Plan ``i`` partitioned and replayed (once)."""
+        if i not in self.priced:
+            with current_progress().stage(f"step front: pricing plan {i + 1} of "
+                                          f"{len(self.plans)}"):
+                self.priced[i] = measured_candidate(self.tg, self.plans[i])
+        return self.priced[i]
+
+    def _price_below(self, peak: int, flops: int) -> None:
+        """Price every plan whose bounds are at most (``peak``, ``flops``): any that could be
+        at most that in both."""
+        for i in np.flatnonzero((self.peak_lb <= peak) & (self.flops_lb <= flops)):
+            self.price(int(i))
+
+    def _lowest(self) -> int:
+        """The least step peak of all the plans, pricing plans by their peak bound until no
+        bound is below the least price found."""
+        best = min((c.step_peak for c in self.priced.values()), default=None)
+        for i in np.argsort(self.peak_lb, kind="stable"):
+            if best is not None and self.peak_lb[i] > best:
+                break
+            peak = self.price(int(i)).step_peak
+            best = peak if best is None else min(best, peak)
+        return best
+
+    def front(self, budget) -> list:
+        """Candidates on which :func:`pick` at ``budget`` gives what the whole front gives.
+
+        Why: (1) the percent reference is the step peak of the keep-everything plans that
+        :func:`union` keeps; each is priced, and so is every plan that could drop it (one with
+        a peak and FLOPs at most its own), so the same ones are kept. (2) ``"min"``, and a
+        refusal's smallest peak, are the least step peak of all: plans are priced by their
+        peak bound until none can be lower. (3) :func:`choose`'s pick is the fitting plan of
+        least (FLOPs, peak, order) over all plans (a plan :func:`union` drops is matched by
+        one it keeps that fits and is no worse); plans are priced in order of their FLOPs
+        bound, skipping those whose peak bound is over the target, until the bound passes
+        the best FLOPs found: none after can be better.
+        """
+        everything = [i for i, p in enumerate(self.plans) if p.recompute_cost == 0]
+        for i in everything:
+            c = self.price(i)
+            self._price_below(c.step_peak, c.recompute_flops)
+        if not any(keeps_everything(c) for c in self._union()):
+            for i in range(len(self.plans)):          # resolve_step_budget's fallbacks
+                self.price(i)
+            return self._union()
+        target = (self._lowest() if _is_lowest(budget)
+                  else resolve_step_budget(self._union(), budget))
+        best = None
+        for i in np.lexsort((np.arange(len(self.plans)), self.flops_lb)):
+            if best is not None and self.flops_lb[i] > best[0]:
+                break
+            if self.peak_lb[i] > target:
+                continue
+            c = self.price(int(i))
+            key = (c.recompute_flops, c.step_peak, int(i))
+            if c.step_peak <= target and (best is None or key < best):
+                best = key
+        if best is None:
+            self._lowest()                               # pick names it in the refusal
+        return self._union()
+
+    def _union(self) -> list:
+        """:func:`union` of the priced plans (in the order they were planned), own copies."""
+        return _copies(union([[self.priced[i] for i in sorted(self.priced)]]))
+
+
+def _is_lowest(budget) -> bool:
+    """Whether ``budget`` is :data:`LOWEST` (``"min"``), which :func:`resolve_step_budget`
+    answers from the least step peak of all plans."""
+    return isinstance(budget, str) and budget.strip().lower() == LOWEST
 
 
 def _below_keep_all(budget) -> bool:
@@ -285,7 +408,7 @@ def _below_keep_all(budget) -> bool:
     (:func:`resolve_step_budget`), so :func:`for_budget` need not plan that step to know."""
     from planner.budget import Budget
 
-    if isinstance(budget, str) and budget.strip().lower() == LOWEST:
+    if _is_lowest(budget):
         return True
     b = budget if isinstance(budget, Budget) else Budget.parse(budget)
     return b.percent is not None and b.percent < 100
@@ -336,7 +459,7 @@ def resolve_step_budget(fr: list, budget) -> int:
     everything, :func:`keeps_everything`: the last point of a front of plans)."""
     from planner.budget import Budget
 
-    if isinstance(budget, str) and budget.strip().lower() == LOWEST:
+    if _is_lowest(budget):
         return min(c.step_peak for c in fr)
     keep_all = ([c.step_peak for c in fr if keeps_everything(c)]
                 or [c.step_peak for c in fr if c.recompute_flops == 0]
