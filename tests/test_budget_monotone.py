@@ -60,5 +60,7 @@ def test_imported_graph():
     m = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU(),
                       nn.Conv2d(8, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU(),
                       nn.MaxPool2d(2), nn.Flatten(), nn.Linear(128, 10)).double()
-    tg = pt.graph(m, torch.randn(2, 3, 8, 8, dtype=torch.float64))
+    from tests.conftest import MEAN
+
+    tg = pt.graph(m, torch.randn(2, 3, 8, 8, dtype=torch.float64), loss=MEAN)
     _assert_monotone(_sweep(tg.cg, "approx", range(50, 121, 10)))
