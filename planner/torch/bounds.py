@@ -13,11 +13,14 @@ few that can still win; the rest are ruled out by bounds no partition can beat:
 * step peak: the forward's liveness replay (:func:`planner.torch.measure._replay`'s rules:
   a storage allocated by its first producer, freed after its last reader, outputs live to
   the end) over the ops the forward module must contain (the ancestors of its outputs and of
-  the values saved), and the backward's start (every saved storage live) and end (every
-  gradient it returns live), each plus what the backward holds throughout
-  (:func:`planner.torch.measure._held`). The module torch builds holds at least these ops,
-  readers and storages (more ops, later last reads, the RNG states saved beside random ops),
-  and a replay only grows with them: a bound, never above the exact price.
+  the values saved), and the backward's replay over its backward ops, in the order torch's
+  reordering runs them (:meth:`JointIndex._backward_order`: the same for every keep set):
+  what they make, exactly, and each saved storage until the last backward op that reads it,
+  plus what the backward holds throughout (:func:`planner.torch.measure._held`). The modules
+  torch builds hold at least these ops, readers and storages (recomputations, later last
+  reads, the RNG states saved beside random ops), and a replay only grows with them: a bound,
+  never above the exact price, and equal to it where the backward's peak is set by its own
+  ops and the saved tensors (every candidate of examples/torch/gpt.py and mobilenet.py).
 
 :class:`JointIndex` reads the graph once (NumPy arrays of producers, readers and storages);
 :meth:`JointIndex.bounds` prices one keep set.
@@ -97,6 +100,63 @@ class JointIndex:
                  and nodes[i].op == "call_function" for s in node_st[i]}
         grads = [s for s in grads if not self.free_st[s]]
         self.grad_bytes = int(self.size[grads].sum()) if grads else 0
+        self._backward_order(grads)
+
+    def _backward_order(self, grads) -> None:
+        """The order the partitioned backward runs its backward ops in, and what it holds.
+
+        ``reordering_to_mimic_autograd_engine`` walks the nodes from the first reader of a
+        tangent on, inserting each with the ancestors not inserted yet, by graph order: an op
+        runs in the batch of its first descendant walked (a ``copy_`` before that point runs
+        first), so the backward ops run by (that descendant's position, their own). A
+        backward op's descendants are backward ops only, so this order holds whatever the keep
+        set, and the recomputations and episode copies placed between them move no backward
+        op. Kept here: each backward op's storages live at each position (made by backward
+        ops, exact), and the last position a backward op reads each storage (a saved one is
+        live until then at least, :meth:`bounds`)."""
+        import torch
+
+        nodes, index = self.nodes, self.index
+        rows = sorted(self.live_backward)
+        inb = set(rows)
+        firsts = [index[u] for i, nd in enumerate(nodes) if nd.op == "placeholder"
+                  and nd.name.startswith("tangents") for u in nd.users if index[u] in inb]
+        first = min(firsts, default=0)
+        turn = {}
+        for i in reversed(rows):
+            t = i if i >= first else len(nodes)
+            if i < first and nodes[i].target is torch.ops.aten.copy_.default and firsts:
+                t = -1
+            for u in nodes[i].users:
+                if index[u] in turn:
+                    t = min(t, turn[index[u]])
+            turn[i] = t
+        rows_arr = np.array(rows, dtype=np.int64)
+        ranked = rows_arr[np.lexsort((rows_arr, np.array([turn[i] for i in rows],
+                                                          dtype=np.int64)))]
+        pos = {int(i): k for k, i in enumerate(ranked)}
+        m = len(rows)
+        made_fwd = np.zeros(len(self.size), dtype=bool)
+        for i, nd in enumerate(nodes):
+            if i not in inb:
+                made_fwd[self.node_st[i]] = True
+        first_at = np.full(len(self.size), m, dtype=np.int64)
+        last_read = np.full(len(self.size), -1, dtype=np.int64)
+        for i in rows:
+            k = pos[i]
+            for st in self.node_st[i]:
+                first_at[st] = min(first_at[st], k)
+            for a in self.inputs[i]:
+                for st in self.node_st[a]:
+                    last_read[st] = max(last_read[st], k)
+        last = last_read.copy()
+        last[list(grads)] = m
+        own = np.flatnonzero((first_at < m) & ~made_fwd & ~self.free_st)
+        delta = np.zeros(m + 2, dtype=np.int64)
+        np.add.at(delta, first_at[own], self.size[own])
+        np.add.at(delta, np.maximum(last[own], first_at[own]) + 1, -self.size[own])
+        self.backward_live = np.cumsum(delta)[:m]
+        self.backward_last_read = last_read
 
     def _ancestors(self, start) -> set:
         """Nodes ``start`` reads, directly or not, and ``start`` itself."""
@@ -137,7 +197,16 @@ class JointIndex:
         fw[[i for i in self._ancestors(ends) if not self.is_placeholder[i]
             and nodes[i].op != "output"]] = True
         fw_peak = self._replay(fw, ends)
-        bw_peak = max(saved_bytes, self.grad_bytes) + self.held
+        bw_peak = max(saved_bytes, self.grad_bytes)
+        m = len(self.backward_live)
+        if m and saved_st:
+            at = self.backward_last_read[saved_st]
+            read = at >= 0
+            later = np.zeros(m + 1, dtype=np.int64)
+            np.add.at(later, at[read], self.size[saved_st][read])
+            later = np.cumsum(later[::-1])[::-1]        # saved bytes read at or after each op
+            bw_peak = max(bw_peak, int((later[:m] + self.backward_live).max()))
+        bw_peak += self.held
         return max(fw_peak, bw_peak), flops
 
     def _replay(self, mask, ends) -> int:
