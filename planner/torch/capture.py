@@ -42,15 +42,23 @@ def default_loss(out):
     ``loss=``, would train on the logits' mean without a word (issue 39: loss 0.0055 where
     the intended cross entropy was 2.30); a refusal naming ``loss=`` costs one line instead.
     """
+    return _scalar_or_refuse(out, "the model returns",
+                             "no loss= was given, and there is no default loss: pass loss=FN "
+                             "that turns the output into one (e.g. loss=lambda out: "
+                             "F.cross_entropy(out, labels))")
+
+
+def _scalar_or_refuse(out, subject: str, fix: str):
+    """``out`` if it is a scalar tensor (real or traced), else a one-line :class:`LossError`:
+    ``{subject} {what it is}, not a scalar loss: {fix}`` -- one check for the default loss
+    and for a user's loss function, so both refusals read alike."""
     if not isinstance(out, torch.Tensor):
-        kind = type(out).__name__
-        raise LossError(f"the model returns a {kind}, not a tensor: pass loss=FN that turns "
-                        f"its output into a scalar loss (e.g. loss=lambda out: out[0].mean())")
-    if out.dim() != 0:
-        raise LossError(f"the model's output has shape {tuple(out.shape)}, not a scalar loss: "
-                        f"pass loss=FN that turns it into one (e.g. loss=lambda out: "
-                        f"F.cross_entropy(out, labels)); there is no default loss")
-    return out
+        got = f"a {type(out).__name__}"
+    elif out.dim() != 0:
+        got = f"a tensor of shape {tuple(out.shape)}"
+    else:
+        return out
+    raise LossError(f"{subject} {got}, not a scalar loss: {fix}")
 
 
 def decompositions(decompose: bool):
@@ -307,15 +315,8 @@ class _Captured(BaseException):
 def check_loss(out):
     """``out`` if it is a scalar tensor (a real or traced one), else the one-line
     :class:`LossError` saying what the loss function returned."""
-    if not isinstance(out, torch.Tensor):
-        kind = "several values" if isinstance(out, (tuple, list)) else type(out).__name__
-        raise LossError(f"the loss must be a scalar tensor, got {kind}: pass loss=FN "
-                        f"returning one (e.g. loss=lambda out: out.mean())")
-    if out.dim() != 0:
-        raise LossError(f"the loss must be a scalar, got a tensor of shape "
-                        f"{tuple(out.shape)}: pass loss=FN returning a scalar "
-                        f"(e.g. loss=lambda out: out.mean())")
-    return out
+    return _scalar_or_refuse(out, "the loss function returns", "pass loss=FN returning a scalar "
+                             "(e.g. loss=lambda out: out.mean())")
 
 
 def capture(model, inputs, loss=None, decompose: bool = True):
