@@ -346,10 +346,10 @@ class _Shortlist:
 
     def _lowest(self) -> int:
         """The least step peak of all the plans, pricing plans by their peak bound until no
-        bound is below the least price found."""
+        bound is below the least price found (a plan bounded at it can only tie)."""
         best = min((c.step_peak for c in self.priced.values()), default=None)
         for i in np.argsort(self.peak_lb, kind="stable"):
-            if best is not None and self.peak_lb[i] > best:
+            if best is not None and self.peak_lb[i] >= best:
                 break
             peak = self.price(int(i)).step_peak
             best = peak if best is None else min(best, peak)
