@@ -28,6 +28,12 @@ from planner.rows import plan as rows_plan  # noqa: E402
 from tests.test_step_memory import ROWS, SIZES  # noqa: E402
 
 
+
+def _kib(workspace: int | None) -> str:
+    """The convolution workspace in KiB, or "-" for a graph without a convolution (the report
+    gives null there)."""
+    return "-" if workspace is None else f"{workspace >> 10}Ki"
+
 def main() -> int:
     t0 = time.perf_counter()
     ok = True
@@ -48,7 +54,7 @@ def main() -> int:
             good = 0.9 <= m / s <= 1.0 and m <= b
             ok &= good
             print(f"{name:12s} {b:>11,} {s:>11,} {m:>11,} {m / s:6.3f} {str(m <= b):>9s} "
-                  f"{rep['workspace_bytes'] >> 10:>7d}Ki  {rep['step_peak_breakdown']['op']}")
+                  f"{_kib(rep['workspace_bytes']):>9}  {rep['step_peak_breakdown']['op']}")
     print(f"\n{'row plan':28s} {'predicted B':>11s} {'measured B':>11s} {'m/p':>6s}  peak at")
     for name, kw in ROWS:
         for batch in (1, 8):
