@@ -12,7 +12,7 @@ each beside the DP alone at that rows + DP whole-step peak. Per row, two meters:
 (minus the parameter gradients, which no plan can touch); the measured peak
 (``measured_peak_bytes``, by a meter outside the plan: tracemalloc on NumPy, the CuPy pool's
 used bytes -- ``device_peak_bytes`` -- on CuPy; kernel temporaries included) and its ratio to
-the plain step's; the whole step (``step pred``: ``planner.execute.step_memory``'s prediction;
+the plain step's; the whole step (``step pred``: ``planner.whole_step``'s prediction;
 ``step meas``: the same meter counted from before the parameters and inputs are built) and its
 ratio to the plain step's (the cut a budget of the whole step sees); extra FLOPs over the plain step, wall and CPU time (this process, all threads)
 as ratios to the plain step, and the gradients' relative error against the plain step (max
@@ -43,7 +43,9 @@ sys.path.insert(0, str(ROOT))
 from hgraph.common.errors import HGraphError, InfeasibleError  # noqa: E402
 from hgraph.common.fileio import write_text  # noqa: E402
 import planner  # noqa: E402
-from planner.execute import backend as backend_mod, executor, export, rows_exec, step_memory, zoo  # noqa: E402
+from planner.execute import backend as backend_mod, executor, export, rows_exec, zoo  # noqa: E402
+from planner.rows.step import predict_rows  # noqa: E402
+from planner.whole_step import predict  # noqa: E402
 from planner.rows import layers as rows_layers, plan as rows_plan, with_dp  # noqa: E402
 
 TOLERANCE = {"float32": 1e-4, "float64": 1e-10}
@@ -82,7 +84,7 @@ def _timed(fn, repeat):
 
 def _row(label, r, act, extra, timing, base, err, predicted=None, step=None):
     """One table row for run ``r`` (an executor ``RunResult`` or a ``RowsResult``); ``step``:
-    the whole step's prediction (``planner.execute.step_memory``), beside the meter's whole step
+    the whole step's prediction (``planner.whole_step``), beside the meter's whole step
     (``measured_step_peak_bytes``: parameters, inputs, gradients, temporaries, the allocator)."""
     err, norm_err, f64_err = err
     seconds, cpu = timing
@@ -165,7 +167,7 @@ def _dp_row(name, g, budget, be, repeat, plain, pgrad, base, ref, fallback=True)
     extra = int((with_dp.recomputations(g, p.schedule) * rows_layers.read(g).flops).sum())
     return _row(f"DP {p.report['budget_bytes'] / 2**20:.1f} MiB", r,
                 r.tracked_peak_bytes - pgrad, extra, (wall, cpu), base,
-                _errors(r.param_grads, plain, ref), step=step_memory.predict(g, p.schedule, workspace=ws))
+                _errors(r.param_grads, plain, ref), step=predict(g, p.schedule, workspace=ws))
 
 
 def bench_model(name, args, be):
@@ -181,7 +183,7 @@ def bench_model(name, args, be):
     ok, (tol, ref) = True, _reference(name, args, be, plain)
     rows = [_row("plain", plain, base["activation_peak_bytes"], 0, (wall, cpu), base,
                  _errors(plain.param_grads, plain, ref),
-                 step=step_memory.predict(g, executor.plain_schedule(g)))]
+                 step=predict(g, executor.plain_schedule(g)))]
     dp_row = _dp_row(name, g, args.budget, be, args.repeat, plain, pgrad, base, ref)
     rows += [dp_row] if dp_row else []
     for bands in args.bands:
@@ -199,7 +201,7 @@ def bench_model(name, args, be):
                     continue
                 label += "".join(f" {len(x)}{c}" for x, c in ((p.recompute, "r"), (p.resweep, "s"),
                                                                  (p.open_stages, "o")) if x)
-                same = _dp_row(name, g, step_memory.predict_rows(g, p).step_peak_bytes, be, args.repeat,
+                same = _dp_row(name, g, predict_rows(g, p).step_peak_bytes, be, args.repeat,
                                plain, pgrad, base, ref, fallback=False)
                 rows += [same] if same else []
             r, wall, cpu = _timed(lambda **kw: rows_exec.run(g, p, backend=be, **kw), args.repeat)
@@ -207,7 +209,7 @@ def bench_model(name, args, be):
             good = r.tracked_peak_bytes <= r.predicted_peak_bytes and _exact(r.param_grads, plain, tol, ref, args.dtype)
             ok &= good
             rows.append(_row(label, r, r.activation_peak_bytes, p.flops()["extra_flops"], (wall, cpu),
-                             base, err, r.predicted_peak_bytes, step=step_memory.predict_rows(g, p)))
+                             base, err, r.predicted_peak_bytes, step=predict_rows(g, p)))
     return {"model": name, "batch": args.batch, "image": args.image, "width": args.width,
             "gradient_tolerance": tol,
             "plain_flops": fl, "param_grad_bytes": pgrad, "rows": rows}, ok
@@ -237,7 +239,7 @@ def main(argv=None) -> int:
           f"minus parameter gradients; measured = {'the CuPy pool used bytes' if be.is_gpu else 'tracemalloc'} "
           f"(kernel temporaries included, parameters and inputs not); step pred / step meas = the whole "
           f"step (parameters, inputs, gradients, temporaries, allocator) as predicted "
-          f"(planner.execute.step_memory) and by the same meter; s/pred = step meas / step pred; "
+          f"(planner.whole_step) and by the same meter; s/pred = step meas / step pred; "
           f"ratios to plain")
     results, ok = [], True
     for name in args.models.split(","):

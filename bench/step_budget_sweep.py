@@ -4,7 +4,7 @@ Every zoo model (at ``tests/test_step_memory.py``'s sizes) at three whole-step b
 smallest reachable one (what a budget of 1 byte is refused with), the middle and 100 % of the
 no-recomputation step -- planned by ``planner.plan`` and run by the executor under the plan's
 convolution workspace cap; then row plans (VGG-16, ResNet-50; R = 4 and 8; batch 1 and 8) by
-``planner.execute.step_memory.predict_rows``. Per row: the budget, the predicted whole step
+``planner.rows.step.predict_rows``. Per row: the budget, the predicted whole step
 (``step_peak_bytes``), tracemalloc's whole step (``measured_step_peak_bytes``: from before the
 parameters and inputs are built), their ratio, whether it is at most the budget, the workspace
 cap, and where the predicted peak sits.
@@ -23,16 +23,17 @@ sys.path.insert(0, str(ROOT))
 
 from hgraph.common.errors import InfeasibleError  # noqa: E402
 import planner  # noqa: E402
-from planner.execute import executor, export, rows_exec, step_memory, zoo  # noqa: E402
+from planner.execute import executor, export, rows_exec, zoo  # noqa: E402
+from planner.rows.step import predict_rows  # noqa: E402
 from planner.rows import plan as rows_plan  # noqa: E402
 from tests.test_step_memory import ROWS, SIZES  # noqa: E402
-
 
 
 def _kib(workspace: int | None) -> str:
     """The convolution workspace in KiB, or "-" for a graph without a convolution (the report
     gives null there)."""
     return "-" if workspace is None else f"{workspace >> 10}Ki"
+
 
 def main() -> int:
     t0 = time.perf_counter()
@@ -61,7 +62,7 @@ def main() -> int:
             g = export.to_cg(zoo.build(name, batch=batch, **kw))
             for bands in (4, 8):
                 p = rows_plan.plan(g, bands, "overlap")
-                pred = step_memory.predict_rows(g, p)
+                pred = predict_rows(g, p)
                 m = rows_exec.run(g, p).measured_step_peak_bytes
                 ok &= 0.9 <= m / pred.step_peak_bytes <= 1.0
                 print(f"{name} b{batch} R{bands} overlap{'':>10s} {pred.step_peak_bytes:>11,} {m:>11,} "

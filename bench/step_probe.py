@@ -8,7 +8,7 @@ tracemalloc from before the parameters and inputs are built), and print:
 * the executor's figures: the reference accounting's prediction (``planner.simulate``), the plan's
   own count of its buffers (``tracked``), the pool's reserved bytes, the meter's step above the
   parameters (``measured``) and the whole step;
-* the whole step predicted by :mod:`planner.execute.step_memory` and its parts at the peak;
+* the whole step predicted by :mod:`planner.whole_step` and its parts at the peak;
 * per op type and phase, the largest kernel temporary measured and what
   :func:`planner.ops.kernel_temp_bytes` says for that call.
 
@@ -28,6 +28,7 @@ sys.path.insert(0, str(ROOT))
 import planner  # noqa: E402
 from planner import ops as ops_mod, simulate  # noqa: E402
 from planner.execute import executor, export, step_memory, zoo  # noqa: E402
+from planner.whole_step import leaf_bytes, predict  # noqa: E402
 
 
 def main(argv=None) -> int:
@@ -47,8 +48,8 @@ def main(argv=None) -> int:
         schedule = executor.plain_schedule(g)
     sim = simulate.replay(g, schedule)
     r = executor.run(g, schedule, workspace=ws)
-    pred = step_memory.predict(g, schedule, workspace=ws)
-    params, inputs = step_memory.leaf_bytes(g)
+    pred = predict(g, schedule, workspace=ws)
+    params, inputs = leaf_bytes(g)
     print(f"{args.model}: {'plain step' if ws is None else f'DP plan at {args.budget}'}, NumPy, "
           f"pool allocator, freed after last use; bytes")
     print(f"  reference accounting (planner.simulate, the schedule's forgets): {int(sim.peak_bytes):>12,}")
@@ -57,7 +58,7 @@ def main(argv=None) -> int:
     print(f"  measured (tracemalloc, above the parameters and inputs):        {r.measured_peak_bytes:>12,}")
     print(f"  parameters + inputs:                                            {params + inputs:>12,}")
     print(f"  measured whole step (tracemalloc from before the leaves):       {r.measured_step_peak_bytes:>12,}")
-    print(f"  predicted whole step (step_memory.predict):                     {pred.step_peak_bytes:>12,}"
+    print(f"  predicted whole step (whole_step.predict):                      {pred.step_peak_bytes:>12,}"
           f"  (measured / predicted {r.measured_step_peak_bytes / pred.step_peak_bytes:.3f})")
     print("  parts at the predicted peak: " + ", ".join(f"{k} {v:,}" if isinstance(v, int) else f"{k} {v}"
                                                      for k, v in pred.breakdown.items()))

@@ -265,7 +265,7 @@ class ComputationalGraph:
 
         Graphs written by the zoo, a trace or the PyTorch bridge name every forward block's op
         with its argument shapes (``"in_shapes"``): only they can run on real kernels or have
-        their whole step budgeted (:mod:`planner.execute.step_memory`). The reference's graphs
+        their whole step budgeted (:mod:`planner.whole_step`). The reference's graphs
         do not, and are None here.
         """
         if "_ops" not in self.__dict__:

@@ -10,7 +10,8 @@ import pytest
 
 from conftest import traced_peak
 from planner import band_kernels as bk
-from planner.execute import executor, export, rows_exec, step_memory, zoo
+from planner.execute import executor, export, rows_exec, zoo
+from planner.rows.step import predict_rows
 from planner.ops import OPS
 from planner.rows import plan as rows_plan
 
@@ -126,7 +127,7 @@ def test_a_row_step_through_the_merged_kernels(monkeypatch):
     assert rows_exec.relative_error(r.param_grads, ref.param_grads) <= 1e-12
     g32 = export.to_cg(zoo.build("resnet50", width=4, image=64, batch=2))
     p32 = rows_plan.plan(g32, 4, "overlap")
-    pred = step_memory.predict_rows(g32, p32)
+    pred = predict_rows(g32, p32)
     got = rows_exec.run(g32, p32).measured_step_peak_bytes
     assert 0.9 <= got / pred.step_peak_bytes <= 1.0, (got, pred.step_peak_bytes)
 
@@ -327,7 +328,7 @@ def test_the_cifar_resnets_row_step_through_the_pixel_major_kernels():
         assert rows_exec.relative_error(r.param_grads, ref.param_grads) <= 1e-12
         g32 = export.to_cg(zoo.build("resnet", width=16, image=32, batch=16))
         p32 = rows_plan.plan(g32, 4, policy)
-        pred = step_memory.predict_rows(g32, p32)
+        pred = predict_rows(g32, p32)
         got = rows_exec.run(g32, p32).measured_step_peak_bytes
         assert 0.9 <= got / pred.step_peak_bytes <= 1.0, (got, pred.step_peak_bytes)
 

@@ -254,14 +254,14 @@ def _between_rows_alone_and_dp(dtype) -> int:
     """A whole-step budget (bytes) below the 2-band ResNet-50 row step alone but above its
     lowest rows + DP step: where the budget needs the DP."""
     from hgraph.common.errors import InfeasibleError
-    from planner.execute import step_memory
+    from planner.rows.step import predict_rows
     from planner.rows import with_dp
 
     g = export.to_cg(zoo.build("resnet50", dtype=dtype))
     p = rows_plan.plan(g, 2, "overlap")
 
     def peak(q):
-        return step_memory.predict_rows(g, q).step_peak_bytes
+        return predict_rows(g, q).step_peak_bytes
 
     with pytest.raises(InfeasibleError) as err:
         with_dp.combine(p, 1, peak=peak)

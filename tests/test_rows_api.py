@@ -188,7 +188,7 @@ def test_flags_that_apply_are_accepted(paths, capsys, tmp_path):
 def test_plan_rows_returns_a_typed_result(paths):
     from planner.rows_api import RowsPlan, plan_rows
 
-    from planner.execute import step_memory
+    from planner.rows.step import predict_rows
 
     r = plan_rows(paths["resnet50_small"], rows=2, budget="90%", tasks=2)
     assert isinstance(r, RowsPlan) and dataclasses.is_dataclass(r)
@@ -200,13 +200,13 @@ def test_plan_rows_returns_a_typed_result(paths):
     rep = r.report
     assert rep["accounting"] == "whole-step" and rep["within_budget"]
     assert rep["step_peak_bytes"] <= r.budget_bytes == int(0.9 * rep["step_baseline_peak_bytes"])
-    assert rep["step_peak_bytes"] == step_memory.predict_rows(r.graph, r.plan).step_peak_bytes
+    assert rep["step_peak_bytes"] == predict_rows(r.graph, r.plan).step_peak_bytes
     assert r.report["plain_peak_bytes"] == r.plain_peak_bytes
     assert r.report["plain_activation_peak_bytes"] == r.plain_activation_peak_bytes
     assert r.report["graph"] == str(paths["resnet50_small"])
 
     def peak(q):
-        return step_memory.predict_rows(r.graph, q).step_peak_bytes
+        return predict_rows(r.graph, q).step_peak_bytes
 
     # the facade is the composition of rows, the DP and the whole-step prediction
     alone = rows_plan.plan(r.graph, 2, "overlap")
@@ -260,7 +260,7 @@ BEFORE = [
     ("resnet50", ["--row-policy", "auto", "--budget", "75%"], "9b21978fce461042"),
     ("resnet50_small", ["--rows", "2", "--budget", "90%"], "8e2dec5bbd041328"),
     # re-made when the row step's band kernels stopped holding results of their own (issue 26,
-    # step_memory._rows_temp): the smaller prediction lets the walk search recompute less
+    # planner.rows.step._rows_temp): the smaller prediction lets the walk search recompute less
     ("resnet50_small", ["--rows", "2", "--row-policy", "share", "--budget", "89%"], "4d5301b3a7384209"),
 ]
 

@@ -15,6 +15,8 @@ from hgraph.common.errors import InfeasibleError
 from planner import ops as ops_mod
 import planner
 from planner.execute import executor, export, rows_exec, step_memory, zoo
+from planner.rows.step import predict_rows
+from planner.whole_step import PARTS
 from planner.rows import plan as rows_plan
 
 #: Every zoo model, at sizes whose step (1-5 MB) dwarfs the interpreter's own noise under
@@ -49,8 +51,8 @@ def test_zoo_step_within_prediction_and_budget_at_three_budgets(name):
         p = planner.plan(g, budget=b, certify="off")
         rep = p.report
         assert rep["budget_bytes"] == b and rep["step_peak_bytes"] <= b and p.within_budget
-        assert set(step_memory.PARTS) <= rep["step_peak_breakdown"].keys()
-        assert sum(rep["step_peak_breakdown"][k] for k in step_memory.PARTS) == rep["step_peak_bytes"]
+        assert set(PARTS) <= rep["step_peak_breakdown"].keys()
+        assert sum(rep["step_peak_breakdown"][k] for k in PARTS) == rep["step_peak_bytes"]
         r = executor.run(g, p.schedule, workspace=rep["workspace_bytes"])
         ratio = r.measured_step_peak_bytes / rep["step_peak_bytes"]
         assert WINDOW[0] <= ratio <= WINDOW[1], (name, b, r.measured_step_peak_bytes, rep["step_peak_bytes"])
@@ -92,7 +94,7 @@ def test_row_steps_within_prediction(name, kw, batch):
     g = _graph(name, batch=batch, **kw)
     for bands in (4, 8):
         p = rows_plan.plan(g, bands, "overlap")
-        pred = step_memory.predict_rows(g, p)
+        pred = predict_rows(g, p)
         r = rows_exec.run(g, p)
         ratio = r.measured_step_peak_bytes / pred.step_peak_bytes
         assert WINDOW[0] <= ratio <= WINDOW[1], (name, batch, bands, r.measured_step_peak_bytes,

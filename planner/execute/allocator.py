@@ -303,7 +303,7 @@ class TrackedAllocator:
         """The independent meter's peak over :meth:`tracking` counted from the block's start,
         so including what was built before :meth:`leaves_built` (a step's parameters and
         inputs): the whole step's peak, compared with
-        :func:`planner.execute.step_memory.predict`'s ``step_peak_bytes``."""
+        :func:`planner.whole_step.predict`'s ``step_peak_bytes``."""
         return None if self._whole is None else int(self._whole)
 
     def leaves_built(self) -> None:

@@ -30,7 +30,7 @@ parameters and inputs are built, so neither counts them; the measured peak also 
 plan does not: a kernel's own temporaries (im2col columns, the result before it is copied into
 its buffer), the allocator's rounding and the blocks a pool keeps for reuse.
 ``measured_step_peak_bytes`` is the same meter counted from before the parameters and inputs are
-built: the whole step, which :mod:`planner.execute.step_memory` predicts (``step_peak_bytes``)
+built: the whole step, which :mod:`planner.whole_step` predicts (``step_peak_bytes``)
 and a whole-step budget holds.
 
 Example::
@@ -81,7 +81,7 @@ class RunResult:
     param_grads: dict | None = None    # var id -> host NumPy array (real kernels)
     arena: dict | None = None
     #: the meter's peak counted from before the parameters and inputs were built: the whole
-    #: step, as :func:`planner.execute.step_memory.predict` predicts it (``step_peak_bytes``)
+    #: step, as :func:`planner.whole_step.predict` predicts it (``step_peak_bytes``)
     measured_step_peak_bytes: int | None = None
     #: the process's CPU time over the same span as ``seconds`` (bench/kernels_bench.py --clock cpu)
     cpu_seconds: float | None = None
@@ -298,7 +298,7 @@ def evaluate(g, schedule, *, allocators=("pool",), backend=None, recycle=None, s
     rounding or a pool's kept blocks take the step above what the plan counts) and
     ``tracked_within_prediction`` (every allocator's tracked peak at most the prediction: the
     plan's accounting held); ``measured_step_peak_bytes`` (the meter from before the parameters
-    and inputs are built: the whole step, :mod:`planner.execute.step_memory`); and -- for graphs with real ops -- ``gradients_match``: parameter
+    and inputs are built: the whole step, :mod:`planner.whole_step`); and -- for graphs with real ops -- ``gradients_match``: parameter
     gradients bitwise equal to those of a plain run (no recomputation, nothing freed), whose two
     peaks are ``plain_tracked_peak_bytes`` / ``plain_measured_peak_bytes``. ``recycle=None``
     frees after last use for real kernels and at the schedule's forgets for stand-ins (so the

@@ -3,8 +3,8 @@ measured, :func:`metered_ops` meters every kernel to check the temporaries' mode
 
 The prediction itself is the planner's, which never imports the executor: a schedule's step,
 the choice of a plan whose step fits a budget and :func:`planner.plan`'s whole-step hook are
-:mod:`planner.whole_step`; a row plan's step is :mod:`planner.rows.step`. Their names are
-re-exported here as they were (``step_memory.predict``, ``step_memory.predict_rows`` ...).
+:mod:`planner.whole_step`; a row plan's step is :mod:`planner.rows.step`. Import them from
+there: this module holds only what needs the executor.
 
 >>> from planner.execute import export, zoo, executor
 >>> g = export.to_cg(zoo.build("mlp"))
@@ -19,11 +19,7 @@ import dataclasses
 
 from planner.execute import executor
 from planner.ops import OPS
-from planner.rows.step import _rows_temp, predict_rows  # noqa: F401
-from planner.whole_step import (ACTIVATIONS, LADDER, MIN_WORKSPACE_BYTES,  # noqa: F401
-                                OBJECT_BYTES, PARTS, PYTHON_BYTES, STEP_BYTES, WHOLE_STEP, Fit,
-                                Pricer, StepPeak, applies, candidates, fit, leaf_bytes, plan,
-                                predict, predict_caps, smallest_step, workspaces)
+from planner.whole_step import ACTIVATIONS, applies, predict
 
 
 def evaluate(g, schedule, *, workspace: int | None = None, **kwargs) -> dict:
