@@ -147,8 +147,10 @@ def main(argv=None) -> int:
     print(f"scipy.sparse.csgraph.dijkstra: {scipy_s:.3f} s  ({reachable:,} reachable)")
 
     def engine(runtime):
-        return hgraph.run(SSSP(source), graph, tasks=args.tasks, blocks=args.blocks,
-                          mode=args.mode, runtime=runtime)
+        return hgraph.run(SSSP(source), graph, hgraph.EngineOptions(tasks=args.tasks,
+                                                                    blocks=args.blocks,
+                                                                    mode=args.mode,
+                                                                    runtime=runtime))
 
     local_s, result = best_of(args.repeat, lambda: engine("local"))
     _check(result.values, expected, "in-process")
@@ -177,7 +179,8 @@ def main(argv=None) -> int:
 
         t0 = time.perf_counter()
         ensure_ray()
-        hgraph.run(SSSP(0), hgraph.Graph.from_edges([0], [1], n=2), tasks=args.tasks, runtime="ray")
+        hgraph.run(SSSP(0), hgraph.Graph.from_edges([0], [1], n=2),
+                   hgraph.EngineOptions(tasks=args.tasks, runtime="ray"))
         print(f"ray: started and warmed in {time.perf_counter() - t0:.1f} s (not timed below)")
         ray_s, ray_result = best_of(args.repeat, lambda: engine("ray"))
         _check(ray_result.values, expected, "ray")

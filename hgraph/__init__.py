@@ -2,7 +2,7 @@
 
     import hgraph
     g = hgraph.Graph.from_edges(src, dst, weights)
-    result = hgraph.run(program, g, tasks=4, mode="hybrid")     # see hgraph.api.run
+    result = hgraph.run(program, g, hgraph.EngineOptions(tasks=4))   # see hgraph.api.run
 
 The names below are loaded on first use (a module ``__getattr__``), so ``import
 hgraph.common.errors`` or ``hgraph.common.fileio`` (:mod:`hgraph.common`: what the engine, the
@@ -17,6 +17,7 @@ import importlib
 _LAZY = {
     "ExactSum": "hgraph.exactsum",
     "exact_sum": "hgraph.exactsum",
+    "EngineOptions": "hgraph.options",
     "Graph": "hgraph.graph",
     "Result": "hgraph.api",
     "run": "hgraph.api",

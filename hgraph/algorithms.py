@@ -136,8 +136,9 @@ def hybrid_comparison(n: int = 200_000, m: int = 2_000_000, tasks: int = 4, bloc
     g = powerlaw_graph(n, m, seed)
     degree = g.out_degree
     source = int(np.flatnonzero(degree == int(np.median(degree)))[0])
-    runs = {mode: hgraph.run(SSSP(source), g, tasks=tasks, blocks=blocks, mode=mode,
-                             runtime=runtime) for mode in ("push", "pull", "hybrid")}
+    engine = hgraph.EngineOptions(tasks=tasks, blocks=blocks, runtime=runtime)
+    runs = {mode: hgraph.run(SSSP(source), g, engine.replace(mode=mode))
+            for mode in ("push", "pull", "hybrid")}
     hybrid = runs["hybrid"]
     return {
         "vertices": n, "edges": g.num_edges, "tasks": tasks, "blocks": blocks, "source": source,

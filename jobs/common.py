@@ -84,12 +84,25 @@ def load_graph(path: str | os.PathLike):
 # running
 
 
+def engine_options(args: argparse.Namespace):
+    """The engine flags in ``args`` as one :class:`hgraph.EngineOptions` (a flag a job does not
+    take keeps the option's default): what the engine jobs, the plan job and row plans run with."""
+    import hgraph
+
+    d = hgraph.EngineOptions()
+    return hgraph.EngineOptions(
+        tasks=args.tasks, blocks=args.blocks, mode=args.mode, runtime=runtime_of(args),
+        address=getattr(args, "address", d.address),
+        checkpoint_every=getattr(args, "checkpoint_every", d.checkpoint_every),
+        inject_failure=getattr(args, "inject_failure", d.inject_failure),
+        max_recoveries=getattr(args, "max_recoveries", d.max_recoveries))
+
+
 def run_program(args: argparse.Namespace, program, graph, *, progress_total: int | None = None):
     """Run ``program`` on ``graph`` with the engine flags in ``args``; returns the engine's result."""
     import hgraph
     from hgraph.common.progress import make_reporter, tracking
 
-    runtime = runtime_of(args)
     max_supersteps = getattr(args, "max_supersteps", None)
     total = max_supersteps if max_supersteps is not None else progress_total
     kind = getattr(args, "progress", "auto") or "auto"
@@ -99,19 +112,8 @@ def run_program(args: argparse.Namespace, program, graph, *, progress_total: int
     stages = tracking("plain") if kind == "plain" else contextlib.nullcontext()
     try:
         with stages:
-            return hgraph.run(
-                program, graph,
-                tasks=args.tasks,
-                blocks=args.blocks,
-                mode=args.mode,
-                runtime=runtime,
-                address=getattr(args, "address", None),
-                max_supersteps=max_supersteps,
-                checkpoint_every=getattr(args, "checkpoint_every", None),
-                inject_failure=getattr(args, "inject_failure", None),
-                max_recoveries=getattr(args, "max_recoveries", 3),
-                progress=reporter,
-            )
+            return hgraph.run(program, graph, engine_options(args),
+                              max_supersteps=max_supersteps, progress=reporter)
     finally:
         reporter.close()
 

@@ -1,5 +1,8 @@
 """Command-line flags shared by the jobs and tools: one leaf module, importing nothing of the app.
 
+The engine flags' defaults are :class:`hgraph.EngineOptions`' own (read from it, not restated),
+so a flag left out and the Python API's default are one value.
+
 ``add_common_arguments`` gives every engine job the same engine flags (``--graph --tasks --blocks
 --mode --runtime --address --max-supersteps --checkpoint-every --inject-failure --stats
 --progress``); ``add_recovery_arguments`` the recovery limit of the jobs that run
@@ -9,6 +12,10 @@
 from __future__ import annotations
 
 import argparse
+
+from hgraph.options import EngineOptions
+
+_ENGINE = EngineOptions()
 
 
 def positive_float(text: str) -> float:
@@ -45,10 +52,12 @@ def _int_at_least(text: str, low: int, what: str) -> int:
 def add_common_arguments(parser: argparse.ArgumentParser) -> None:
     """Flags every engine job takes (the job adds its own)."""
     parser.add_argument("--graph", required=True, help="input graph file")
-    parser.add_argument("--tasks", type=positive_int, default=1, help="workers (default 1)")
-    parser.add_argument("--blocks", type=positive_int, default=1, help="VBlocks per worker (default 1)")
-    parser.add_argument("--mode", choices=["push", "pull", "hybrid"], default="hybrid",
-                        help="message mode (default hybrid)")
+    parser.add_argument("--tasks", type=positive_int, default=_ENGINE.tasks,
+                        help=f"workers (default {_ENGINE.tasks})")
+    parser.add_argument("--blocks", type=positive_int, default=_ENGINE.blocks,
+                        help=f"VBlocks per worker (default {_ENGINE.blocks})")
+    parser.add_argument("--mode", choices=["push", "pull", "hybrid"], default=_ENGINE.mode,
+                        help=f"message mode (default {_ENGINE.mode})")
     parser.add_argument("--runtime", choices=["local", "ray"], default=None,
                         help="in-process or Ray actors (default: local, or ray when --address is given)")
     parser.add_argument("--address", default=None,
@@ -71,8 +80,9 @@ def add_common_arguments(parser: argparse.ArgumentParser) -> None:
 def add_recovery_arguments(parser: argparse.ArgumentParser) -> None:
     """``--max-recoveries N``: the engine's ``max_recoveries`` (a job that loses a worker more
     often fails with one line naming the worker and the superstep)."""
-    parser.add_argument("--max-recoveries", type=nonnegative_int, default=3, metavar="N",
-                        help="fail the job when a worker is lost after N recoveries (default 3)")
+    parser.add_argument("--max-recoveries", type=nonnegative_int, default=_ENGINE.max_recoveries,
+                        metavar="N", help=f"fail the job when a worker is lost after N recoveries "
+                                          f"(default {_ENGINE.max_recoveries})")
 
 
 def add_certificate_arguments(parser: argparse.ArgumentParser) -> None:

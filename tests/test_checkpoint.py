@@ -40,9 +40,11 @@ def test_worker_state_round_trip(graph):
 
 @pytest.mark.parametrize("mode, every", [("push", 2), ("hybrid", 1), ("pull", 5)])
 def test_local_failure_recovers_identically(graph, tmp_path, mode, every):
-    clean = hgraph.run(SSSP(0), graph, tasks=3, blocks=2, mode=mode)
-    hurt = hgraph.run(SSSP(0), graph, tasks=3, blocks=2, mode=mode, checkpoint_every=every,
-                      checkpoint_dir=tmp_path / mode, inject_failure=3)
+    clean = hgraph.run(SSSP(0), graph, hgraph.EngineOptions(tasks=3, blocks=2, mode=mode))
+    hurt = hgraph.run(SSSP(0), graph, hgraph.EngineOptions(tasks=3, blocks=2, mode=mode,
+                                                           checkpoint_every=every,
+                                                           checkpoint_dir=tmp_path / mode,
+                                                           inject_failure=3))
     assert hurt.values.tobytes() == clean.values.tobytes()
     assert len(hurt.failures) == 1 and hurt.failures[0]["superstep"] == 3
     assert hurt.failures[0]["resumed_at"] == (3 // every) * every
@@ -53,18 +55,19 @@ def test_local_failure_recovers_identically(graph, tmp_path, mode, every):
 
 def test_failure_without_checkpoint_replays_from_the_start(graph):
     program, g = pagerank(graph, iterations=8)
-    clean = hgraph.run(program, g, tasks=2, mode="push")
-    hurt = hgraph.run(program, g, tasks=2, mode="push", inject_failure=4)
+    clean = hgraph.run(program, g, hgraph.EngineOptions(tasks=2, mode="push"))
+    hurt = hgraph.run(program, g, hgraph.EngineOptions(tasks=2, mode="push", inject_failure=4))
     assert hurt.values.tobytes() == clean.values.tobytes()
     assert hurt.failures[0]["resumed_at"] == 0
 
 
 def test_ray_actor_killed_at_superstep_3_recovers_identically(ray_session, graph, tmp_path):
     program, g = pagerank(graph, iterations=10)
-    clean = hgraph.run(program, g, tasks=3, blocks=2, mode="hybrid")
-    hurt = hgraph.run(program, g, tasks=3, blocks=2, mode="hybrid", runtime="ray",
-                      checkpoint_every=2, checkpoint_dir=tmp_path, inject_failure=3,
-                      timeout=RAY_TIMEOUT)
+    clean = hgraph.run(program, g, hgraph.EngineOptions(tasks=3, blocks=2, mode="hybrid"))
+    hurt = hgraph.run(program, g, hgraph.EngineOptions(tasks=3, blocks=2, mode="hybrid",
+                                                       runtime="ray", checkpoint_every=2,
+                                                       checkpoint_dir=tmp_path, inject_failure=3,
+                                                       timeout=RAY_TIMEOUT))
     assert hurt.values.tobytes() == clean.values.tobytes()
     assert len(hurt.failures) == 1
     failure = hurt.failures[0]
@@ -72,9 +75,11 @@ def test_ray_actor_killed_at_superstep_3_recovers_identically(ray_session, graph
     assert "Actor" in failure["cause"] and failure["recovery_seconds"] > 0
     row = next(r for r in hurt.stats if "failure" in r)
     assert row["recovery_seconds"] == failure["recovery_seconds"]
-    sssp_clean = hgraph.run(SSSP(0), graph, tasks=2, mode="pull")
-    sssp_hurt = hgraph.run(SSSP(0), graph, tasks=2, mode="pull", runtime="ray", checkpoint_every=1,
-                           inject_failure=3, timeout=RAY_TIMEOUT)
+    sssp_clean = hgraph.run(SSSP(0), graph, hgraph.EngineOptions(tasks=2, mode="pull"))
+    sssp_hurt = hgraph.run(SSSP(0), graph, hgraph.EngineOptions(tasks=2, mode="pull",
+                                                                runtime="ray", checkpoint_every=1,
+                                                                inject_failure=3,
+                                                                timeout=RAY_TIMEOUT))
     assert sssp_hurt.values.tobytes() == sssp_clean.values.tobytes()
 
 
@@ -96,10 +101,11 @@ def _lose_a_worker_at_the_results(monkeypatch, runtime_cls):
 def test_worker_lost_while_results_are_collected_replays(graph, tmp_path, monkeypatch):
     from hgraph.runtime.local import LocalRuntime
 
-    clean = hgraph.run(SSSP(0), graph, tasks=3, blocks=2, mode="hybrid")
+    clean = hgraph.run(SSSP(0), graph, hgraph.EngineOptions(tasks=3, blocks=2, mode="hybrid"))
     fired = _lose_a_worker_at_the_results(monkeypatch, LocalRuntime)
-    hurt = hgraph.run(SSSP(0), graph, tasks=3, blocks=2, mode="hybrid", checkpoint_every=2,
-                      checkpoint_dir=tmp_path)
+    hurt = hgraph.run(SSSP(0), graph, hgraph.EngineOptions(tasks=3, blocks=2, mode="hybrid",
+                                                           checkpoint_every=2,
+                                                           checkpoint_dir=tmp_path))
     assert fired and hurt.values.tobytes() == clean.values.tobytes()
     assert len(hurt.failures) == 1 and hurt.failures[0]["worker"] == 1
     assert hurt.failures[0]["resumed_at"] > 0                       # from a checkpoint, not from 0
@@ -111,10 +117,12 @@ def test_ray_actor_lost_while_results_are_collected_replays(graph, tmp_path, mon
                                                             ray_session):
     from hgraph.runtime.ray_actors import RayRuntime
 
-    clean = hgraph.run(SSSP(0), graph, tasks=2, mode="push")
+    clean = hgraph.run(SSSP(0), graph, hgraph.EngineOptions(tasks=2, mode="push"))
     fired = _lose_a_worker_at_the_results(monkeypatch, RayRuntime)
-    hurt = hgraph.run(SSSP(0), graph, tasks=2, mode="push", runtime="ray", checkpoint_every=2,
-                      checkpoint_dir=tmp_path, timeout=RAY_TIMEOUT)
+    hurt = hgraph.run(SSSP(0), graph, hgraph.EngineOptions(tasks=2, mode="push", runtime="ray",
+                                                           checkpoint_every=2,
+                                                           checkpoint_dir=tmp_path,
+                                                           timeout=RAY_TIMEOUT))
     assert fired and hurt.values.tobytes() == clean.values.tobytes()
     assert len(hurt.failures) == 1 and hurt.failures[0]["worker"] == 1
 
@@ -143,14 +151,15 @@ def test_a_worker_that_dies_every_time_fails_after_max_recoveries(graph, monkeyp
     monkeypatch.setitem(hgraph.runtime.RUNTIMES, "flaky", _AlwaysLosesWorker1)
     seen = []
     with pytest.raises(HGraphError) as info:
-        hgraph.run(SSSP(0), graph, tasks=2, runtime="flaky", max_recoveries=2,
-                   checkpoint_every=every, progress=seen.append)
+        hgraph.run(SSSP(0), graph, hgraph.EngineOptions(tasks=2, runtime="flaky",
+                                                        max_recoveries=2, checkpoint_every=every),
+                   progress=seen.append)
     message = str(info.value)
     assert "\n" not in message and info.value.exit_code == 1
     assert message.startswith("worker 1 lost at superstep 2 after 2 recoveries")
     assert [row["superstep"] for row in seen].count(1) == (3 if every is None else 1)
     with pytest.raises(HGraphError, match="max_recoveries must be >= 0"):
-        hgraph.run(SSSP(0), graph, runtime="flaky", max_recoveries=-1)
+        hgraph.run(SSSP(0), graph, hgraph.EngineOptions(runtime="flaky", max_recoveries=-1))
 
 
 def test_default_allows_three_recoveries(graph, monkeypatch):
@@ -159,11 +168,11 @@ def test_default_allows_three_recoveries(graph, monkeypatch):
 
     monkeypatch.setitem(hgraph.runtime.RUNTIMES, "flaky", _AlwaysLosesWorker1)
     with pytest.raises(HGraphError, match="after 3 recoveries"):
-        hgraph.run(SSSP(0), graph, tasks=2, runtime="flaky")
+        hgraph.run(SSSP(0), graph, hgraph.EngineOptions(tasks=2, runtime="flaky"))
 
 
 def test_unknown_runtime_is_one_line(graph):
     from hgraph.common.errors import HGraphError
 
     with pytest.raises(HGraphError, match="runtime must be one of local, ray"):
-        hgraph.run(SSSP(0), graph, runtime="nope")
+        hgraph.run(SSSP(0), graph, hgraph.EngineOptions(runtime="nope"))

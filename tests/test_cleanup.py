@@ -158,7 +158,8 @@ def test_a_failed_run_removes_its_temporary_checkpoints(tmp_path, monkeypatch):
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     g = hgraph.Graph.from_edges([0, 1, 2], [1, 2, 0])
     with pytest.raises(ValueError, match="boom"):
-        hgraph.run(_FailsAtSuperstep2(), g, tasks=2, checkpoint_every=1)
+        hgraph.run(_FailsAtSuperstep2(), g, hgraph.EngineOptions(tasks=2, checkpoint_every=1))
     assert sorted(p.name for p in tmp_path.iterdir()) == []
-    result = hgraph.run(_FailsAtSuperstep2(), g, tasks=2, checkpoint_every=1, max_supersteps=2)
+    result = hgraph.run(_FailsAtSuperstep2(), g,
+                        hgraph.EngineOptions(tasks=2, checkpoint_every=1), max_supersteps=2)
     assert result.checkpoint_dir is None and sorted(tmp_path.iterdir()) == []

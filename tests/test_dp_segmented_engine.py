@@ -79,9 +79,9 @@ def test_a_replacement_worker_walks_again_and_reads_back_the_same_chain():
         run = solve_on_engine(fam, g, B, cuts, mode=mode, segs=segs, tasks=2)
         prog = SegmentedDP(segs[0].passes * segs[0].front_cap,
                            max(s.num_states for s in segs), "time", mode)
-        from planner.analyses.engine import EngineOptions
+        from planner.analyses.engine import EngineOptions, run_program
 
-        res = EngineOptions(tasks=1).run(prog, chain_graph(segs))
+        res = run_program(EngineOptions(tasks=1), prog, chain_graph(segs))
         for k, seg in enumerate(segs):
             fresh = pickle.loads(pickle.dumps(seg))
             assert fresh.walks == {}

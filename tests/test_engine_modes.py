@@ -30,8 +30,8 @@ def _csr(g):
     return sp.csr_matrix((g.weights, (g.src, g.dst)), shape=(g.n, g.n))
 
 
-def _all_runs(program, g, **kw):
-    return {(t, b, m): hgraph.run(program, g, tasks=t, blocks=b, mode=m, **kw)
+def _all_runs(program, g):
+    return {(t, b, m): hgraph.run(program, g, hgraph.EngineOptions(tasks=t, blocks=b, mode=m))
             for t, b, m in MATRIX}
 
 
@@ -100,7 +100,7 @@ def test_aggregates_are_visible_next_superstep():
             return src_values
 
     g = hgraph.Graph.from_edges([0, 1], [1, 2], n=10)
-    r = hgraph.run(Count(), g, tasks=3, blocks=2)
+    r = hgraph.run(Count(), g, hgraph.EngineOptions(tasks=3, blocks=2))
     assert r.values.tolist() == [10] * 10            # superstep 2 saw superstep 1's sum
     assert r.aggregates["seen"] == 10
     assert r.aggregates["vec"].tolist() == [10, 0]
@@ -129,7 +129,7 @@ def test_vector_messages_bitwise_or():
 
     g = random_graph(40, 80, seed=1, weighted=False)
     dist = dijkstra(_csr(g), indices=[0, 5, 9])
-    results = {(t, m): hgraph.run(Reach(), g, tasks=t, blocks=2, mode=m)
+    results = {(t, m): hgraph.run(Reach(), g, hgraph.EngineOptions(tasks=t, blocks=2, mode=m))
                for t in (1, 3) for m in MODES}
     _assert_identical(results)
     v = results[(1, "push")].values
@@ -140,27 +140,30 @@ def test_vector_messages_bitwise_or():
 
 def test_max_supersteps_and_bad_arguments(graph):
     seen = []
-    r = hgraph.run(SSSP(0), graph, max_supersteps=2, mode="push", progress=seen.append)
+    r = hgraph.run(SSSP(0), graph, hgraph.EngineOptions(mode="push"), max_supersteps=2,
+                   progress=seen.append)
     assert r.supersteps == 2 and len(r.stats) == 2 and seen == r.stats
     for key in ("superstep", "mode", "active", "messages", "bytes", "seconds"):
         assert key in r.stats[0]
     assert r.stats[0]["bytes"] == 0                   # one task: nothing crosses workers
     with pytest.raises(HGraphError):
-        hgraph.run(SSSP(0), graph, mode="sideways")
+        hgraph.run(SSSP(0), graph, hgraph.EngineOptions(mode="sideways"))
     with pytest.raises(HGraphError):
-        hgraph.run(SSSP(0), graph, tasks=0)
+        hgraph.run(SSSP(0), graph, hgraph.EngineOptions(tasks=0))
 
 
 def test_pull_sends_only_along_the_route_table(graph):
-    r = hgraph.run(SSSP(0), graph, tasks=4, blocks=3, mode="pull")
+    r = hgraph.run(SSSP(0), graph, hgraph.EngineOptions(tasks=4, blocks=3, mode="pull"))
     assert all("requests" in row for row in r.stats[:-1])
     assert r.stats[0]["requests"] <= 12               # one responding vertex: its block's row
     assert sum(row["bytes"] for row in r.stats) > 0
     # A frontier covering its blocks is answered by scanning EBlocks; results stay identical.
     program, g = pagerank(graph, iterations=3)
-    dense = hgraph.run(program, g, tasks=2, blocks=2, mode="pull")
+    dense = hgraph.run(program, g, hgraph.EngineOptions(tasks=2, blocks=2, mode="pull"))
     assert all(row["scanned_edges"] == g.num_edges for row in dense.stats[:-1])
-    assert dense.values.tobytes() == hgraph.run(program, g, tasks=2, blocks=2, mode="push").values.tobytes()
+    assert dense.values.tobytes() == hgraph.run(program, g, hgraph.EngineOptions(tasks=2,
+                                                                                 blocks=2,
+                                                                                 mode="push")).values.tobytes()
 
 
 def test_exact_sum_is_grouping_independent():

@@ -18,29 +18,30 @@ def graph():
 
 @pytest.mark.parametrize("tasks, mode", [(1, "push"), (3, "pull"), (4, "hybrid")])
 def test_sssp_and_cc_on_ray_equal_in_process(ray_session, graph, tasks, mode):
-    local = hgraph.run(SSSP(3), graph, tasks=1, mode="push")
-    remote = hgraph.run(SSSP(3), graph, tasks=tasks, blocks=2, mode=mode, runtime="ray",
-                        timeout=RAY_TIMEOUT)
+    local = hgraph.run(SSSP(3), graph, hgraph.EngineOptions(tasks=1, mode="push"))
+    remote = hgraph.run(SSSP(3), graph, hgraph.EngineOptions(tasks=tasks, blocks=2, mode=mode,
+                                                             runtime="ray", timeout=RAY_TIMEOUT))
     assert remote.values.tobytes() == local.values.tobytes()
     assert [r["superstep"] for r in remote.stats] == list(range(remote.supersteps))
     if tasks > 1:
         assert sum(r["bytes"] for r in remote.stats) > 0
     sym = symmetrize(graph)
-    cc_local = hgraph.run(MinLabel(), sym, tasks=2, blocks=3, mode="pull")
-    cc_remote = hgraph.run(MinLabel(), sym, tasks=tasks, blocks=1, mode=mode, runtime="ray",
-                           timeout=RAY_TIMEOUT)
+    cc_local = hgraph.run(MinLabel(), sym, hgraph.EngineOptions(tasks=2, blocks=3, mode="pull"))
+    cc_remote = hgraph.run(MinLabel(), sym, hgraph.EngineOptions(tasks=tasks, blocks=1, mode=mode,
+                                                                 runtime="ray",
+                                                                 timeout=RAY_TIMEOUT))
     assert np.array_equal(cc_remote.values, cc_local.values)
 
 
 def test_pagerank_on_ray_equals_in_process(ray_session, graph):
     program, g = pagerank(graph, iterations=15)
-    local = hgraph.run(program, g, tasks=2, blocks=3, mode="push")
-    remote = hgraph.run(program, g, tasks=3, blocks=1, mode="hybrid", runtime="ray",
-                        timeout=RAY_TIMEOUT)
+    local = hgraph.run(program, g, hgraph.EngineOptions(tasks=2, blocks=3, mode="push"))
+    remote = hgraph.run(program, g, hgraph.EngineOptions(tasks=3, blocks=1, mode="hybrid",
+                                                         runtime="ray", timeout=RAY_TIMEOUT))
     assert remote.values.tobytes() == local.values.tobytes()
     assert remote.aggregates["dangling"] == local.aggregates["dangling"]
     # Stats are the same counters as in-process (bytes depend on the partitioning only).
-    same = hgraph.run(program, g, tasks=3, blocks=1, mode="hybrid")
+    same = hgraph.run(program, g, hgraph.EngineOptions(tasks=3, blocks=1, mode="hybrid"))
     assert [r["bytes"] for r in remote.stats] == [r["bytes"] for r in same.stats]
 
 

@@ -181,14 +181,14 @@ def test_more_tasks_and_blocks_than_vertices_are_cut_to_the_vertices():
     assert (empty.tasks, empty.blocks) == (1, 1)
     from hgraph.algorithms import SSSP
 
-    one = hgraph.run(SSSP(0), g, tasks=1)
+    one = hgraph.run(SSSP(0), g, hgraph.EngineOptions(tasks=1))
     with pytest.warns(Notice, match=r"running 8 tasks, not the 100,000 asked for: at most one "
                                     r"task per vertex \(the graph has 8\)"):   # said (issue 39)
-        many = hgraph.run(SSSP(0), g, tasks=100_000, blocks=3)
+        many = hgraph.run(SSSP(0), g, hgraph.EngineOptions(tasks=100_000, blocks=3))
     assert one.values.tobytes() == many.values.tobytes()
     with warnings.catch_warnings():
         warnings.simplefilter("error", Notice)              # a request that fits: no notice
-        hgraph.run(SSSP(0), g, tasks=8)
+        hgraph.run(SSSP(0), g, hgraph.EngineOptions(tasks=8))
 
 
 def test_too_many_vblocks_for_the_block_matrices_are_refused():

@@ -45,7 +45,8 @@ def test_hybrid_runs_the_mode_its_recorded_prediction_says_is_cheaper(tasks, blo
     prediction for the next superstep. Now every row holds the prediction that chose its mode,
     and the mode is the cheaper one of it (the running mode on a tie)."""
     g = hgraph.io.load(EXAMPLES / "tiny.edges")
-    result = hgraph.run(SSSP(0), g, tasks=tasks, blocks=blocks, mode="hybrid")
+    result = hgraph.run(SSSP(0), g,
+                        hgraph.EngineOptions(tasks=tasks, blocks=blocks, mode="hybrid"))
     rows = result.stats
     assert rows[0]["mode"] == "pull" and "predicted" not in rows[0]       # hybrid starts pulling
     checked = 0
@@ -93,5 +94,5 @@ def test_powerlaw_sssp_matches_dijkstra():
     g = powerlaw_graph(20_000, 150_000, seed=2)
     source = int(np.argmax(g.out_degree))
     expected = dijkstra(csr_matrix((g.weights, (g.src, g.dst)), shape=(g.n, g.n)), indices=source)
-    got = hgraph.run(SSSP(source), g, tasks=3, blocks=2, mode="hybrid").values
+    got = hgraph.run(SSSP(source), g, hgraph.EngineOptions(tasks=3, blocks=2, mode="hybrid")).values
     np.testing.assert_array_equal(got, expected)

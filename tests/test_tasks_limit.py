@@ -30,8 +30,9 @@ def test_more_ray_actors_than_cpus_are_cut_with_a_notice(ray_session):
     g = random_graph(150, 700, seed=11)
     with pytest.warns(Notice, match=r"running 4 tasks, not the 100,000 asked for: at most one "
                                     r"Ray actor per CPU of the cluster \(4 CPUs\)"):
-        remote = hgraph.run(SSSP(3), g, tasks=100_000, runtime="ray", timeout=RAY_TIMEOUT)
-    assert remote.values.tobytes() == hgraph.run(SSSP(3), g, tasks=1).values.tobytes()
+        remote = hgraph.run(SSSP(3), g, hgraph.EngineOptions(tasks=100_000, runtime="ray",
+                                                             timeout=RAY_TIMEOUT))
+    assert remote.values.tobytes() == hgraph.run(SSSP(3), g, hgraph.EngineOptions(tasks=1)).values.tobytes()
     assert sum(row["bytes"] for row in remote.stats) > 0         # it did run on several workers
 
 

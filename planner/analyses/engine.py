@@ -1,4 +1,6 @@
-"""How the planner's analyses run on the engine: one options object passed to :func:`hgraph.run`.
+"""How the planner's analyses run on the engine: the engine's own options record,
+:class:`hgraph.EngineOptions`, passed to :func:`hgraph.run` as it is (one record from the
+command line to every engine run; ``planner.EngineOptions`` is the same class).
 
 The plan is the same for any ``tasks``/``blocks``/``mode``/``runtime`` (the analyses combine with
 bitwise OR, max and integer sums, which do not depend on grouping); these options only say
@@ -13,33 +15,19 @@ Example::
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import hgraph
 from hgraph.common.progress import current as current_progress
 
-__all__ = ["EngineOptions", "options"]
+__all__ = ["EngineOptions", "options", "run_program"]
+
+#: The engine's options record (the planner takes only the engine's public API).
+EngineOptions = hgraph.EngineOptions
 
 
-@dataclass(frozen=True)
-class EngineOptions:
-    """How analyses run on the engine (passed through to :func:`hgraph.run`)."""
-
-    tasks: int = 1
-    blocks: int = 1
-    mode: str = "hybrid"
-    runtime: str = "local"
-    address: str | None = None
-    checkpoint_every: int | None = None
-    inject_failure: int | None = None
-
-    def run(self, program, graph):
-        return hgraph.run(program, graph, tasks=self.tasks, blocks=self.blocks, mode=self.mode,
-                          runtime=self.runtime, address=self.address,
-                          checkpoint_every=self.checkpoint_every,
-                          inject_failure=self.inject_failure,
-                          progress=current_progress().superstep)
-
+def run_program(opts: EngineOptions, program, graph):
+    """:func:`hgraph.run` of ``program`` on ``graph`` as ``opts`` says, each superstep reported to
+    the current stage progress."""
+    return hgraph.run(program, graph, opts, progress=current_progress().superstep)
 
 
 def options(opts: EngineOptions | None, engine: dict) -> EngineOptions:

@@ -19,7 +19,7 @@ from __future__ import annotations
 import numpy as np
 
 import hgraph
-from planner.analyses.engine import EngineOptions, options
+from planner.analyses.engine import EngineOptions, options, run_program
 from planner.arrays import distinct, ranges
 
 __all__ = ["BlockLevels", "levels", "level_graph"]
@@ -181,6 +181,6 @@ def levels(g, *, opts: EngineOptions | None = None, with_supersteps: bool = Fals
     ``opts`` (or ``tasks=``, ``blocks=`` … as keywords) say how the engine runs;
     ``with_supersteps=True`` returns ``(levels, supersteps)``.
     """
-    res = options(opts, engine).run(BlockLevels(), level_graph(g))
+    res = run_program(options(opts, engine), BlockLevels(), level_graph(g))
     lv = np.asarray(res.values, dtype=np.int64)
     return (lv, res.supersteps) if with_supersteps else lv

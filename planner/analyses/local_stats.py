@@ -36,7 +36,7 @@ from dataclasses import dataclass
 import numpy as np
 
 import hgraph
-from planner.analyses.engine import EngineOptions, options
+from planner.analyses.engine import EngineOptions, options, run_program
 from planner.analyses.segments import Segments, segments
 from planner.bitsets import pack, unpack, words_for
 
@@ -248,7 +248,7 @@ def local_stats(g, *, opts: EngineOptions | None = None, seg: Segments | None = 
     cross = seg.sep[g.dst] & (seg.sstart[g.dst] != seg.sstart[g.src])
     rev = hgraph.Graph.from_edges(g.dst, g.src, weights=np.where(cross, 0.0, 1.0), n=n,
                                   columns={"loc": seg.loc})
-    r1 = o.run(_LocalDescendants(W), rev)
+    r1 = run_program(o, _LocalDescendants(W), rev)
     steps += r1.supersteps
     desc = np.asarray(r1.values, dtype=np.uint64).reshape(n, W)
     # valid columns: the node's own segment width (next separator's position − start)
@@ -265,7 +265,7 @@ def local_stats(g, *, opts: EngineOptions | None = None, seg: Segments | None = 
     both = hgraph.Graph.from_edges(both_src, both_dst, weights=both_w, n=n, columns={
         "desc": desc, "valid": valid, "sep": seg.sep, "m": g.m, "t": g.t,
         "base": seg.sstart, "abase": abase})
-    r2 = o.run(_LocalSetStats(W, n), both)
+    r2 = run_program(o, _LocalSetStats(W, n), both)
     steps += r2.supersteps
     vals = np.asarray(r2.values, dtype=np.uint64).reshape(n, 6 * W)
     agg = {k: np.asarray(r2.aggregates[k], dtype=np.int64)[seg.pos] for k in _LocalSetStats.aggregators}

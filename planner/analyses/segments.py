@@ -25,7 +25,7 @@ from dataclasses import dataclass
 import numpy as np
 
 import hgraph
-from planner.analyses.engine import EngineOptions, options
+from planner.analyses.engine import EngineOptions, options, run_program
 from planner.analyses.levels import levels
 
 __all__ = ["Segments", "segments"]
@@ -82,7 +82,7 @@ def segments(g, *, opts: EngineOptions | None = None, level=None, **engine) -> S
     node_at = np.lexsort((np.arange(n), level))
     pos = np.empty(n, np.int64)
     pos[node_at] = np.arange(n)
-    res = o.run(_MaxSuccPos(), hgraph.Graph.from_edges(g.dst, g.src, n=n, columns={"pos": pos}))
+    res = run_program(o, _MaxSuccPos(), hgraph.Graph.from_edges(g.dst, g.src, n=n, columns={"pos": pos}))
     steps += res.supersteps
     maxsucc = np.asarray(res.values, np.int64)            # by node; -1 without successors
     # separator at position p: no edge from before p lands after p, and no source after p

@@ -47,7 +47,7 @@ from dataclasses import dataclass
 import numpy as np
 
 import hgraph
-from planner.analyses.engine import EngineOptions, options
+from planner.analyses.engine import EngineOptions, options, run_program
 from planner.dp import segmented as S
 from planner.dp.stacked import _best_end
 
@@ -304,7 +304,7 @@ def solve_on_engine(fam, g, budget: int, cuts, window: int = S.DEFAULT_WINDOW,
     n = len(segs)
     program = SegmentedDP(segs[0].passes * int(front_cap),
                           max(sg.num_states for sg in segs), strategy, mode)
-    res = o.run(program, chain_graph(segs))
+    res = run_program(o, program, chain_graph(segs))
     vals = np.asarray(res.values)
     done = vals[:, _PHASE] == 2
     if not done.all():

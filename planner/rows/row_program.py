@@ -21,6 +21,7 @@ from __future__ import annotations
 import numpy as np
 
 import hgraph
+from planner.analyses.engine import run_program
 from planner.rows.layers import input_rows
 
 #: Encoded empty range: lo = +BIG, hi = -BIG.
@@ -89,7 +90,7 @@ def barrier_depth(layers, ends: np.ndarray, opts) -> np.ndarray:
 def longest_path(src, dst, weights, n: int, opts) -> np.ndarray:
     """int64 [n]: the largest total weight (0/1 per edge) of a path into each vertex."""
     eg = hgraph.Graph.from_edges(src, dst, weights=np.asarray(weights, dtype=np.float64), n=n)
-    return np.asarray(opts.run(BarrierDepth(), eg).values, dtype=np.int64)
+    return np.asarray(run_program(opts, BarrierDepth(), eg).values, dtype=np.int64)
 
 
 def row_ranges(layers, region: np.ndarray, own: np.ndarray, opts) -> tuple[np.ndarray, int]:
@@ -106,6 +107,6 @@ def row_ranges(layers, region: np.ndarray, own: np.ndarray, opts) -> tuple[np.nd
     cols = {"kind": layers.kind, "k": layers.k, "s": layers.s, "p": layers.p, "h_in": layers.h_in,
             "own": enc}
     eg = hgraph.Graph.from_edges(layers.dst[inside], layers.src[inside], n=layers.n, columns=cols)
-    res = opts.run(RowRanges(bands), eg)
+    res = run_program(opts, RowRanges(bands), eg)
     out = np.asarray(res.values, dtype=np.int64)[:, 0]
     return np.stack([-out[..., 0], out[..., 1]], axis=-1), res.supersteps
