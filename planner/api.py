@@ -42,7 +42,7 @@ import numpy as np
 from hgraph.common.errors import HGraphError
 from hgraph.common.formatting import format_bytes
 from hgraph.common.progress import current as current_progress
-from planner import cg, report as report_mod, simulate
+from planner import cg, report as report_mod, search, simulate
 from planner.activation_graph import ActivationGraph
 from planner.analyses.engine import EngineOptions
 from planner.analyses.levels import levels
@@ -271,22 +271,33 @@ def fit(a: Analysis, s: Solver, budget_bytes: int, check: bool = True):
     """(groups, model, schedule, sim): the plan of solver ``s`` whose replayed peak fits
     ``budget_bytes`` — solve, emit, verify — or the error naming the smallest budget that fits.
 
-    The one owner of the budget. A plan is never worse than not planning: in bytes units,
-    when keeping everything fits, time-centric solvers keep everything and the others do when
-    their plan would not peak lower (Chen's budget-free chain and reference units excepted).
-    Otherwise the solver's chain, re-fitted (:func:`_fit`); failing that, the smallest
-    feasible budget — one pass where the solver has one (:meth:`Solver.direct_min_budget`),
-    else bisection over :meth:`Solver.feasible` — and what its chain replays to.
+    The activations' kind of the budget search (:mod:`planner.search`): its candidates are
+    keeping everything and the solver's chain at the budget, re-fitted (:func:`_fit`), its
+    meter the replayed peak. A plan is never worse than not planning: in bytes units, when
+    keeping everything fits, time-centric solvers keep everything and the others do when their
+    plan would not peak lower (Chen's budget-free chain and reference units excepted: their
+    first answer is the answer). Failing that, the smallest feasible budget — one pass where
+    the solver has one (:meth:`Solver.direct_min_budget`), else bisection over
+    :meth:`Solver.feasible` — and what its chain replays to.
     """
-    units = s.units
-    fits_all = (units == "bytes" and not s.budget_free and a.baseline_schedule is not None
-                and a.baseline_peak <= budget_bytes)
-    # time-centric, nothing beats zero recomputation
-    found = None if fits_all and s.strategy == "time" else _fit(a, s, budget_bytes, check)
-    if fits_all and (found is None or found[3].peak_bytes >= a.baseline_peak):
-        found = _keep_everything(a, check)
-    if found is not None:
-        return found
+    held = s.units == "bytes" and not s.budget_free      # the replay is held to the budget
+    keep = held and a.baseline_schedule is not None      # keeping everything is a candidate
+    cands = [("keep", a.baseline_peak)] if keep else []
+    if not (keep and s.strategy == "time" and a.baseline_peak <= budget_bytes):
+        found = _fit(a, s, budget_bytes, check)          # time-centric: nothing beats keeping all
+        if found is not None and not held:
+            return found
+        cands += [(found, found[3].peak_bytes)] if found is not None else []
+    # time-centric, keeping everything is all there is; memory-centric, the chain when lower
+    best = search.cheapest(cands, budget_bytes, lambda c: (c[1], (c[1], c[0] != "keep")))
+    if best is not None:
+        return _keep_everything(a, check) if best[0] == "keep" else best[0]
+    return _at_smallest(a, s, budget_bytes, check, keep)
+
+
+def _at_smallest(a: Analysis, s: Solver, budget_bytes: int, check: bool, keep: bool):
+    """:func:`fit` when no candidate fits: the solver's chain at its smallest feasible budget
+    when it fits after all, else the refusal naming the smallest budget that fits."""
     # every DP transition's peak (ckpt + 2·Δm + m(A) + m(B)) is at most 5·m(V): at that
     # budget all of them fit, so if the solver's options allow a plan at all, it is there
     top = max(5 * a.act_sum, budget_bytes + 1, 1)
@@ -295,19 +306,20 @@ def fit(a: Analysis, s: Solver, budget_bytes: int, check: bool = True):
         dp_min = namer.min_budget(top)
     else:
         with current_progress().stage("smallest feasible budget (bisection)"):
-            dp_min = _smallest(namer.feasible, max(2 * a.act_sum, budget_bytes + 1, 1), top)
+            dp_min = search.smallest_budget(namer.feasible,
+                                            max(2 * a.act_sum, budget_bytes + 1, 1), top)
     if dp_min is None:
         raise HGraphError(
             f"no budget gives a plan with {s.options_text()} on {a.g.name}: not even "
             f"{top:,} bytes ({format_bytes(top)}), where every block fits; widen or drop the "
             f"DP window", exit_code=3)
     smallest = dp_min
-    if units == "bytes" and not s.budget_free:
+    if s.units == "bytes" and not s.budget_free:
         at_min = _replay(a, namer, dp_min, check)
         if at_min[3].peak_bytes <= budget_bytes and namer is s:
             return at_min
         smallest = max(dp_min, at_min[3].peak_bytes)
-        if a.baseline_schedule is not None:      # keeping everything is a plan too
+        if keep:                                  # keeping everything is a plan too
             smallest = min(smallest, a.baseline_peak)
     raise s.infeasible(a.g.name, budget_bytes, a.baseline_peak, smallest)
 
@@ -362,23 +374,6 @@ def _keep_everything(a: Analysis, check: bool):
     sim = simulate.replay(a.g, a.baseline_schedule, check=check)
     return (np.zeros(a.ir.n, np.int64), ModelStats.keep_everything(sim.peak_bytes),
             a.baseline_schedule, sim)
-
-
-def _smallest(ok, hi: int, top: int) -> int | None:
-    """Bisection: the smallest budget (bytes) with ``ok(budget)`` (``ok`` is monotone), or
-    None when even ``top`` fails. ``hi`` doubles until ``ok(hi)``, never past ``top``."""
-    lo = 0
-    while not ok(hi):
-        if hi >= top:
-            return None
-        lo, hi = hi, min(2 * hi, top)
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        if ok(mid):
-            hi = mid
-        else:
-            lo = mid
-    return hi
 
 
 def plan(graph_or_path, budget="100%", solver: str = "approx", strategy: str = "time",

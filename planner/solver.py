@@ -31,6 +31,7 @@ from planner.dp import scale
 from planner.dp.solve import solve_family
 from planner.dp_families import DEFAULT_MAX_LOWER_SETS, approx_family, exact_family
 from planner.emit import groups_of_chain
+from planner.search import refuse
 from planner.units import ratio_windows, scale_units
 
 __all__ = ["Solver", "make_solver", "ApproxDP", "ExactDP", "ChenChain", "MILPSolver", "CLASSES", "NAMES",
@@ -213,13 +214,12 @@ class Solver:
                    smallest: int) -> InfeasibleError:
         """The error for a budget below every plan of this solver on graph ``name``;
         ``smallest``: the smallest feasible budget the search found."""
-        err = InfeasibleError(
+        return refuse(
             f"budget {budget_bytes:,} bytes ({format_bytes(budget_bytes)}) is infeasible for "
             f"the {self.name} solver on {name}; the smallest feasible budget is {smallest:,} "
             f"bytes ({format_bytes(smallest)}, "
-            f"{100 * smallest / max(1, baseline_peak):.1f}% of the no-recomputation peak)")
-        err.min_budget_bytes = smallest
-        return err
+            f"{100 * smallest / max(1, baseline_peak):.1f}% of the no-recomputation peak)",
+            smallest)
 
 
 class _DP(Solver):
@@ -456,13 +456,12 @@ class MILPSolver(Solver):
         T = min(self.ag.n, self.milp_stages or DEFAULT_SOLVER_STAGES)
         model = (f"the model with {T} stages (--milp-stages; {self.ag.n} covers every chain)"
                  if T < self.ag.n else "the model")
-        err = InfeasibleError(
+        return refuse(
             f"budget {budget_bytes:,} bytes ({format_bytes(budget_bytes)}) is infeasible for "
             f"the milp solver on {name} (HiGHS: no schedule of {model} fits); the approximate "
             f"DP's plan fits {smallest:,} bytes ({format_bytes(smallest)}, "
-            f"{100 * smallest / max(1, baseline_peak):.1f}% of the no-recomputation peak)")
-        err.min_budget_bytes = smallest
-        return err
+            f"{100 * smallest / max(1, baseline_peak):.1f}% of the no-recomputation peak)",
+            smallest)
 
 
 #: The solver class of each name (``--solver``).

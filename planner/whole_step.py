@@ -51,6 +51,7 @@ import numpy as np
 
 from hgraph.common.errors import HGraphError, InfeasibleError
 from hgraph.common.formatting import format_bytes
+from planner import search
 from planner.budget import Budget
 from planner.cg import details_of
 from planner.ops import CONV_WORKSPACE_BYTES, OPS, implements, kernel_temp_bytes, with_workspace
@@ -312,7 +313,7 @@ def fit(plan_at, g, budget, *, strategy: str = "time") -> "Fit":
     memory-centric the lowest step first. The candidates do not depend on the budget, so a
     lower budget never gets a higher predicted step (the choice is a minimum over a shrinking
     set). None fits: :class:`hgraph.common.errors.InfeasibleError` naming the lowest candidate
-    step, the smallest reachable budget.
+    step, the smallest reachable budget (the whole step's kind of :func:`planner.search.pick`).
     """
     cands = candidates(plan_at, g)
     base_step = cands[0][2][max(cands[0][2])]
@@ -323,21 +324,25 @@ def fit(plan_at, g, budget, *, strategy: str = "time") -> "Fit":
         for cap, st in steps.items():
             rows.append(((p.recompute_cost, -cap, st.step_peak_bytes, n) if strategy == "time"
                          else (st.step_peak_bytes, p.recompute_cost, -cap, n), arg, p, st))
-    fits = [r for r in rows if r[3].step_peak_bytes <= budget_bytes]
-    if fits:
-        best = min(fits, key=lambda r: r[0])
-        if strategy == "time":
-            best = _cheaper_between(plan_at, g, cands, best, budget_bytes)
-        _, arg, p, st = best
-        return Fit(arg, p, st, budget_bytes, base_step)
-    smallest = min(r[3].step_peak_bytes for r in rows)
-    err = InfeasibleError(
-        f"budget {budget_bytes:,} bytes ({format_bytes(budget_bytes)}) is infeasible for the whole "
-        f"step on {g.name}; the smallest reachable budget is {smallest:,} bytes "
-        f"({format_bytes(smallest)}, {100 * smallest / max(1, base_step.step_peak_bytes):.1f}% of "
-        f"the no-recomputation step: parameters, gradients, kernel temporaries included)")
-    err.min_budget_bytes = smallest
-    raise err
+
+    def refusal(smallest, _):
+        return (f"budget {budget_bytes:,} bytes ({format_bytes(budget_bytes)}) is infeasible for "
+                f"the whole step on {g.name}; the smallest reachable budget is {smallest:,} bytes "
+                f"({format_bytes(smallest)}, "
+                f"{100 * smallest / max(1, base_step.step_peak_bytes):.1f}% of the "
+                f"no-recomputation step: parameters, gradients, kernel temporaries included)")
+
+    best = search.pick(rows, budget_bytes, _metered, refusal)
+    if strategy == "time":
+        best = _cheaper_between(plan_at, g, cands, best, budget_bytes)
+    _, arg, p, st = best
+    return Fit(arg, p, st, budget_bytes, base_step)
+
+
+def _metered(row) -> tuple:
+    """The meter of :func:`fit`'s rows ``(order, activation budget, plan, StepPeak)``: the
+    predicted whole step, and the row's order."""
+    return row[3].step_peak_bytes, row[0]
 
 
 def _cheaper_between(plan_at, g, cands, best, budget_bytes: int):
@@ -373,11 +378,11 @@ def _cheaper_between(plan_at, g, cands, best, budget_bytes: int):
             if q.recompute_cost >= best[0][0]:
                 break
             rows = [((q.recompute_cost, -cap, st.step_peak_bytes, n), a, q, st)
-                    for cap, st in predict_caps(g, q.schedule, caps, pricer=pricer).items()
-                    if st.step_peak_bytes <= budget_bytes]
+                    for cap, st in predict_caps(g, q.schedule, caps, pricer=pricer).items()]
             n += 1
-            if rows:
-                best = min(rows, key=lambda r: r[0])
+            fits = search.cheapest(rows, budget_bytes, _metered)
+            if fits is not None:
+                best = fits
                 break
         lo = top
     return best

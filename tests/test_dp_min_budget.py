@@ -1,7 +1,7 @@
 """The smallest feasible budget in one pass (:mod:`planner.dp.min_budget`) against the bisection.
 
 An infeasible budget's error names the smallest feasible one; :func:`planner.plan` used to find
-it by bisecting :meth:`Solver.solve` (``api._smallest``) and now asks
+it by bisecting :meth:`Solver.solve` (``planner.search.smallest_budget``) and now asks
 :meth:`Solver.min_budget` where it applies. The number must not change: here the pass is
 compared with that bisection on random single-sink DAGs (both families, both strategies, many
 tied weights), on the shared graphs under 1,000 nodes in bytes and reference units (the
@@ -20,7 +20,7 @@ import pytest
 import planner
 from conftest import data_path
 from hgraph.common.errors import InfeasibleError
-from planner import api, cg
+from planner import cg, search
 from planner.dp.min_budget import min_budget
 from planner.dp.solve import solve_family
 from planner.dp_families import DPGraph, approx_family, exact_family
@@ -29,9 +29,9 @@ from tests.family_oracle import random_single_sink_dag
 
 
 def _bisect(ok, total: int):
-    """``api._smallest`` as :func:`planner.plan` called it."""
+    """``search.smallest_budget`` as :func:`planner.plan` calls it."""
     top = max(5 * total, 1)
-    return api._smallest(ok, max(2 * total, 1), top)
+    return search.smallest_budget(ok, max(2 * total, 1), top)
 
 
 def _case(seed: int) -> DPGraph:

@@ -36,6 +36,13 @@ class InputError(HGraphError):
 
 
 class InfeasibleError(HGraphError):
-    """No plan fits the request (for example a memory budget below the smallest feasible one)."""
+    """No plan fits the request (for example a memory budget below the smallest feasible one).
+
+    ``min_budget_bytes``: the smallest budget that does fit, where the search that refuses
+    knows it (a caller may retry there)."""
 
     exit_code = 3
+
+    def __init__(self, message: str, *, min_budget_bytes: int | None = None):
+        super().__init__(message)
+        self.min_budget_bytes = min_budget_bytes

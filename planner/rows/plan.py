@@ -36,7 +36,8 @@ import numpy as np
 from scipy.sparse import coo_matrix
 from scipy.sparse.csgraph import breadth_first_order, connected_components
 
-from hgraph.common.errors import HGraphError, InfeasibleError
+from hgraph.common.errors import HGraphError
+from planner import search
 from planner.analyses.engine import EngineOptions
 from planner.ops import BACKWARD_FLOPS_FACTOR
 from planner.rows import layers as layers_mod
@@ -350,11 +351,8 @@ def choose(g, budget_bytes: int, opts: EngineOptions | None = None, stages: bool
                 if "no convolution stack where" in str(err) and found:
                     break
                 raise
-    fits = [p for p in found if peak(p) <= budget_bytes]
-    if not fits:
-        best = min(found, key=peak)
-        err = InfeasibleError(f"no row plan fits {budget_bytes:,} B; the smallest predicted peak is "
-                              f"{peak(best):,} B (--rows {best.bands} --row-policy {best.policy})")
-        err.min_budget_bytes = peak(best)
-        raise err
-    return min(fits, key=lambda p: (p.flops()["extra_flops"], p.bands, POLICIES.index(p.policy)))
+    return search.pick(
+        found, budget_bytes,
+        lambda p: (peak(p), (p.flops()["extra_flops"], p.bands, POLICIES.index(p.policy))),
+        lambda low, best: (f"no row plan fits {budget_bytes:,} B; the smallest predicted peak "
+                           f"is {low:,} B (--rows {best.bands} --row-policy {best.policy})"))

@@ -31,7 +31,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from hgraph.common.errors import HGraphError, InfeasibleError
+from hgraph.common.errors import HGraphError
+from planner import search
 from planner.activation_graph import ActivationGraph
 from planner.emit import emit_groups
 from planner.rows.plan import RowPlan, plan, with_recompute
@@ -162,14 +163,11 @@ def choose(p: RowPlan, found: list, budget_bytes: int, peak=None) -> RowPlan:
     its activations) fits ``budget_bytes`` (InfeasibleError naming the smallest peak found, as
     ``min_budget_bytes`` too, when none does)."""
     peak = peak or _activations
-    fits = [q for q in found if peak(q) <= budget_bytes]
-    if not fits:
-        low = min([peak(q) for q in found] + [peak(p)])
-        err = InfeasibleError(f"rows {p.bands} {p.policy} + DP: no plan fits {budget_bytes:,} B; the "
-                              f"smallest predicted peak is {low:,} B")
-        err.min_budget_bytes = low
-        raise err
-    best = min(fits, key=lambda q: (q.flops()["extra_flops"], peak(q)))
+    best = search.pick(
+        found, budget_bytes, lambda q: (peak(q), (q.flops()["extra_flops"], peak(q))),
+        lambda low, _: (f"rows {p.bands} {p.policy} + DP: no plan fits {budget_bytes:,} B; "
+                        f"the smallest predicted peak is {low:,} B"),
+        reachable=[peak(p)])          # rows alone: reached, not picked here (combine takes it first)
     best.dp = {**best.dp, "candidates": len(found), "rows_alone_peak_bytes": int(p.predicted_peak_bytes)}
     return best
 

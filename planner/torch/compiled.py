@@ -15,6 +15,7 @@ import torch
 import torch._inductor.custom_graph_pass  # noqa: F401  (CustomPartitionerFn)
 
 from hgraph.common.errors import HGraphError
+from planner import search
 from planner.torch import capture as cap
 from planner.torch import front as front_mod
 from planner.torch.model_graph import from_joint
@@ -384,11 +385,33 @@ class CompiledStep:
         by_peak = min(left, key=lambda ic: (ic[1].step_peak, ic[1].recompute_flops))
         if lowest:
             return by_peak
-        fit = [ic for ic in left if scale * ic[1].step_peak <= target
-               and (m0 > target or ic[1].recompute_flops < dflt.recompute_flops)]
-        if fit:
-            return min(fit, key=lambda ic: (ic[1].recompute_flops, ic[1].step_peak))
+        fit = search.cheapest(
+            [ic for ic in left if m0 > target or ic[1].recompute_flops < dflt.recompute_flops],
+            target, lambda ic: (scale * ic[1].step_peak, (ic[1].recompute_flops, ic[1].step_peak)))
+        if fit is not None:
+            return fit
         return None if m0 <= target else by_peak
+
+    @staticmethod
+    def _metered(tried, lowest):
+        """The meter of the compiled kind (:mod:`planner.search`) on trial ``i``: its step
+        measured by the allocator; among those that fit, ``"min"`` the first lowest, any other
+        budget the first trial measured within it, torch's default (``tried[0]``) last."""
+        return lambda i: (tried[i]["peak"], (tried[i]["peak"], i) if lowest else (i == 0, i))
+
+    @staticmethod
+    def _refusal(parsed, target, m0, measured, how):
+        """The one line for a budget below every step measured on the first call."""
+        from hgraph.common.formatting import format_bytes
+
+        def line(small, _):
+            of = (f" ({parsed.text} of torch.compile's default step, {format_bytes(m0)})"
+                  if parsed.is_relative else "")
+            return (f"step budget {format_bytes(target)}{of} is below every step measured on the "
+                    f"first call ({measured}): the smallest, {format_bytes(small)} "
+                    f"({100 * small / m0:.1f}% of torch.compile's default step) by {how}; "
+                    f"budget '{front_mod.LOWEST}' asks for the lowest")
+        return line
 
     def _first_call(self, xs):
         from planner.budget import Budget
@@ -405,9 +428,6 @@ class CompiledStep:
             raise
 
     def _settle(self, state, xs, lowest, parsed):
-        from hgraph.common.errors import InfeasibleError
-        from hgraph.common.formatting import format_bytes
-
         part = self.partitioner
         dflt = self._trial(state, xs, TORCH_DEFAULT, TORCH_DEFAULT, None)
         tried, m0 = [dflt], dflt["peak"]
@@ -440,23 +460,9 @@ class CompiledStep:
         else:
             dflt["cand"] = part.defaults[keys[0]]
         if lowest:
-            chosen = min(tried, key=lambda t: t["peak"])
-            target = chosen["peak"]
-        else:
-            fits = [t for t in tried[1:] if t["peak"] <= target] or (
-                [dflt] if m0 <= target else [])
-            if not fits:
-                small = min(tried, key=lambda t: t["peak"])["peak"]
-                of = (f" ({parsed.text} of torch.compile's default step, {format_bytes(m0)})"
-                      if parsed.is_relative else "")
-                err = InfeasibleError(
-                    f"step budget {format_bytes(target)}{of} is below every step measured on "
-                    f"the first call ({len(tried)}): the smallest, {format_bytes(small)} "
-                    f"({100 * small / m0:.1f}% of torch.compile's default step) by "
-                    f"{dflt['how']}; budget '{front_mod.LOWEST}' asks for the lowest")
-                err.min_budget_bytes = small
-                raise err
-            chosen = fits[0]
+            target = min(t["peak"] for t in tried)
+        chosen = tried[search.pick(range(len(tried)), target, self._metered(tried, lowest),
+                                   self._refusal(parsed, target, m0, len(tried), dflt["how"]))]
         out = chosen["out"]
         if chosen is not tried[-1]:           # a later trial ran since: run the chosen again
             state.restore()

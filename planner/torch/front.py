@@ -35,6 +35,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from hgraph.common.progress import current as current_progress
+from planner import search
 from planner.torch import measure
 from planner.torch.partition import keep_names, partition
 
@@ -476,35 +477,36 @@ def keeps_everything(c: Candidate) -> bool:
 def choose(fr: list, step_peak: int) -> Candidate:
     """The least-recompute candidate whose replayed peak is at most ``step_peak`` (the lowest
     peak on the front where none fits)."""
-    fits = [c for c in fr if c.step_peak <= step_peak]
-    if not fits:
-        return fr[0]
-    return min(fits, key=lambda c: (c.recompute_flops, c.step_peak))
+    best = search.cheapest(fr, step_peak, _metered)
+    return fr[0] if best is None else best
+
+
+def _metered(c: Candidate) -> tuple:
+    """The meter of the torch kind (:mod:`planner.search`): the replayed step's peak, and the
+    order among those that fit: least recompute, then the lower step."""
+    return c.step_peak, (c.recompute_flops, c.step_peak)
 
 
 def pick(fr: list, budget) -> Candidate:
-    """:func:`choose` for ``budget`` (bytes, percent, or ``"min"``: :func:`resolve_step_budget`);
-    the plan's report gains ``step_peak_bytes``, ``step_recompute_flops``, ``step_budget_bytes``
+    """:func:`choose` for ``budget`` (bytes, percent, or ``"min"``: :func:`resolve_step_budget`),
+    by the one budget search (:func:`planner.search.pick`); the plan's report gains ``step_peak_bytes``, ``step_recompute_flops``, ``step_budget_bytes``
     and sets ``within_budget`` by the step's replayed peak against that budget.
 
     A budget below every plan's step peak raises :class:`hgraph.common.errors.InfeasibleError` (one
     line naming the smallest reachable step peak, ``err.min_budget_bytes``): a budget is a
     promise, never silently raised.
     """
-    from hgraph.common.errors import InfeasibleError
     from hgraph.common.formatting import format_bytes
 
     target = resolve_step_budget(fr, budget)
-    lowest = min(c.step_peak for c in fr)
-    if target < lowest:
+
+    def refusal(lowest, _):
         top = resolve_step_budget(fr, "100%")
-        err = InfeasibleError(
-            f"step budget {format_bytes(target)} is below the smallest step peak hgraph reaches, "
-            f"{format_bytes(lowest)} ({100 * lowest / top:.1f}% of the keep-all step; budget "
-            f"'{LOWEST}' asks for it)")
-        err.min_budget_bytes = lowest
-        raise err
-    c = choose(fr, target)
+        return (f"step budget {format_bytes(target)} is below the smallest step peak hgraph "
+                f"reaches, {format_bytes(lowest)} ({100 * lowest / top:.1f}% of the keep-all "
+                f"step; budget '{LOWEST}' asks for it)")
+
+    c = search.pick(fr, target, _metered, refusal)
     c.plan.report.update(step_peak_bytes=c.step_peak, step_recompute_flops=c.recompute_flops,
                          step_budget_bytes=target, within_budget=c.step_peak <= target)
     return c
