@@ -37,6 +37,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from planner.options import AccountingOptions  # noqa: E402  (after the path)
+
 BUDGETS = ("40%", "60%", "80%")
 BENCH_GRAPHS = ("resnet50", "vgg19", "unet", "googlenet", "densenet", "synth_transformer",
                 "synth_cnn", "synth_small")
@@ -83,6 +85,10 @@ def plan_hash(g, **options) -> str:
     return h.hexdigest()
 
 
+#: The reference's own accounting (its scaled units), as planner.plan takes it.
+REFERENCE_UNITS = AccountingOptions(units="reference")
+
+
 def ref_cases():
     """(key, graph name, plan options) of every reference conformance row."""
     solver_of = {"DP2fix": "approx", "DPfix": "exact", "Chen": "chen"}
@@ -93,7 +99,7 @@ def ref_cases():
             continue
         key = f"ref/{r['graph']}/{r['solver']}/{r['strategy']}/{r['budget_label']}"
         yield key, r["graph"], dict(budget=int(r["budget_bytes"]), solver=solver_of[r["solver"]],
-                                    strategy=r["strategy"], units="reference")
+                                    strategy=r["strategy"], accounting=REFERENCE_UNITS)
 
 
 def bench_cases():

@@ -61,7 +61,7 @@ def _plan(path, budget, strategy, window, cap):
     t0 = time.perf_counter()
     try:
         p = planner.plan(str(path), budget=budget, solver="approx", strategy=strategy,
-                         dp_window=window, dp_front_cap=cap)
+                         limits=planner.SolverLimits(dp_window=window, dp_front_cap=cap))
     except InfeasibleError as err:
         return {"status": "INFEASIBLE", "seconds": time.perf_counter() - t0, "detail": str(err)}
     return {"status": "OK", "seconds": time.perf_counter() - t0,

@@ -123,7 +123,7 @@ def stages(path: str, tasks: int, runtime: str, budget: str) -> dict:
     from planner.analyses.engine import EngineOptions
     from planner.analyses.levels import levels
     from planner.analyses.local_stats import local_stats
-    from planner.api import Plan, lower_bound_bytes
+    from planner.api import Analysis, Asked, Plan, lower_bound_bytes
     from planner.budget import parse_budget
     from planner.dp import scale
     from planner.dp.solve import solve_family
@@ -172,11 +172,10 @@ def stages(path: str, tasks: int, runtime: str, budget: str) -> dict:
         with piece("lower_bound"):
             lb = lower_bound_bytes(g)
         with piece("report"):
-            rep = Plan.from_replay(g, ag, s, r.groups, sim, solver="approx", strategy="time",
-                                   units="bytes", budget=budget, budget_bytes=b,
-                                   baseline_peak=int(ag.bytes.sum()),
-                                   baseline_kind="activation_sum", lower_bound=lb,
-                                   model=ModelStats.of_dp(r), depth=int(lv.max()) + 1,
+            a = Analysis(g, ag, lv, int(lv.max()) + 1, 0, int(ag.bytes.sum()),
+                         "activation_sum", None, None)
+            rep = Plan.from_replay(a, (r.groups, ModelStats.of_dp(r), s, sim),
+                                   Asked("approx", "time", "bytes", budget, b),
                                    engine={}, seconds=0.0).report
         with tempfile.TemporaryDirectory() as tmp, piece("write"):
             report.write_json(rep, os.path.join(tmp, "report.json"))

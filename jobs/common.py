@@ -91,7 +91,8 @@ def engine_options(args: argparse.Namespace):
 
     d = hgraph.EngineOptions()
     return hgraph.EngineOptions(
-        tasks=args.tasks, blocks=args.blocks, mode=args.mode, runtime=runtime_of(args),
+        tasks=getattr(args, "tasks", d.tasks), blocks=getattr(args, "blocks", d.blocks),
+        mode=getattr(args, "mode", d.mode), runtime=runtime_of(args),
         address=getattr(args, "address", d.address),
         checkpoint_every=getattr(args, "checkpoint_every", d.checkpoint_every),
         inject_failure=getattr(args, "inject_failure", d.inject_failure),

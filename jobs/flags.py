@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import argparse
 
-from hgraph.options import EngineOptions
+from hgraph import EngineOptions
 
 _ENGINE = EngineOptions()
 

@@ -50,9 +50,11 @@ __all__ = ["NAME", "HELP", "add_arguments", "main"]
 def add_arguments(parser) -> None:
     from jobs.flags import add_common_arguments
     from planner.dp import scale
-    from planner.dp_families import DEFAULT_MAX_LOWER_SETS
+    from planner.options import AccountingOptions, SolverLimits
 
     from jobs.flags import add_certificate_arguments
+
+    limit, units = SolverLimits(), AccountingOptions().units
 
     add_common_arguments(parser)
     parser.add_argument("--budget", default=None,
@@ -64,16 +66,16 @@ def add_arguments(parser) -> None:
                              "MILP on HiGHS (--milp-time-limit, --milp-stages)")
     parser.add_argument("--strategy", choices=["time", "memory"], default="time",
                         help="time: least recomputation (default); memory: least checkpoint memory")
-    parser.add_argument("--units", choices=["bytes", "reference"], default="bytes",
+    parser.add_argument("--units", choices=["bytes", "reference"], default=units,
                         help="exact bytes (default) or the reference's scaled accounting")
     parser.add_argument("--out", default=None, help="write the schedule (reference format) here")
     parser.add_argument("--report", default=None, help="write the JSON report here ('-': stdout)")
     parser.add_argument("--plot", default=None, help="write the memory-timeline PNG here")
     parser.add_argument("--execute", action="store_true",
                         help="run the plan (CuPy or NumPy) and add the measured peak to the report")
-    parser.add_argument("--max-lower-sets", type=int, default=DEFAULT_MAX_LOWER_SETS,
+    parser.add_argument("--max-lower-sets", type=int, default=limit.max_lower_sets,
                         help=f"exact DP: refuse above this many lower sets "
-                             f"(default {DEFAULT_MAX_LOWER_SETS:,})")
+                             f"(default {limit.max_lower_sets:,})")
     add_certificate_arguments(parser)
     rows_flags.add_arguments(parser)
     parser.add_argument("--fallback", action="store_true",
@@ -103,22 +105,18 @@ def main(args) -> int:
         return rows_flags.plan_main(args)
     if args.budget is None:
         raise HGraphError("--budget is required (or --rows R for a row plan)")
-    budget = Budget.parse(args.budget)          # bad values fail before any work
+    # bad values fail before any work; "min" (the lowest step) is for graphs with a step front
+    budget = args.budget if args.budget.strip().lower() == "min" else Budget.parse(args.budget)
     for flag in ("dp_window", "dp_front_cap"):
         if getattr(args, flag) is not None and getattr(args, flag) < 0:
             raise HGraphError(f"--{flag.replace('_', '-')} must be >= 0, got {getattr(args, flag)}")
     if args.max_lower_sets < 1:
         raise HGraphError(f"--max-lower-sets must be >= 1, got {args.max_lower_sets}")
     with tracking(args.progress or "auto") as stages:
-        p = planner.plan(args.graph, budget=budget, solver=args.solver, strategy=args.strategy,
-                         units=args.units, tasks=args.tasks, blocks=args.blocks, mode=args.mode,
-                         runtime=common.runtime_of(args), address=args.address,
-                         max_lower_sets=args.max_lower_sets, fallback=args.fallback,
-                         checkpoint_every=args.checkpoint_every,
-                         inject_failure=args.inject_failure,
-                         dp_window=args.dp_window, dp_front_cap=args.dp_front_cap,
-                         certify=args.certify, certify_time_limit=args.certify_time_limit,
-                         milp_time_limit=args.milp_time_limit, milp_stages=args.milp_stages)
+        p = planner.plan(args.graph, budget, solver=args.solver, strategy=args.strategy,
+                         engine=common.engine_options(args), limits=limits(args),
+                         certify=planner.CertifyOptions(args.certify, args.certify_time_limit),
+                         accounting=planner.AccountingOptions(units=args.units))
         if args.execute:
             with stages.stage("executing the plan"):
                 p.report["execute"] = _execute(p)
@@ -133,6 +131,17 @@ def main(args) -> int:
     data_on_stdout = "-" in (args.out, args.report)
     report.print_summary(p.report, file=sys.stderr if data_on_stdout else sys.stdout)
     return 0
+
+
+def limits(args) -> "planner.SolverLimits":
+    """The solver limits the flags in ``args`` ask for (``--max-lower-sets``, ``--fallback``,
+    ``--dp-window``, ``--dp-front-cap``, ``--milp-time-limit``, ``--milp-stages``)."""
+    import planner
+
+    return planner.SolverLimits(
+        max_lower_sets=args.max_lower_sets, fallback=args.fallback, dp_window=args.dp_window,
+        dp_front_cap=args.dp_front_cap, milp_time_limit=args.milp_time_limit,
+        milp_stages=args.milp_stages)
 
 
 def _execute(p) -> dict:

@@ -74,7 +74,10 @@ def add_arguments(parser, execute: bool = False) -> None:
     if execute:
         parser.add_argument("--budget", default=None,
                             help="with --rows: memory budget (bytes, a size, or a percentage of the "
-                                 "plain step's peak); rows + recomputation DP when rows alone exceed it")
+                                 "plain step's peak); rows + recomputation DP when rows alone exceed it. "
+                                 "With --torch: the step budget the schedule was planned at (as "
+                                 "submit plan read it; 'min' needs --graph), judged against the "
+                                 "measured peak")
         parser.add_argument("--dtype", choices=["float32", "float64"], default=None,
                             help="--model: precision of the zoo model (with --rows default float32, "
                                  "else the model's)")
@@ -86,7 +89,7 @@ def wanted(args) -> bool:
 
 def _refuse(args, flags) -> None:
     """One line for the first flag in ``flags`` given a value the row path cannot honour."""
-    from planner.dp_families import DEFAULT_MAX_LOWER_SETS
+    from planner.options import DEFAULT_MAX_LOWER_SETS
 
     for dest, unset, why in flags:
         value = getattr(args, dest, unset)
@@ -116,11 +119,7 @@ def _plan(args, graph):
     from planner.rows_api import plan_rows
 
     return plan_rows(graph, rows=args.rows, policy=args.row_policy, budget=args.budget,
-                     tasks=getattr(args, "tasks", 1), blocks=getattr(args, "blocks", 1),
-                     mode=getattr(args, "mode", "hybrid"), runtime=common.runtime_of(args),
-                     address=getattr(args, "address", None),
-                     checkpoint_every=getattr(args, "checkpoint_every", None),
-                     inject_failure=getattr(args, "inject_failure", None))
+                     engine=common.engine_options(args))
 
 
 def _emit(report: dict, path) -> None:

@@ -48,22 +48,33 @@ from planner.analyses.engine import EngineOptions
 from planner.analyses.levels import levels
 from planner.budget import Budget
 from planner.dp.subsets import groups_to_chain
-from planner.dp_families import DEFAULT_MAX_LOWER_SETS
 from planner.emit import emit_groups
 from planner.fixed_schedules import replay_baseline
+from planner.options import UNITS, AccountingOptions, CertifyOptions, SolverLimits
 from planner.schedule import Schedule
 from planner.solver import NAMES, ModelStats, Solver, make_solver
 
-__all__ = ["Plan", "plan", "Planning", "SOLVERS", "STRATEGIES", "UNITS",
+__all__ = ["Plan", "plan", "Planning", "Asked", "SOLVERS", "STRATEGIES", "UNITS",
            "lower_bound_bytes", "BASELINE_SCHEDULE_LIMIT"]
 
 #: The solvers ``--solver`` names (:data:`planner.solver.NAMES`).
 SOLVERS = NAMES
 STRATEGIES = ("time", "memory")
-UNITS = ("bytes", "reference")
 #: Graphs up to this many activations get a simulated no-recomputation baseline schedule; larger
 #: ones use Σ activation bytes (the reference's S, "in practice the no-recompute peak").
 BASELINE_SCHEDULE_LIMIT = 3000
+
+
+@dataclass(frozen=True)
+class Asked:
+    """What a plan was asked for: the ``solver`` and ``strategy`` that made it, the ``units``,
+    the ``budget`` as given (a :class:`planner.budget.Budget` or text) and in bytes."""
+
+    solver: str
+    strategy: str
+    units: str
+    budget: object
+    budget_bytes: int
 
 
 @dataclass
@@ -117,21 +128,23 @@ class Plan:
         self.report = report_mod.build(self)
 
     @classmethod
-    def from_replay(cls, g, ag, schedule, groups, sim, *, solver: str, strategy: str, units: str,
-                    budget, budget_bytes: int, baseline_peak: int, baseline_kind: str,
-                    lower_bound: int, model: ModelStats, depth: int, engine: dict,
-                    seconds: float, baseline_timeline=None, certificate=None) -> Plan:
-        """The plan of ``schedule`` (blocks ``groups``) on ``g``, from its replay ``sim``."""
+    def from_replay(cls, a: Analysis, found: tuple, asked: Asked, *, engine: dict,
+                    seconds: float, certificate=None) -> Plan:
+        """The plan ``found`` (groups, model, schedule, replay: what :func:`fit` returns) of the
+        analysed graph ``a``, as ``asked``; ``engine``: the report's, ``seconds``: its time."""
+        groups, model, schedule, sim = found
+        g, ag = a.g, a.ir
         return cls(schedule=schedule, graph=g, nodes=int(ag.n), variables=int(g.num_vars),
-                   depth=int(depth), solver=solver, strategy=strategy, units=units,
-                   budget=getattr(budget, "text", str(budget)), budget_bytes=int(budget_bytes),
-                   peak_bytes=int(sim.peak_bytes), baseline_peak_bytes=int(baseline_peak),
-                   baseline_kind=baseline_kind, lower_bound_bytes=int(lower_bound),
+                   depth=int(a.depth), solver=asked.solver, strategy=asked.strategy,
+                   units=asked.units, budget=getattr(asked.budget, "text", str(asked.budget)),
+                   budget_bytes=int(asked.budget_bytes), peak_bytes=int(sim.peak_bytes),
+                   baseline_peak_bytes=int(a.baseline_peak), baseline_kind=a.baseline_kind,
+                   lower_bound_bytes=lower_bound_bytes(g),
                    recompute_cost=int(sim.recompute_cost), forward_cost=int(sim.forward_cost),
                    recomputed=int(sim.recomputed), ops=int(len(sim.timeline)),
                    seconds=float(seconds), model=model, engine=dict(engine),
                    decisions=report_mod.decisions(g, ag, groups, sim), groups=groups,
-                   timeline=sim.timeline, baseline_timeline=baseline_timeline,
+                   timeline=sim.timeline, baseline_timeline=a.baseline_timeline,
                    recompute_certificate=certificate)
 
     @property
@@ -376,37 +389,30 @@ def _keep_everything(a: Analysis, check: bool):
             a.baseline_schedule, sim)
 
 
-def plan(graph_or_path, budget="100%", solver: str = "approx", strategy: str = "time",
-         units: str = "bytes", tasks: int = 1, blocks: int = 1, mode: str = "hybrid",
-         runtime: str = "local", address: str | None = None,
-         max_lower_sets: int = DEFAULT_MAX_LOWER_SETS, fallback: bool = False,
-         check: bool = True, checkpoint_every: int | None = None,
-         inject_failure: int | None = None, dp_window: int | None = None,
-         dp_front_cap: int | None = None, certify: str = "on",
-         certify_time_limit: float | None = None, milp_time_limit: float | None = None,
-         milp_stages: int | None = None, accounting: str = "auto") -> Plan:
+def plan(graph_or_path, budget="100%", *, solver: str = "approx", strategy: str = "time",
+         engine: EngineOptions = EngineOptions(), limits: SolverLimits = SolverLimits(),
+         certify: CertifyOptions | str = "on",
+         accounting: AccountingOptions | str = "auto") -> Plan:
     """Plan recomputation for a graph under ``budget``; see the module docstring.
 
     ``budget``: bytes (int), or text as ``--budget`` takes it (``"2GB"``, ``"800MiB"``,
-    ``"60%"`` of the no-recomputation peak). ``solver``: ``"approx"`` (default), ``"exact"``
-    or ``"chen"`` (ignores the budget, as the reference does); ``strategy``: ``"time"`` (least
-    recomputation) or ``"memory"`` (least checkpoint memory); ``units``: ``"bytes"`` (exact) or
-    ``"reference"`` (the reference's scaled ints, for number-for-number comparison).
-    ``tasks``/``blocks``/``mode``/``runtime``/``address`` say where the engine analyses run;
-    the plan is the same for all of them. ``checkpoint_every``/``inject_failure`` pass through
-    to every engine run (fault tolerance; the plan is the same after a recovery).
-    ``dp_window``/``dp_front_cap``: the approximate DP's scale options
-    (:mod:`planner.dp.scale`); None: exact up to ``planner.dp.scale.EXACT_LIMIT`` activations,
-    the module's defaults above; 0: off. Whatever is used is in the report (``dp_window``,
-    ``dp_front_cap``, ``dp_exact``) for graphs planned on the scale path.
-    ``solver="milp"``: Checkmate's MILP in the DP's model (:mod:`planner.milp`; HiGHS within
-    ``milp_time_limit`` seconds over ``milp_stages`` stages, default one per activation).
-    ``certify``: ``"on"`` (default), ``"lp"`` or ``"off"``: the plan's lower bound on
-    recomputation and gap (:mod:`planner.certificate`; the LP within ``certify_time_limit``).
-    ``accounting``: ``"auto"`` budgets the whole step of a graph with op arguments
-    (:mod:`planner.whole_step`) and the activations of any other; ``"activations"``.
+    ``"60%"`` of the no-recomputation peak). ``solver``: ``"approx"`` (default), ``"exact"``,
+    ``"chen"`` (ignores the budget, as the reference does) or ``"milp"`` (Checkmate's MILP in
+    the DP's model, :mod:`planner.milp`); ``strategy``: ``"time"`` (least recomputation) or
+    ``"memory"`` (least checkpoint memory). The rest are grouped records
+    (:mod:`planner.options`), each with its defaults stated there: ``engine``
+    (:class:`hgraph.EngineOptions`): where the engine analyses run — the plan is the same for
+    any of them, after a recovery too; ``limits`` (:class:`planner.options.SolverLimits`): how
+    far a solver may go (lower sets, the approximate DP's window and front cap, the MILP's time
+    and stages); ``certify`` (:class:`planner.options.CertifyOptions`, or its mode alone:
+    ``"on"``, ``"lp"``, ``"off"``): the plan's lower bound on recomputation and gap;
+    ``accounting`` (:class:`planner.options.AccountingOptions`, or its kind alone: ``"auto"``
+    budgets the whole step of a graph with op arguments, :mod:`planner.whole_step`, and the
+    activations of any other; ``"activations"``): what the budget counts, the units (bytes or
+    the reference's scaled ints) and the replay's validity check.
     """
-    return Planning(**dict(locals())).at(budget)
+    return Planning(graph_or_path, solver=solver, strategy=strategy, engine=engine,
+                    limits=limits, certify=certify, accounting=accounting).at(budget)
 
 
 class Planning:
@@ -422,52 +428,42 @@ class Planning:
     the unpruned DP's plan (:mod:`planner.dp.solve`).
     """
 
-    def __init__(self, graph_or_path, budget=None, solver: str = "approx",
-                 strategy: str = "time", units: str = "bytes", tasks: int = 1,
-                 blocks: int = 1, mode: str = "hybrid", runtime: str = "local",
-                 address: str | None = None, max_lower_sets: int = DEFAULT_MAX_LOWER_SETS,
-                 fallback: bool = False, check: bool = True,
-                 checkpoint_every: int | None = None, inject_failure: int | None = None,
-                 dp_window: int | None = None, dp_front_cap: int | None = None,
-                 certify: str = "on", certify_time_limit: float | None = None,
-                 milp_time_limit: float | None = None, milp_stages: int | None = None,
-                 accounting: str = "auto"):
-        self.args = dict(locals())
-        del self.args["self"]
+    def __init__(self, graph_or_path, *, solver: str = "approx", strategy: str = "time",
+                 engine: EngineOptions = EngineOptions(), limits: SolverLimits = SolverLimits(),
+                 certify: CertifyOptions | str = "on",
+                 accounting: AccountingOptions | str = "auto"):
         self.t0 = time.perf_counter()
         _check_choice("solver", solver, SOLVERS)
         _check_choice("strategy", strategy, STRATEGIES)
-        _check_choice("units", units, UNITS)
-        from planner import certificate as cert_mod
-
-        _check_choice("certify mode", certify, cert_mod.MODES)
-        for name, value in (("milp_time_limit", milp_time_limit),
-                            ("certify_time_limit", certify_time_limit)):
-            if value is not None and not value > 0:
-                raise HGraphError(f"{name} must be > 0 seconds, got {value}")
+        cert, acc = CertifyOptions.of(certify), AccountingOptions.of(accounting)
         if solver == "milp" and strategy != "time":
             raise HGraphError("the milp solver minimises recomputation (time-centric); "
                               "--strategy memory does not apply to it")
-        if milp_stages is not None and milp_stages < 1:
-            raise HGraphError(f"milp_stages must be >= 1, got {milp_stages}")
+        self.engine, self.limits = engine, limits
+        #: the session's settings by name, read by the solver and the plans
+        self.args = dict(solver=solver, strategy=strategy, units=acc.units, check=acc.check,
+                         certify=cert.mode, certify_time_limit=cert.time_limit)
+        units, accounting = acc.units, acc.kind
         stages = current_progress()
         with stages.stage("reading the graph"):
             g = self.g = _load(graph_or_path)
         if g.num_forward == 0:
             raise HGraphError(f"{g.path or 'graph'}: no forward functions to plan")
-        _check_choice("accounting", accounting, ("auto", "activations"))
         self.whole_step = None
+        if accounting == "auto" and units == "bytes":
+            from planner import step_front
+
+            if step_front.applies(g):        # hgraph graph torch's: the budget is torch's step
+                self.whole_step = step_front
         # a graph without op arguments (the reference's dumps: g.ops is None) never loads the
         # op table or its kernels: whole-step accounting is for graphs the op table can run
-        if accounting == "auto" and units == "bytes" and g.ops is not None:
+        if self.whole_step is None and accounting == "auto" and units == "bytes" \
+                and g.ops is not None:
             from planner import whole_step
 
             if whole_step.applies(g):        # the budget holds the whole step
                 self.whole_step = whole_step
-        self.opts = opts = EngineOptions(tasks=int(tasks), blocks=int(blocks), mode=mode,
-                                         runtime=runtime, address=address,
-                                         checkpoint_every=checkpoint_every,
-                                         inject_failure=inject_failure)
+        self.opts = opts = engine
         self.a = analyse(g, opts)                                   # analyse, once
         self.solvers = {}                    # every solver made, by name (a MILP: by plan)
         self.s = self._solver(solver)
@@ -479,11 +475,8 @@ class Planning:
         if name in self.solvers and not fresh:
             return self.solvers[name][-1]
         args, a = self.args, self.a
-        s = make_solver(self.g, name, args["strategy"], args["units"], self.opts,
-                        args["max_lower_sets"], args["fallback"], dp_window=args["dp_window"],
-                        dp_front_cap=args["dp_front_cap"], level=a.level, ag=a.ir,
-                        milp_time_limit=args["milp_time_limit"],
-                        milp_stages=args["milp_stages"])
+        s = make_solver(self.g, name, args["strategy"], args["units"], self.opts, self.limits,
+                        level=a.level, ag=a.ir)
         self.solvers.setdefault(name, []).append(s)
         return s
 
@@ -530,7 +523,7 @@ class Planning:
         """The plan of the activations at ``budget`` (the reference's accounting in the
         session's units) with the session's analysis, by the session's solver or ``solver``,
         certified as the session says or as ``certify`` says."""
-        args, g, a = self.args, self.g, self.a
+        args, a = self.args, self.a
         solver, certify = solver or args["solver"], certify or args["certify"]
         s = self.s if solver == args["solver"] and self.whole_step is None else \
             self._solver(solver, fresh=solver == "milp")
@@ -538,16 +531,14 @@ class Planning:
         certify_time_limit = args["certify_time_limit"]
         b = budget if isinstance(budget, Budget) else Budget.parse(budget)
         budget_bytes = b.resolve(a.baseline_peak)
-        groups, model, schedule, sim = fit(a, s, budget_bytes, args["check"])  # solve, emit, verify
+        found = fit(a, s, budget_bytes, args["check"])              # solve, emit, verify
+        model = found[1]
         cert = None
         if certify != "off":
             with current_progress().stage("certificate (lower bound)"):
                 cert = cert_mod.certify(a.ir, budget_bytes, units, model, certify,
                                         **({} if certify_time_limit is None
                                            else {"time_limit": certify_time_limit}))
-        return Plan.from_replay(
-            g, a.ir, schedule, groups, sim, solver=solver, strategy=strategy, units=units,
-            budget=b, budget_bytes=budget_bytes, baseline_peak=a.baseline_peak,
-            baseline_kind=a.baseline_kind, lower_bound=lower_bound_bytes(g), model=model,
-            depth=a.depth, engine=self._engine(), seconds=time.perf_counter() - self.t0,
-            baseline_timeline=a.baseline_timeline, certificate=cert)
+        return Plan.from_replay(a, found, Asked(solver, strategy, units, b, budget_bytes),
+                                engine=self._engine(), seconds=time.perf_counter() - self.t0,
+                                certificate=cert)

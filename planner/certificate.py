@@ -47,12 +47,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from planner.options import CERTIFY_MODES
+
 __all__ = ["Certificate", "certify", "knapsack_bound", "sink_size", "MODES", "LP_AUTO_NODES",
            "LP_MAX_CELLS", "DEFAULT_TIME_LIMIT"]
 
 #: ``--certify``: ``on`` (knapsack; the LP up to :data:`LP_AUTO_NODES` activations), ``lp``
 #: (the LP relaxation too, up to :data:`LP_MAX_CELLS`, within the time limit), ``off``.
-MODES = ("on", "lp", "off")
+MODES = CERTIFY_MODES
 #: Graphs up to this many activations get the LP relaxation with ``--certify on``. 0: the
 #: LP costs far more than the plan even on tiny graphs (bench/NOTES_certificate.md, the
 #: timing section), and on the reference graphs it is never above the knapsack bound where

@@ -33,12 +33,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from hgraph.common.errors import HGraphError
+from planner.options import DEFAULT_MAX_LOWER_SETS
 
 __all__ = ["LowerSets", "all_lower_sets", "articulation_sets", "DEFAULT_MAX_LOWER_SETS",
            "TooManyLowerSets"]
 
-#: Default cap on the exact family's size, for every enumeration (``--max-lower-sets``).
-DEFAULT_MAX_LOWER_SETS = 200_000
 
 
 class TooManyLowerSets(HGraphError):

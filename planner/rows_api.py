@@ -2,8 +2,8 @@
 
 Row-centric plans (LR-CNN, :mod:`planner.rows`) and rows + the recomputation DP
 (:mod:`planner.rows.with_dp`) enter the planner here, as recomputation plans enter through
-:func:`planner.api.plan`, with the same engine options: ``tasks``/``blocks``/``mode`` say how the
-row analyses (:mod:`planner.rows.row_program`; the DP's lower-set statistics for rows + DP) run
+:func:`planner.api.plan`, with the same engine options (``engine``, :class:`hgraph.EngineOptions`):
+``tasks``/``blocks``/``mode`` say how the row analyses (:mod:`planner.rows.row_program`; the DP's lower-set statistics for rows + DP) run
 on the engine, ``runtime``/``address`` where (an address that does not answer is the same one-line
 error as for a recomputation plan), ``checkpoint_every``/``inject_failure`` pass to every engine
 run (fault tolerance: the plan is the same after a recovery). The plan is the same for any of
@@ -31,7 +31,7 @@ Example::
 
     >>> from planner.execute import export, zoo
     >>> g = export.to_cg(zoo.build("vgg16", width=4, depth=1, image=32))
-    >>> r = plan_rows(g, rows=4, policy="share", tasks=2)
+    >>> r = plan_rows(g, rows=4, policy="share", engine=EngineOptions(tasks=2))
     >>> r.bands, r.policy, r.predicted_peak_bytes < r.plain_peak_bytes, r.combined_with_dp
     (4, 'share', True, False)
 """
@@ -123,17 +123,14 @@ def _check(rows, policy: str, budget) -> None:
 
 
 def plan_rows(graph_or_path, rows: int | None = None, policy: str | None = None, budget=None, *,
-              tasks: int = 1, blocks: int = 1, mode: str = "hybrid", runtime: str = "local",
-              address: str | None = None, checkpoint_every: int | None = None,
-              inject_failure: int | None = None) -> RowsPlan:
+              engine: EngineOptions = EngineOptions()) -> RowsPlan:
     """The row plan of a zoo graph (a cg.txt path or a :mod:`planner.cg` graph); see the module
-    docstring. ``policy`` None is ``"overlap"``."""
+    docstring. ``policy`` None is ``"overlap"``; ``engine``: where the engine analyses run
+    (:class:`hgraph.EngineOptions`, as :func:`planner.plan` takes it)."""
     policy = policy or "overlap"
     _check(rows, policy, budget)
     b = None if budget is None else budget if isinstance(budget, Budget) else Budget.parse(budget)
-    opts = EngineOptions(tasks=int(tasks), blocks=int(blocks), mode=mode, runtime=runtime,
-                         address=address, checkpoint_every=checkpoint_every,
-                         inject_failure=inject_failure)
+    opts = engine
     stages = current_progress()
     with stages.stage("reading the graph"):
         g = cg.read(graph_or_path) if isinstance(graph_or_path, (str, Path)) else graph_or_path

@@ -29,8 +29,9 @@ from planner.activation_graph import ActivationGraph
 from planner.analyses.engine import EngineOptions
 from planner.dp import scale
 from planner.dp.solve import solve_family
-from planner.dp_families import DEFAULT_MAX_LOWER_SETS, approx_family, exact_family
+from planner.dp_families import approx_family, exact_family
 from planner.emit import groups_of_chain
+from planner.options import SolverLimits
 from planner.search import refuse
 from planner.units import ratio_windows, scale_units
 
@@ -158,16 +159,16 @@ class Solver:
 
     def __init__(self, g, solver: str | None = None, strategy: str = "time",
                  units: str = "bytes", opts: EngineOptions | None = None,
-                 max_lower_sets: int = DEFAULT_MAX_LOWER_SETS, fallback: bool = False,
-                 dp_window=None, dp_front_cap=None, level=None,
-                 ag: ActivationGraph | None = None, milp_time_limit: float | None = None,
-                 milp_stages: int | None = None):
+                 limits: SolverLimits | None = None, *, level=None,
+                 ag: ActivationGraph | None = None):
         self.g, self.solver, self.strategy, self.units = g, self.name, strategy, units
         self.ag = ag if ag is not None else ActivationGraph.from_cg(g)
         self.opts = opts if opts is not None else EngineOptions()
-        self.max_lower_sets, self.fallback, self.level = max_lower_sets, fallback, level
+        self.limits = lim = limits if limits is not None else SolverLimits()
+        self.max_lower_sets, self.fallback, self.level = lim.max_lower_sets, lim.fallback, level
         self.act_sum = int(self.ag.bytes.sum())
-        self.milp_time_limit, self.milp_stages = milp_time_limit, milp_stages
+        self.milp_time_limit, self.milp_stages = lim.milp_time_limit, lim.milp_stages
+        dp_window, dp_front_cap = lim.dp_window, lim.dp_front_cap
         self.engine_supersteps = 0
         self._cache = {}             # what a solver keeps across budgets (families per ratio)
         n = self.ag.n
@@ -404,7 +405,7 @@ class MILPSolver(Solver):
         if self.milp_stages is None:
             if "seed" not in self._cache:        # the exact DP whose chain gives the stages
                 self._cache["seed"] = ExactDP(self.g, "exact", "time", self.units, self.opts,
-                                              self.max_lower_sets, fallback=True,
+                                              SolverLimits(self.max_lower_sets, fallback=True),
                                               level=self.level, ag=ag)
             seed = self._cache["seed"].dp(budget_bytes)
             if seed.impossible:
@@ -469,15 +470,11 @@ CLASSES = {"approx": ApproxDP, "exact": ExactDP, "chen": ChenChain, "milp": MILP
 
 
 def make_solver(g, solver: str = "approx", strategy: str = "time", units: str = "bytes",
-                opts: EngineOptions | None = None,
-                max_lower_sets: int = DEFAULT_MAX_LOWER_SETS, fallback: bool = False,
-                dp_window=None, dp_front_cap=None, level=None,
-                ag: ActivationGraph | None = None, milp_time_limit: float | None = None,
-                milp_stages: int | None = None) -> Solver:
+                opts: EngineOptions | None = None, limits: SolverLimits | None = None, *,
+                level=None, ag: ActivationGraph | None = None) -> Solver:
     """The solver ``solver`` names (:data:`CLASSES`) on graph ``g``; the other arguments are
-    :class:`Solver`'s. An unknown name is the one-line error ``--solver`` gives."""
+    :class:`Solver`'s (``limits``: :class:`planner.options.SolverLimits`, None: its defaults).
+    An unknown name is the one-line error ``--solver`` gives."""
     if solver not in CLASSES:
         raise HGraphError(f"unknown solver {solver!r}; expected one of {', '.join(NAMES)}")
-    return CLASSES[solver](g, solver, strategy, units, opts, max_lower_sets, fallback,
-                           dp_window=dp_window, dp_front_cap=dp_front_cap, level=level, ag=ag,
-                           milp_time_limit=milp_time_limit, milp_stages=milp_stages)
+    return CLASSES[solver](g, solver, strategy, units, opts, limits, level=level, ag=ag)

@@ -337,7 +337,8 @@ def test_milp_time_limit_bounds_the_milp_stage_on_densenet(capsys):
 
     import planner
 
-    p = planner.plan(_graph_path("densenet"), budget="60%", solver="milp", milp_time_limit=1)
+    p = planner.plan(_graph_path("densenet"), budget="60%", solver="milp",
+                     limits=planner.SolverLimits(milp_time_limit=1))
     mi = p.report["milp"]
     assert mi["seconds"] < 1.1 * 1 + OVERHEAD, mi
     assert mi["stopped"] in ("killed", "time limit") and not mi["optimal"]
@@ -375,7 +376,8 @@ def test_gap_is_n_a_where_the_bound_is_0():
     from planner.report import summary_table
     from planner.plain_table import PlainTable
 
-    p = planner.plan(_graph_path("vgg19"), budget="200%", units="reference")
+    p = planner.plan(_graph_path("vgg19"), budget="200%",
+                     accounting=planner.AccountingOptions(units="reference"))
     assert p.recompute_certificate.bound == 0 < p.model_recompute_cost
     text = summary_table(p.report, PlainTable).render(200)
     assert "n/a (bound 0)" in text and "100.0%" not in text.split("gap")[1].split("\n")[0]

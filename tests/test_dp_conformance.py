@@ -34,6 +34,7 @@ from planner.activation_graph import ActivationGraph
 from planner.dp.loop import run_dp
 from planner.dp.solve import solve_family
 from planner.dp_families import DPGraph, approx_family, exact_family
+from planner.options import SolverLimits
 from planner.solver import make_solver
 from planner.units import scale_units
 from tests.family_oracle import random_single_sink_dag
@@ -196,8 +197,9 @@ def test_exact_family_limit_refuses_or_falls_back():
     with pytest.raises(HGraphError, match="single sink"):
         approx_family(two_sinks)
     with pytest.raises(HGraphError):
-        make_solver(_graph("unet"), "exact", max_lower_sets=100).dp(10**11)
-    r = make_solver(_graph("unet"), "exact", max_lower_sets=100, fallback=True).dp(10**11)
+        make_solver(_graph("unet"), "exact", limits=SolverLimits(max_lower_sets=100)).dp(10**11)
+    r = make_solver(_graph("unet"), "exact",
+                    limits=SolverLimits(max_lower_sets=100, fallback=True)).dp(10**11)
     assert r.fell_back and r.n_lower_sets == 61 and r.status == "OK"
 
 

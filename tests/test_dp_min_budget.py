@@ -24,6 +24,7 @@ from planner import cg, search
 from planner.dp.min_budget import min_budget
 from planner.dp.solve import solve_family
 from planner.dp_families import DPGraph, approx_family, exact_family
+from planner.options import SolverLimits
 from planner.solver import Solver, make_solver
 from tests.family_oracle import random_single_sink_dag
 
@@ -110,7 +111,8 @@ def test_big_exact_family_and_chen_bisect(monkeypatch):
 
     g = _graph("vgg19")
     assert not make_solver(g, "chen").direct_min_budget()
-    assert not make_solver(g, "approx", dp_window=8, dp_front_cap=64).direct_min_budget()
+    capped = SolverLimits(dp_window=8, dp_front_cap=64)
+    assert not make_solver(g, "approx", limits=capped).direct_min_budget()
     direct = _error(g, "exact", "bytes")
     monkeypatch.setattr(solver_mod, "MIN_BUDGET_MAX_SETS", 10)
     assert not make_solver(g, "exact").direct_min_budget()
@@ -130,7 +132,8 @@ def test_feasible_is_solve_status(solver):
 def _error(g, solver: str, units: str):
     """(smallest budget, message) of :func:`planner.plan`'s error at 20 %."""
     with pytest.raises(InfeasibleError) as info:
-        planner.plan(g, budget="20%", solver=solver, units=units)
+        planner.plan(g, budget="20%", solver=solver,
+                     accounting=planner.AccountingOptions(units=units))
     return info.value.min_budget_bytes, str(info.value)
 
 

@@ -137,9 +137,10 @@ def _without(report, *keys):
 @pytest.mark.parametrize("name", ["resnet50", "unet", "synth5"])
 def test_plan_on_the_scale_path_equals_the_dense_plan(name, monkeypatch):
     g, _ = _dg(name)
-    dense = planner.plan(g, budget="50%", tasks=2)
+    dense = planner.plan(g, budget="50%", engine=planner.EngineOptions(tasks=2))
     monkeypatch.setattr(scale, "EXACT_LIMIT", 0)           # every graph on the scale path
-    scaled = planner.plan(g, budget="50%", tasks=2, dp_window=0, dp_front_cap=0)
+    scaled = planner.plan(g, budget="50%", engine=planner.EngineOptions(tasks=2),
+                          limits=planner.SolverLimits(dp_window=0, dp_front_cap=0))
     assert scaled.report["dp_exact"] is True and "dp_exact" not in dense.report
     assert _without(scaled.report) == _without(dense.report)
     assert scaled.schedule.dumps() == dense.schedule.dumps()
@@ -149,7 +150,8 @@ def test_capped_plan_is_valid_reported_and_engine_independent():
     g = synth.build(layers=12, heads=2)
     reports = []
     for engine in MATRIX:
-        p = planner.plan(g, budget="50%", dp_window=8, dp_front_cap=16, **engine)
+        p = planner.plan(g, budget="50%", engine=planner.EngineOptions(**engine),
+                         limits=planner.SolverLimits(dp_window=8, dp_front_cap=16))
         assert p.report["within_budget"] and p.peak_bytes <= p.budget_bytes
         assert (p.report["dp_window"], p.report["dp_front_cap"], p.report["dp_exact"]) == \
                (8, 16, False)

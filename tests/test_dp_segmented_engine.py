@@ -132,14 +132,15 @@ def test_segmented_plan_is_the_same_for_1_2_4_workers_local_and_ray(monkeypatch,
     cg = synth.build_cnn(blocks=synth.cnn_blocks_for_nodes(3000))     # scale path
     hashes = {}
     for tasks, runtime in ((1, "local"), (2, "local"), (4, "local"), (4, "ray")):
-        p = planner.plan(cg, budget="40%", tasks=tasks, runtime=runtime, certify="off")
+        p = planner.plan(cg, budget="40%", certify="off",
+                         engine=planner.EngineOptions(tasks=tasks, runtime=runtime))
         assert p.report["dp_segmented"]["segments"] > 1
         hashes[(tasks, runtime)] = _plan_hash(p)
     assert len(set(hashes.values())) == 1, hashes
     # a worker killed at superstep 1 of every engine run — in the DP's scan, the actor that
     # walked the second block's segments in superstep 0 — changes nothing
-    p = planner.plan(cg, budget="40%", tasks=2, runtime="ray", certify="off",
-                     checkpoint_every=1, inject_failure=1)
+    hurt = planner.EngineOptions(tasks=2, runtime="ray", checkpoint_every=1, inject_failure=1)
+    p = planner.plan(cg, budget="40%", certify="off", engine=hurt)
     assert _plan_hash(p) == hashes[(1, "local")]
 
 
@@ -153,11 +154,11 @@ def test_plan_above_the_limit_is_segmented_and_says_so(monkeypatch):
     from planner.report import approximations_text
 
     cg = synth.build(layers=110, heads=4)                  # ~2,600 activations: scale path
-    below = planner.plan(cg, budget="50%", tasks=2, certify="off")
+    below = planner.plan(cg, budget="50%", certify="off", engine=planner.EngineOptions(tasks=2))
     assert "dp_segmented" not in below.report and below.report["dp_exact"] is False
     assert approximations_text(below.report).startswith("window 8, front cap 128;")
     monkeypatch.setattr(se, "SEGMENTED_LIMIT", 1000)
-    p = planner.plan(cg, budget="50%", tasks=2, certify="off")
+    p = planner.plan(cg, budget="50%", certify="off", engine=planner.EngineOptions(tasks=2))
     seg = p.report["dp_segmented"]
     assert seg["segments"] == S.DEFAULT_SEGMENTS and seg["mode"] == "composed"
     assert seg["composed_recompute_cost"] == p.report["model_recompute_cost"]

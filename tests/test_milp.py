@@ -123,7 +123,8 @@ def test_every_plan_s_bound_is_at_most_its_model_cost(name):
     for solver in ("approx", "chen"):
         for budget in ("40%", "60%", "80%"):
             try:
-                p = planner.plan(g, budget=budget, solver=solver, units="reference")
+                p = planner.plan(g, budget=budget, solver=solver,
+                                 accounting=planner.AccountingOptions(units="reference"))
             except HGraphError:
                 continue
             c = p.recompute_certificate
@@ -141,13 +142,15 @@ def test_knapsack_bound_is_tight_on_vgg19_where_the_milp_meets_it():
     u = scale_units(int(0.6 * S), S, "reference")
     m = ag.bytes // u.ratio
     assert certificate.knapsack_bound(m, ag.t, int(m[-1:].min()), u.budget) >= 1
-    p = planner.plan(g, budget="60%", solver="approx", units="reference")
+    p = planner.plan(g, budget="60%", solver="approx",
+                     accounting=planner.AccountingOptions(units="reference"))
     assert p.recompute_certificate.bound <= p.model_recompute_cost
 
 
 def test_milp_plans_replay_and_fit_in_bytes():
     g = cg.read(data_path("graphs", "cg_vgg19.txt"))
-    p = planner.plan(g, budget="90%", solver="milp", milp_stages=4, milp_time_limit=60)
+    p = planner.plan(g, budget="90%", solver="milp",
+                     limits=planner.SolverLimits(milp_stages=4, milp_time_limit=60))
     assert p.within_budget and p.report["milp"]["stages"] == 4
     # the replay (which raised on any violation) recomputes at least what the model says
     assert p.recompute_cost >= p.model_recompute_cost
@@ -159,8 +162,11 @@ def test_milp_on_the_dp_s_chain_never_costs_more_than_the_dp(name):
     """--solver milp's default: the stages are the exact DP's chain, so the canonical schedule
     is a solution and HiGHS's never costs more; its replay is clean (plan() checks it)."""
     g = cg.read(data_path("graphs", f"cg_{name}.txt"))
-    dp = planner.plan(g, budget="60%", solver="exact", units="reference")
-    p = planner.plan(g, budget="60%", solver="milp", units="reference", milp_time_limit=60)
+    dp = planner.plan(g, budget="60%", solver="exact",
+                      accounting=planner.AccountingOptions(units="reference"))
+    p = planner.plan(g, budget="60%", solver="milp",
+                     limits=planner.SolverLimits(milp_time_limit=60),
+                     accounting=planner.AccountingOptions(units="reference"))
     assert p.report["milp"]["stages_from"] == "exact DP chain"
     assert p.report["milp"]["stages"] == dp.blocks
     assert p.model_recompute_cost <= dp.model_recompute_cost
@@ -172,8 +178,9 @@ def test_milp_schedules_replay_on_attention(units, budget):
     """A kept attention output whose function has an input in an earlier block: that input
     must be resident when the backward runs (the q constraints; without them this replay
     fails: 'compute 29 reads var ... which is not live')."""
-    p = planner.plan(synth.build(layers=1, heads=1), budget=budget, solver="milp", units=units,
-                     milp_time_limit=60)
+    p = planner.plan(synth.build(layers=1, heads=1), budget=budget, solver="milp",
+                     limits=planner.SolverLimits(milp_time_limit=60),
+                     accounting=planner.AccountingOptions(units=units))
     assert p.report["milp"]["schedule"] == "HiGHS's" and p.recompute_cost >= 0
 
 
@@ -182,9 +189,11 @@ def test_milp_schedules_replay_on_a_branchy_cnn(stages):
     """Dense blocks (fan-in) with keep / free / recompute decisions off the canonical ones:
     plan() raises if the emitted schedule fails the simulator."""
     g = synth.build_cnn(blocks=2, stages=2, dense_layers=2, image=16, batch=1)
-    p = planner.plan(g, budget="25%", solver="milp", units="reference", milp_time_limit=60,
-                     milp_stages=stages)
-    dp = planner.plan(g, budget="25%", solver="exact", units="reference")
+    p = planner.plan(g, budget="25%", solver="milp",
+                     limits=planner.SolverLimits(milp_time_limit=60, milp_stages=stages),
+                     accounting=planner.AccountingOptions(units="reference"))
+    dp = planner.plan(g, budget="25%", solver="exact",
+                      accounting=planner.AccountingOptions(units="reference"))
     assert p.report["milp"]["schedule"] == "HiGHS's"
     assert p.model_recompute_cost <= dp.model_recompute_cost
     assert p.recompute_cost >= p.model_recompute_cost
@@ -193,7 +202,8 @@ def test_milp_schedules_replay_on_a_branchy_cnn(stages):
 def test_milp_infeasible_budget_is_one_line():
     g = cg.read(data_path("graphs", "cg_vgg19.txt"))
     with pytest.raises(HGraphError, match=r"infeasible for the milp solver .* 2 stages"):
-        planner.plan(g, budget="30%", solver="milp", milp_stages=2, milp_time_limit=60)
+        planner.plan(g, budget="30%", solver="milp",
+                     limits=planner.SolverLimits(milp_stages=2, milp_time_limit=60))
 
 
 def test_full_milp_is_its_own_certificate():
@@ -241,8 +251,9 @@ def test_cli_certify_off_omits_them(tmp_path, capsys):
 
 def test_certify_lp_adds_the_lp_bound():
     g = synth.build(layers=1, heads=1)
-    on = planner.plan(g, budget="90%", units="reference")
-    lp = planner.plan(g, budget="90%", units="reference", certify="lp")
+    on = planner.plan(g, budget="90%", accounting=planner.AccountingOptions(units="reference"))
+    lp = planner.plan(g, budget="90%", certify="lp",
+                      accounting=planner.AccountingOptions(units="reference"))
     assert "lp" not in on.recompute_certificate.bounds
     assert on.model_recompute_cost == lp.model_recompute_cost > 0
     c = lp.recompute_certificate
@@ -257,7 +268,8 @@ def test_bad_options_are_one_line(tmp_path, capsys):
         planner.plan(synth.build(layers=1, heads=1), budget="60%", solver="milp",
                      strategy="memory")
     with pytest.raises(HGraphError, match="milp_time_limit must be > 0"):
-        planner.plan(synth.build(layers=1, heads=1), budget="60%", milp_time_limit=0)
+        planner.plan(synth.build(layers=1, heads=1), budget="60%",
+                     limits=planner.SolverLimits(milp_time_limit=0))
     with pytest.raises(SystemExit):
         main(["submit", "plan", "--graph", str(data_path("graphs", "cg_vgg19.txt")),
               "--budget", "60%", "--milp-time-limit", "-1"])

@@ -55,7 +55,8 @@ def test_plan_job_writes_schedule_report_and_plot(tmp_path, capsys):
 @pytest.mark.parametrize("solver", ["approx", "exact", "chen"])
 def test_plans_identical_for_tasks_and_modes(solver):
     g = cg.read(data_path("graphs", "cg_vgg19.txt"))
-    runs = [planner.plan(g, budget="80%", solver=solver, tasks=t, blocks=b, mode=m)
+    runs = [planner.plan(g, budget="80%", solver=solver,
+                         engine=planner.EngineOptions(tasks=t, blocks=b, mode=m))
             for t, b, m in [(1, 1, "hybrid"), (2, 1, "push"), (2, 2, "pull"), (4, 1, "hybrid"),
                             (4, 2, "push")]]
     first = runs[0]
@@ -65,8 +66,8 @@ def test_plans_identical_for_tasks_and_modes(solver):
 
 
 def test_plans_identical_on_ray_tasks(ray_session):
-    local = planner.plan(SAMPLE, budget="45%", tasks=1)
-    ray = planner.plan(SAMPLE, budget="45%", tasks=4, runtime="ray")
+    local = planner.plan(SAMPLE, budget="45%", engine=planner.EngineOptions(tasks=1))
+    ray = planner.plan(SAMPLE, budget="45%", engine=planner.EngineOptions(tasks=4, runtime="ray"))
     assert ray.schedule.dumps() == local.schedule.dumps()
     assert _stable(ray.report) == _stable(local.report)
     assert ray.report["engine"]["runtime"] == "ray" and ray.report["engine"]["supersteps"] > 0
@@ -99,7 +100,8 @@ def test_reference_units_match_results_csv():
     g = cg.read(data_path("graphs", "cg_resnet50.txt"))
     for row in rows[:4]:
         p = planner.plan(g, budget=int(row["budget_bytes"]), strategy=row["strategy"],
-                         units="reference", tasks=2)
+                         engine=planner.EngineOptions(tasks=2),
+                         accounting=planner.AccountingOptions(units="reference"))
         assert (p.model_recompute_cost, p.model_peak_bytes, p.blocks) == (
             int(row["model_recompute_cost"]), int(row["model_peak_bytes"]), int(row["blocks"]))
         assert p.recompute_cost == int(row["sched_recompute_cost"])
@@ -109,8 +111,10 @@ def test_reference_units_match_results_csv():
 def test_exact_limit_refuses_or_falls_back(tmp_path):
     g = cg.read(SAMPLE)
     with pytest.raises(HGraphError, match="lower sets"):
-        planner.plan(g, budget="60%", solver="exact", max_lower_sets=50)
-    p = planner.plan(g, budget="60%", solver="exact", max_lower_sets=50, fallback=True)
+        planner.plan(g, budget="60%", solver="exact",
+                     limits=planner.SolverLimits(max_lower_sets=50))
+    p = planner.plan(g, budget="60%", solver="exact",
+                     limits=planner.SolverLimits(max_lower_sets=50, fallback=True))
     assert p.fell_back and p.family == "approx"
 
 
@@ -150,8 +154,9 @@ def test_errors_are_one_line_and_keep_old_outputs(tmp_path):
 
 def test_plan_survives_a_worker_failure():
     g = cg.read(data_path("graphs", "cg_vgg19.txt"))
-    clean = planner.plan(g, budget="80%", tasks=2)
-    hurt = planner.plan(g, budget="80%", tasks=2, checkpoint_every=2, inject_failure=3)
+    clean = planner.plan(g, budget="80%", engine=planner.EngineOptions(tasks=2))
+    hurt = planner.plan(g, budget="80%", engine=planner.EngineOptions(tasks=2, checkpoint_every=2,
+                                                                      inject_failure=3))
     assert hurt.schedule.dumps() == clean.schedule.dumps()
     assert main(["submit", "plan", "--graph", str(SAMPLE), "--budget", "2GB", "--stats", "s.json"]) == 2
 
@@ -181,7 +186,7 @@ def test_no_plan_with_the_chosen_options_is_one_line(tmp_path):
     graph = tmp_path / "s2.txt"
     cg.write(synth.build(layers=2, heads=4), graph)
     with pytest.raises(HGraphError, match="--dp-window 1") as info:
-        planner.plan(cg.read(graph), budget="90%", dp_window=1)
+        planner.plan(cg.read(graph), budget="90%", limits=planner.SolverLimits(dp_window=1))
     assert info.value.exit_code == 3 and not isinstance(info.value, InfeasibleError)
     proc = _run("jobs", "submit", "plan", "--graph", str(graph), "--budget", "90%",
                 "--dp-window", "1", "--out", str(tmp_path / "s.txt"))
@@ -199,7 +204,8 @@ def test_more_engine_blocks_than_nodes_gives_the_same_plan():
     assert len(g.forward) < 16
     one = planner.plan(g, budget="100%")
     for tasks, blocks in ((4, 4), (16, 2)):
-        p = planner.plan(g, budget="100%", tasks=tasks, blocks=blocks)
+        p = planner.plan(g, budget="100%",
+                         engine=planner.EngineOptions(tasks=tasks, blocks=blocks))
         assert p.schedule.dumps() == one.schedule.dumps()
         assert _stable(p.report) == _stable(one.report)
 
@@ -219,7 +225,8 @@ def test_a_plan_is_never_worse_than_not_planning(solver):
         assert m.peak_bytes < m.baseline_peak_bytes or m.recompute_cost == 0, budget
     with pytest.raises(InfeasibleError):               # below it the DP plans, or says so
         planner.plan(g, budget="99%", solver=solver)
-    ref = planner.plan(g, budget="1000%", solver=solver, units="reference")
+    ref = planner.plan(g, budget="1000%", solver=solver,
+                       accounting=planner.AccountingOptions(units="reference"))
     assert ref.family == solver                    # the reference's own DP plan, unchanged
 
 
@@ -271,7 +278,8 @@ def test_plan_reports_stages_supersteps_and_dp_position(solver):
 
     rec = _Recorder()
     with tracking(tracker=rec):
-        p = planner.plan(SAMPLE, budget="60%", solver=solver, tasks=2)
+        p = planner.plan(SAMPLE, budget="60%", solver=solver,
+                         engine=planner.EngineOptions(tasks=2))
     assert rec.stages[:2] == ["reading the graph", "levels (engine)"]
     assert any(s.startswith(f"DP ({solver}") for s in rec.stages)
     assert "schedule and replay" in rec.stages

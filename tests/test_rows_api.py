@@ -190,7 +190,7 @@ def test_plan_rows_returns_a_typed_result(paths):
 
     from planner.rows.step import predict_rows
 
-    r = plan_rows(paths["resnet50_small"], rows=2, budget="90%", tasks=2)
+    r = plan_rows(paths["resnet50_small"], rows=2, budget="90%", engine=EngineOptions(tasks=2))
     assert isinstance(r, RowsPlan) and dataclasses.is_dataclass(r)
     assert {f.name for f in dataclasses.fields(r)} == {"plan", "report", "graph", "plain_peak_bytes",
                                                       "budget_bytes", "engine"}
@@ -232,7 +232,8 @@ def test_execute_rows_returns_a_typed_result(paths):
     assert run.peak_within_prediction == (run.rows.measured_peak_bytes <= run.rows.predicted_peak_bytes)
 
 
-@pytest.mark.parametrize("options", [dict(rows=0), dict(rows=4, policy="share", budget=None, tasks=0),
+@pytest.mark.parametrize("options", [dict(rows=0), dict(rows=4, policy="share", budget=None,
+                                                          engine=EngineOptions(tasks=0)),
                                      dict(policy="auto"), dict(policy="share"),
                                      dict(rows=4, policy="rowwise")])
 def test_plan_rows_refuses_in_one_line(paths, options):

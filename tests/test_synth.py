@@ -53,7 +53,7 @@ def test_bad_flags_are_errors(tmp_path):
 
 def test_planner_plans_a_synth_graph():
     g = synth.build(layers=4, heads=2, hidden=64, seq=32, batch=4)
-    p = planner.plan(g, budget="50%", tasks=2)
+    p = planner.plan(g, budget="50%", engine=planner.EngineOptions(tasks=2))
     assert p.peak_bytes <= p.budget_bytes and p.recompute_cost > 0
     assert simulate.replay(g, p.schedule).ok
 
@@ -102,6 +102,6 @@ def test_cnn_sizing_and_bad_sizes():
 
 def test_planner_plans_a_cnn_graph():
     g = synth.build_cnn(blocks=8, stages=4, image=64, batch=2)
-    p = planner.plan(g, budget="80%", tasks=2)     # the stem and first stage bound it at ~73%
+    p = planner.plan(g, budget="80%", engine=planner.EngineOptions(tasks=2))     # the stem and first stage bound it at ~73%
     assert p.peak_bytes <= p.budget_bytes and p.recompute_cost > 0
     assert simulate.replay(g, p.schedule).ok

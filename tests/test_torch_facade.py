@@ -5,7 +5,7 @@
   internals), and refuses flags the step would not use in one line.
 * :class:`planner.torch.TorchExecution` is a frozen dataclass whose fields are the report's
   keys in the report's order (the JSON the job wrote before the work moved below).
-* ``planner.torch.plan`` has :func:`planner.api.plan`'s parameters, spelled out (no ``**kwargs``).
+* ``planner.torch.plan`` hands :func:`planner.api.plan`'s keywords on as they are.
 * ``import planner.torch`` loads neither torch nor NumPy.
 
 The runs themselves (a real step, the typed result's values) are in tests/test_torch_bridge.py
@@ -72,13 +72,21 @@ def test_torch_execution_is_a_frozen_record_of_the_report():
         r.measured_peak_bytes = 0
 
 
-def test_plan_has_planner_plans_parameters():
-    from planner.api import plan
+def test_plan_hands_planner_plans_keywords_on(monkeypatch):
+    """pt.plan delegates: every keyword of planner.plan reaches it as given, on ``tg.cg``
+    (the list is planner.plan's to say; it is not copied into the facade)."""
+    import types
 
-    ours = list(inspect.signature(pt.plan).parameters.values())
-    theirs = list(inspect.signature(plan).parameters.values())
-    assert ours[0].name == "tg" and ours[1:] == theirs[1:]
-    assert not any(p.kind is inspect.Parameter.VAR_KEYWORD for p in ours)
+    import planner.api
+
+    keywords = [n for n in inspect.signature(planner.api.plan).parameters
+                if n not in ("graph_or_path", "budget")]
+    seen = {}
+    monkeypatch.setattr(planner.api, "plan", lambda g, budget, **kw: seen.update(g=g, b=budget,
+                                                                                 **kw))
+    given = {n: object() for n in keywords}
+    pt.plan(types.SimpleNamespace(cg="the graph"), "60%", **given)
+    assert seen == {"g": "the graph", "b": "60%", **given}
 
 
 def test_import_planner_torch_stays_light():

@@ -84,7 +84,8 @@ def test_one_replay_prices_every_workspace_cap_as_a_prediction_of_its_own(name):
     schedules = [executor.plain_schedule(g)]
     for budget in ("95%", "85%", "70%"):            # recomputing plans, where one fits
         try:
-            schedules.append(planner.plan(g, budget=budget, units="reference").schedule)
+            schedules.append(planner.plan(g, budget=budget,
+                                          accounting=planner.AccountingOptions(units="reference")).schedule)
         except InfeasibleError:
             pass
     assert len(schedules) > 1

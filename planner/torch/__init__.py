@@ -39,6 +39,9 @@ if TYPE_CHECKING:                       # for readers' tools; at run time, __get
     from planner.api import Plan
     from planner.torch.execution import TorchExecution
 
+__all__ = ["graph", "plan", "plan_for_step", "apply", "compile", "execute", "require_torch",
+           "TorchExecution", "INSTALL_HINT"]
+
 INSTALL_HINT = ("PyTorch is not installed: pip install torch==2.13.0 (CPU wheel) or "
                 "pip install 'hgraph[torch]'")
 
@@ -68,33 +71,18 @@ def graph(model, *inputs, loss=None, decompose: bool = True, costs: str = "flops
                             source=source)
 
 
-def plan(tg, budget="100%", solver: str = "approx", strategy: str = "time",
-         units: str = "bytes", tasks: int = 1, blocks: int = 1, mode: str = "hybrid",
-         runtime: str = "local", address: str | None = None,
-         max_lower_sets: int = 200_000, fallback: bool = False,
-         check: bool = True, checkpoint_every: int | None = None,
-         inject_failure: int | None = None, dp_window: int | None = None,
-         dp_front_cap: int | None = None, certify: str = "on",
-         certify_time_limit: float | None = None, milp_time_limit: float | None = None,
-         milp_stages: int | None = None, accounting: str = "auto") -> Plan:
-    """:func:`planner.plan` on an imported graph (``tg.cg``): the same parameters, the same
-    :class:`planner.Plan`.
+def plan(tg, budget="100%", **options) -> Plan:
+    """:func:`planner.plan` on an imported graph (``tg.cg``): the same :class:`planner.Plan`.
 
-    The parameters are spelled out, not passed on as ``**kwargs``, so that ``help()``, an IDE
-    and a reader see them here and the call below reads straight into :func:`planner.api.plan`
-    (a signature copied at run time would need the planner imported to show it, and static
-    tools would still not see it). tests/test_torch_facade.py holds them, defaults included,
-    equal to :func:`planner.api.plan`'s: a parameter added there fails it until added here.
+    ``options`` are :func:`planner.plan`'s keywords as they are (``solver``, ``strategy`` and
+    the grouped records ``engine``, ``limits``, ``certify``, ``accounting`` of
+    :mod:`planner.options`): the list is the planner's to say, so it is handed on, not copied
+    here (it was, 22 parameters, held equal by a test). An unknown keyword fails as it would
+    on :func:`planner.plan`.
     """
     from planner.api import plan as plan_graph
 
-    return plan_graph(tg.cg, budget=budget, solver=solver, strategy=strategy, units=units,
-                      tasks=tasks, blocks=blocks, mode=mode, runtime=runtime, address=address,
-                      max_lower_sets=max_lower_sets, fallback=fallback, check=check,
-                      checkpoint_every=checkpoint_every, inject_failure=inject_failure,
-                      dp_window=dp_window, dp_front_cap=dp_front_cap, certify=certify,
-                      certify_time_limit=certify_time_limit, milp_time_limit=milp_time_limit,
-                      milp_stages=milp_stages, accounting=accounting)
+    return plan_graph(tg.cg, budget, **options)
 
 
 def plan_for_step(tg, budget="100%", progress: str = "auto", **plan_kwargs):
@@ -140,16 +128,17 @@ def compile(model, budget="100%", loss=None, **plan_kwargs):  # noqa: A001 - mir
     return compile_model(model, budget=budget, loss=loss, **plan_kwargs)
 
 
-def execute(spec: str, schedule=None, graph=None, *, eager: bool | None = None
-            ) -> TorchExecution:
+def execute(spec: str, schedule=None, graph=None, *, eager: bool | None = None,
+            budget=None) -> TorchExecution:
     """The real training step of the model file ``spec`` (``FILE.py:FUNC``) under the schedule
-    file ``schedule`` (None: keep everything), measured against its prediction: a
-    :class:`TorchExecution` (:func:`planner.torch.execution.execute`; ``graph``: the cg.txt the
-    schedule was planned on, whose capture then runs; ``eager``: which capture otherwise)."""
+    file ``schedule`` (None: keep everything), measured against its prediction and ``budget``:
+    a :class:`TorchExecution` (:func:`planner.torch.execution.execute`; ``graph``: the cg.txt
+    the schedule was planned on, whose capture then runs and whose step front reads the
+    budget; ``eager``: which capture otherwise)."""
     require_torch()
     from planner.torch.execution import execute as execute_step
 
-    return execute_step(spec, schedule, graph, eager=eager)
+    return execute_step(spec, schedule, graph, eager=eager, budget=budget)
 
 
 #: Names of :mod:`planner.torch.execution` handed out here as they are, imported on first use.

@@ -36,6 +36,7 @@ import numpy as np
 
 from hgraph.common.progress import current as current_progress
 from planner import search
+from planner.options import SolverLimits
 from planner.torch import measure
 from planner.torch.partition import keep_names, partition
 
@@ -223,8 +224,11 @@ def _planned(tg, solvers, points, exact_max_lower_sets, plan_kwargs) -> list:
     for solver in solvers:
         kwargs = dict(plan_kwargs, solver=solver)
         if solver == "exact":
-            kwargs["max_lower_sets"] = min(exact_max_lower_sets,
-                                           kwargs.get("max_lower_sets", exact_max_lower_sets))
+            limits = kwargs.get("limits")
+            kwargs["limits"] = dataclasses.replace(
+                limits or SolverLimits(), max_lower_sets=min(
+                    exact_max_lower_sets,
+                    limits.max_lower_sets if limits else exact_max_lower_sets))
         with stages.stage(f"step front: {solver} plans"):
             try:
                 planning = session(kwargs)

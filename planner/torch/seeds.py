@@ -114,7 +114,7 @@ def keep_plan(tg, names, label: str):
     solver ``label``: what the planner's model says of a keep set chosen elsewhere."""
     from planner import simulate
     from planner.activation_graph import ActivationGraph
-    from planner.api import Plan, lower_bound_bytes
+    from planner.api import Analysis, Asked, Plan
     from planner.fixed_schedules import checkpoint_schedule
     from planner.solver import ModelStats
 
@@ -127,11 +127,12 @@ def keep_plan(tg, names, label: str):
     ag = ActivationGraph.from_cg(g)
     model = dataclasses.replace(ModelStats.keep_everything(sim.peak_bytes),
                                 model_recompute_cost=int(sim.recompute_cost), family=label)
+    peak = int(sim.peak_bytes)
+    a = Analysis(g, ag, level=None, depth=0, supersteps=0, baseline_peak=peak,
+                 baseline_kind="simulated", baseline_schedule=None, baseline_timeline=None)
     return Plan.from_replay(
-        g, ag, schedule, np.zeros(ag.n, np.int64), sim, solver=label, strategy="time",
-        units="bytes", budget=label, budget_bytes=int(sim.peak_bytes),
-        baseline_peak=int(sim.peak_bytes), baseline_kind="simulated",
-        lower_bound=lower_bound_bytes(g), model=model, depth=0,
+        a, (np.zeros(ag.n, np.int64), model, schedule, sim),
+        Asked(solver=label, strategy="time", units="bytes", budget=label, budget_bytes=peak),
         engine=dict(tasks=1, blocks=1, mode="local", runtime="local", supersteps=0),
         seconds=time.perf_counter() - t0)
 
