@@ -17,7 +17,8 @@ Example::
 
     >>> import planner
     >>> from planner import synth
-    >>> p = planner.plan(synth.build(layers=2, heads=2), budget="60%", tasks=2)  # or a cg.txt path
+    >>> engine = planner.EngineOptions(tasks=2)         # where the engine analyses run
+    >>> p = planner.plan(synth.build(layers=2, heads=2), "60%", engine=engine)  # or a cg.txt path
     >>> p.peak_bytes <= p.budget_bytes, p.overhead, p.blocks
     (True, 0.625, 12)
 

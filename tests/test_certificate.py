@@ -357,7 +357,8 @@ def test_certify_lp_time_limit_and_size_limit_are_said(capsys):
     from planner.report import summary_table
     from planner.plain_table import PlainTable
 
-    p = planner.plan(_graph_path("googlenet"), budget="60%", certify="lp", certify_time_limit=1)
+    p = planner.plan(_graph_path("googlenet"), budget="60%",
+                     certify=planner.CertifyOptions("lp", time_limit=1))
     c = p.recompute_certificate
     assert c.seconds < 1.1 * 1 + OVERHEAD and c.bounds["lp"] is None
     assert c.notes and c.notes[0].startswith("lp bound: time limit 1 s hit")
