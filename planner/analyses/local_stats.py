@@ -42,6 +42,9 @@ from planner.bitsets import pack, unpack, words_for
 
 __all__ = ["LocalStats", "local_stats"]
 
+#: Rows of column bits transposed at a time (:func:`_transpose_local`).
+TRANSPOSE_ROWS = 1 << 16
+
 
 class _LocalDescendants(hgraph.VertexProgram):
     """Descendants-or-self within a segment, as bits over the segment's local positions.
@@ -219,13 +222,18 @@ class LocalStats:
 
 
 def _transpose_local(cols: np.ndarray, seg: Segments, words: int) -> np.ndarray:
-    """Column bits (row u: the local columns v with bit) -> row bits (row v: the local u)."""
+    """Column bits (row u: the local columns v with bit) -> row bits (row v: the local u).
+    In chunks of :data:`TRANSPOSE_ROWS` rows: unpacked, a row is 64 bytes a word and its set
+    bits 16 bytes each, several times the packed rows; whole, that was the driver's largest
+    transient of the analyses (bench/NOTES_scale.md, "Where the driver's memory goes")."""
     n = seg.pos.size
-    u, b = np.nonzero(unpack(cols, 64 * words))
-    v = seg.node_at[seg.sstart[u] + b]
     out = np.zeros((n, words), np.uint64)
-    lu = seg.loc[u]
-    np.bitwise_or.at(out, (v, lu // 64), np.uint64(1) << (lu % 64).astype(np.uint64))
+    for lo in range(0, n, TRANSPOSE_ROWS):
+        u, b = np.nonzero(unpack(cols[lo:lo + TRANSPOSE_ROWS], 64 * words))
+        u += lo
+        v = seg.node_at[seg.sstart[u] + b]
+        lu = seg.loc[u]
+        np.bitwise_or.at(out, (v, lu // 64), np.uint64(1) << (lu % 64).astype(np.uint64))
     return out
 
 
@@ -251,6 +259,8 @@ def local_stats(g, *, opts: EngineOptions | None = None, seg: Segments | None = 
     r1 = run_program(o, _LocalDescendants(W), rev)
     steps += r1.supersteps
     desc = np.asarray(r1.values, dtype=np.uint64).reshape(n, W)
+    del rev, r1            # each engine run's inputs and results go as soon as read: the
+    # driver's peak is what is alive at once (bench/NOTES_scale.md)
     # valid columns: the node's own segment width (next separator's position − start)
     sep_pos = np.flatnonzero(seg.sep[seg.node_at])
     nxt = np.r_[sep_pos, n]
@@ -265,15 +275,20 @@ def local_stats(g, *, opts: EngineOptions | None = None, seg: Segments | None = 
     both = hgraph.Graph.from_edges(both_src, both_dst, weights=both_w, n=n, columns={
         "desc": desc, "valid": valid, "sep": seg.sep, "m": g.m, "t": g.t,
         "base": seg.sstart, "abase": abase})
+    del both_src, both_dst, both_w, valid, abase
     r2 = run_program(o, _LocalSetStats(W, n), both)
+    del both
     steps += r2.supersteps
-    vals = np.asarray(r2.values, dtype=np.uint64).reshape(n, 6 * W)
     agg = {k: np.asarray(r2.aggregates[k], dtype=np.int64)[seg.pos] for k in _LocalSetStats.aggregators}
-    m_by_pos, t_by_pos = g.m[seg.node_at], g.t[seg.node_at]
-    pm = np.r_[0, np.cumsum(m_by_pos)]
-    pt = np.r_[0, np.cumsum(t_by_pos)]
-    return LocalStats(seg=seg, lloc=_transpose_local(desc, seg, W),
-                      bndloc=_transpose_local(vals[:, _BND * W:(_BND + 1) * W], seg, W),
+    vals = np.asarray(r2.values, dtype=np.uint64).reshape(n, 6 * W)
+    del r2
+    bndloc = _transpose_local(vals[:, _BND * W:(_BND + 1) * W], seg, W)
+    del vals
+    lloc = _transpose_local(desc, seg, W)
+    del desc
+    pm = np.r_[0, np.cumsum(g.m[seg.node_at])]
+    pt = np.r_[0, np.cumsum(g.t[seg.node_at])]
+    return LocalStats(seg=seg, lloc=lloc, bndloc=bndloc,
                       size=seg.sstart + agg["size"], mL=pm[seg.sstart] + agg["mL"],
                       tL=pt[seg.sstart] + agg["tL"], t_bnd=agg["t_bnd"], m_bnd=agg["m_bnd"],
                       mAB=agg["mAB"], supersteps=steps)
