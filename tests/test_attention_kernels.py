@@ -1,6 +1,6 @@
 """The attention and GELU kernels (issue 26) compute what the plain definitions say.
 
-Attention runs block by block over (batch, head) pairs (:func:`planner.ops._head_blocks`) on
+Attention runs block by block over (batch, head) pairs (:func:`planner.ops.attention._head_blocks`) on
 the transposed, unnormalised softmax; these tests hold it, in float64, to the textbook
 ``softmax(q k^T / sqrt(dh)) v`` and its VJP written in plain NumPy (the VJP itself checked
 against a central difference), for one block, several whole batches a block and runs of one
@@ -55,7 +55,7 @@ CASES = [(2, 9, 12, 3, 64), (5, 8, 16, 4, 8), (2, 7, 20, 5, 3), (2, 6, 8, 2, 1)]
 
 
 def _blocks_of(monkeypatch, s, heads_per_block):
-    monkeypatch.setattr(ops, "ATTENTION_BLOCK_BYTES", heads_per_block * s * s * 8)
+    monkeypatch.setattr(ops.attention, "ATTENTION_BLOCK_BYTES", heads_per_block * s * s * 8)
 
 
 def test_the_reference_vjp_is_the_derivative():
@@ -139,7 +139,7 @@ def _gelu_reference(x, gy, a3=float(np.float32(3) * ops._GELU_A)):
 def test_gelu_matches_the_definition(shape, block, contiguous, monkeypatch):
     """Blocks with a short last one, one block, blocks that divide the size; strided operands
     (one block over the arrays themselves)."""
-    monkeypatch.setattr(ops, "ELEMENTWISE_BLOCK_BYTES", block * 8)
+    monkeypatch.setattr(ops.elementwise, "ELEMENTWISE_BLOCK_BYTES", block * 8)
     rng = np.random.default_rng(len(shape))
     x, gy = rng.standard_normal(shape) * 3, rng.standard_normal(shape)
     if not contiguous:

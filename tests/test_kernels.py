@@ -88,13 +88,13 @@ def test_convolution_cases_take_every_pixel_major_path(monkeypatch):
     would otherwise leave a path untested by the definition check above)."""
     seen = set()
     for fn in ("_pm_conv", "_pm_col2im", "_pm_conv_dw"):
-        real = getattr(ops, fn)
+        real = getattr(ops.conv, fn)
 
         def spy(xp, *args, _real=real, _fn=fn, **kw):
             # _pm_conv(xp, x, wmat, k, s, p, cap, y): row taps from its stride and output map
             seen.add((_fn, _fn == "_pm_conv" and ops._row_taps(args[3], *args[-1].shape[2:])))
             return _real(xp, *args, **kw)
-        monkeypatch.setattr(ops, fn, spy)
+        monkeypatch.setattr(ops.conv, fn, spy)      # where the kernels call it
     for n, c, o, h, w, k, s, p in CASES:
         rng = np.random.default_rng(0)
         x, wt = rng.standard_normal((n, c, h, w)), rng.standard_normal((o, c, k, k))

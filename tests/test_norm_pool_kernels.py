@@ -1,5 +1,5 @@
 """Batch norm's and max pool's kernels (issue 26) held to their definitions: float64 results
-against the textbook formulas on maps below and above :data:`planner.ops.EXPAND_PIXELS`, the
+against the textbook formulas on maps below and above :data:`planner.ops.norm.EXPAND_PIXELS`, the
 expanded per-channel operands giving the same bits as broadcast ones, and
 :func:`planner.ops.kernel_temp_bytes` against tracemalloc around each kernel call."""
 
@@ -71,7 +71,7 @@ def test_expanded_per_channel_operands_give_the_broadcast_bits(shape, dtype, mon
     x, g, b, gy = _bn_case(shape, dtype, seed=1)
     runs = []
     for pixels in (1, 1 << 30):
-        monkeypatch.setattr(ops, "EXPAND_PIXELS", pixels)
+        monkeypatch.setattr(ops.norm, "EXPAND_PIXELS", pixels)
         runs.append(_bn_run(x, g, b, gy, into=True))
     (y0, g0), (y1, g1) = runs
     assert np.array_equal(y0, y1)
