@@ -25,6 +25,7 @@ Example::
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from dataclasses import dataclass, field
 
@@ -109,7 +110,12 @@ def solve_family(fam, g, budget_units: int, strategy: str = "time", comp_ratio: 
         raise HGraphError(f"unknown strategy {strategy!r}; expected one of {', '.join(STRATEGIES)}")
     t0 = time.perf_counter()
     b = int(budget_units)
-    if window is None and front_cap is None:
+    exact = window is None and front_cap is None
+    if exact and strategy == "time":
+        known = _known_plan(fam, g, b)
+        if known is not None:
+            return known
+    if exact:
         fronts = bounded_fronts(fam, g, b, strategy)
         entry = end_entry(fronts, strategy)
     else:
@@ -121,7 +127,43 @@ def solve_family(fam, g, budget_units: int, strategy: str = "time", comp_ratio: 
     if entry is not None:
         _read_plan(res, fam, fronts, entry, g.n)
     res.seconds = time.perf_counter() - t0
+    if exact and strategy == "time":
+        _known_plans(fam, g).append(res)
     return res
+
+
+def _known_plan(fam, g, b_units: int) -> DPResult | None:
+    """The time-centric plan at ``b_units`` where a solve on ``fam`` already gave it, else
+    None: a copy of a plan solved at a budget ``X ≥ b_units`` whose model peak is at most
+    ``b_units`` (IMPOSSIBLE where a solve at ``X ≥ b_units`` was).
+
+    Why it is the DP's plan at ``b_units``, chain and tie-breaks included: less budget only
+    removes chains. A value on a state's front at the smaller budget is on it at ``X`` too (a
+    value dominated at ``X`` extends only to dominated values, transitions adding the same
+    ``(dt, dm)`` to every entry of a source), so the candidates of each value are a subset of
+    those at ``X``; the plan's own entries are still there, still least in ckpt per saved and
+    still first to arrive; and V's most saved is the plan's, which fits. So a front's budgets
+    and a fit's re-solves that fall between a plan's peak and its budget cost nothing: the
+    DP's plan is a step function of the budget, and each solve gives one step of it."""
+    for r in _known_plans(fam, g):
+        if r.budget_units < b_units:
+            continue
+        peak = r.model_peak_bytes // r.comp_ratio
+        if r.impossible or peak <= b_units:
+            return dataclasses.replace(
+                r, budget_units=b_units, budget_bytes=b_units * r.comp_ratio, seconds=0.0,
+                chain_ids=list(r.chain_ids), groups=None if r.groups is None else r.groups.copy())
+    return None
+
+
+def _known_plans(fam, g) -> list:
+    """The time-centric :class:`DPResult` of every exact solve on ``fam`` and ``g`` so far
+    (kept on the family, keyed by the graph's ``t`` and ``m``, as :func:`_known_optima`)."""
+    key = (g.t.tobytes(), g.m.tobytes())
+    cached = fam.cache.get("time_plans")
+    if cached is None or cached[0] != key:
+        cached = fam.cache["time_plans"] = (key, [])
+    return cached[1]
 
 
 def _scale_passes(fam, g, budget: int, strategy: str, window, front_cap, stacked: bool):
@@ -245,7 +287,9 @@ def objective_bounded(fam, g, b_units: int, strategy: str) -> Fronts:
     (:func:`_known_optima`): less budget never recomputes less, so an optimum at a larger
     budget is a lower bound — the bound starts a little above it (1/:data:`KNOWN_OPTIMUM_MARGIN`)
     — and one at a smaller budget an upper bound, which the bound never passes (a pass there
-    reaches V). A plan fitted to the byte (``planner.api``) re-solves a little below the
+    reaches V; with no lower bound known the first pass is at it, and the deepening's last
+    pass too, where it would otherwise drop the bound: a front's budgets, ascending, each
+    one bounded pass). A plan fitted to the byte (``planner.api``) re-solves a little below the
     budget two or three times: each re-solve is then one pass near its optimum instead of the
     whole deepening again.
     """
@@ -259,15 +303,15 @@ def objective_bounded(fam, g, b_units: int, strategy: str) -> Fronts:
             start, roof = _known_bounds(fam, g, b_units)
             if start is not None:
                 bound = start
-            if roof is not None:
+            if roof is not None:             # a pass bounded by it reaches V: never past it
                 ceiling = roof
-                bound = min(bound, ceiling)
+                bound = roof if start is None else min(bound, ceiling)
         else:
             bound, grow, passes = 16, 4, None
         done = None                  # the last failed pass, whose exact states the next keeps
         while True:
             if passes == 0:
-                bound = top
+                bound = ceiling
             fronts = run_dp(fam, g.t, g.m, b_units, max_recompute=bound if bound < top else None,
                             resume=done)
             if has_end(fronts) or bound >= top:
