@@ -166,3 +166,20 @@ def test_plan_above_the_limit_is_segmented_and_says_so(monkeypatch):
     # the composed plan is not the one walk's, but near it (measured: bench/NOTES_scale.md)
     assert p.recompute_cost <= 1.05 * below.recompute_cost
     assert "segmented: 64 segments" in approximations_text(p.report)
+
+
+def test_the_wait_on_the_walks_grows_with_a_worker_share():
+    """Superstep 0 walks every segment a worker holds: the wait on it scales with the states
+    of the most loaded worker, never below the engine's own, and no limit stays none."""
+    import hgraph
+    from planner.dp.segmented_engine import WALK_SECONDS_PER_STATE, _walk_timeout
+
+    class Seg:
+        def __init__(self, n):
+            self.num_states = n
+
+    big = [Seg(15_000)] * 64                      # 960,000 states over 4 workers
+    assert _walk_timeout(hgraph.EngineOptions(tasks=4), big).timeout == \
+        WALK_SECONDS_PER_STATE * 240_000
+    assert _walk_timeout(hgraph.EngineOptions(tasks=4), [Seg(100)] * 3).timeout == 600.0
+    assert _walk_timeout(hgraph.EngineOptions(timeout=None), big).timeout is None

@@ -41,6 +41,7 @@ Example::
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from dataclasses import dataclass
 
@@ -59,6 +60,11 @@ __all__ = ["SegmentedDP", "EngineRun", "chain_graph", "solve_on_engine", "solve_
 #: graphs of today's models are 10^3–10^5 activations; the segmented DP is for the unrolled
 #: ones above.
 SEGMENTED_LIMIT = 100_000
+
+#: Seconds a worker may take per state it walks in superstep 0 before the run counts it as
+#: hung: ~15× the walk's ~0.34 ms a state on one core (10^6 states in ~340 s,
+#: bench/NOTES_scale.md), so that workers sharing a loaded core still finish.
+WALK_SECONDS_PER_STATE = 0.005
 
 MODES = ("composed", "handover")
 _FWD, _BWD = 1.0, 2.0
@@ -304,7 +310,7 @@ def solve_on_engine(fam, g, budget: int, cuts, window: int = S.DEFAULT_WINDOW,
     n = len(segs)
     program = SegmentedDP(segs[0].passes * int(front_cap),
                           max(sg.num_states for sg in segs), strategy, mode)
-    res = run_program(o, program, chain_graph(segs))
+    res = run_program(_walk_timeout(o, segs), program, chain_graph(segs))
     vals = np.asarray(res.values)
     done = vals[:, _PHASE] == 2
     if not done.all():
@@ -322,6 +328,20 @@ def solve_on_engine(fam, g, budget: int, cuts, window: int = S.DEFAULT_WINDOW,
     stitched = S.Stitched.from_pieces(pieces, n, handed, time.perf_counter() - t0)
     return EngineRun(stitched, saved, ckpt, n, handed, res.supersteps, res.stats,
                      stitched.seconds)
+
+
+def _walk_timeout(o: EngineOptions, segs) -> EngineOptions:
+    """``o`` with a wait on the workers long enough for superstep 0, which walks every
+    segment a worker holds: :data:`WALK_SECONDS_PER_STATE` for each state of the most loaded
+    worker's share (the states over the tasks, at least the largest segment), never shorter
+    than ``o.timeout``; None (no limit) stays None. Why: the default wait (600 s) bounds a
+    hung worker, and a worker walking 250,000 states on a shared core is not hung (a 10^6
+    plan on 4 workers and 2 cores ran past it: bench/NOTES_scale.md)."""
+    if o.timeout is None:
+        return o
+    states = sum(sg.num_states for sg in segs)
+    share = max(max(sg.num_states for sg in segs), -(-states // max(1, int(o.tasks))))
+    return dataclasses.replace(o, timeout=max(float(o.timeout), WALK_SECONDS_PER_STATE * share))
 
 
 def applies(fam, n: int, window, front_cap, strategy: str) -> bool:
