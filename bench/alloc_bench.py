@@ -40,10 +40,11 @@ def mib(n):
 def bench_graph(label, g, be, recycle, count, ladder):
     rows, ok = [], True
     real = executor.has_real_ops(g)
-    plain = executor.run(g, executor.plain_schedule(g), backend=be, recycle=False) if real else None
+    plain = executor.run(g, executor.plain_schedule(g), executor.RunOptions(recycle=False),
+                         backend=be) if real else None
     for fraction, s in plans.feasible_budgets(g, count=count, ladder=ladder):
         sim = simulate.replay(g, s)
-        res = {a: executor.run(g, s, allocator=a, backend=be, recycle=recycle) for a in ("naive", "pool", "static")}
+        res = {a: executor.run(g, s, executor.RunOptions(allocator=a, recycle=recycle), backend=be) for a in ("naive", "pool", "static")}
         tracked = res["pool"].tracked_peak_bytes
         measured = res["pool"].measured_peak_bytes
         arena = res["static"].arena

@@ -259,7 +259,8 @@ def executor_step(g, leaf: dict, backend):
         # timed runs go without the executor's independent meter (tracemalloc slows Python-level
         # work); one metered run gives the peak
         with _Prebuilt(g, leaf):
-            r = executor.run(g, schedule, backend=backend, allocator="pool", meter=meter)
+            r = executor.run(g, schedule, executor.RunOptions(allocator="pool", meter=meter),
+                             backend=backend)
         backend.synchronize()
         return r
 
@@ -473,7 +474,7 @@ def plan_steps(name, sizes, dtype="float32", budget="60%", rows=4, policy="share
     fl = rows_layers.read(g).flops.astype(float)          # forward FLOPs of each op
     plain_flops = float(fl.sum()) * (1 + BACKWARD_FLOPS_FACTOR)
     plain = executor.plain_schedule(g)
-    runs = {"plain": (lambda: executor.run(g, plain, backend=be, meter=False), plain_flops, "")}
+    runs = {"plain": (lambda: executor.run(g, plain, executor.RunOptions(meter=False), backend=be), plain_flops, "")}
     try:
         dp = planner.plan(g, budget=budget)
         note = f"DP at {budget}"
@@ -481,7 +482,8 @@ def plan_steps(name, sizes, dtype="float32", budget="60%", rows=4, policy="share
         dp = planner.plan(g, budget=err.min_budget_bytes)
         note = f"DP at its smallest budget ({err.min_budget_bytes:,} B; {budget} infeasible)"
     extra = float((with_dp.recomputations(g, dp.schedule) * fl).sum())
-    runs["recompute"] = (lambda: executor.run(g, dp.schedule, backend=be, meter=False),
+    runs["recompute"] = (lambda: executor.run(g, dp.schedule, executor.RunOptions(meter=False),
+                                              backend=be),
                          plain_flops + extra, note)
     if name in ROW_MODELS:
         rp = rows_plan.plan(g, rows, policy)

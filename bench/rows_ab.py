@@ -84,7 +84,7 @@ def main(argv=None) -> int:
     plain_flops = float(rows_layers.read(g).flops.astype(float).sum()) * (1 + BACKWARD_FLOPS_FACTOR)
     fr = float(plan.flops()["row_flops"]) / plain_flops
     sched = executor.plain_schedule(g)
-    runs = {"plain": lambda: executor.run(g, sched, backend=be, meter=False),
+    runs = {"plain": lambda: executor.run(g, sched, executor.RunOptions(meter=False), backend=be),
             f"rows {args.base}": lambda: old.run(g, other, backend=be, meter=False),
             "rows this tree": lambda: rows_exec.run(g, plan, backend=be, meter=False)}
     leaf = executor.leaves(g, be.xp, 0)

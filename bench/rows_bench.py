@@ -133,7 +133,8 @@ def _reference(name, args, be, plain):
         return tol, None
     g64 = export.to_cg(zoo.build(name, batch=args.batch, width=args.width, depth=zoo.REAL_DEPTH.get(name),
                                  image=args.image, dtype="float64"))
-    ref = executor.run(g64, executor.plain_schedule(g64), backend=be, recycle=True).param_grads
+    ref = executor.run(g64, executor.plain_schedule(g64), executor.RunOptions(recycle=True),
+                       backend=be).param_grads
     own = rows_exec.relative_error(plain.param_grads, ref, norm=True)
     print(f"{name}: plain float32 vs float64 gradients: {own:.1e} (norm-wise)", file=sys.stderr)
     return max(tol, 2 * own), ref
@@ -162,8 +163,9 @@ def _dp_row(name, g, budget, be, repeat, plain, pgrad, base, ref, fallback=True)
         print(f"{name}: DP at {budget}: {err}", file=sys.stderr)
         return None
     ws = p.report.get("workspace_bytes")
-    r, wall, cpu = _timed(lambda **kw: executor.run(g, p.schedule, backend=be, recycle=True,
-                                                    workspace=ws, **kw), repeat)
+    r, wall, cpu = _timed(lambda meter: executor.run(
+        g, p.schedule, executor.RunOptions(recycle=True, workspace=ws, meter=meter), backend=be),
+        repeat)
     extra = int((with_dp.recomputations(g, p.schedule) * rows_layers.read(g).flops).sum())
     return _row(f"DP {p.report['budget_bytes'] / 2**20:.1f} MiB", r,
                 r.tracked_peak_bytes - pgrad, extra, (wall, cpu), base,
@@ -173,8 +175,9 @@ def _dp_row(name, g, budget, be, repeat, plain, pgrad, base, ref, fallback=True)
 def bench_model(name, args, be):
     g = export.to_cg(zoo.build(name, batch=args.batch, width=args.width, depth=zoo.REAL_DEPTH.get(name),
                                image=args.image, dtype=args.dtype))
-    plain, wall, cpu = _timed(lambda **kw: executor.run(g, executor.plain_schedule(g), backend=be, recycle=True, **kw),
-                              args.repeat)
+    plain, wall, cpu = _timed(lambda meter: executor.run(
+        g, executor.plain_schedule(g), executor.RunOptions(recycle=True, meter=meter), backend=be),
+        args.repeat)
     pgrad = sum(int(a.nbytes) for a in plain.param_grads.values())
     base = {"seconds": wall, "cpu_seconds": cpu, "activation_peak_bytes": plain.tracked_peak_bytes - pgrad,
             "measured_peak_bytes": plain.measured_peak_bytes,

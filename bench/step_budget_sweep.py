@@ -50,7 +50,7 @@ def main() -> int:
         for b in (lo, (lo + full) // 2, full):
             p = planner.plan(g, budget=b, certify="off")
             rep = p.report
-            r = executor.run(g, p.schedule, workspace=rep["workspace_bytes"])
+            r = executor.run(g, p.schedule, executor.RunOptions(workspace=rep["workspace_bytes"]))
             m, s = r.measured_step_peak_bytes, rep["step_peak_bytes"]
             good = 0.9 <= m / s <= 1.0 and m <= b
             ok &= good

@@ -47,7 +47,7 @@ def main(argv=None) -> int:
     else:
         schedule = executor.plain_schedule(g)
     sim = simulate.replay(g, schedule)
-    r = executor.run(g, schedule, workspace=ws)
+    r = executor.run(g, schedule, executor.RunOptions(workspace=ws))
     pred = predict(g, schedule, workspace=ws)
     params, inputs = leaf_bytes(g)
     print(f"{args.model}: {'plain step' if ws is None else f'DP plan at {args.budget}'}, NumPy, "
@@ -67,7 +67,7 @@ def main(argv=None) -> int:
     saved = executor.OPS
     executor.OPS = table
     try:
-        executor.run(g, schedule, workspace=ws)
+        executor.run(g, schedule, executor.RunOptions(workspace=ws))
     finally:
         executor.OPS = saved
     worst = {}

@@ -117,7 +117,7 @@ def test_a_row_step_through_the_merged_kernels(monkeypatch):
     and the whole step's peak within the prediction's window (tests/test_step_memory)."""
     monkeypatch.setattr(bk, "MERGE_WEIGHT", 0)
     g = export.to_cg(zoo.build("resnet50", width=4, image=64, batch=2, dtype="float64"))
-    ref = executor.run(g, executor.plain_schedule(g), recycle=False)
+    ref = executor.run(g, executor.plain_schedule(g), executor.RunOptions(recycle=False))
     p = rows_plan.plan(g, 4, "share")
     prog = rows_exec._program(g, p)
     methods = {fn.__name__ for fn, *_ in prog}
@@ -192,7 +192,7 @@ def test_row_steps_take_the_kxk_forward_only_where_the_forward_ran_whole():
         got = {(fn.__name__, st.phase) for fn, st, *_ in prog
                if ly.ops[st.op] == "conv2d" and st.kind == "band"}
         assert (("_bandconv", "r") in got) == kernel and ("_bandconv", "b") not in got, got
-        ref = executor.run(g, executor.plain_schedule(g), recycle=False)
+        ref = executor.run(g, executor.plain_schedule(g), executor.RunOptions(recycle=False))
         r = rows_exec.run(g, p)
         assert r.loss == ref.loss
         assert rows_exec.relative_error(r.param_grads, ref.param_grads) <= 1e-12
@@ -322,7 +322,7 @@ def test_the_cifar_resnets_row_step_through_the_pixel_major_kernels():
                if ly.ops[st.op] == "conv2d" and st.kind in ("band", "bandbwd")}
         assert {("_bandpm", 16), ("_bandpm", 64), ("_bandbwdpm", 16), ("_bandbwdpm", 64)} <= got
         assert not {m for m, c in got if c == 3} & {"_bandpm", "_bandbwdpm"}
-        ref = executor.run(g, executor.plain_schedule(g), recycle=False)
+        ref = executor.run(g, executor.plain_schedule(g), executor.RunOptions(recycle=False))
         r = rows_exec.run(g, p)
         assert r.loss == ref.loss
         assert rows_exec.relative_error(r.param_grads, ref.param_grads) <= 1e-12

@@ -24,18 +24,19 @@ def zoo_graphs():
 @pytest.mark.parametrize("name", sorted(zoo.MODELS))
 def test_zoo_gradients_bitwise_under_dp_schedules(zoo_graphs, name):
     g = zoo_graphs[name]
-    plain = executor.run(g, executor.plain_schedule(g), backend=NP, recycle=False)
+    plain = executor.run(g, executor.plain_schedule(g), executor.RunOptions(recycle=False),
+                         backend=NP)
     budgets = plans.feasible_budgets(g, count=3)
     assert len(budgets) == 3
     for fraction, s in budgets:
         sim = simulate.replay(g, s)
         assert sim.ok, sim.violations[:3]
         for allocator in ("naive", "pool", "static"):
-            r = executor.run(g, s, backend=NP, allocator=allocator)   # free after last use
+            r = executor.run(g, s, executor.RunOptions(allocator=allocator), backend=NP)   # free after last use
             assert executor.gradients_equal(plain.param_grads, r.param_grads), (fraction, allocator)
             assert r.loss == plain.loss
             assert r.tracked_peak_bytes <= sim.peak_bytes
-        exact = executor.run(g, s, backend=NP, recycle=False)                  # free at the schedule's forgets
+        exact = executor.run(g, s, executor.RunOptions(recycle=False), backend=NP)                  # free at the schedule's forgets
         assert exact.tracked_peak_bytes == sim.peak_bytes
         assert executor.gradients_equal(plain.param_grads, exact.param_grads)
 
@@ -46,7 +47,7 @@ def test_zoo_memory_centric_schedules(zoo_graphs, name):
     plain = executor.run(g, executor.plain_schedule(g), backend=NP)
     for fraction, s in plans.feasible_budgets(g, count=2, strategy="memory"):
         sim = simulate.replay(g, s)
-        r = executor.run(g, s, backend=NP, allocator="static")
+        r = executor.run(g, s, executor.RunOptions(allocator="static"), backend=NP)
         assert executor.gradients_equal(plain.param_grads, r.param_grads), fraction
         assert r.tracked_peak_bytes <= sim.peak_bytes
 
@@ -57,7 +58,7 @@ def test_gradients_survive_heavy_recomputation(zoo_graphs):
     s = executor.checkpoint_schedule(g, keep=[])                   # recompute everything
     sim = simulate.replay(g, s)
     assert sim.ok and sim.recompute_cost >= 0.9 * sim.forward_cost
-    r = executor.run(g, s, backend=NP, allocator="static")
+    r = executor.run(g, s, executor.RunOptions(allocator="static"), backend=NP)
     assert executor.gradients_equal(plain.param_grads, r.param_grads)
 
 

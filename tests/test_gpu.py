@@ -18,7 +18,8 @@ def gpu():
 @pytest.mark.parametrize("name", sorted(zoo.MODELS))
 def test_gpu_gradients_bitwise_and_peak(gpu, name):
     g = export.to_cg(zoo.build(name))
-    plain = executor.run(g, executor.plain_schedule(g), backend=gpu, recycle=False)
+    plain = executor.run(g, executor.plain_schedule(g), executor.RunOptions(recycle=False),
+                         backend=gpu)
     host = executor.run(g, executor.plain_schedule(g), backend="numpy")
     assert plain.backend == "cupy" and plain.device_peak_bytes > 0
     for k, ref in host.param_grads.items():                       # same maths as NumPy (float32)
@@ -27,7 +28,7 @@ def test_gpu_gradients_bitwise_and_peak(gpu, name):
     for fraction, s in plans.feasible_budgets(g, count=3):
         sim = simulate.replay(g, s)
         for allocator in ("naive", "pool", "static"):
-            r = executor.run(g, s, backend=gpu, allocator=allocator)
+            r = executor.run(g, s, executor.RunOptions(allocator=allocator), backend=gpu)
             assert executor.gradients_equal(plain.param_grads, r.param_grads), (name, fraction, allocator)
             assert r.tracked_peak_bytes <= sim.peak_bytes
             assert r.meter == "cupy pool used bytes" and r.measured_peak_bytes == r.device_peak_bytes

@@ -166,8 +166,8 @@ def test_host_block_cache_reuses_memory_without_changing_gradients():
     g = export.to_cg(zoo.build("resnet"))
     s = executor.plain_schedule(g)
     metered = executor.run(g, s, backend=NP)
-    first = executor.run(g, s, backend=NP, meter=False)
-    second = executor.run(g, s, backend=NP, meter=False)     # draws its blocks from the cache
+    first = executor.run(g, s, executor.RunOptions(meter=False), backend=NP)
+    second = executor.run(g, s, executor.RunOptions(meter=False), backend=NP)     # draws its blocks from the cache
     assert executor.gradients_equal(metered.param_grads, first.param_grads)
     assert executor.gradients_equal(first.param_grads, second.param_grads)
     assert metered.measured_peak_bytes >= metered.tracked_peak_bytes

@@ -21,7 +21,7 @@ def graphs():
 
 @pytest.fixture(scope="module")
 def plain(graphs):
-    return {name: executor.run(g, executor.plain_schedule(g), recycle=False) for name, g in graphs.items()}
+    return {name: executor.run(g, executor.plain_schedule(g), executor.RunOptions(recycle=False)) for name, g in graphs.items()}
 
 
 @pytest.mark.parametrize("name", CNNS)
@@ -74,7 +74,7 @@ def test_halo_grows_through_kernels_and_strides():
     assert share.fresh[0].tolist() == [0, 5]                    # band 1 reuses rows 2..4
     assert share.flops()["extra_flops"] < p.flops()["extra_flops"]
     r = rows_exec.run(g, share)
-    ref = executor.run(g, executor.plain_schedule(g), recycle=False)
+    ref = executor.run(g, executor.plain_schedule(g), executor.RunOptions(recycle=False))
     assert rows_exec.relative_error(r.param_grads, ref.param_grads) <= 1e-12
 
 
@@ -125,7 +125,7 @@ def test_batch_norm_phases():
     assert p.carriers[1].tolist()[:6] == [0, 1, 1, 1, 0, 0]       # conv, ReLU, then the first BN
     assert p.carriers[2].tolist()[:6] == [1, 0, 0, 0, 0, 0]
     assert p.phase_ranges[2, 1].tolist() == [[0, 2], [2, 4], [4, 6], [6, 8]]   # a seed owns rows
-    ref = executor.run(g, executor.plain_schedule(g), recycle=False)
+    ref = executor.run(g, executor.plain_schedule(g), executor.RunOptions(recycle=False))
     r = rows_exec.run(g, p)
     assert r.loss == ref.loss and r.tracked_peak_bytes <= p.predicted_peak_bytes
     assert rows_exec.relative_error(r.param_grads, ref.param_grads) <= 1e-12
@@ -287,7 +287,7 @@ def test_open_stages_run_exact_and_the_walk_search_opens_one():
     g = export.to_cg(zoo.build("vgg16", width=4, depth=3, image=64, batch=1, dtype="float64"))
     ly = layers.read(g)
     pools = [i for i, op in enumerate(ly.ops) if op == "max_pool"]
-    ref = executor.run(g, executor.plain_schedule(g), recycle=True)
+    ref = executor.run(g, executor.plain_schedule(g), executor.RunOptions(recycle=True))
     for policy in ("overlap", "share"):
         q = rows_plan.plan(g, 4, policy, open_stages=pools[:2])
         assert q.num_regions == rows_plan.plan(g, 4, policy).num_regions - 2

@@ -86,15 +86,17 @@ def test_execute_rows_with_an_unreachable_address_fails_in_one_line(paths):
 @pytest.fixture
 def engine_runs(monkeypatch):
     """Every engine run of the planner: (its options, the workers it lost and recovered)."""
-    runs = []
-    run = EngineOptions.run
+    import hgraph
 
-    def spy(self, program, graph):
-        result = run(self, program, graph)
-        runs.append((self, len(result.failures)))
+    runs = []
+    run = hgraph.run
+
+    def spy(program, graph, engine=None, **kw):
+        result = run(program, graph, engine, **kw)
+        runs.append((engine, len(result.failures)))
         return result
 
-    monkeypatch.setattr(EngineOptions, "run", spy)
+    monkeypatch.setattr(hgraph, "run", spy)
     return runs
 
 

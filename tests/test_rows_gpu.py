@@ -15,7 +15,8 @@ def test_gpu_row_step_matches_plain_and_prediction(policy):
     g = export.to_cg(zoo.build("vgg16", dtype="float64"))
     p = rows_plan.plan(g, 4, policy)
     r = rows_exec.run(g, p, backend=gpu)
-    plain = executor.run(g, executor.plain_schedule(g), backend=gpu, recycle=False)
+    plain = executor.run(g, executor.plain_schedule(g), executor.RunOptions(recycle=False),
+                         backend=gpu)
     assert r.backend == "cupy" and r.device_peak_bytes > 0 and r.measured_peak_bytes == r.device_peak_bytes
     assert r.tracked_peak_bytes <= r.predicted_peak_bytes
     assert r.device_peak_bytes >= r.tracked_peak_bytes

@@ -53,7 +53,7 @@ def test_zoo_step_within_prediction_and_budget_at_three_budgets(name):
         assert rep["budget_bytes"] == b and rep["step_peak_bytes"] <= b and p.within_budget
         assert set(PARTS) <= rep["step_peak_breakdown"].keys()
         assert sum(rep["step_peak_breakdown"][k] for k in PARTS) == rep["step_peak_bytes"]
-        r = executor.run(g, p.schedule, workspace=rep["workspace_bytes"])
+        r = executor.run(g, p.schedule, executor.RunOptions(workspace=rep["workspace_bytes"]))
         ratio = r.measured_step_peak_bytes / rep["step_peak_bytes"]
         assert WINDOW[0] <= ratio <= WINDOW[1], (name, b, r.measured_step_peak_bytes, rep["step_peak_bytes"])
         assert r.measured_step_peak_bytes <= b
@@ -113,7 +113,7 @@ def test_kernel_temporaries_match_the_kernels(name, monkeypatch):
     rec = []
     _metered_kernels(monkeypatch, rec)
     g = _graph(name)
-    executor.run(g, executor.plain_schedule(g), workspace=64 << 10)
+    executor.run(g, executor.plain_schedule(g), executor.RunOptions(workspace=64 << 10))
     assert rec
     for k, phase, ins, out, a, e, want, into, got in rec:
         a = executor.with_workspace(a, k, 64 << 10)

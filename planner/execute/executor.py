@@ -56,6 +56,7 @@ from hgraph.common.errors import HGraphError
 from planner.cg import details_of as _details
 from planner.execute import backend as backend_mod
 from planner.execute.allocator import TrackedAllocator
+from planner.execute.run_options import RunOptions  # noqa: F401  (run's options)
 from planner.execute.standin import run_standin
 from planner.fixed_schedules import (checkpoint_schedule, forward_order, loss_outputs,  # noqa: F401
                                      plain_schedule)
@@ -147,10 +148,14 @@ def _leaves(g, xp, seed: int, given: dict) -> dict:
     return out
 
 
-def run(g, schedule, *, allocator: str = "pool", backend=None, recycle: bool = True,
-        kernels: str = "auto", seed: int = 0, touch: str | None = None, alignment: int | None = None,
-        leaf_values: dict | None = None, meter: bool = True, workspace: int | None = None) -> RunResult:
+def run(g, schedule, options: RunOptions = RunOptions(), *, backend=None,
+        leaf_values: dict | None = None) -> RunResult:
     """Execute ``schedule`` on ``g``; real kernels when the graph carries op arguments.
+
+    ``options`` (:class:`planner.execute.run_options.RunOptions`, defaults stated there): the
+    allocator, recycling, kernels, seed, stand-in touching, alignment, meter and workspace cap;
+    ``backend``: where (a :class:`planner.execute.backend.Backend` or its name; None: CuPy
+    when it works, else NumPy).
 
     ``leaf_values`` (var id -> array) replaces initialised parameters or inputs (e.g. to check
     gradients against finite differences). Parameters and inputs are built before the step is
@@ -160,6 +165,9 @@ def run(g, schedule, *, allocator: str = "pool", backend=None, recycle: bool = T
     without the independent meter (``measured_peak_bytes`` None): tracemalloc slows Python-level
     work (about 2x on a small zoo model's step), so timings are taken without it.
     """
+    o = options
+    allocator, recycle, kernels, seed = o.allocator, o.recycle, o.kernels, o.seed
+    touch, alignment, meter, workspace = o.touch, o.alignment, o.meter, o.workspace
     be = backend if isinstance(backend, backend_mod.Backend) else backend_mod.get(backend)
     if kernels == "auto":
         kernels = "real" if has_real_ops(g) else "stand-in"
@@ -317,8 +325,8 @@ def evaluate(g, schedule, *, allocators=("pool",), backend=None, recycle=None, s
     rows = []
     results = []
     for name in allocators:
-        r = run(g, schedule, allocator=name, backend=be, recycle=free_early, seed=seed, touch=touch,
-                workspace=workspace)
+        r = run(g, schedule, RunOptions(allocator=name, recycle=free_early, seed=seed, touch=touch,
+                                        workspace=workspace), backend=be)
         results.append(r)
         rows.append(r.report())
     first = results[0]
@@ -336,8 +344,8 @@ def evaluate(g, schedule, *, allocators=("pool",), backend=None, recycle=None, s
               "buffers": first.buffers, "allocators": rows}
     if real:
         # the same workspace cap: a convolution's tiles, hence its sums' order, follow the cap
-        plain = run(g, plain_schedule(g), allocator="pool", backend=be, recycle=False, seed=seed,
-                    workspace=workspace)
+        plain = run(g, plain_schedule(g), RunOptions(recycle=False, seed=seed, workspace=workspace),
+                    backend=be)
         report["loss"] = first.loss
         report["gradients_match"] = all(gradients_equal(plain.param_grads, r.param_grads) for r in results)
         report["plain_tracked_peak_bytes"] = plain.tracked_peak_bytes

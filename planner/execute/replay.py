@@ -32,5 +32,6 @@ from planner.execute import executor
 def replay(g, schedule, *, allocator: str = "pool", backend=None, recycle: bool = False,
            touch: str | None = None) -> "executor.RunResult":
     """Run ``schedule`` on ``g`` with stand-in kernels and return the measurements."""
-    return executor.run(g, schedule, allocator=allocator, backend=backend, recycle=recycle,
-                        kernels="stand-in", touch=touch)
+    return executor.run(g, schedule, executor.RunOptions(allocator=allocator, recycle=recycle,
+                                                         kernels="stand-in", touch=touch),
+                        backend=backend)

@@ -109,7 +109,8 @@ def execute_rows(planned: RowsPlan, backend=None, seed: int = 0) -> RowsExecutio
     with current_progress().stage("row step"):
         r = rows_exec.run(g, p, backend=be, seed=seed)
     with current_progress().stage("plain step"):
-        plain = executor.run(g, plain_schedule(g), backend=be, recycle=True, seed=seed)
+        plain = executor.run(g, plain_schedule(g), executor.RunOptions(recycle=True, seed=seed),
+                             backend=be)
     err = rows_exec.relative_error(r.param_grads, plain.param_grads)
     dtype = next(iter(r.param_grads.values())).dtype.name if r.param_grads else "float32"
     return RowsExecution(plan=p, rows=r, plain=plain, max_relative_error=err,
