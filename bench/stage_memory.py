@@ -1,0 +1,76 @@
+"""Where the planning process's memory goes: its resident memory at every stage of a plan job.
+
+Why: `bench/scale_bench.py` meters the whole process tree and its peaks (driver, largest
+worker); it cannot say *which stage* of the driver holds the memory. This runs the real plan
+job (`hgraph submit plan ...`, the same arguments) in this process with every stage of
+:class:`hgraph.common.progress.StageProgress` wrapped: at each stage's start and end it prints
+the driver's resident MiB (/proc/self/statm) and the stage's peak (sampled every 50 ms by a
+thread), so the figures are the process's own, by the kernel, not by the planner's counting.
+Use `--progress plain` so the stages are opened; Ray's workers are other processes and not in
+these figures (scale_bench.py meters them).
+
+Run::
+
+    python3 bench/stage_memory.py submit plan --graph W/cg_transformer_300000.txt \\
+        --solver approx --tasks 4 --runtime ray --budget 50% --progress plain \\
+        --report W/r.json --out W/s.txt 2>&1 | grep MEM
+
+Each line: ``MEM <stage> start <MiB>`` / ``MEM <stage> end <MiB> peak <MiB>`` (nested stages,
+such as starting Ray inside the first engine stage, print their own pair).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+import threading
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from hgraph.common import progress  # noqa: E402
+
+_PAGE = 4096
+_peak = [0.0]
+
+
+def rss_mib() -> float:
+    """This process's resident MiB now."""
+    with open("/proc/self/statm") as fh:
+        return int(fh.read().split()[1]) * _PAGE / 2**20
+
+
+def _sample(period: float = 0.05) -> None:
+    while True:
+        _peak[0] = max(_peak[0], rss_mib())
+        time.sleep(period)
+
+
+def _wrap(stage):
+    @contextlib.contextmanager
+    def metered(self, name, **kw):
+        outer = _peak[0]
+        _peak[0] = now = rss_mib()
+        print(f"MEM {name} start {now:.0f}", file=sys.stderr, flush=True)
+        try:
+            with stage(self, name, **kw):
+                yield
+        finally:
+            peak = max(_peak[0], rss_mib())
+            print(f"MEM {name} end {rss_mib():.0f} peak {peak:.0f}", file=sys.stderr,
+                  flush=True)
+            _peak[0] = max(outer, peak)
+    return metered
+
+
+def main(argv=None) -> int:
+    from jobs.cli import main as cli
+
+    progress.StageProgress.stage = _wrap(progress.StageProgress.stage)
+    threading.Thread(target=_sample, daemon=True).start()
+    return cli(sys.argv[1:] if argv is None else argv)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
