@@ -7,8 +7,8 @@ driver, or without NVRTC for elementwise kernels) the probe fails quietly and Nu
 
 >>> from planner.execute import backend
 >>> b = backend.get("numpy")
->>> b.name, b.xp.__name__
-('numpy', 'numpy')
+>>> b.name, b.xp.__name__, b.costs.alignment
+('numpy', 'numpy', 64)
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ import os
 import numpy
 
 from hgraph.common.errors import HGraphError
+from planner.backend_costs import BY_NAME, BackendCosts
 
 ENV = "HGRAPH_BACKEND"
 
@@ -35,6 +36,13 @@ class Backend:
     @property
     def is_gpu(self) -> bool:
         return self.name == "cupy"
+
+    @property
+    def costs(self) -> BackendCosts:
+        """What this backend adds to a step beside its arrays' data (the allocator's rounding,
+        the interpreter's objects), as the whole-step prediction prices it
+        (:mod:`planner.backend_costs`)."""
+        return BY_NAME[self.name]
 
     def to_numpy(self, array):
         """Copy an array of this backend to host NumPy (a no-op on NumPy)."""
