@@ -6,12 +6,13 @@ each search a budget. Each kind supplies only what is its own, in the style of C
 strategy is ``(graph, budget) -> one result``): how to make its candidates (plans at a ladder of
 budgets, band counts, partitions) and a **meter**, ``meter(candidate) -> (peak, cost)``: the
 peak as the budget counts it (predicted or measured) and an order among the candidates that fit
-(the cost first, then the kind's tie rule). :func:`pick` keeps the candidates whose peak is
-within the budget and takes the least cost (the first listed on a full tie); when none fits it
-raises the kind's one line through :func:`refuse`, the only place an
-:class:`~hgraph.common.errors.InfeasibleError` is built, with ``min_budget_bytes`` the smallest
-peak reached. :func:`smallest_budget` bisects for a kind whose candidates do not reach down to
-its floor (the DP's smallest feasible budget without a one-pass answer).
+(the cost first, then the kind's tie rule). :func:`at_budgets` makes a ladder's distinct
+candidates; :func:`pick` keeps the candidates whose peak is within the budget and takes the
+least cost (the first listed on a full tie); when none fits it raises the kind's one line
+through :func:`refuse`, the only place an :class:`~hgraph.common.errors.InfeasibleError` is
+built, with ``min_budget_bytes`` the smallest peak reached. :func:`smallest_budget` bisects for
+a kind whose candidates do not reach down to its floor (the DP's smallest feasible budget
+without a one-pass answer).
 
 What a budget holds, and what ``"100%"`` is, per kind (README, "What a budget holds"):
 
@@ -40,15 +41,30 @@ hgraph.common.errors.InfeasibleError: no plan fits; 40 does
 
 from __future__ import annotations
 
-from typing import Callable, Iterable, TypeVar
+from typing import Callable, Hashable, Iterable, TypeVar
 
 from hgraph.common.errors import InfeasibleError
 
-__all__ = ["cheapest", "pick", "refuse", "smallest_budget"]
+__all__ = ["at_budgets", "cheapest", "pick", "refuse", "smallest_budget"]
 
-T = TypeVar("T")
+T, B = TypeVar("T"), TypeVar("B")
 #: ``meter(candidate) -> (peak bytes as the budget counts them, order among those that fit)``.
 Meter = Callable[[T], tuple]
+
+
+def at_budgets(make: Callable[[B], T | None], budgets: Iterable[B],
+               key: Callable[[T], Hashable]) -> list:
+    """``[(budget, candidate)]``: a kind's candidates at a ladder of budgets, ``make(b)`` at each
+    of ``budgets`` in order, leaving out a budget with no candidate (None) and a candidate
+    equal by ``key`` to one made before (several budgets get the same plan: priced once)."""
+    seen, out = set(), []
+    for b in budgets:
+        c = make(b)
+        k = None if c is None else key(c)
+        if c is not None and k not in seen:
+            seen.add(k)
+            out.append((b, c))
+    return out
 
 
 def cheapest(candidates: Iterable[T], budget_bytes: float, meter: Meter) -> T | None:

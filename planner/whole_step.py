@@ -286,13 +286,11 @@ def candidates(plan_at, g) -> list:
     bottom = int(lowest.budget_bytes if low_arg else lowest.peak_bytes)
     args = ["100%", low_arg] + sorted({int(bottom + (top - bottom) * k / (LADDER + 1))
                                        for k in range(1, LADDER + 1)}, reverse=True)
-    out, seen, pricer, caps = [], set(), Pricer(g), list(workspaces())
-    for arg in args:
-        p = base if arg == "100%" else lowest if arg == low_arg else plan_at(arg)
-        text = p.schedule.dumps()
-        if text in seen:
-            continue
-        seen.add(text)
+    made = search.at_budgets(
+        lambda arg: base if arg == "100%" else lowest if arg == low_arg else plan_at(arg), args,
+        key=lambda p: p.schedule.dumps())
+    out, pricer, caps = [], Pricer(g), list(workspaces())
+    for arg, p in made:
         steps, last = {}, None
         for cap, got in predict_caps(g, p.schedule, caps, pricer=pricer).items():
             if last is None or got.step_peak_bytes != last:

@@ -143,18 +143,17 @@ def candidates(p: RowPlan, opts=None) -> list:
     ag = remaining_graph(p)
     solver = make_solver(p.graph, opts=opts, ag=ag)
     remaining = int(ag.bytes.sum())
-    tried, found = set(), []
-    for fraction in LADDER:
+
+    def whole_ops(fraction):
+        """(ops recomputed whole, regions swept again) of the DP's plan at ``fraction``."""
         res = solver.dp(max(1, int(fraction * remaining)))
-        if res.impossible:
-            continue
-        ops, regions = recomputed_whole_ops(p, emit_groups(p.graph, res.groups, solver.ag))
-        if (ops, regions) in tried:
-            continue
-        tried.add((ops, regions))
-        found.append(with_recompute(p, ops, resweep=regions,
-                                    dp={"search": "dp", "dp_budget_bytes": int(fraction * remaining),
-                                        "remaining_bytes": remaining, "candidates": 0}))
+        return None if res.impossible else \
+            recomputed_whole_ops(p, emit_groups(p.graph, res.groups, solver.ag))
+
+    found = [with_recompute(p, ops, resweep=regions,
+                            dp={"search": "dp", "dp_budget_bytes": int(fraction * remaining),
+                                "remaining_bytes": remaining, "candidates": 0})
+             for fraction, (ops, regions) in search.at_budgets(whole_ops, LADDER, key=lambda c: c)]
     return found + walk_search(p, opts=opts)
 
 
