@@ -29,37 +29,39 @@ sys.path.insert(0, str(ROOT))
 
 
 def _timed_run(kinds: dict, allocs: dict):
-    """A stand-in for ``rows_exec._Run.run`` that times each step (same steps, same order)."""
+    """A stand-in for ``rows_exec._Run.run`` that times each step: the same walk
+    (:mod:`planner.walk`), its visitor's hooks timed."""
     from planner.execute import rows_exec
 
     pc = time.process_time
+    base, walk = rows_exec._Run, rows_exec._Run.run
 
-    def run(self):
-        arrays, alloc = self.arrays, self.alloc
-        take, free = rows_exec.requests(alloc)
-        for fn, st, info, todo, frees in self.prog:
+    class Timed(base):
+        def alloc(self, request):
             t0 = pc()
-            for key, buf, nbytes, dtype, shape, zero, block in todo:
-                arr = take(buf, nbytes, dtype, shape, block)
-                if zero:
-                    arr[...] = 0
-                    allocs["zero-filled bytes"] += nbytes
-                arrays[key] = arr
-            allocs["allocations"] += len(todo)
-            t1 = pc()
-            fn(self, st, info)
-            t2 = pc()
-            for key, buf in frees:
-                free(buf)
-                del arrays[key]
-            t3 = pc()
-            allocs["alloc + zero s"] += t1 - t0
-            allocs["free s"] += t3 - t2
+            base.alloc(self, request)
+            allocs["alloc + zero s"] += pc() - t0
+            allocs["allocations"] += 1
+            if request[5]:
+                allocs["zero-filled bytes"] += request[2]
+
+        def free(self, request):
+            t0 = pc()
+            base.free(self, request)
+            allocs["free s"] += pc() - t0
+
+        def visit(self, s, c):
+            t0 = pc()
+            base.visit(self, s, c)
+            dt, st = pc() - t0, c.st
             op = self.ly.ops[st.op] + (" (norm)" if self.ly.norm[st.op] else "")
             for k in (st.kind, f"{st.kind}: {op}"):
-                kinds[k][0] += t2 - t1
+                kinds[k][0] += dt
                 kinds[k][1] += 1
-        return self.loss, {k[1]: a for k, a in arrays.items() if k[0] == "pg"}
+
+    def run(self):
+        self.__class__ = Timed
+        return walk(self)
 
     return run
 

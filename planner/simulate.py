@@ -46,11 +46,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from planner.cg import GRADIENT
+from planner.walk import ScheduleWalker
 
 __all__ = ["SimResult", "replay"]
-
-MAX_VIOLATIONS = 100
 
 
 @dataclass
@@ -90,152 +88,58 @@ def replay(g, schedule, mode: str = "reference", check: bool = True) -> SimResul
     if mode not in ("reference", "exact"):
         raise ValueError(f"mode must be 'reference' or 'exact', got {mode!r}")
     ops = schedule.ops if hasattr(schedule, "ops") else list(schedule)
-    nf = g.num_forward
-    n = g.num_vars
-    vbytes = g.var_bytes.tolist()
-    is_act = g.is_activation.tolist()
-    t = g.forward_costs
-    res = SimResult(forward_cost=int(t.sum()), param_bytes=int(g.var_bytes[~g.is_activation].sum()))
+    res = SimResult(forward_cost=int(g.forward_costs.sum()),
+                    param_bytes=int(g.var_bytes[~g.is_activation].sum()))
     if getattr(schedule, "impossible", False):
         res.impossible = True
-        res.computes = np.zeros(nf, dtype=np.int64)
+        res.computes = np.zeros(g.num_forward, dtype=np.int64)
         res.timeline = np.zeros(0, dtype=np.int64)
         return res
+    return _Replay(g, res, len(ops), mode == "exact", check).walk(ops)
 
-    # the blocks as flat lists: block b's inputs are in_var[ip[b]:ip[b + 1]] (tags in_tag),
-    # its outputs out_var[op_[b]:op_[b + 1]]; a backward output is produced once: produced[k]
-    cols = g.columns
-    in_var, in_tag = cols.in_var.tolist(), cols.in_tag.tolist()
-    ip, op_ = cols.in_ptr.tolist(), cols.out_ptr.tolist()
-    out_var = cols.out_var.tolist()
-    fwd_out = g.forward_output.tolist()
-    # parts of each var's gradient: how many backward outputs produce it, how many have so far
-    bw_out = cols.out_var[cols.out_ptr[nf]:]
-    parts = np.bincount(bw_out, minlength=n).tolist()
-    done_parts = [0] * n
-    sinks = set(np.flatnonzero(g.loss_mask).tolist())
-    exact = mode == "exact"
-    GRAD = GRADIENT
 
-    F = bytearray(n)                     # live forward values
-    G = bytearray(n)                     # live gradients
-    produced = bytearray(len(out_var))
-    computes = [0] * nf
-    timeline = np.zeros(len(ops), dtype=np.int64)
-    live = live_act = 0                  # bytes(F)+bytes(G), and the same without param gradients
-    peak = peak_act = 0
-    peak_step = -1
-    loss_grad_live = bytearray(n)        # exact mode: the ones tensor of each computed sink
-    violations = res.violations
+class _Replay(ScheduleWalker):
+    """The reference's accounting as a visitor of the schedule walk (:mod:`planner.walk`): the
+    walk's live bytes (F and G), the loss's ones in exact mode, the peak after every compute;
+    the walk's problems are the violations."""
 
-    def bad(step, msg):
-        if len(violations) < MAX_VIOLATIONS:
-            violations.append(f"op {step + 1}: {msg}")
+    def __init__(self, g, res: SimResult, n_ops: int, exact: bool, check: bool):
+        super().__init__(g, check)
+        self.res, self.exact = res, exact
+        self.problems = res.violations
+        self.vbytes = g.var_bytes.tolist()
+        self.curve = [0] * n_ops            # live bytes after each op
+        self.peak = self.peak_act = 0
+        self.peak_step = -1
+        self.loss_grad = bytearray(self.n)   # exact mode: the ones tensor of each computed sink
 
-    def first_missing(a):
-        """(block, index) of the first backward output of var ``a`` not produced yet."""
-        for k in np.flatnonzero(bw_out == a).tolist():
-            k += op_[nf]
-            if not produced[k]:
-                blk = int(np.searchsorted(cols.out_ptr, k, side="right")) - 1
-                return blk, k - op_[blk]
-        return None
+    def loss_available(self, a: int) -> bool:
+        return bool(self.loss_grad[a])
 
-    for step, op in enumerate(ops):
+    def visit(self, s: int, op) -> None:
         if op.kind == "compute":
-            f = op.index
-            if 0 <= f < nf:
-                if op.grads:
-                    bad(step, f"forward compute {f} lists gradient indices")
-                if check:
-                    for a in in_var[ip[f]:ip[f + 1]]:
-                        if is_act[a] and not F[a]:
-                            bad(step, f"compute {f} reads var {a} (forward), which is not live")
-                computes[f] += 1
-                y = fwd_out[f]
-                if not F[y]:
-                    F[y] = 1
-                    live += vbytes[y]
-                    live_act += vbytes[y]
-                if exact and y in sinks and not loss_grad_live[y]:
-                    loss_grad_live[y] = 1
-                    live += vbytes[y]
-                    live_act += vbytes[y]
-            elif nf <= f < 2 * nf:
-                if check:
-                    for a, tag in zip(in_var[ip[f]:ip[f + 1]], in_tag[ip[f]:ip[f + 1]]):
-                        if tag == GRAD:
-                            if a in sinks:
-                                if not F[a] and not loss_grad_live[a] and computes[f - nf] == 0:
-                                    bad(step, f"compute {f} reads the loss gradient of var {a} "
-                                              f"before the loss is computed")
-                            elif not G[a]:
-                                bad(step, f"compute {f} reads var {a} (gradient), which is not live")
-                            elif done_parts[a] < parts[a]:
-                                missing = first_missing(a)
-                                bad(step, f"compute {f} reads the gradient of var {a} before "
-                                          f"block {missing[0]} added its part")
-                        elif is_act[a] and not F[a]:
-                            bad(step, f"compute {f} reads var {a} (forward), which is not live")
-                if not op.grads:
-                    bad(step, f"backward compute {f} lists no gradient indices")
-                base, count = op_[f], op_[f + 1] - op_[f]
-                for j in op.grads:
-                    if j >= count:
-                        bad(step, f"compute {f}: gradient index {j} out of range "
-                                  f"({count} outputs)")
-                        continue
-                    v = out_var[base + j]
-                    if produced[base + j]:
-                        bad(step, f"compute {f}: gradient index {j} produced twice")
-                    else:
-                        produced[base + j] = 1
-                        done_parts[v] += 1
-                    if not G[v]:
-                        G[v] = 1
-                        live += vbytes[v]
-                        if is_act[v]:
-                            live_act += vbytes[v]
-            else:
-                bad(step, f"compute {f}: no such function (M={2 * nf})")
-            if live > peak or peak_step < 0:
-                peak, peak_step = live, step
-            peak_act = max(peak_act, live_act)
-        else:
-            v = op.index
-            if not 0 <= v < n:
-                bad(step, f"forget {v}: no such variable (N={n})")
-            elif op.which == "forward":
-                if F[v]:
-                    F[v] = 0
-                    live -= vbytes[v]
-                    live_act -= vbytes[v]
-            else:
-                if G[v]:
-                    G[v] = 0
-                    live -= vbytes[v]
-                    if is_act[v]:
-                        live_act -= vbytes[v]
-                if loss_grad_live[v]:
-                    loss_grad_live[v] = 0
-                    live -= vbytes[v]
-                    live_act -= vbytes[v]
-        timeline[step] = live
+            if self.exact and op.index < self.nf:      # the loss's ones, made with the loss
+                y = self._fwd_out[op.index]
+                if y in self.sinks and not self.loss_grad[y]:
+                    self.loss_grad[y] = 1
+                    self.live += self.vbytes[y]
+                    self.live_act += self.vbytes[y]
+            if self.live > self.peak or self.peak_step < 0:
+                self.peak, self.peak_step = self.live, s
+            if self.live_act > self.peak_act:
+                self.peak_act = self.live_act
+        elif op.which == "backward" and 0 <= op.index < self.n and self.loss_grad[op.index]:
+            self.loss_grad[op.index] = 0
+            self.live -= self.vbytes[op.index]
+            self.live_act -= self.vbytes[op.index]
+        self.curve[s] = self.live
 
-    comp = np.asarray(computes, dtype=np.int64)
-    never = np.flatnonzero(comp == 0)
-    if never.size:
-        bad(len(ops) - 1, f"{never.size} forward function(s) never run, first {int(never[0])}")
-    missing = np.flatnonzero(np.frombuffer(bytes(produced), np.uint8)[op_[nf]:] == 0) + op_[nf]
-    if missing.size:
-        blk = int(np.searchsorted(cols.out_ptr, missing[0], side="right")) - 1
-        bad(len(ops) - 1, f"{missing.size} backward output(s) never produced, first block "
-                          f"{blk} index {int(missing[0]) - op_[blk]}")
-    res.peak_bytes = int(peak)
-    res.peak_step = int(peak_step)
-    res.peak_act_only_bytes = int(peak_act)
-    res.computes = comp
-    res.recompute_cost = int((t * np.maximum(comp - 1, 0)).sum())
-    res.timeline = timeline
-    return res
-
+    def finish(self, n: int) -> SimResult:
+        res = self.res
+        comp = np.asarray(self.computes, dtype=np.int64)
+        res.peak_bytes, res.peak_step = int(self.peak), int(self.peak_step)
+        res.peak_act_only_bytes = int(self.peak_act)
+        res.computes = comp
+        res.recompute_cost = int((self.g.forward_costs * np.maximum(comp - 1, 0)).sum())
+        res.timeline = np.array(self.curve, dtype=np.int64)
+        return res

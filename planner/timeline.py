@@ -9,6 +9,11 @@ forgets it later (parameter and input gradients, the step's results, are kept); 
 ``recycle=False`` exactly at the schedule's ``forget`` lines (the planner's accounting,
 :mod:`planner.simulate` in reference mode, byte for byte).
 
+It is a visitor of the schedule walk (:class:`planner.walk.ScheduleWalker`, as the simulator
+is): the walk derives each op's buffer events and checks them; the timeline records them as
+the compiled step list (:class:`Step`) that the whole-step prediction and the executors walk
+(:class:`planner.walk.Walker`).
+
 Why it lives in the planner: it is what both sides read. The whole-step prediction
 (:mod:`planner.whole_step`) prices a plan's step from it while planning; the executor
 (:mod:`planner.execute.executor`) runs it. The planner proper never imports the executor.
@@ -30,19 +35,22 @@ import numpy as np
 
 from hgraph.common.errors import HGraphError
 from planner import arena as arena_mod
-from planner.fixed_schedules import loss_outputs
 from planner.schedule import Op
+from planner.walk import ScheduleWalker
 
 __all__ = ["Step", "Timeline", "timeline"]
 
 @dataclasses.dataclass
 class Step:
+    """One schedule op as buffer events (a step of :class:`planner.walk.Walker`'s list)."""
+
     op: Op
     reads: list            # buffer ids read (values and gradients)
     grad_in: int | None    # gradient buffer read by a backward block; None: the loss's ones
     writes: list           # (output position j or -1 for a forward output, buffer id, accumulate)
     frees_before: list     # buffers replaced by a recomputation, freed before the step runs
     frees_after: list      # buffers freed after the step (forgets, recycling)
+    allocs: list = dataclasses.field(default_factory=list)    # buffers the step writes first
 
 
 @dataclasses.dataclass
@@ -78,92 +86,63 @@ def timeline(g, schedule, recycle: bool = True) -> Timeline:
     if getattr(schedule, "impossible", False):
         raise HGraphError("the schedule is IMPOSSIBLE: nothing to execute")
     ops = schedule.ops if hasattr(schedule, "ops") else list(schedule)
-    nf = len(g.forward)
-    is_act = g.is_activation
-    sinks = loss_outputs(g)
-    var, grad, nbytes, start, end, last = [], [], [], [], [], []
-    value_of, grad_of = {}, {}
-    steps = []
+    return _Builder(g, ops, recycle).walk(ops)
 
-    def new(v, is_grad, s):
-        var.append(v)
-        grad.append(is_grad)
-        nbytes.append(int(g.var_bytes[v]))
-        start.append(s)
-        end.append(len(ops))
-        last.append(s)
-        return len(var) - 1
 
-    def where(s):
-        return f"schedule op {s + 1} ({ops[s].line()})"
+class _Builder(ScheduleWalker):
+    """The timeline as a visitor of the schedule walk (:mod:`planner.walk`): each buffer's
+    allocation and free step, each op's :class:`Step`; a problem the walk finds raises (a run
+    cannot go on)."""
 
-    for s, op in enumerate(ops):
-        step = Step(op, [], None, [], [], [])
-        steps.append(step)
+    def __init__(self, g, ops, recycle: bool):
+        super().__init__(g)
+        self.ops, self.recycle = ops, recycle
+        self.steps, self.start, self.end, self.last = [], [], [], []
+        self.freed = []                  # buffers the op being walked frees
+
+    def bad(self, s: int, msg: str) -> None:
+        raise HGraphError(f"schedule op {s + 1} ({self.ops[s].line()}): {msg}"
+                          if 0 <= s < len(self.ops) else f"schedule: {msg}")
+
+    def alloc(self, b) -> None:
+        self.start.append(self.s)
+        self.end.append(len(self.ops))
+        self.last.append(self.s)
+
+    def free(self, b) -> None:
+        self.end[b] = self.s
+        self.freed.append(b)
+
+    def visit(self, s: int, op) -> None:
         if op.kind == "forget":
-            table = value_of if op.which == "forward" else grad_of
-            b = table.pop(op.index, None)
-            if b is not None:
-                end[b] = s
-                step.frees_after.append(b)
-            continue
-        f = op.index
-        if 0 <= f < nf:
-            fn = g.forward[f]
-            for a, _ in fn.inputs:
-                if is_act[a]:
-                    if a not in value_of:
-                        raise HGraphError(f"{where(s)} reads var {a}, which is not live")
-                    step.reads.append(value_of[a])
-            y = fn.outputs[0]
-            old = value_of.pop(y, None)
-            if old is not None:
-                end[old] = s
-                step.frees_before.append(old)
-            b = new(y, False, s)
-            value_of[y] = b
-            step.writes.append((-1, b, False))
-        elif nf <= f < 2 * nf:
-            bw = g.functions[f]
-            for a, tag in bw.inputs:
-                if tag == "gradient":
-                    if a in sinks:
-                        continue
-                    if a not in grad_of:
-                        raise HGraphError(f"{where(s)} reads the gradient of var {a}, which is not live")
-                    step.grad_in = grad_of[a]
-                    step.reads.append(grad_of[a])
-                elif is_act[a]:
-                    if a not in value_of:
-                        raise HGraphError(f"{where(s)} reads var {a}, which is not live")
-                    step.reads.append(value_of[a])
-            for j in op.grads:
-                if not 0 <= j < len(bw.outputs):
-                    raise HGraphError(f"{where(s)}: gradient index {j} out of range")
-                v = bw.outputs[j]
-                if v in grad_of:
-                    step.writes.append((j, grad_of[v], True))
-                    step.reads.append(grad_of[v])
-                else:
-                    b = new(v, True, s)
-                    grad_of[v] = b
-                    step.writes.append((j, b, False))
+            self.steps.append(Step(op, [], None, [], [], self.freed))
         else:
-            raise HGraphError(f"{where(s)}: no function {f} (M={2 * nf})")
-        for b in step.reads:
-            last[b] = s
+            self.steps.append(Step(op, self.reads, self.grad_in, self.writes, self.freed, [],
+                                   [b for _, b, acc in self.writes if not acc]))
+            for b in self.reads:
+                self.last[b] = s
+        self.freed = []
 
-    var, grad, nbytes = np.array(var, np.int64), np.array(grad, bool), np.array(nbytes, np.int64)
-    start, end, last = np.array(start, np.int64), np.array(end, np.int64), np.array(last, np.int64)
-    if recycle:
-        result = grad & ~is_act[var] if var.size else np.zeros(0, bool)   # param / input gradients
-        early = ~result & (last + 1 < end)
-        for b in np.flatnonzero(early).tolist():
-            old_end = int(end[b])
-            if old_end < len(ops) and b in steps[old_end].frees_after:
-                steps[old_end].frees_after.remove(b)
-            elif old_end < len(ops) and b in steps[old_end].frees_before:
-                steps[old_end].frees_before.remove(b)
-            end[b] = last[b] + 1
-            steps[last[b]].frees_after.append(b)
-    return Timeline(steps, var, grad, nbytes, start, end, recycle)
+    def finish(self, n: int) -> Timeline:
+        var = np.array(self.buf_var, np.int64)
+        grad, nbytes = np.array(self.buf_grad, bool), self.g.var_bytes[var].astype(np.int64)
+        start, end = np.array(self.start, np.int64), np.array(self.end, np.int64)
+        if self.recycle:
+            _recycle(self.steps, var, grad, end, np.array(self.last, np.int64),
+                     self.g.is_activation, n)
+        return Timeline(self.steps, var, grad, nbytes, start, end, self.recycle)
+
+
+def _recycle(steps, var, grad, end, last, is_act, n: int) -> None:
+    """Free every buffer right after its last read (``end`` and the steps' frees, in place),
+    but parameters' and inputs' gradients: the step's results."""
+    result = grad & ~is_act[var] if var.size else np.zeros(0, bool)
+    early = ~result & (last + 1 < end)
+    for b in np.flatnonzero(early).tolist():
+        old_end = int(end[b])
+        if old_end < n and b in steps[old_end].frees_after:
+            steps[old_end].frees_after.remove(b)
+        elif old_end < n and b in steps[old_end].frees_before:
+            steps[old_end].frees_before.remove(b)
+        end[b] = last[b] + 1
+        steps[last[b]].frees_after.append(b)

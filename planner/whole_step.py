@@ -57,6 +57,7 @@ from planner.cg import details_of
 from planner.ops import CONV_WORKSPACE_BYTES, OPS, implements, kernel_temp_bytes, with_workspace
 from planner.pool import BestFit
 from planner.timeline import timeline
+from planner.walk import PoolWalker
 
 #: Bytes of Python objects (arrays' headers, views, lists, a generator's frame) a step's kernel
 #: and the executor's loop hold at once beside the arrays' data, bounded from above (measured
@@ -197,39 +198,9 @@ def predict_caps(g, schedule, caps, *, recycle: bool = True, alignment: int = 64
     pricer = pricer if pricer is not None else Pricer(g)
     tl = timeline(g, schedule, recycle=recycle)
     params, inputs = pricer.leaves
-    is_act = g.is_activation
-    kind = np.where(tl.grad, np.where(is_act[tl.var], 1, 2), 0) if tl.var.size else \
-        np.zeros(0, np.int64)        # 0 activation value, 1 activation gradient, 2 param gradient
-    nbytes = tl.nbytes.tolist()
-    kind = kind.tolist()
-    pool = BestFit(alignment)
-    blocks = {}
-    reserved = nblocks = computes = 0
-    live_by = [0, 0, 0]
+    walk = _Held(tl, g.is_activation, params + inputs, BestFit(alignment))
+    base, held = walk.walk(tl.steps)
     n = len(tl.steps)
-    base = np.zeros(n, np.int64)     # every part but the temporaries, per step
-    held = np.zeros((n, 4), np.int64)          # live by kind, and reserved, per step
-    for s, step in enumerate(tl.steps):
-        for b in step.frees_before:
-            pool.give(blocks.pop(b))
-            live_by[kind[b]] -= nbytes[b]
-        for _, b, acc in step.writes:
-            if acc:
-                continue
-            size = pool.take(nbytes[b])
-            if size is None:
-                size = pool.block_size(nbytes[b])
-                reserved += size
-                nblocks += 1
-            blocks[b] = size
-            live_by[kind[b]] += nbytes[b]
-        computes += step.op.kind == "compute"
-        objects = PYTHON_BYTES + OBJECT_BYTES * (nblocks + len(blocks)) + STEP_BYTES * computes
-        base[s] = params + inputs + reserved + objects
-        held[s] = (*live_by, reserved)
-        for b in step.frees_after:
-            pool.give(blocks.pop(b))
-            live_by[kind[b]] -= nbytes[b]
     out = {}
     calls = [pricer.call(step) for step in tl.steps]
     named = [None if conv else pricer.temp(step, call, None)
@@ -253,6 +224,30 @@ def predict_caps(g, schedule, caps, *, recycle: bool = True, alignment: int = 64
         out[cap] = StepPeak(max(peak, 0), at, CONV_WORKSPACE_BYTES if cap is None else int(cap),
                             curve)
     return out
+
+
+class _Held(PoolWalker):
+    """The prediction's visitor of a timeline's walk (:mod:`planner.walk`): per step, every
+    part but the kernel's temporaries (``base``: leaves, the pool's reserved bytes, Python's
+    objects) and the bytes live by part with the reserved ones (``held``); the temporaries
+    depend on the workspace cap, the rest does not."""
+
+    def __init__(self, tl, is_act, leaves: int, pool):
+        kind = (np.where(tl.grad, np.where(is_act[tl.var], 1, 2), 0) if tl.var.size
+                else np.zeros(0, np.int64)).tolist()     # activation, its gradient, a param's
+        super().__init__(pool, tl.nbytes.tolist().__getitem__, kind.__getitem__,
+                         (PYTHON_BYTES, OBJECT_BYTES, STEP_BYTES))
+        self.leaves = leaves
+        self.base = np.zeros(len(tl.steps), np.int64)
+        self.held = np.zeros((len(tl.steps), 4), np.int64)
+
+    def visit(self, s: int, step) -> None:
+        self.computes += step.op.kind == "compute"
+        self.base[s] = self.leaves + self.reserved + self.objects()
+        self.held[s] = (*self.live_by, self.reserved)
+
+    def finish(self, n: int):
+        return self.base, self.held
 
 
 # ---------------------------------------------------------------- choosing a plan that fits

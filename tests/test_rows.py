@@ -412,15 +412,15 @@ def test_replayed_pool_blocks_are_the_pools(graphs):
     prog = rows_exec._program(g, p, 64)
     be = get("numpy")
     a, b = TrackedAllocator(be, "pool", alignment=64), TrackedAllocator(be, "pool", alignment=64)
-    for _, _, _, allocs, frees in prog:
-        for key, buf, nbytes, dtype, shape, zero, block in allocs:
+    for c in prog:
+        for key, buf, nbytes, dtype, shape, zero, block in c.allocs:
             x = a.take(buf, nbytes, dtype, shape)
             y = b.take_block(buf, nbytes, dtype, shape, block)
             got = [next(n for n, blk in enumerate(al._blocks) if blk is al._live[buf][0])
                    for al in (a, b)]
             assert got == [block, block]
             assert x.shape == y.shape and x.dtype == y.dtype
-        for key, buf in frees:
+        for key, buf in c.frees_after:
             a.free(buf)
             b.free_block(buf)
     assert (a.peak_bytes, a.reserved_bytes, a.allocations, a.live_bytes) == \

@@ -42,6 +42,7 @@ from planner.execute.allocator import TrackedAllocator, pool_blocks
 from planner.ops import OPS, dots, norm_forward, pad_map, sums
 from planner.rows import layers as L
 from planner.rows import walk as walk_mod
+from planner.walk import Walker
 from planner.rows.band_steps import (DIRECT_BAND, Cut as _Cut,  # noqa: F401
                                      band_attrs as _band_attrs, buffer_offset, conv1x1_band,
                                      conv_band, conv_pm_band, cut as _cut,
@@ -67,8 +68,9 @@ class RowsResult:
     measured_step_peak_bytes: int | None = None
 
 
-class _Run:
-    """One execution of a plan's walk. The steps run from their compiled form
+class _Run(Walker):
+    """One execution of a plan's walk: a visitor of :mod:`planner.walk` over the compiled
+    steps (:class:`_Compiled`). The steps run from their compiled form
     (:func:`_program`: each step's kernel, slices, keys and buffer requests resolved once per plan),
     so a step of a run is its kernels and a few dictionary look-ups: a row step has several times
     the plain step's kernel calls, and re-deriving each band's cut, offsets and keys on every call
@@ -76,7 +78,7 @@ class _Run:
 
     def __init__(self, g, plan, be, alloc, leaf):
         self.ly, self.be, self.xp = plan.layers, be, be.xp
-        self.alloc = alloc
+        self.allocator = alloc
         #: leaves and plan buffers in one dict, by key (a leaf is ("v", var); no step writes one)
         self.arrays = {("v", a): x for a, x in leaf.items()}
         self.loss = None
@@ -84,19 +86,26 @@ class _Run:
         self._stats = {}                 # op -> (its statistics buffer, mean, inv views)
 
     def run(self):
-        arrays, alloc = self.arrays, self.alloc
-        take, free = requests(alloc)
-        for fn, st, info, allocs, frees in self.prog:
-            for key, buf, nbytes, dtype, shape, zero, block in allocs:
-                arr = take(buf, nbytes, dtype, shape, block)
-                if zero:
-                    arr[...] = 0
-                arrays[key] = arr
-            fn(self, st, info)
-            for key, buf in frees:
-                free(buf)
-                del arrays[key]
-        grads = {k[1]: a for k, a in arrays.items() if k[0] == "pg"}   # copied out by run()
+        self._take, self._give = requests(self.allocator)
+        return self.walk(self.prog)
+
+    def alloc(self, request) -> None:
+        key, buf, nbytes, dtype, shape, zero, block = request
+        arr = self._take(buf, nbytes, dtype, shape, block)
+        if zero:
+            arr[...] = 0
+        self.arrays[key] = arr
+
+    def free(self, request) -> None:
+        key, buf = request
+        self._give(buf)
+        del self.arrays[key]
+
+    def visit(self, s: int, c) -> None:
+        c.fn(self, c.st, c.info)
+
+    def finish(self, n: int):
+        grads = {k[1]: a for k, a in self.arrays.items() if k[0] == "pg"}   # copied out by run()
         return self.loss, grads
 
     def stats(self, i):
@@ -362,6 +371,17 @@ class _Run:
                 dst += gk
 
 
+class _Compiled:
+    """One compiled step: its :class:`_Run` method, the walk's step, its info and its buffer
+    events (a step of :class:`planner.walk.Walker`'s list)."""
+
+    __slots__ = ("fn", "st", "info", "allocs", "frees_after")
+    frees_before = ()
+
+    def __init__(self, fn, st, info, allocs, frees_after):
+        self.fn, self.st, self.info, self.allocs, self.frees_after = fn, st, info, allocs, frees_after
+
+
 def requests(alloc):
     """``(take, free)`` for :meth:`_Run.run`'s buffer requests on ``alloc``: a ``pool`` takes
     each buffer's block as :func:`_program` replayed them (``TrackedAllocator.take_block``),
@@ -373,8 +393,8 @@ def requests(alloc):
 
 
 def _program(g, plan, alignment: int = 64) -> list:
-    """The walk's steps compiled for :class:`_Run`: ``(method, step, info, allocs, frees)``
-    each, ``allocs`` as ``(key, buffer id, bytes, dtype, shape, zero, block)`` (``block``: the
+    """The walk's steps compiled for :class:`_Run`: a :class:`_Compiled` (method, step, info,
+    allocs, frees after) each, ``allocs`` as ``(key, buffer id, bytes, dtype, shape, zero, block)`` (``block``: the
     ``pool`` block the request gets, :func:`planner.execute.allocator.pool_blocks` at the
     allocator's ``alignment``), ``frees`` as ``(key, buffer id)``; cached on the walk (a plan's
     steps do not change once built), rebuilt for another graph or plan object or alignment, or
@@ -395,12 +415,12 @@ def _program(g, plan, alignment: int = 64) -> list:
             shape, dtype = w.shapes[key]
             zero = key not in c.filled and any(k == key and m == "acc" for k, m in st.writes)
             allocs.append([key, ids[key], int(w.nbytes[key]), np.dtype(dtype), tuple(shape), zero])
-        frees = [(key, ids[key]) for key in st.frees]
+        frees = [(key, ids[key]) for key in st.frees_after]
         prog.append((getattr(_Run, c.method or "_" + st.kind), st, info, allocs, frees))
     events = [e for _, _, _, allocs, frees in prog
               for e in [(a[1], a[2]) for a in allocs] + [(b, None) for _, b in frees]]
     blocks = iter(pool_blocks(events, alignment))
-    prog = [(fn, st, info, [tuple(a) + (next(blocks),) for a in allocs], frees)
+    prog = [_Compiled(fn, st, info, [tuple(a) + (next(blocks),) for a in allocs], frees)
             for fn, st, info, allocs, frees in prog]
     w.program = (g, plan, prog, kernels, alignment)
     return prog

@@ -10,6 +10,8 @@ committed). :func:`planner.execute.executor.run` calls it for ``kernels="stand-i
 
 from __future__ import annotations
 
+from planner.walk import Walker
+
 __all__ = ["PAGE", "run_standin"]
 
 PAGE = 4096
@@ -19,25 +21,33 @@ def run_standin(g, tl, alloc, be, touch: str) -> None:
     """Execute a timeline with stand-in kernels (called by :func:`planner.execute.executor.run`)."""
     if touch not in ("full", "page"):
         raise ValueError(f"touch must be 'full' or 'page', got {touch!r}")
-    xp = be.xp
-    arrays = {}
-    for s, step in enumerate(tl.steps):
-        for b in step.frees_before:
-            alloc.free(b)
-            del arrays[b]
-        if step.op.kind == "compute":
-            # the stand-in: one byte from every buffer read, mixed into every buffer written
-            mark = (s + sum(int(arrays[b][:1].sum()) if tl.nbytes[b] else 0 for b in step.reads[:1])) % 251
-            for _, b, accumulate in step.writes:
-                if accumulate:
-                    out = arrays[b]
-                else:
-                    out = arrays[b] = alloc.alloc(b, int(tl.nbytes[b]))
-                if out.size:
-                    (out if touch == "full" else out[:PAGE]).fill(mark)
-            for b in step.reads[1:]:
-                if tl.nbytes[b]:
-                    arrays[b][:1].sum()
-        for b in step.frees_after:
-            alloc.free(b)
-            del arrays[b]
+    _StandIn(tl, alloc, touch).walk(tl.steps)
+
+
+class _StandIn(Walker):
+    """The stand-in's visitor of a timeline's walk (:mod:`planner.walk`): one byte from every
+    buffer read, mixed into every buffer written."""
+
+    def __init__(self, tl, alloc, touch: str):
+        self.tl, self.allocator, self.touch = tl, alloc, touch
+        self.arrays = {}
+
+    def free(self, b) -> None:
+        self.allocator.free(b)
+        del self.arrays[b]
+
+    def visit(self, s: int, step) -> None:
+        if step.op.kind != "compute":
+            return
+        arrays, nbytes = self.arrays, self.tl.nbytes
+        mark = (s + sum(int(arrays[b][:1].sum()) if nbytes[b] else 0 for b in step.reads[:1])) % 251
+        for _, b, accumulate in step.writes:
+            if accumulate:
+                out = arrays[b]
+            else:
+                out = arrays[b] = self.allocator.alloc(b, int(nbytes[b]))
+            if out.size:
+                (out if self.touch == "full" else out[:PAGE]).fill(mark)
+        for b in step.reads[1:]:
+            if nbytes[b]:
+                arrays[b][:1].sum()

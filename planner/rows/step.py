@@ -31,6 +31,7 @@ from planner.ops import CONV_WORKSPACE_BYTES, OPS, _bufs, kernel_temp_bytes
 from planner.pool import BestFit
 from planner.rows import band_steps as bs
 from planner.rows import layers as L
+from planner.walk import PoolWalker
 from planner.whole_step import (OBJECT_BYTES, PARTS, PYTHON_BYTES, STEP_BYTES,  # noqa: F401
                                 StepPeak, leaf_bytes)  # PARTS: the example's
 
@@ -168,43 +169,46 @@ def predict_rows(g, p, *, alignment: int = 64) -> StepPeak:
     inputs, a band kernel's result before it is copied into the band buffer, the kernels' own)."""
     w = p.walk
     params, inputs = leaf_bytes(g)
-    pool = BestFit(alignment)
     deferred, whole_sums = bs.deferred_sums(w.steps), set()
     for st in w.steps:                   # each deferred batch norm's first bnseed
         if st.kind == "bnseed" and st.op in deferred:
             whole_sums.add(id(st))
             deferred.discard(st.op)
-    blocks = {}
-    reserved = nblocks = computes = 0
-    parts = {"v": 0, "g": 0, "pg": 0}
-    part_of = {}
-    curve = np.zeros(len(w.steps), np.int64)
-    best, at = -1, None
-    for s, st in enumerate(w.steps):
-        for key in st.allocs:
-            size = pool.take(w.nbytes[key])
-            if size is None:
-                size = pool.block_size(w.nbytes[key])
-                reserved += size
-                nblocks += 1
-            blocks[key] = size
-            part = "pg" if key[0] == "pg" else "g" if key[0] in ("g", "bg", "gw", "s") else "v"
-            part_of[key] = part
-            parts[part] += w.nbytes[key]
-        temp = _rows_temp(g, p, st, whole_sums)
-        computes += st.kind not in ("tail", "store", "seed")
-        live = sum(parts.values())
-        objects = PYTHON_BYTES + OBJECT_BYTES * (nblocks + len(blocks)) + STEP_BYTES * computes
-        total = params + inputs + reserved + temp + objects
-        curve[s] = total
-        if total > best:
-            best = total
-            at = {"parameters": params, "inputs": inputs, "activations": parts["v"],
-                  "gradients": parts["g"], "param_gradients": parts["pg"],
-                  "allocator": reserved - live, "temporaries": temp, "interpreter": objects,
-                  "op": f"{p.layers.ops[st.op]} {st.kind} (op {st.op}"
-                        + (f", band {st.band})" if st.band >= 0 else ")"), "step": s + 1}
-        for key in st.frees:
-            pool.give(blocks.pop(key))
-            parts[part_of.pop(key)] -= w.nbytes[key]
-    return StepPeak(int(max(best, 0)), at or {}, CONV_WORKSPACE_BYTES, curve)
+    return _RowsHeld(g, p, params, inputs, BestFit(alignment), whole_sums).walk(w.steps)
+
+
+def _part(key) -> int:
+    """The part of row buffer ``key``: 0 values, 1 gradients, 2 parameters' gradients."""
+    return 2 if key[0] == "pg" else 1 if key[0] in ("g", "bg", "gw", "s") else 0
+
+
+class _RowsHeld(PoolWalker):
+    """:func:`predict_rows`'s visitor of a row plan's walk (:mod:`planner.walk`): the pool's
+    bookkeeping, and at each step the kernel's temporaries; the peak's parts."""
+
+    def __init__(self, g, p, params: int, inputs: int, pool, whole_sums):
+        super().__init__(pool, p.walk.nbytes.__getitem__, _part,
+                         (PYTHON_BYTES, OBJECT_BYTES, STEP_BYTES))
+        self.g, self.p, self.whole_sums = g, p, whole_sums
+        self.params, self.inputs = params, inputs
+        self.curve = np.zeros(len(p.walk.steps), np.int64)
+        self.best, self.at = -1, None
+
+    def visit(self, s: int, st) -> None:
+        temp = _rows_temp(self.g, self.p, st, self.whole_sums)
+        self.computes += st.kind not in ("tail", "store", "seed")
+        objects = self.objects()
+        total = self.params + self.inputs + self.reserved + temp + objects
+        self.curve[s] = total
+        if total > self.best:
+            self.best = total
+            v, gr, pg = self.live_by
+            self.at = {"parameters": self.params, "inputs": self.inputs, "activations": v,
+                       "gradients": gr, "param_gradients": pg,
+                       "allocator": self.reserved - (v + gr + pg), "temporaries": temp,
+                       "interpreter": objects,
+                       "op": f"{self.p.layers.ops[st.op]} {st.kind} (op {st.op}"
+                             + (f", band {st.band})" if st.band >= 0 else ")"), "step": s + 1}
+
+    def finish(self, n: int) -> StepPeak:
+        return StepPeak(int(max(self.best, 0)), self.at or {}, CONV_WORKSPACE_BYTES, self.curve)

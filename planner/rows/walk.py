@@ -48,6 +48,10 @@ from planner.ops import OPS
 
 @dataclasses.dataclass
 class Step:
+    """One step of a row plan's walk (the module's docstring), with its buffer events: a step
+    of :class:`planner.walk.Walker`'s list (a row step frees nothing before it runs)."""
+
+    frees_before = ()
     kind: str
     op: int
     band: int = -1
@@ -57,7 +61,13 @@ class Step:
     inputs: dict = dataclasses.field(default_factory=dict)    # input position -> key (-1: own output)
     writes: list = dataclasses.field(default_factory=list)     # (key, "set" | "acc")
     allocs: list = dataclasses.field(default_factory=list)
-    frees: list = dataclasses.field(default_factory=list)
+    frees_after: list = dataclasses.field(default_factory=list)
+
+    @property
+    def frees(self) -> list:
+        """``frees_after``, by the name an older revision's row executor reads
+        (``bench/rows_ab.py`` runs one against this walk)."""
+        return self.frees_after
 
 
 @dataclasses.dataclass
@@ -293,7 +303,7 @@ def build(p) -> Walk:
         steps[s].allocs.append(key)
     for key, s in last.items():
         if key[0] != "pg":
-            steps[s].frees.append(key)
+            steps[s].frees_after.append(key)
     nbytes = {k: int(math.prod(sh)) * np.dtype(dt).itemsize for k, (sh, dt) in shapes.items()}
     delta = np.zeros(len(steps) + 1, dtype=np.int64)
     for key, s in first.items():
