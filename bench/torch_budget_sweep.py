@@ -15,6 +15,18 @@ CNN (parallel 1x1 / 3x3 / pooled branches concatenated).
 
     python3 bench/torch_budget_sweep.py --out out/torch_budget_sweep
     python3 bench/torch_budget_sweep.py --models mixer,inception --percents 100,50,10
+
+``--cli``: the command-line round trip instead (issue 35), as a user runs it, in this process
+(``jobs.cli.main``): ``hgraph graph torch SPEC --out g.txt`` once, then per budget ``hgraph
+submit plan --graph g.txt --budget B --out s.txt --report p.json`` and, where it plans,
+``hgraph submit execute --torch SPEC --graph g.txt --schedule s.txt --budget B --report
+r.json``. Each row: the budget, the plan or its one-line refusal (exit 3), the measured peak
+(the allocator's events, execute's report), the predicted one, ``within_budget``, and the
+recompute FLOPs ``plan`` reported against those the executed backward ran. Models: the examples
+by name, ``mlp`` (a plain MLP) and ``hf-gpt2`` (transformers' GPT2LMHeadModel, 2 layers,
+d=64, seq 32, batch 2, dropout on), written as model files into ``--out``.
+
+    python3 bench/torch_budget_sweep.py --cli --models gpt,mlp,hf-gpt2 --percents 100,80,60,min
 """
 
 from __future__ import annotations
@@ -140,6 +152,131 @@ def sweep(model, inputs, loss, percents=PERCENTS) -> list:
     return rows
 
 
+CLI_MODELS = ("gpt", "resnet", "mlp", "bert", "unet", "lstm", "mobilenet", "hf-gpt2")
+CLI_BUDGETS = ("100%", "80%", "60%", "min")
+
+#: Model files the CLI mode writes (``FILE.py:model``), for models not in examples/torch.
+MODEL_FILES = {
+    "mlp": """import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+def model():
+    torch.manual_seed(0)
+    layers = [nn.Linear(64, 256), nn.GELU()]
+    for _ in range(6):
+        layers += [nn.Linear(256, 256), nn.GELU()]
+    net = nn.Sequential(*layers, nn.Linear(256, 1))
+    x, y = torch.randn(512, 64), torch.randn(512, 1)
+    return net, (x,), lambda out: F.mse_loss(out, y)
+""",
+    "hf-gpt2": """import torch
+import torch.nn.functional as F
+import transformers as tr
+
+
+def model():
+    torch.manual_seed(0)
+    cfg = tr.GPT2Config(n_layer=2, n_embd=64, n_head=4, n_positions=32, vocab_size=512)
+    m = tr.GPT2LMHeadModel(cfg).train()
+    x = torch.randint(0, 512, (2, 32))
+    y = torch.randint(0, 512, (2, 32))
+    return m, (x,), lambda out: F.cross_entropy(out.logits.reshape(-1, 512), y.reshape(-1))
+""",
+}
+
+
+def cli_spec(name, out) -> str:
+    """``FILE.py:model`` of a CLI-mode model (written into ``out`` where not an example)."""
+    if name not in MODEL_FILES:
+        return os.path.join(EXAMPLES, f"{name}.py") + ":model"
+    path = os.path.join(out, name.replace("-", "_") + ".py")
+    with open(path, "w") as f:
+        f.write(MODEL_FILES[name])
+    return path + ":model"
+
+
+def _cli(argv) -> tuple:
+    """(exit status, stderr) of ``hgraph ARGV`` run in this process."""
+    import contextlib
+    import io
+
+    from jobs.cli import main as cli_main
+
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+        code = cli_main(argv)
+    return code, err.getvalue()
+
+
+def cli_round_trip(name, out, budgets=CLI_BUDGETS) -> list:
+    """The round trip of one model at each budget: one row each (see ``--cli``)."""
+    import json
+    import time
+
+    d = os.path.join(out, name)
+    os.makedirs(d, exist_ok=True)
+    spec, g = cli_spec(name, d), os.path.join(d, "g.txt")
+    t0 = time.perf_counter()
+    code, err = _cli(["graph", "torch", spec, "--out", g])
+    if code:
+        raise SystemExit(f"{name}: graph torch exited {code}: {err.strip()}")
+    rows = [dict(budget="graph torch", seconds=time.perf_counter() - t0,
+                 outcome=err.strip().splitlines()[-1])]
+    for b in budgets:
+        tag = b.replace("%", "pc")
+        s, p, r = (os.path.join(d, f"{k}_{tag}.{e}") for k, e in
+                   (("s", "txt"), ("p", "json"), ("r", "json")))
+        code, err = _cli(["submit", "plan", "--graph", g, "--budget", b, "--out", s,
+                          "--report", p])
+        if code:
+            lines = err.strip().splitlines()
+            rows.append(dict(budget=b, outcome=f"refused (exit {code}): {lines[-1]}",
+                             one_line=len(lines) == 1))
+            continue
+        code, err = _cli(["submit", "execute", "--torch", spec, "--graph", g, "--schedule", s,
+                          "--budget", b, "--report", r])
+        with open(p) as f1, open(r) as f2:
+            plan, run = json.load(f1), json.load(f2)
+        rows.append(dict(budget=b, outcome="plan", exit=code, budget_bytes=run["budget_bytes"],
+                         plan_budget_bytes=plan["budget_bytes"],
+                         measured=run["measured_peak_bytes"],
+                         predicted=run["predicted_peak_bytes"],
+                         plan_peak=plan["step_peak_bytes"], within=run["within_budget"],
+                         planned=plan["recompute_cost"], run=run["recompute_flops"],
+                         grads=run["gradients_match"], stderr=err.strip().splitlines()))
+    return rows
+
+
+def cli_table(name, rows) -> str:
+    out = [f"### {name}", "", f"`graph torch`: {rows[0]['seconds']:.0f} s wall; "
+           f"{rows[0]['outcome']}", "",
+           "| budget | budget B | outcome | measured peak B (allocator) | within | predicted "
+           "peak B | plan's step peak B | recompute FLOPs planned / run | gradients match |",
+           "|---|---:|---|---:|---|---:|---:|---:|---|"]
+    for r in rows[1:]:
+        if r["outcome"] != "plan":
+            one = "" if r["one_line"] else " (**not one line**)"
+            out.append(f"| {r['budget']} | | {r['outcome']}{one} | | | | | | |")
+            continue
+        same = r["budget_bytes"] == r["plan_budget_bytes"]
+        out.append(f"| {r['budget']} | {r['budget_bytes']:,}{'' if same else ' (**plan: ' + format(r['plan_budget_bytes'], ',') + '**)'} "
+                   f"| plan | {r['measured']:,} | {'yes' if r['within'] else '**NO**'} | "
+                   f"{r['predicted']:,} | {r['plan_peak']:,} | {r['planned']:,} / {r['run']:,}"
+                   f"{'' if r['planned'] == r['run'] else ' (**differ**)'} | "
+                   f"{'yes' if r['grads'] else '**NO**'} |")
+    plans = [r for r in rows[1:] if r["outcome"] == "plan"]
+    peaks = [r["measured"] for r in plans]
+    out += ["", f"- {name}: {sum(bool(r['within']) for r in plans)} of {len(plans)} plans "
+                f"within their budget by the allocator, {len(rows) - 1 - len(plans)} refused; "
+                f"recompute planned = run on {sum(r['planned'] == r['run'] for r in plans)} of "
+                f"{len(plans)}; measured peaks "
+                f"{'monotone' if all(b <= a for a, b in zip(peaks, peaks[1:])) else '**NOT monotone**'}"
+                f" in the budget", ""]
+    return "\n".join(out)
+
+
 def monotone(rows) -> bool:
     """A lower budget never measures a higher peak (rows from high budget to low)."""
     peaks = [r["measured"] for r in rows if r["outcome"] == "plan"]
@@ -170,11 +307,16 @@ def main(argv=None) -> int:
     ap.add_argument("--models", default=",".join(MODELS))
     ap.add_argument("--percents", default=",".join(map(str, PERCENTS)))
     ap.add_argument("--out", default="out/torch_budget_sweep")
+    ap.add_argument("--cli", action="store_true",
+                    help="the command-line round trip (graph torch, submit plan, execute "
+                         "--torch) at --percents (default 100,80,60,min)")
     args = ap.parse_args(argv)
     sys.path[:0] = [os.path.dirname(HERE)]
     from hgraph.common.fileio import write_text
 
     os.makedirs(args.out, exist_ok=True)
+    if args.cli:
+        return cli_main(args, write_text)
     percents = [int(p) for p in args.percents.split(",")]
     parts = ["CPU, float64; meter: torch's MemTracker on the applied eager step (second run), "
              "less parameters, buffers and the tensors the step is given (inputs, the labels "
@@ -183,6 +325,21 @@ def main(argv=None) -> int:
         parts.append(table(name, sweep(*load_spec(name), percents)))
         print(parts[-1], flush=True)
     write_text(os.path.join(args.out, "table.md"), "\n".join(parts) + "\n")
+    return 0
+
+
+def cli_main(args, write_text) -> int:
+    """``--cli``: the round trip per model, a table each, all in ``--out``/cli.md."""
+    models = args.models if args.models != ",".join(MODELS) else ",".join(CLI_MODELS)
+    budgets = (CLI_BUDGETS if args.percents == ",".join(map(str, PERCENTS)) else
+               [b if b == "min" else f"{b.rstrip('%')}%" for b in args.percents.split(",")])
+    parts = [f"CPU; the round trip in one process; budgets {', '.join(budgets)}; meter: the "
+             f"allocator's events over one step from no gradients (execute --torch's report); "
+             f"load average at start {os.getloadavg()[0]:.1f}.", ""]
+    for name in models.split(","):
+        parts.append(cli_table(name, cli_round_trip(name, args.out, budgets)))
+        print(parts[-1], flush=True)
+    write_text(os.path.join(args.out, "cli.md"), "\n".join(parts) + "\n")
     return 0
 
 

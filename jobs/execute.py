@@ -115,11 +115,11 @@ def load_inputs(args):
 def main(args) -> int:
     if rows_flags.wanted(args):          # row plans: jobs.rows_flags (refuses what they cannot use)
         return rows_flags.execute_main(args, load_graph)
-    rows_flags.refuse_without_rows(args)
-    if args.torch:                       # the PyTorch bridge: a separate job body
+    if args.torch:                       # the PyTorch bridge: a separate job body (--budget too)
         from jobs import execute_torch
 
         return execute_torch.main(args)
+    rows_flags.refuse_without_rows(args)
     from planner import cg
     from planner.execute import executor
 

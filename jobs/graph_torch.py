@@ -45,12 +45,21 @@ def main(args) -> int:
     import planner.torch as pt
     from planner.torch.model_file import load, user_errors
 
+    from planner import step_front
+    from planner.torch.step_table import table, with_table
+
     spec = load(args.spec)
-    with user_errors(spec), tracking(args.progress or "auto"):
+    with user_errors(spec), tracking(args.progress or "auto") as stages:
         tg = pt.graph(spec.model, *spec.inputs, loss=spec.loss, decompose=not args.eager,
                       costs=args.cost, source=spec.source)
-    cg.write(tg.cg, args.out)
+        with stages.stage("the step front (plans priced as torch runs them)"):
+            front = table(tg, spec.model, spec.inputs, spec.loss)
+    cg.write(with_table(tg.cg, front), args.out)
+    top, low = step_front.keep_all_peak(front), step_front.resolve(front, step_front.LOWEST)
     print(f"{args.out}: {spec.source}, {tg.info['forward_ops']} forward ops, "
           f"{tg.info['activations']} activations, {tg.info['activation_bytes']:,} activation "
-          f"bytes, {int(tg.cg.costs.sum()):,} forward {args.cost}", file=sys.stderr)
+          f"bytes, {int(tg.cg.costs.sum()):,} forward {args.cost}; step front: "
+          f"{len(front['candidates'])} plans, keep-all step {top:,} B, lowest {low:,} B "
+          f"({100 * low / max(1, top):.1f}%), allocator slack {front['allocator_slack']:,} B",
+          file=sys.stderr)
     return 0

@@ -72,7 +72,7 @@ def test_cli_round_trip_gpt(tmp_path, capsys):
     report, g, s = round_trip(tmp_path, spec)
     assert report["capture"] == "inductor"
     assert report["gradients_match"] is True and report["gradients_reference"] == "keep-all"
-    assert report["predicted_recompute_flops"] > 0       # the plan does recompute
+    assert report["planned_recompute_flops"] > 0         # the plan does recompute
     assert report["eager_gradients_max_rel_diff"] < 1e-9
     # the schedule of the Inductor capture does not fit the eager one: one line saying so
     capsys.readouterr()
@@ -135,6 +135,100 @@ def test_execute_runs_the_default_capture_of_graph_torch(tmp_path):
     assert report["capture"] == "inductor" and report["gradients_match"] is True
     assert report["recompute_flops"] > 0
     assert report["eager_gradients_max_rel_diff"] < 1e-9
+
+
+# --- the round trip on the step torch runs: budget, allocator meter, planned recomputation -----
+
+def _dispatched_recompute(spec_text, schedule_path) -> int:
+    """FLOPs the planned step runs beyond the keep-everything step, counted op by op as they
+    are dispatched (:func:`planner.torch.measure.step_flops`): independent of the partition
+    and of the plan's own figure."""
+    from types import SimpleNamespace
+
+    from planner.fixed_schedules import baseline_schedule
+    from planner.schedule import Schedule
+    from planner.torch import measure
+    from planner.torch.model_file import load
+    from planner.torch.partition import apply_keep, keep_names
+
+    spec = load(spec_text)
+    tg = pt.graph(copy.deepcopy(spec.model), *spec.inputs, loss=spec.loss, progress="off")
+    planned = Schedule.read(schedule_path)
+
+    def run(schedule, order):
+        m = copy.deepcopy(spec.model)
+        step = apply_keep(m, keep_names(tg.cg, schedule), True, loss=spec.loss, plan=order)
+        step(*spec.inputs)                          # traced outside the count
+        return measure.step_flops(step, spec.inputs)
+
+    return (run(planned, SimpleNamespace(graph=tg.cg, schedule=planned))
+            - run(baseline_schedule(tg.cg), None))
+
+
+def test_cli_round_trip_holds_the_step_budget(tmp_path, capsys):
+    """graph torch writes the step front; plan budgets torch's step on it (100% = the
+    keep-all step, 'min' = the lowest); execute --torch --budget runs exactly the planned
+    recomputation (counted on the executed graph and, independently, op by op) and measures
+    at most the budget by the allocator's events."""
+    spec = example(tmp_path, "gpt", batch=2, seq=8, d=16, layers=1)
+    g = str(tmp_path / "g.txt")
+    assert cli_main(["graph", "torch", spec, "--out", g]) == 0
+    assert "step front:" in capsys.readouterr().err
+    seen = {}
+    for budget in ("100%", "min"):
+        s, p, r = (str(tmp_path / f"{k}_{budget[:-1] or 'min'}") for k in ("s", "p", "r"))
+        assert cli_main(["submit", "plan", "--graph", g, "--budget", budget, "--out", s,
+                         "--report", p]) == 0
+        assert cli_main(["submit", "execute", "--torch", spec, "--graph", g, "--schedule", s,
+                         "--budget", budget, "--report", r]) == 0
+        with open(p) as f1, open(r) as f2:
+            plan, run = json.load(f1), json.load(f2)
+        seen[budget] = plan, run, s
+        assert plan["accounting"] == "whole-step" and plan["within_budget"] is True
+        assert run["budget_bytes"] == plan["budget_bytes"]          # one reading of the budget
+        assert run["measured_peak_bytes"] <= run["budget_bytes"] and run["within_budget"]
+        assert "CPU allocator" in run["peak_measured_by"]
+        assert run["predicted_peak_bytes"] == plan["step_replayed_peak_bytes"]
+        assert plan["recompute_cost"] == run["planned_recompute_flops"] == run["recompute_flops"]
+        assert run["gradients_match"] is True
+    full, low = seen["100%"][0], seen["min"][0]
+    assert full["recompute_cost"] == 0                   # 100% is the keep-everything step
+    assert full["budget_bytes"] == full["step_baseline_peak_bytes"] == full["step_peak_bytes"]
+    assert low["recompute_cost"] > 0 and low["budget_bytes"] == low["step_peak_bytes"]
+    assert low["budget_bytes"] < full["budget_bytes"]
+    assert seen["min"][1]["measured_peak_bytes"] < seen["100%"][1]["measured_peak_bytes"]
+    assert _dispatched_recompute(spec, seen["min"][2]) == low["recompute_cost"]
+    # below the lowest step: refused in one line naming it, exit 3 (as every plan)
+    capsys.readouterr()
+    below = str(low["budget_bytes"] - 1)
+    assert cli_main(["submit", "plan", "--graph", g, "--budget", below, "--out",
+                     str(tmp_path / "x.txt")]) == 3
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "smallest reachable" in err[0] and "'min'" in err[0]
+
+
+def test_execute_torch_reports_a_missed_budget_in_one_line(tmp_path, capsys):
+    """A measured peak above --budget is the report's ``within_budget: false`` and one line on
+    stderr, exit 0 (the step ran; as a plan above its budget); a percent budget without the
+    graph's step front is one line, exit 2, before any step runs."""
+    path = tmp_path / "mlp.py"
+    path.write_text("import torch, torch.nn as nn\n"
+                    "def model():\n"
+                    "    torch.manual_seed(0)\n"
+                    "    m = nn.Sequential(nn.Linear(8, 32), nn.Tanh(), nn.Linear(32, 1))\n"
+                    "    return m, torch.randn(16, 8), lambda out: out.pow(2).mean()\n")
+    spec, r = f"{path}:model", str(tmp_path / "r.json")
+    assert cli_main(["submit", "execute", "--torch", spec, "--budget", "1000",
+                     "--report", r]) == 0
+    with open(r) as f:
+        report = json.load(f)
+    assert report["budget_bytes"] == 1000 and report["within_budget"] is False
+    assert report["measured_peak_bytes"] > 1000
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 2 and "above the budget" in err[1] and "1000" in err[1]
+    assert cli_main(["submit", "execute", "--torch", spec, "--budget", "60%"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--graph" in err[0]
 
 
 # --- errors raised in the model file: one line, its file and line, exit 2 -------------------

@@ -28,11 +28,12 @@ from tests.conftest import ROOT
 
 #: The keys of ``hgraph submit execute --torch``'s report, in its order (as jobs/execute_torch.py
 #: wrote them before the work moved into planner.torch.execution).
-REPORT_KEYS = ["model", "schedule", "capture", "predicted_peak_bytes", "plan_model_peak_bytes",
-               "measured_peak_bytes", "predicted_saved_bytes", "measured_saved_bytes",
-               "predicted_recompute_flops", "recompute_flops", "step_seconds",
-               "gradients_match", "gradients_reference", "eager_gradients_max_rel_diff",
-               "peak_measured_by"]
+REPORT_KEYS = ["model", "schedule", "capture", "budget", "budget_bytes", "predicted_peak_bytes",
+               "measured_peak_bytes", "within_budget", "peak_measured_by",
+               "plan_model_peak_bytes", "predicted_saved_bytes", "measured_saved_bytes",
+               "planned_recompute_flops", "recompute_flops", "model_recompute_cost",
+               "step_seconds", "gradients_match", "gradients_reference",
+               "eager_gradients_max_rel_diff"]
 
 
 def _planner_imports(path) -> set[str]:
@@ -64,8 +65,8 @@ def test_the_import_scan_sees_internals(tmp_path):
 def test_torch_execution_is_a_frozen_record_of_the_report():
     assert dataclasses.is_dataclass(pt.TorchExecution)
     assert [f.name for f in dataclasses.fields(pt.TorchExecution)] == REPORT_KEYS
-    values = dict(zip(REPORT_KEYS, ["m.py:model", "keep-all", "eager", 1, 2, 3, 4, 5, 6, 7, 0.5,
-                                    True, "eager", 0.0, "MemTracker"]))
+    values = dict(zip(REPORT_KEYS, ["m.py:model", "keep-all", "eager", "80%", 8, 1, 3, True,
+                                    "allocator", 2, 4, 5, 6, 7, 9, 0.5, True, "eager", 0.0]))
     r = pt.TorchExecution(**values)
     assert r.report() == values and list(r.report()) == REPORT_KEYS
     with pytest.raises(dataclasses.FrozenInstanceError):
