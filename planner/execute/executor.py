@@ -62,6 +62,7 @@ from planner.fixed_schedules import (checkpoint_schedule, forward_order, loss_ou
                                      plain_schedule)
 from planner.ops import OPS, implements, with_workspace  # noqa: F401  (the executor's API)
 from planner.timeline import Step, Timeline, timeline  # noqa: F401  (the executor's input)
+from planner.walk import Walker
 
 
 # ---------------------------------------------------------------- running it
@@ -201,87 +202,93 @@ def run(g, schedule, options: RunOptions = RunOptions(), *, backend=None,
 
 
 def _run_real(g, tl: Timeline, alloc: TrackedAllocator, be, leaf: dict, workspace=None):
-    xp = be.xp
-    nf = len(g.forward)
-    fwd = [_details(f) for f in g.forward]
-    if workspace is not None:
-        fwd = [{**d, "attrs": with_workspace(d["attrs"], d["op"], workspace)} for d in fwd]
-    opdefs = [OPS[d["op"]] for d in fwd]
-    sinks = loss_outputs(g)
-    arrays = {}                                  # buffer id -> typed array view
-    values = {}                                  # var id -> buffer id of its live value
-    loss = None
+    """(loss, parameter gradients) of a run of ``tl`` with the real kernels (:class:`_Real`)."""
+    return _Real(g, tl, alloc, be, leaf, workspace).walk(tl.steps)
 
-    def typed(b, shape, dtype):
-        raw = alloc.alloc(b, int(tl.nbytes[b]))
-        arr = raw.view(dtype).reshape(shape)
-        arrays[b] = arr
+
+class _Real(Walker):
+    """The executor's visitor of a timeline's walk (:mod:`planner.walk`): each compute runs
+    its kernel from :data:`OPS` on arrays the allocator hands out (allocated as the kernel
+    writes them: their shape is the op's), each free returns a buffer."""
+
+    def __init__(self, g, tl: Timeline, allocator: TrackedAllocator, be, leaf: dict, workspace):
+        self.g, self.tl, self.allocator, self.be, self.xp = g, tl, allocator, be, be.xp
+        self.leaf, self.nf = leaf, len(g.forward)
+        fwd = [_details(f) for f in g.forward]
+        if workspace is not None:
+            fwd = [{**d, "attrs": with_workspace(d["attrs"], d["op"], workspace)} for d in fwd]
+        self.fwd, self.opdefs = fwd, [OPS[d["op"]] for d in fwd]
+        self.sinks = loss_outputs(g)
+        self.arrays = {}                             # buffer id -> typed array view
+        self.values = {}                             # var id -> buffer id of its live value
+        self.loss = None
+
+    def typed(self, b, shape, dtype):
+        raw = self.allocator.alloc(b, int(self.tl.nbytes[b]))
+        arr = self.arrays[b] = raw.view(dtype).reshape(shape)
         return arr
 
-    def value(a):
-        return leaf[a] if a in leaf else arrays[values[a]]
+    def value(self, a):
+        return self.leaf[a] if a in self.leaf else self.arrays[self.values[a]]
 
-    def forget(b):
+    def free(self, b) -> None:
         """A var's live value is whichever buffer of it is still allocated."""
-        v = int(tl.var[b])
-        if values.get(v) == b:
-            del values[v]
+        self.allocator.free(b)
+        del self.arrays[b]
+        v = int(self.tl.var[b])
+        if self.values.get(v) == b:
+            del self.values[v]
 
-    for s, step in enumerate(tl.steps):
-        for b in step.frees_before:
-            alloc.free(b)
-            del arrays[b]
-            forget(b)
-        op = step.op
-        if op.kind == "compute":
-            f = op.index
-            if f < nf:
-                d, fn = fwd[f], g.forward[f]
-                xs = [value(a) for a, _ in fn.inputs]
-                _, b, _ = step.writes[0]
-                out = typed(b, tuple(d["out_shape"]), d["out_dtype"])
-                if opdefs[f].fills_out:          # the kernel writes into the plan's buffer
-                    opdefs[f].forward(xp, xs, d["attrs"], out=out)
-                else:
-                    out[...] = opdefs[f].forward(xp, xs, d["attrs"])
-                values[fn.outputs[0]] = b
-                if fn.outputs[0] in sinks:
-                    loss = float(be.to_numpy(out))
-            else:
-                i = f - nf
-                d, fn = fwd[i], g.forward[i]
-                opdef = opdefs[i]
-                yvar = fn.outputs[0]
-                gy = arrays[step.grad_in] if step.grad_in is not None else \
-                    xp.ones(tuple(d["out_shape"]), dtype=d["out_dtype"])
-                saved = {p: value(fn.inputs[p][0]) for p in opdef.saves_inputs}
-                y = value(yvar) if opdef.saves_output else None
-                want = [j for j, _, _ in step.writes]
-                fresh = {j: typed(b, tuple(d["in_shapes"][j]), d["in_dtypes"][j])
-                         for j, b, accumulate in step.writes if not accumulate}
-                shapes = [tuple(sh) for sh in d["in_shapes"]]
-                if opdef.fills_grads:            # the VJP writes into the plan's new buffers
-                    grads = opdef.backward(xp, gy, saved, y, d["attrs"], shapes, want, out=fresh)
-                else:
-                    grads = opdef.backward(xp, gy, saved, y, d["attrs"], shapes, want)
-                for j, b, accumulate in step.writes:
-                    if accumulate:
-                        arrays[b] += grads[j]
-                    elif grads[j] is not fresh[j]:
-                        fresh[j][...] = grads[j]
-                # the kernel's results and inputs go now, not when the next step rebinds them
-                # (they would sit beside its temporaries: memory no plan counts)
-                del grads, fresh, saved, gy, y
-        for b in step.frees_after:
-            alloc.free(b)
-            arrays.pop(b)
-            forget(b)
-    param_grads = {}
-    for b, arr in arrays.items():
-        v = int(tl.var[b])
-        if tl.grad[b] and g.var_names[v].startswith("/"):      # parameters are named by path
-            param_grads[v] = arr          # the buffer itself: :func:`run` copies it out after the step
-    return loss, param_grads
+    def visit(self, s: int, step) -> None:
+        if step.op.kind == "compute":
+            (self.forward if step.op.index < self.nf else self.backward)(step)
+
+    def forward(self, step) -> None:
+        f = step.op.index
+        d, fn, opdef = self.fwd[f], self.g.forward[f], self.opdefs[f]
+        xs = [self.value(a) for a, _ in fn.inputs]
+        _, b, _ = step.writes[0]
+        out = self.typed(b, tuple(d["out_shape"]), d["out_dtype"])
+        if opdef.fills_out:                          # the kernel writes into the plan's buffer
+            opdef.forward(self.xp, xs, d["attrs"], out=out)
+        else:
+            out[...] = opdef.forward(self.xp, xs, d["attrs"])
+        self.values[fn.outputs[0]] = b
+        if fn.outputs[0] in self.sinks:
+            self.loss = float(self.be.to_numpy(out))
+
+    def backward(self, step) -> None:
+        """The VJP of a forward op; its results and inputs go when it returns, not when the
+        next step rebinds them (they would sit beside its temporaries: memory no plan counts)."""
+        i = step.op.index - self.nf
+        d, fn, opdef, xp = self.fwd[i], self.g.forward[i], self.opdefs[i], self.xp
+        gy = self.arrays[step.grad_in] if step.grad_in is not None else \
+            xp.ones(tuple(d["out_shape"]), dtype=d["out_dtype"])
+        saved = {p: self.value(fn.inputs[p][0]) for p in opdef.saves_inputs}
+        y = self.value(fn.outputs[0]) if opdef.saves_output else None
+        want = [j for j, _, _ in step.writes]
+        fresh = {j: self.typed(b, tuple(d["in_shapes"][j]), d["in_dtypes"][j])
+                 for j, b, accumulate in step.writes if not accumulate}
+        shapes = [tuple(sh) for sh in d["in_shapes"]]
+        if opdef.fills_grads:                        # the VJP writes into the plan's new buffers
+            grads = opdef.backward(xp, gy, saved, y, d["attrs"], shapes, want, out=fresh)
+        else:
+            grads = opdef.backward(xp, gy, saved, y, d["attrs"], shapes, want)
+        for j, b, accumulate in step.writes:
+            if accumulate:
+                self.arrays[b] += grads[j]
+            elif grads[j] is not fresh[j]:
+                fresh[j][...] = grads[j]
+
+    def finish(self, n: int):
+        """(loss, parameter gradients: the buffers themselves, :func:`run` copies them out
+        after the step)."""
+        grads = {}
+        for b, arr in self.arrays.items():
+            v = int(self.tl.var[b])
+            if self.tl.grad[b] and self.g.var_names[v].startswith("/"):    # parameters: by path
+                grads[v] = arr
+        return self.loss, grads
 
 
 def gradients_equal(a: dict, b: dict) -> bool:
