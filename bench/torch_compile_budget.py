@@ -13,9 +13,19 @@ call measured. A refused budget is its one line.
 Models: ``examples/torch/NAME.py`` by name; ``hf-gpt2`` (transformers' GPT2LMHeadModel, 4
 layers, d=128, seq 64, batch 4, vocab 1024, dropout on), ``hf-vit`` (ViTForImageClassification,
 4 layers, d=128, 64x64 images, patch 8, batch 8), ``hf-bert`` (BertForSequenceClassification,
-4 layers, d=128, seq 128, batch 8); transformers is installed for the bench only.
+4 layers, d=128, seq 128, batch 8), ``hf-bert-mlm`` (BertForMaskedLM, the same size),
+``hf-resnet`` (ResNetForImageClassification, basic blocks, widths 32-256, one block a
+stage, 64x64 images, batch 8), ``hf-gpt2-labels`` (``hf-gpt2`` called with ``labels=``, its
+own loss: Dynamo splits the step, and the budget is shared across the graphs);
+transformers is installed for the bench only.
+
+``--matrix``: issue 35's acceptance (:data:`MATRIX`: examples/torch/* and three transformers
+models, or ``--models``), each model's rows checked (:func:`verdicts`): every step within its
+budget by the allocator or refused in one line, ``"100%"`` never above torch.compile's
+default, the peak monotone in the budget, the budget covering the whole step.
 
     python3 bench/torch_compile_budget.py --models hf-gpt2,gpt --budgets 100% 80% 60% min
+    python3 bench/torch_compile_budget.py --matrix
 """
 
 from __future__ import annotations
@@ -28,7 +38,29 @@ import statistics
 import sys
 import time
 
-EXAMPLES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "examples", "torch")
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, ".."))
+EXAMPLES = os.path.join(HERE, "..", "examples", "torch")
+#: ``--matrix``: issue 35's acceptance, examples/torch/* and three transformers models.
+MATRIX = ("resnet", "gpt", "unet", "bert", "mobilenet", "lstm", "hf-gpt2", "hf-bert-mlm",
+          "hf-resnet")
+
+
+def _labelled(lm):
+    """``lm`` (a transformers causal LM) as a module whose step is ``lm(x, labels=x).loss``:
+    the loss computed inside the model, as users call it (transformers' loss breaks the
+    graph: Dynamo splits the step)."""
+    import torch
+
+    class Labelled(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lm = lm
+
+        def forward(self, x):
+            return self.lm(x, labels=x).loss
+
+    return Labelled()
 
 
 def hf_model(name):
@@ -50,6 +82,22 @@ def hf_model(name):
                            intermediate_size=512, image_size=64, patch_size=8, num_labels=10,
                            hidden_dropout_prob=0.1, attention_probs_dropout_prob=0.1)
         m = tr.ViTForImageClassification(cfg).train()
+        x, y = torch.randn(8, 3, 64, 64), torch.randint(0, 10, (8,))
+        return m, (x,), lambda out: F.cross_entropy(out.logits, y)
+    if name == "hf-gpt2-labels":        # transformers' own loss: Dynamo splits the step
+        cfg = tr.GPT2Config(n_layer=4, n_embd=128, n_head=4, n_positions=64, vocab_size=1024)
+        m = tr.GPT2LMHeadModel(cfg).train()
+        return _labelled(m), (torch.randint(0, 1024, (4, 64)),), None
+    if name == "hf-bert-mlm":
+        cfg = tr.BertConfig(hidden_size=128, num_hidden_layers=4, num_attention_heads=4,
+                            intermediate_size=512, vocab_size=1024)
+        m = tr.BertForMaskedLM(cfg).train()
+        x, y = torch.randint(0, 1024, (8, 128)), torch.randint(0, 1024, (8, 128))
+        return m, (x,), lambda out: F.cross_entropy(out.logits.reshape(-1, 1024), y.reshape(-1))
+    if name == "hf-resnet":
+        cfg = tr.ResNetConfig(embedding_size=32, hidden_sizes=[32, 64, 128, 256],
+                              depths=[1, 1, 1, 1], layer_type="basic", num_labels=10)
+        m = tr.ResNetForImageClassification(cfg).train()
         x, y = torch.randn(8, 3, 64, 64), torch.randint(0, 10, (8,))
         return m, (x,), lambda out: F.cross_entropy(out.logits, y)
     if name == "hf-bert":
@@ -98,7 +146,7 @@ def rows(name, budgets):
 
     model, inputs, loss = load(name)
     ref = copy.deepcopy(model)
-    compiled = torch.compile(lambda *xs: loss(ref(*xs)), dynamic=False)
+    compiled = torch.compile(lambda *xs: (loss or (lambda v: v))(ref(*xs)), dynamic=False)
 
     def torch_step(*xs):
         out = compiled(*xs)
@@ -130,8 +178,33 @@ def rows(name, budgets):
                         first_call=r["measured_peak_bytes"], within=peak <= r["step_budget_bytes"],
                         default_seen=r["torch_default_peak_bytes"],
                         solver=step.partitioner.plans[-1].solver,
-                        tried=r["candidates_measured"], graphs=step.partitioner.graphs_planned))
+                        tried=r["candidates_measured"], graphs=step.partitioner.graphs_planned,
+                        covers=step.partitioner.budget_covers_step))
     return out
+
+
+def verdicts(got, budgets) -> list:
+    """Issue 35's acceptance on one model's rows (torch's default first, then ``budgets`` in
+    order, highest first, ``"min"`` last): lines naming each check that fails (none: it holds).
+    Every step within its budget by the allocator or refused in one line; the default
+    (``"100%"``) never above torch.compile's default peak; the measured peak monotone in the
+    budget; the budget covering the whole step (every graph Dynamo made of it)."""
+    base, ours = got[0], got[1:]
+    bad = []
+    for b, r in zip(budgets, ours):
+        if "refused" in r:
+            if "\n" in r["refused"]:
+                bad.append(f"{b}: refused in more than one line")
+        elif not r["within"]:
+            bad.append(f"{b}: {r['peak']:,} B above its budget {r['budget']:,} B")
+        elif not r["covers"]:
+            bad.append(f"{b}: the budget does not cover the whole step")
+        if b == "100%" and "peak" in r and r["peak"] > base["peak"]:
+            bad.append(f"100%: {r['peak']:,} B above torch.compile's default {base['peak']:,} B")
+    peaks = [r["peak"] for r in ours if "peak" in r]
+    if peaks != sorted(peaks, reverse=True):
+        bad.append(f"peak not monotone in the budget: {peaks}")
+    return bad
 
 
 def show(r, base) -> str:
@@ -141,7 +214,9 @@ def show(r, base) -> str:
     budget = f"{r['budget']:,}" if "budget" in r else ""
     within = {True: "yes", False: "**no**"}.get(r.get("within"), "")
     tried = ", ".join(f"{k} {v:,}" for k, v in r.get("tried", ()))
-    return (f"| {r['model']} | {r['method']}{' (' + r['solver'] + ')' if 'solver' in r else ''}"
+    how = ", ".join(x for x in (r.get("solver"), r.get("graphs", 1) > 1
+                                 and f"{r['graphs']} graphs") if x)
+    return (f"| {r['model']} | {r['method']}{' (' + how + ')' if how else ''}"
             f" | {r['peak']:,} | {budget} | {within} | {r['peak'] / base['peak']:.3f} | "
             f"{r['seconds'] / base['seconds']:.2f} | {r['compile_s']:.0f} | {tried} |")
 
@@ -150,15 +225,27 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--models", default="hf-gpt2,hf-vit,hf-bert,gpt,resnet")
     ap.add_argument("--budgets", nargs="+", default=["100%", "80%", "60%", "min"])
+    ap.add_argument("--matrix", action="store_true",
+                    help=f"issue 35's acceptance: models {','.join(MATRIX)} (or --models), "
+                         "each checked (verdict lines); exit 1 where one misses")
     args = ap.parse_args(argv)
+    models = MATRIX if args.matrix and "--models" not in (argv or sys.argv) else \
+        args.models.split(",")
     print("| model | method | peak B (allocator) | budget B | within | peak / torch default "
           "| step s / torch default | first call s | candidates measured on the first call |")
     print("|---|---|---:|---:|---|---:|---:|---:|---|")
-    for name in args.models.split(","):
+    missed = []
+    for name in models:
         got = rows(name, args.budgets)
         for r in got:
             print(show(r, got[0]), flush=True)
-    return 0
+        if args.matrix:
+            bad = verdicts(got, args.budgets)
+            missed += [f"{name}: {line}" for line in bad]
+            print(f"<!-- {name}: {'; '.join(bad) or 'holds'} -->", flush=True)
+    if args.matrix:
+        print("\n".join(missed) or f"acceptance holds on {len(models)} models")
+    return 1 if missed else 0
 
 
 if __name__ == "__main__":

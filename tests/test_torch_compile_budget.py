@@ -15,7 +15,6 @@ from hgraph.common.errors import InfeasibleError  # noqa: E402
 from planner.torch.capture import LossError  # noqa: E402
 from planner.torch.compiled import TORCH_DEFAULT  # noqa: E402
 from planner.torch.measure import allocator_peak  # noqa: E402
-from tests.conftest import MEAN  # noqa: E402
 
 
 def activation_mlp():
@@ -112,23 +111,47 @@ def test_a_budget_no_step_meets_is_refused_in_one_line_leaving_no_trace():
     assert all(p.grad is None for p in ours.parameters())
 
 
-def test_a_graph_break_is_said_in_one_line(capsys):
-    class Broken(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.a, self.b = nn.Linear(8, 16), nn.Linear(16, 1)
+class Broken(nn.Module):
+    """:func:`activation_mlp`'s layers with a graph break in the middle: Dynamo splits the
+    step (the layers before the break, those after it, the loss)."""
 
-        def forward(self, x):
-            h = torch.tanh(self.a(x))
-            torch._dynamo.graph_break()
-            return self.b(h)
+    def __init__(self):
+        super().__init__()
+        self.a = nn.Sequential(nn.Linear(32, 128), nn.GELU(), nn.Linear(128, 128), nn.GELU())
+        self.b = nn.Sequential(nn.Linear(128, 128), nn.Tanh(), nn.Linear(128, 10))
 
+    def forward(self, x):
+        h = self.a(x)
+        torch._dynamo.graph_break()
+        return self.b(h)
+
+
+def test_a_step_dynamo_splits_is_planned_as_a_whole_within_its_budget(capsys):
+    """A graph break: every graph of the step is partitioned under the budget (shared across
+    them), the whole step measured within it by the allocator, said in one line, and
+    ``step.partitioner`` says how many graphs were planned and that the budget covers the
+    step; gradients those of one step."""
     torch.manual_seed(0)
-    step = pt.compile(Broken(), loss=MEAN)
-    step(torch.randn(4, 8))
-    err = capsys.readouterr().err
-    notes = [line for line in err.splitlines() if line.startswith("hgraph: ")]
-    assert len(notes) == 1 and "graph breaks" in notes[0]
+    m, (x, y) = Broken(), (torch.randn(512, 32), torch.randint(0, 10, (512,)))
+    loss = (lambda out: nn.functional.cross_entropy(out, y))
+    ref = copy.deepcopy(m)
+    loss(ref(x)).backward()
+    ours = copy.deepcopy(m)
+    step = pt.compile(ours, budget="80%", loss=loss, progress="off")
+    step(x)
+    notes = [line for line in capsys.readouterr().err.splitlines() if line.startswith("hgraph: ")]
+    part = step.partitioner
+    n = part.graphs_planned
+    assert n >= 2 and part.budget_covers_step and len(part.plans) == n
+    assert len(notes) == 1 and f"into {n} graphs" in notes[0] and "budget is shared" in notes[0]
     assert step.notes == [notes[0][len("hgraph: "):]]
-    n = step.partitioner.graphs_planned
-    assert n >= 2 and f"into {n} graphs" in notes[0]
+    r = part.plans[-1].report
+    assert r["within_budget"] and r["measured_peak_bytes"] <= r["step_budget_bytes"]
+    assert r["step_budget_bytes"] < r["torch_default_peak_bytes"]   # torch's default misses
+    assert any(p.solver != TORCH_DEFAULT for p in part.plans)
+    assert r["graphs_in_step"] == n and r["budget_covers_step"]
+    for a, b in zip(ours.parameters(), ref.parameters()):
+        assert torch.allclose(a.grad, b.grad, rtol=1e-4, atol=1e-6)
+    for p in ours.parameters():
+        p.grad = None
+    assert allocator_peak(step, (x,))[0] <= r["step_budget_bytes"]

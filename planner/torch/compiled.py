@@ -18,6 +18,7 @@ from hgraph.common.errors import HGraphError
 from planner import search
 from planner.torch import capture as cap
 from planner.torch import front as front_mod
+from planner.torch.dynamo_cache import StepFrames
 from planner.torch.model_graph import from_joint
 from planner.torch.seeds import (MIN_CUT_BUDGETS, min_cut_keeps, min_cut_partition,
                                  representable, saved_names)
@@ -92,8 +93,9 @@ class HGraphPartitioner(torch._inductor.custom_graph_pass.CustomPartitionerFn):
         self.fronts = {} if fronts is None else fronts
         #: What the next compile splits by (set by :class:`CompiledStep`, which verifies each
         #: by the allocator): None, the pick by the replay at :attr:`budget` (:meth:`pick`);
-        #: :data:`TORCH_DEFAULT`, torch.compile's own partition; ``(key, i)``, candidate ``i``
-        #: of the front of graph ``key``.
+        #: :data:`TORCH_DEFAULT`, torch.compile's own partition; ``{key: i}``, candidate ``i``
+        #: of the front of each graph ``key`` (a step Dynamo splits has several graphs; one
+        #: the dict leaves out gets torch.compile's own partition).
         self.trial = None
         #: :data:`TORCH_DEFAULT` trials plan the whole front as well (a budget other than
         #: "100%" chooses among its candidates once torch's default step is measured).
@@ -103,8 +105,11 @@ class HGraphPartitioner(torch._inductor.custom_graph_pass.CustomPartitionerFn):
         #: Graphs this partitioner was handed (one per Dynamo graph; a graph break makes more,
         #: a cached compile none) and their keys.
         self.calls, self.keys = 0, []
-        #: Graphs planned in the step(s) accepted (:class:`CompiledStep` sets it).
-        self.graphs_planned = 0
+        #: Graphs partitioned by the choice made for the budget in the step accepted (all the
+        #: graphs Dynamo made of it, or 0 where a cached compile reached no partitioner), and
+        #: whether the budget covers the whole step (its measured peak, every graph and the
+        #: code between them, was checked against it): :class:`CompiledStep` sets both.
+        self.graphs_planned, self.budget_covers_step = 0, False
 
     def __call__(self, gm, joint_inputs, **kwargs):
         import time
@@ -123,11 +128,11 @@ class HGraphPartitioner(torch._inductor.custom_graph_pass.CustomPartitionerFn):
         key = cg.dumps(tg.cg)
         self.calls += 1
         self.keys.append(key)
-        if self.trial == TORCH_DEFAULT:
-            return self._torch_default(tg, key, gm, joint_inputs, **kwargs)
-        if self.trial is not None and self.trial[0] == key:
+        if isinstance(self.trial, dict) and key in self.trial:
             fr, traced_gm, old_merged = self.fronts[key]
-            return self._split(fr[self.trial[1]], gm, traced_gm, old_merged, n_out)
+            return self._split(fr[self.trial[key]], gm, traced_gm, old_merged, n_out)
+        if self.trial is not None:       # TORCH_DEFAULT, or a graph a trial leaves at it
+            return self._torch_default(tg, key, gm, joint_inputs, **kwargs)
         if key not in self.fronts:       # the graph as traced, and with its subexpressions merged
             merged_gm = cap.cse(gm)
             merged = from_joint(merged_gm, n_out, decompose=True)
@@ -300,17 +305,24 @@ class CompiledStep:
     gradients, running statistics and RNG are those of one step. The accepted plan's report
     gains ``measured_peak_bytes``, ``peak_measured_by``, ``step_budget_bytes`` (allocator
     bytes), ``torch_default_peak_bytes``, ``candidates_measured`` and ``within_budget`` by the
-    measured peak. A step Dynamo splits into several graphs (graph breaks), or one it compiles
-    from its cache (no graph handed to the partitioner), is said in one line on stderr
-    (:attr:`notes`) and runs torch.compile's default partition (the budget then holds for
-    the measured step or is refused); ``partitioner.graphs_planned`` says how many graphs
-    the accepted step partitioned.
+    measured peak. A step Dynamo splits into several graphs (graph breaks) is planned as a
+    whole: the budget is shared across its graphs (:meth:`_search`), and the step measured
+    is the whole step, graphs and the eager code between them; it is said in one line on
+    stderr (:attr:`notes`), as is a step compiled from a cache (no graph handed to the
+    partitioner: torch's earlier partition runs, unplanned). ``partitioner.graphs_planned``
+    says how many graphs the accepted step partitioned, ``partitioner.budget_covers_step``
+    whether the budget covers the whole step (the reports: ``graphs_in_step``,
+    ``budget_covers_step``).
     """
 
     def __init__(self, model, budget, loss_fn, partitioner, trials: int = TRIALS):
         self.model, self.budget, self.loss_fn = model, budget, loss_fn
         self.partitioner, self.trials = partitioner, int(trials)
         self.steps, self.notes = {}, []
+        #: The step's frames, whose Dynamo cache each trial empties (a cached frame's graphs
+        #: would never reach the partitioner); the trials accepted, over every input shape
+        #: (what a recompile of any shape splits by).
+        self.frames, self.accepted = StepFrames(model, loss_fn), {}
 
     def _compile(self):
         model, loss_fn = self.model, self.loss_fn
@@ -362,9 +374,11 @@ class CompiledStep:
         part = self.partitioner
         part.trial, part.calls, part.keys = trial, 0, []
         n0 = len(part.plans)
+        self.frames.reset()
         compiled = self._compile()
         state.restore()
-        self._run(compiled, xs)
+        with self.frames.converting():
+            self._run(compiled, xs)
         made = (part.plans[n0:], part.parts[n0:], part.calls, list(part.keys))
         del part.plans[n0:], part.parts[n0:]
         state.restore()
@@ -427,38 +441,61 @@ class CompiledStep:
             state.original()            # a refusal, or an error in a trial: no trace left
             raise
 
+    def _search(self, state, xs, tried, graphs, target, lowest):
+        """Compile and measure up to :attr:`trials` choices of the front candidates of
+        ``graphs`` (one per graph Dynamo made of the step), appended to ``tried``; stop at the
+        first within ``target`` (not for ``"min"``).
+
+        The budget is shared across the graphs: each gets the same fraction ``r`` of its own
+        torch-default replayed peak (``target`` / torch's default measured step to begin
+        with), its candidate chosen by :meth:`_next` against that share; a measured miss
+        lowers ``r`` by the miss (the choice's largest share times ``target`` / measured),
+        as for one graph, where this is the measured / replayed ratio seen so far. What
+        counts is the whole step measured, graphs and the code between them together."""
+        part, dflt = self.partitioner, tried[0]
+        m0, d = dflt["peak"], dflt["cand"]
+        left = {k: [(i, c) for i, c in enumerate(part.fronts[k][0])
+                    if not (c.source == "min-cut" and c.keep == d[k].keep)] for k in graphs}
+        r = 1.0 if lowest else target / max(m0, 1)
+        for _ in range(self.trials):
+            pick = {}
+            for k in graphs:
+                share = target / max(r * d[k].step_peak, 1e-9) if not lowest else 0
+                nxt = self._next(left[k], d[k], share, target, m0, lowest)
+                if nxt is not None:
+                    left[k].remove(nxt)
+                    pick[k] = nxt
+            if not pick:
+                break
+            label = "+".join(f"{pick[k][1].plan.report.get('solver')}" if k in pick
+                             else TORCH_DEFAULT for k in graphs)
+            t = self._trial(state, xs, {k: i for k, (i, _) in pick.items()}, label,
+                            {k: pick[k][1] if k in pick else d[k] for k in graphs})
+            tried.append(t)
+            if not lowest and t["peak"] <= target:
+                break
+            if not lowest:
+                rho = max(c.step_peak / max(d[k].step_peak, 1) for k, (_, c) in pick.items())
+                r = min(r, rho * target / max(t["peak"], 1))
+
     def _settle(self, state, xs, lowest, parsed):
         part = self.partitioner
         dflt = self._trial(state, xs, TORCH_DEFAULT, TORCH_DEFAULT, None)
         tried, m0 = [dflt], dflt["peak"]
         calls, keys = dflt["made"][2], dflt["made"][3]
         target = None if lowest else parsed.resolve(m0)
+        graphs = list(dict.fromkeys(keys))         # a graph Dynamo made twice is one key
+        dflt["cand"] = {k: part.defaults[k] for k in graphs}
         if calls == 0:
             self._say("torch.compile reused a compile of this step from its cache: no graph "
                       "reached the partitioner, so torch's earlier partition runs, unplanned")
         elif calls > 1:
-            self._say(f"Dynamo split the step into {calls} graphs (graph breaks): hgraph "
-                      f"plans one graph per step, so each runs torch.compile's default "
-                      f"partition")
-        elif part.need_front:
-            key = keys[0]
-            dflt["cand"] = d = part.defaults[key]
-            left = [(i, c) for i, c in enumerate(part.fronts[key][0])
-                    if not (c.source == "min-cut" and c.keep == d.keep)]
-            scale = m0 / max(d.step_peak, 1)          # the allocator's bytes per replayed byte
-            for _ in range(self.trials):
-                nxt = self._next(left, d, scale, target, m0, lowest)
-                if nxt is None:
-                    break
-                left.remove(nxt)
-                i, c = nxt
-                t = self._trial(state, xs, (key, i), f"{c.plan.report.get('solver')}", c)
-                tried.append(t)
-                if not lowest and t["peak"] <= target:
-                    break
-                scale = max(scale, t["peak"] / max(c.step_peak, 1))
-        else:
-            dflt["cand"] = part.defaults[keys[0]]
+            self._say(f"Dynamo split the step into {calls} graphs (graph breaks): "
+                      + ("the budget is shared across them, each graph planned to its share "
+                         "and the whole step measured" if part.need_front else
+                         "each runs torch.compile's default partition, the whole step measured"))
+        if calls and part.need_front:
+            self._search(state, xs, tried, graphs, target, lowest)
         if lowest:
             target = min(t["peak"] for t in tried)
         chosen = tried[search.pick(range(len(tried)), target, self._metered(tried, lowest),
@@ -468,17 +505,20 @@ class CompiledStep:
             state.restore()
             out = self._run(chosen["compiled"], xs)
         state.accumulate()
-        part.trial = chosen["trial"]          # should Dynamo recompile the step it keeps
+        if isinstance(chosen["trial"], dict):
+            self.accepted.update(chosen["trial"])
+        part.trial = dict(self.accepted)      # should Dynamo recompile a step it keeps
         plans, parts, calls, _ = chosen["made"]
         part.plans.extend(plans)
         part.parts.extend(parts)
-        part.graphs_planned = calls
-        c = chosen["cand"]
+        part.graphs_planned, part.budget_covers_step = calls, calls > 0
         for p in plans:
-            if c is not None and p is c.plan:
-                p.report.update(step_peak_bytes=c.step_peak,
-                                step_recompute_flops=c.recompute_flops)
+            for c in chosen["cand"].values():
+                if p is c.plan:
+                    p.report.update(step_peak_bytes=c.step_peak,
+                                    step_recompute_flops=c.recompute_flops)
             p.report.update(
+                graphs_in_step=calls, budget_covers_step=calls > 0,
                 step_budget_bytes=int(target), measured_peak_bytes=int(chosen["peak"]),
                 peak_measured_by=chosen["how"], within_budget=chosen["peak"] <= target,
                 torch_default_peak_bytes=int(m0),
