@@ -99,113 +99,140 @@ def _units(p) -> list:
 
 
 def _steps(p) -> list:
-    ly, act = p.layers, p.graph.is_activation
-    members = {r: np.flatnonzero(p.region == r).tolist() for r in range(p.num_regions)}
-    producer = {int(v): i for i, v in enumerate(ly.out_var.tolist())}
-    share = p.policy == "share"
+    """The step list of plan ``p``: the forward units in topological order, then their
+    backwards in reverse, with the recomputations and re-sweeps inserted where first read."""
+    return _Steps(p).build()
 
-    def source(i, a, j, phase, lv):
+
+class _Steps:
+    """:func:`_steps`' tables (each region's ops, each var's producer) and its step makers:
+    a band sweep, a band's backward phase, a whole op's forward and backward."""
+
+    def __init__(self, p):
+        self.p, self.ly, self.act = p, p.layers, p.graph.is_activation
+        self.members = {r: np.flatnonzero(p.region == r).tolist() for r in range(p.num_regions)}
+        self.producer = {int(v): i for i, v in enumerate(self.ly.out_var.tolist())}
+        self.share = p.policy == "share"
+
+    def source(self, i, a, j, phase, lv):
         """Key of activation input ``a`` of region op ``i`` in band ``j`` of phase ``lv``."""
-        q = producer[a]
-        return (phase, q, j, lv) if p.region[q] == p.region[i] else ("v", a)
+        q = self.producer[a]
+        return (phase, q, j, lv) if self.p.region[q] == self.p.region[i] else ("v", a)
 
-    def has_rows(i, j, lv):
-        return p.phase_ranges[lv, i, j, 0] < p.phase_ranges[lv, i, j, 1]
+    def has_rows(self, i, j, lv):
+        return self.p.phase_ranges[lv, i, j, 0] < self.p.phase_ranges[lv, i, j, 1]
 
-    def band_inputs(st, i, j, phase, lv, positions):
-        st.inputs = {k: source(i, ly.in_vars[i][k], j, phase, lv) for k in positions
-                     if act[ly.in_vars[i][k]]}
+    def band_inputs(self, st, i, j, phase, lv, positions):
+        ly = self.ly
+        st.inputs = {k: self.source(i, ly.in_vars[i][k], j, phase, lv) for k in positions
+                     if self.act[ly.in_vars[i][k]]}
         st.reads += list(st.inputs.values()) + ([("st", i)] if ly.norm[i] else [])
 
-    def sweep(r, j, phase, lv):
-        out = []
-        for i in members[r]:
-            if not has_rows(i, j, lv) or (lv and p.seeds[lv, i]):
+    def sweep(self, r, j, phase, lv):
+        """Band ``j`` of region ``r`` forward (``phase`` b), recomputed (r) or re-swept (c)."""
+        p, ly, out = self.p, self.ly, []
+        for i in self.members[r]:
+            if not self.has_rows(i, j, lv) or (lv and p.seeds[lv, i]):
                 continue            # a phase's seeds start from their whole gradient
             st = Step("band", i, j, phase, lv, writes=[((phase, i, j, lv), "set")])
-            band_inputs(st, i, j, phase, lv, range(len(ly.in_vars[i])))
+            self.band_inputs(st, i, j, phase, lv, range(len(ly.in_vars[i])))
             if p.phase_fresh[lv, i, j] > p.phase_ranges[lv, i, j, 0]:
                 st.reads.append((phase + "t", i, j - 1, lv))
             out.append(st)
             if phase in ("b", "c") and p.outputs[i]:       # c: a re-sweep (RowPlan.resweep)
                 out.append(Step("store", i, j, phase, reads=[(phase, i, j, lv)],
                                 writes=[(("v" if phase == "b" else "rv", int(ly.out_var[i])), "acc")]))
-            if share and j + 1 < p.bands and p.phase_fresh[lv, i, j + 1] > p.phase_ranges[lv, i, j + 1, 0]:
+            if self.share and j + 1 < p.bands and \
+                    p.phase_fresh[lv, i, j + 1] > p.phase_ranges[lv, i, j + 1, 0]:
                 out.append(Step("tail", i, j, phase, lv, reads=[(phase, i, j, lv)],
                                 writes=[((phase + "t", i, j, lv), "set")]))
         return out
 
-    def grad_key(i, a, j, lv):
-        if not act[a]:
+    def grad_key(self, i, a, j, lv):
+        if not self.act[a]:
             return ("pg", a)
-        q = producer[a]
-        return ("bg", q, j, lv) if p.region[q] == p.region[i] else ("g", a)
+        q = self.producer[a]
+        return ("bg", q, j, lv) if self.p.region[q] == self.p.region[i] else ("g", a)
 
-    def phase_steps(r, j, lv):
+    def phase_steps(self, r, j, lv):
         """Band ``j`` of backward phase ``lv`` of region ``r``."""
-        out = sweep(r, j, "r", lv)
+        p, ly = self.p, self.ly
+        out = self.sweep(r, j, "r", lv)
         if lv == 0:
-            for i in members[r]:
-                if p.outputs[i] and has_rows(i, j, 0):
+            for i in self.members[r]:
+                if p.outputs[i] and self.has_rows(i, j, 0):
                     out.append(Step("seed", i, j, reads=[("g", int(ly.out_var[i]))],
                                     writes=[(("bg", i, j, 0), "acc")]))
-        for i in reversed(members[r]):
-            if not has_rows(i, j, lv):
-                continue
-            x, gamma, beta = (ly.in_vars[i] + [None] * 3)[:3]
-            if lv and p.seeds[lv, i]:            # batch norm: its input gradient, own rows
-                st = Step("bnseed", i, j, "r", lv, reads=[("gw", i), ("s", i)],
-                          writes=[(grad_key(i, x, j, lv), "acc")])
-                band_inputs(st, i, j, "r", lv, [0])
-                out.append(st)
-            elif p.carriers[lv, i] and ly.norm[i]:   # batch norm: sums and whole output gradient
-                st = Step("bnsink", i, j, "r", lv, reads=[("bg", i, j, lv)],
-                          writes=[(("gw", i), "acc"), (("s", i), "acc"), (("pg", gamma), "acc"),
-                                  (("pg", beta), "acc")])
-                band_inputs(st, i, j, "r", lv, [0])
-                out.append(st)
-            elif p.carriers[lv, i]:
-                opdef = OPS[ly.ops[i]]
-                st = Step("bandbwd", i, j, "r", lv, reads=[("bg", i, j, lv)])
-                band_inputs(st, i, j, "r", lv, opdef.saves_inputs)
-                st.reads += [("r", i, j, lv)] if opdef.saves_output else []
-                st.writes = [(grad_key(i, a, j, lv), "acc") for a in ly.in_vars[i]
-                             if act[a] or _is_param(p.graph, a)]
-                out.append(st)
+        for i in reversed(self.members[r]):
+            if self.has_rows(i, j, lv):
+                st = self.band_backward(i, j, lv)
+                if st is not None:
+                    out.append(st)
         return out
 
-    consumed = {a for vs in ly.in_vars for a in vs}
-    forward, backward = [], []
-    for kind, u in _units(p):
-        if kind == "op":
-            forward.append(_whole_forward(ly, act, u, "v"))
-            opdef = OPS[ly.ops[u]]
-            st = Step("bwd", u)
-            y = int(ly.out_var[u])
-            st.inputs = {k: ("v", ly.in_vars[u][k]) for k in opdef.saves_inputs
-                         if act[ly.in_vars[u][k]]}
-            if opdef.saves_output:
-                st.inputs[-1] = ("v", y)
-            st.reads = ([("g", y)] if y in consumed else []) + list(st.inputs.values())
-            st.writes = [(("g", a) if act[a] else ("pg", a), "acc") for a in ly.in_vars[u]
-                         if act[a] or _is_param(p.graph, a)]
-            backward.append(st)
-            continue
-        if p.whole_forward[u]:           # batch norms: whole maps, layer by layer, statistics kept
-            for i in members[u]:
-                st = _whole_forward(ly, act, i, "v")
-                st.writes += [(("st", i), "set")] if ly.norm[i] else []
-                forward.append(st)
+    def band_backward(self, i, j, lv):
+        """Region op ``i``'s backward on band ``j`` of phase ``lv`` (None: it carries none)."""
+        p, ly = self.p, self.ly
+        x, gamma, beta = (ly.in_vars[i] + [None] * 3)[:3]
+        if lv and p.seeds[lv, i]:            # batch norm: its input gradient, own rows
+            st = Step("bnseed", i, j, "r", lv, reads=[("gw", i), ("s", i)],
+                      writes=[(self.grad_key(i, x, j, lv), "acc")])
+            self.band_inputs(st, i, j, "r", lv, [0])
+        elif p.carriers[lv, i] and ly.norm[i]:   # batch norm: sums and whole output gradient
+            st = Step("bnsink", i, j, "r", lv, reads=[("bg", i, j, lv)],
+                      writes=[(("gw", i), "acc"), (("s", i), "acc"), (("pg", gamma), "acc"),
+                              (("pg", beta), "acc")])
+            self.band_inputs(st, i, j, "r", lv, [0])
+        elif p.carriers[lv, i]:
+            opdef = OPS[ly.ops[i]]
+            st = Step("bandbwd", i, j, "r", lv, reads=[("bg", i, j, lv)])
+            self.band_inputs(st, i, j, "r", lv, opdef.saves_inputs)
+            st.reads += [("r", i, j, lv)] if opdef.saves_output else []
+            st.writes = [(self.grad_key(i, a, j, lv), "acc") for a in ly.in_vars[i]
+                         if self.act[a] or _is_param(p.graph, a)]
         else:
-            for j in range(p.bands):
-                forward.extend(sweep(u, j, "b", 0))
-        levels = [lv for lv in range(p.phases) if lv == 0 or p.seeds[lv, members[u]].any()]
-        backward.append([st for lv in levels for j in range(p.bands) for st in phase_steps(u, j, lv)])
-    steps = []
-    for st in reversed(backward):
-        steps.extend(st if isinstance(st, list) else [st])
-    resweeps = {r: [st for j in range(p.bands) for st in sweep(r, j, "c", 0)] for r in p.resweep}
-    return forward + _recomputed(p, steps, resweeps)
+            return None
+        return st
+
+    def whole_backward(self, u, consumed):
+        """The backward of whole op ``u`` (its output's gradient read if anything consumed it)."""
+        ly, act = self.ly, self.act
+        opdef = OPS[ly.ops[u]]
+        st = Step("bwd", u)
+        y = int(ly.out_var[u])
+        st.inputs = {k: ("v", ly.in_vars[u][k]) for k in opdef.saves_inputs
+                     if act[ly.in_vars[u][k]]}
+        if opdef.saves_output:
+            st.inputs[-1] = ("v", y)
+        st.reads = ([("g", y)] if y in consumed else []) + list(st.inputs.values())
+        st.writes = [(("g", a) if act[a] else ("pg", a), "acc") for a in ly.in_vars[u]
+                     if act[a] or _is_param(self.p.graph, a)]
+        return st
+
+    def build(self) -> list:
+        p, ly, act = self.p, self.ly, self.act
+        consumed = {a for vs in ly.in_vars for a in vs}
+        forward, backward = [], []
+        for kind, u in _units(p):
+            if kind == "op":
+                forward.append(_whole_forward(ly, act, u, "v"))
+                backward.append([self.whole_backward(u, consumed)])
+                continue
+            if p.whole_forward[u]:           # batch norms: whole maps, layer by layer, statistics kept
+                for i in self.members[u]:
+                    st = _whole_forward(ly, act, i, "v")
+                    st.writes += [(("st", i), "set")] if ly.norm[i] else []
+                    forward.append(st)
+            else:
+                for j in range(p.bands):
+                    forward.extend(self.sweep(u, j, "b", 0))
+            levels = [lv for lv in range(p.phases) if lv == 0 or p.seeds[lv, self.members[u]].any()]
+            backward.append([st for lv in levels for j in range(p.bands)
+                             for st in self.phase_steps(u, j, lv)])
+        steps = [st for unit in reversed(backward) for st in unit]
+        resweeps = {r: [st for j in range(p.bands) for st in self.sweep(r, j, "c", 0)]
+                    for r in p.resweep}
+        return forward + _recomputed(p, steps, resweeps)
 
 
 def _whole_forward(ly, act, i, out_kind, phase="") -> Step:
