@@ -42,6 +42,7 @@ Example::
 
 from __future__ import annotations
 
+from array import array
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -108,7 +109,9 @@ class _Replay(ScheduleWalker):
         self.res, self.exact = res, exact
         self.problems = res.violations
         self.vbytes = g.var_bytes.tolist()
-        self.curve = [0] * n_ops            # live bytes after each op
+        # live bytes after each op: 8 bytes an op in an array, where a list held a pointer
+        # and a big int (~40 bytes an op: ~200 MB of the driver at 10^6 activations)
+        self.curve = array("q", bytes(8 * n_ops))
         self.peak = self.peak_act = 0
         self.peak_step = -1
         self.loss_grad = bytearray(self.n)   # exact mode: the ones tensor of each computed sink
@@ -141,5 +144,5 @@ class _Replay(ScheduleWalker):
         res.peak_act_only_bytes = int(self.peak_act)
         res.computes = comp
         res.recompute_cost = int((self.g.forward_costs * np.maximum(comp - 1, 0)).sum())
-        res.timeline = np.array(self.curve, dtype=np.int64)
+        res.timeline = np.frombuffer(self.curve, dtype=np.int64)
         return res
