@@ -112,12 +112,20 @@ class Schedule:
         return cls.loads(data, path=str(path))
 
     def dumps(self) -> str:
+        return "".join(self.chunks())
+
+    def chunks(self, ops: int = 1 << 16):
+        """The text in pieces of ``ops`` lines: :meth:`write` streams them, so that the
+        schedule of a 10^6-activation plan (~5·10^6 lines) is never one string beside its
+        ops (a few MB at a time instead of ~100 bytes a line; bench/NOTES_scale.md)."""
         if self.impossible:
-            return "IMPOSSIBLE\n"
-        return "".join(op.line() + "\n" for op in self.ops)
+            yield "IMPOSSIBLE\n"
+            return
+        for lo in range(0, len(self.ops), ops):
+            yield "".join(op.line() + "\n" for op in self.ops[lo:lo + ops])
 
     def write(self, path) -> None:
-        write_text(path, self.dumps())
+        write_text(path, self.chunks())
 
 
 def _nat(token: str) -> int:

@@ -21,6 +21,23 @@ def test_failed_write_keeps_the_old_file_and_leaves_no_temp(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out.tsv"]
 
 
+def test_text_in_chunks_is_written_whole_or_not_at_all(tmp_path):
+    """A large output streams as an iterable of chunks (a schedule's pieces); a chunk that
+    fails to come leaves the earlier file as it was, and no temporary file."""
+    target = tmp_path / "out.txt"
+    write_text(target, iter(["a\n", "b\n"]))
+    assert target.read_text() == "a\nb\n"
+
+    def broken():
+        yield "c\n"
+        raise RuntimeError("the plan failed halfway")
+
+    with pytest.raises(RuntimeError):
+        write_text(target, broken())
+    assert target.read_text() == "a\nb\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out.txt"]
+
+
 def test_missing_parent_folders_are_created(tmp_path):
     write_text(tmp_path / "a" / "b" / "out.txt", "x")
     assert (tmp_path / "a" / "b" / "out.txt").read_text() == "x"

@@ -30,8 +30,11 @@ from hgraph.common.errors import HGraphError
 STDOUT = "-"
 
 
-def write_text(path, text: str, *, private: bool = False) -> None:
+def write_text(path, text, *, private: bool = False) -> None:
     """Write ``text`` (UTF-8) to the output ``path`` (``-``: stdout); see the module docstring.
+    ``text`` is a string or an iterable of strings written one after the other, so that a
+    large output (a schedule of millions of lines) is never one string in memory; a chunk
+    that fails to come (an exception from the iterable) leaves no output, as a failed write.
 
     >>> import os, tempfile
     >>> path = os.path.join(tempfile.mkdtemp(), "out.txt")
@@ -50,14 +53,18 @@ def write_bytes(path, data: bytes, *, private: bool = False) -> None:
 
 
 def _write(path, data, private: bool) -> None:
+    whole = isinstance(data, (str, bytes, bytearray))
+    chunks = (data,) if whole else data
     if str(path) == STDOUT:
-        write_stream(sys.stdout, data)
+        for chunk in chunks:
+            write_stream(sys.stdout, chunk)
         return
-    binary = not isinstance(data, str)
+    binary = whole and not isinstance(data, str)
     try:
         with atomic_write(path, "wb" if binary else "w", private=private,
                           **({} if binary else {"encoding": "utf-8"})) as handle:
-            handle.write(data)
+            for chunk in chunks:
+                handle.write(chunk)
     except OSError as err:
         raise cannot_write(path, err) from None
 
