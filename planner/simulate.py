@@ -108,7 +108,7 @@ class _Replay(ScheduleWalker):
         super().__init__(g, check)
         self.res, self.exact = res, exact
         self.problems = res.violations
-        self.vbytes = g.var_bytes.tolist()
+        self.vbytes = self._vbytes          # the walk's list (one per replay, not two)
         # live bytes after each op: 8 bytes an op in an array, where a list held a pointer
         # and a big int (~40 bytes an op: ~200 MB of the driver at 10^6 activations)
         self.curve = array("q", bytes(8 * n_ops))
