@@ -41,7 +41,8 @@ def _zoo(name="resnet", **kw):
 
 
 @pytest.mark.parametrize("graph, kwargs, whole", [
-    (GOOGLENET, dict(budget="60%", units="reference"), False),
+    (GOOGLENET, dict(budget="60%", accounting=planner.AccountingOptions(units="reference")),
+     False),
     (GOOGLENET, dict(budget="60%"), False),
     ("synth", dict(budget="60%"), False),
     ("zoo", dict(budget="99%"), True),
