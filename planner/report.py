@@ -42,44 +42,92 @@ from __future__ import annotations
 
 import io
 import json
+from collections.abc import Sequence
 
 import numpy as np
 
 from hgraph.common.fileio import write_bytes, write_stream, write_text
 from hgraph.common.formatting import format_bytes
 
-__all__ = ["build", "decisions", "dumps", "write_json", "summary_table", "print_summary", "plot",
+__all__ = ["build", "Decisions", "decisions", "dumps", "write_json", "summary_table", "print_summary", "plot",
            "solver_text", "approximations_text", "over_budget_text", "BASELINE_KINDS",
            "NO_BOUND_TEXT"]
 
 
-def decisions(g, ag, groups, sim) -> list:
+class Decisions(Sequence):
+    """The per-activation decisions of a plan, held as arrays (~60 bytes an activation) and
+    made into the report's objects (``var``, ``function``, ``bytes``, ``block``,
+    ``decision``, ``computes``, ``reason``) only when read — a list of 10^6 dicts with their
+    reason strings was ~600 MB of the driver, and its JSON text as much again
+    (bench/NOTES_scale.md). A sequence: ``len``, indexing and iteration give the dicts."""
+
+    def __init__(self, var, func, nbytes, block, ckpt, computes, t):
+        self.var, self.func, self.nbytes, self.block = var, func, nbytes, block
+        self.ckpt, self.computes, self.t = ckpt, computes, t
+
+    def __len__(self) -> int:
+        return int(self.var.size)
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            return self.rows(*i.indices(len(self))[:2]) if i.step in (None, 1) else \
+                [self[k] for k in range(*i.indices(len(self)))]
+        n = len(self)
+        if not -n <= i < n:
+            raise IndexError(i)
+        return self.rows(i % n, i % n + 1)[0]
+
+    def __eq__(self, other):
+        """Equal to decisions with the same rows (a list of the dicts included), as the list
+        it replaces was."""
+        if isinstance(other, Decisions):
+            return all(np.array_equal(a, b) for a, b in zip(self._columns(), other._columns()))
+        if isinstance(other, list):
+            return len(other) == len(self) and self.rows(0, len(self)) == other
+        return NotImplemented
+
+    __hash__ = None
+
+    def _columns(self):
+        return (self.var, self.func, self.nbytes, self.block, self.ckpt, self.computes, self.t)
+
+    def __repr__(self) -> str:
+        return f"Decisions({len(self)} activations)"
+
+    def rows(self, lo: int, hi: int) -> list:
+        """The dicts of activations ``lo`` … ``hi − 1``."""
+        out = []
+        cols = zip(self.var[lo:hi].tolist(), self.func[lo:hi].tolist(),
+                   self.nbytes[lo:hi].tolist(), self.block[lo:hi].tolist(),
+                   self.ckpt[lo:hi].tolist(), self.computes[lo:hi].tolist(),
+                   self.t[lo:hi].tolist())
+        for var, func, nbytes, i, c, k, t in cols:
+            if k > 1 and not c:
+                reason = (f"inside block {i}, not on its boundary: freed after the forward pass "
+                          f"and recomputed before block {i}'s backward pass (cost {t} each time)")
+            elif k > 1:
+                reason = ("a backward function reads this retained output after it was freed "
+                          "(ReLU/MaxPool exception): recomputed just for that read")
+            elif c:
+                reason = f"checkpoint: on the boundary of block {i} (a later block reads it), kept"
+            else:
+                reason = (f"block {i}'s values are still live when its backward pass starts; "
+                          f"not recomputed")
+            out.append({"var": var, "function": func, "bytes": nbytes, "block": i,
+                        "decision": "recompute" if k > 1 else "keep", "computes": k,
+                        "reason": reason})
+        return out
+
+
+def decisions(g, ag, groups, sim) -> Decisions:
     """Per-activation decision (keep / recompute) with the reason, from the plan's blocks
     (``groups``: 0-based block index of every node; reported from 1) and the replay."""
     n = ag.n
     grp = np.asarray(groups, dtype=np.int64)
-    block = grp + 1
     later = np.full(n, -1, np.int64)
     np.maximum.at(later, ag.src, grp[ag.dst])
-    ckpt = later > grp                         # on its block's boundary: a later block reads it
     computes = np.asarray(sim.computes, dtype=np.int64)[ag.func]
-    out = []
-    var, func, nbytes, t = ag.var.tolist(), ag.func.tolist(), ag.bytes.tolist(), ag.t.tolist()
-    for v in range(n):
-        i, c, k = int(block[v]), bool(ckpt[v]), int(computes[v])
-        if k > 1 and not c:
-            reason = (f"inside block {i}, not on its boundary: freed after the forward pass and "
-                      f"recomputed before block {i}'s backward pass (cost {t[v]} each time)")
-        elif k > 1:
-            reason = ("a backward function reads this retained output after it was freed "
-                      "(ReLU/MaxPool exception): recomputed just for that read")
-        elif c:
-            reason = f"checkpoint: on the boundary of block {i} (a later block reads it), kept"
-        else:
-            reason = f"block {i}'s values are still live when its backward pass starts; not recomputed"
-        out.append({"var": var[v], "function": func[v], "bytes": nbytes[v], "block": i,
-                    "decision": "recompute" if k > 1 else "keep", "computes": k, "reason": reason})
-    return out
+    return Decisions(ag.var, ag.func, ag.bytes, grp + 1, later > grp, computes, ag.t)
 
 
 def build(p) -> dict:
@@ -138,19 +186,36 @@ def dumps(report: dict) -> str:
     """The report as JSON: indented, except that each of the ``decisions`` (one per activation,
     10^6 of them on big graphs) is one compact line — written by the C encoder (``indent``
     would run the pure-Python one, far slower) and still one object per line to read."""
+    return "".join(_json_chunks(report))
+
+
+#: Decisions made into JSON at a time (:func:`write_json` streams them).
+DECISION_CHUNK = 1 << 14
+
+
+def _json_chunks(report: dict):
+    """:func:`dumps`'s text in pieces: the head, then the decisions
+    :data:`DECISION_CHUNK` at a time, so a 10^6-activation report is never whole in memory."""
     rest = {k: v for k, v in report.items() if k != "decisions"}
     text = json.dumps(rest, indent=1)
     if "decisions" not in report:
-        return text + "\n"
+        yield text + "\n"
+        return
     rows = report["decisions"]
-    body = "[\n  " + ",\n  ".join(map(json.dumps, rows)) + "\n ]" if rows else "[]"
-    head = text[:-2] + "," if rest else "{"             # text ends with "\n}" (or is "{}")
-    return f'{head}\n "decisions": {body}\n}}\n'
+    yield (text[:-2] + "," if rest else "{") + '\n "decisions": '   # text ends with "\n}"
+    if not len(rows):
+        yield "[]\n}\n"
+        return
+    sep = "[\n  "
+    for lo in range(0, len(rows), DECISION_CHUNK):
+        yield sep + ",\n  ".join(map(json.dumps, rows[lo:lo + DECISION_CHUNK]))
+        sep = ",\n  "
+    yield "\n ]\n}\n"
 
 
 def write_json(report: dict, path) -> None:
-    """The report as JSON (:func:`dumps`), by the one writer (``-``: stdout)."""
-    write_text(path, dumps(report))
+    """The report as JSON (:func:`dumps`), by the one writer (``-``: stdout), in pieces."""
+    write_text(path, _json_chunks(report))
 
 
 #: How the no-recomputation baseline was obtained (``baseline_kind``), as the table says it.
