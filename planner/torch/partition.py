@@ -30,6 +30,7 @@ from hgraph.common.errors import HGraphError
 from planner.torch import capture as cap
 from planner.torch.episodes import follow_episodes
 from planner.torch.model_graph import is_random, is_view
+from planner.walk import ScheduleWalker
 
 __all__ = ["kept_vars", "saved_nodes", "partition", "apply_plan", "apply_keep", "plan_capture",
            "keep_names", "functionalize_rng", "rng_state_bytes", "replay_under"]
@@ -42,25 +43,32 @@ def kept_vars(g, schedule) -> set:
     recomputation reads it before the backward forgets it; one the backward forgets first is
     recomputed there, which is what the partition does with a value it does not save.
     """
-    nf = len(g.forward)
-    live, kept, dropped, done = set(), set(), set(), set()
-    for op in schedule.ops:
-        started = len(done) == nf      # the forward phase ends once every block has run
+    return _Kept(g).walk(schedule.ops)
+
+
+class _Kept(ScheduleWalker):
+    """:func:`kept_vars` as a visitor of the schedule walk (:mod:`planner.walk`): the values
+    the forward phase left live (by var), and which of them a backward-phase step reads."""
+
+    def __init__(self, g):
+        super().__init__(g)
+        self.fwd_live, self.kept = set(), set()
+        self.ran, self.started = 0, False
+
+    def visit(self, s: int, op) -> None:
         if op.kind == "forget":
             if op.which == "forward":
-                live.discard(op.index)
-                if started:
-                    dropped.add(op.index)
-            continue
-        if not started:
-            if op.index < nf:
-                done.add(op.index)
-                live.add(g.forward[op.index].outputs[0])
-            continue
-        for v, tag in g.functions[op.index].inputs:   # a backward block or a recomputation
-            if tag != "gradient" and v in live and v not in dropped:
-                kept.add(v)
-    return {v for v in kept if g.is_activation[v]}
+                self.fwd_live.discard(op.index)
+        elif self.started:                       # a backward block or a recomputation
+            self.kept.update(v for v in (self.buf_var[b] for b in self.reads
+                                         if not self.buf_grad[b]) if v in self.fwd_live)
+        elif op.index < self.nf:
+            self.fwd_live.add(self.buf_var[self.writes[0][1]])
+            self.ran += self.computes[op.index] == 1
+            self.started = self.ran == self.nf   # the forward phase ends once every block ran
+
+    def finish(self, n: int) -> set:
+        return {v for v in self.kept if self.g.is_activation[v]}
 
 
 def plan_capture(g) -> str:
