@@ -49,7 +49,7 @@ from planner.analyses.engine import EngineOptions
 from planner.analyses.levels import levels
 from planner.budget import Budget
 from planner.dp.subsets import groups_to_chain
-from planner.emit import emit_groups
+from planner.emit import emit_decision
 from planner.fixed_schedules import replay_baseline
 from planner.options import UNITS, AccountingOptions, CertifyOptions, SolverLimits
 from planner.schedule import Schedule
@@ -361,7 +361,8 @@ def _fit(a: Analysis, s: Solver, budget_bytes: int, check: bool):
 
 def _replay(a: Analysis, s: Solver, dp_budget: int, check: bool):
     """(groups, model, schedule, sim) of the solver's chain at ``dp_budget``, or None:
-    solve, emit (:func:`planner.emit.emit_groups`), verify (:func:`planner.simulate.replay`);
+    solve (a :class:`planner.decision.Decision`), emit (:func:`planner.emit.emit_decision`),
+    verify (:func:`planner.simulate.replay`);
     kept on ``a`` (:attr:`Analysis.replays`) for the next ask."""
     key = (id(s), int(dp_budget), bool(check))
     if key not in a.replays:
@@ -370,16 +371,16 @@ def _replay(a: Analysis, s: Solver, dp_budget: int, check: bool):
 
 
 def _solve_and_replay(a: Analysis, s: Solver, dp_budget: int, check: bool):
-    status, groups, model, emit_options = s.solve(dp_budget)
+    status, decision, model = s.solve(dp_budget)
     if status != "OK":
         return None
     with current_progress().stage("schedule and replay"):
-        schedule = emit_groups(a.g, groups, a.ir, **emit_options)
+        schedule = emit_decision(a.g, decision, a.ir)
         sim = simulate.replay(a.g, schedule, check=check)
     if sim.violations:
         raise HGraphError(f"internal error: the emitted schedule fails the simulator: "
                           f"{sim.violations[0]}")
-    return groups, model, schedule, sim
+    return decision.stage, model, schedule, sim
 
 
 def _keep_everything(a: Analysis, check: bool):

@@ -91,6 +91,13 @@ def emit(g, chain, ag: ActivationGraph | None = None, optimize: bool = True) -> 
     return emit_groups(g, groups_of_chain(ag, chain), ag, optimize=optimize)
 
 
+def emit_decision(g, decision, ag: ActivationGraph | None = None,
+                  optimize: bool = True) -> Schedule:
+    """The reference schedule of a solver's :class:`planner.decision.Decision`: its stages,
+    with its own per-stage choices where it has them (:func:`emit_groups`)."""
+    return emit_groups(g, decision.stage, ag, optimize, **decision.choices())
+
+
 def emit_groups(g, groups: np.ndarray, ag: ActivationGraph | None = None,
                 optimize: bool = True, keep=None, recompute=None, retain=None) -> Schedule:
     """The reference schedule of the chain ``L_i = {groups ≤ i}`` (see the module docstring).

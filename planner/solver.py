@@ -30,6 +30,7 @@ from planner.analyses.engine import EngineOptions
 from planner.dp import scale
 from planner.dp.solve import solve_family
 from planner.dp_families import approx_family, exact_family
+from planner.decision import Decision
 from planner.emit import groups_of_chain
 from planner.options import SolverLimits
 from planner.search import refuse
@@ -180,8 +181,8 @@ class Solver:
 
     # ---- the protocol ------------------------------------------------------------------------
     def solve(self, budget_bytes: int):
-        """(status, block index of every node, :class:`ModelStats`, the keep/recompute/retain
-        keywords of :func:`planner.emit.emit_groups` or ``{}``) at ``budget_bytes``."""
+        """(status, the :class:`planner.decision.Decision` or None, :class:`ModelStats`) at
+        ``budget_bytes``."""
         raise NotImplementedError
 
     def feasible(self, budget_bytes: int) -> bool:
@@ -258,8 +259,8 @@ class _DP(Solver):
 
     def solve(self, budget_bytes: int):
         r = self.dp(budget_bytes)
-        return r.status, r.groups, ModelStats.of_dp(r, scale=self.scale,
-                                                    segmented=r.segmented), {}
+        decision = None if r.groups is None else Decision(r.groups)
+        return r.status, decision, ModelStats.of_dp(r, scale=self.scale, segmented=r.segmented)
 
     def min_budget(self, top: int) -> int | None:
         """The smallest budget (bytes, at least 1) at which :meth:`solve` has a plan; None when
@@ -370,7 +371,7 @@ class ChenChain(Solver):
         with current_progress().stage("Chen's chain"):
             p = chen.solve(self.g, budget=max(1, budget_bytes), units=self.units, ag=self.ag,
                            lower_set_limit=self.max_lower_sets)
-        return "OK", groups_of_chain(self.ag, p.chain), ModelStats.of_chen(p), {}
+        return "OK", Decision(groups_of_chain(self.ag, p.chain)), ModelStats.of_chen(p)
 
 
 class MILPSolver(Solver):
@@ -435,17 +436,18 @@ class MILPSolver(Solver):
                                               constraints=r.constraints, stopped=r.stopped)
             info["schedule"] = "the DP chain's own (HiGHS found none cheaper in time)"
             info["seconds"] = round(spent, 3)          # every MILP of this plan
-            return "OK", seed.groups, dataclasses.replace(stats, family="milp", milp=info), {}
+            return "OK", Decision(seed.groups), dataclasses.replace(stats, family="milp",
+                                                                    milp=info)
         if r.status == "TIMEOUT":
             raise HGraphError(f"milp: HiGHS found no schedule within {limit:g} s "
                               f"({r.stages} stages, {stages_from}, {r.variables:,} variables); "
                               f"raise --milp-time-limit or use --solver exact")
         if r.status != "OK":
-            return r.status, None, None, {}
+            return r.status, None, None
         stats = ModelStats.of_milp(r, u.ratio, u.budget, limit, stages_from)
         stats.milp["schedule"] = "HiGHS's"
         stats.milp["seconds"] = round(spent, 3)
-        return "OK", r.groups, stats, dict(keep=r.keep, recompute=r.recompute, retain=r.retain)
+        return "OK", Decision(r.groups, r.keep, r.recompute, r.retain), stats
 
     def infeasible(self, name: str, budget_bytes: int, baseline_peak: int,
                    smallest: int) -> InfeasibleError:
