@@ -3,7 +3,9 @@
 ``FUNC()`` returns ``(model, inputs)`` or ``(model, inputs, loss_fn)``. The joint
 forward+backward graph is captured through AOTAutograd, decomposed as Inductor sees it (or
 ``--eager``: the aten graph eager autograd runs, op for op), with FLOP costs
-(``--cost measured``: timed on this machine). Plan it with ``hgraph submit plan --graph g.txt``
+(``--cost measured``: timed on this machine), and its step front (:mod:`planner.torch.step_table`:
+the plans priced as torch runs them, what ``submit plan`` picks from so that its budget is the
+step's, as in ``planner.torch.plan_for_step``). Plan it with ``hgraph submit plan --graph g.txt``
 and run the plan with ``hgraph submit execute --torch FILE.py:FUNC --schedule s.txt`` (the same
 ``--eager`` flag, or ``--graph g.txt``: execute runs the capture this command wrote). An error
 raised in the model file is one line naming its file and line.
