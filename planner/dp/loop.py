@@ -135,35 +135,34 @@ TABLE_LOOP_MAX_T = 1 << 22
 TABLE_LOOP_SCAN_T = 1 << 13
 
 
+# Why the table loop's shortcuts keep the result:
+#
+# * every ckpt is at most ``m(V)`` and every saved at most ``T`` (a chain checkpoints and
+#   saves disjoint node sets), so a budget above ``5·m(V)`` admits every transition, as
+#   ``5·m(V)`` does: the budget is capped there, which bounds each source's room to
+#   ``[0, 5·m(V)]`` once the break test (``key ≤ thr``) has passed;
+# * with ``glob = state·span + ckpt`` and ``span > 5·m(V)``, one ``searchsorted`` of
+#   ``i·span + room`` ends source ``i``'s feasible prefix inside its own front; likewise
+#   ``i·span_s + (floor − dt)`` with ``span_s > 3T`` starts its in-bound suffix there, for
+#   any ``floor − dt`` in ``[−2T, T]``;
+# * the least ckpt per saved, ties to the first entry, is one ``minimum.at`` of
+#   ``ckpt·E + entry`` into a row of ``T + 1`` buckets (``E`` above any entry id);
+# * ``resume``: an entry of ``L_j`` recomputes at most ``t(L_j)``, and a source's ``t(L)``
+#   is at most its target's, so a pass bounded by ``g`` leaves the states before the first
+#   with ``t(L_j) > g`` exactly as an unbounded pass would — entries, positions and
+#   predecessors — and any deeper pass keeps them and starts there.
 def _table_loop(fam, t, m, budget: int, window, front_cap, lam, max_recompute,
                 max_ckpt, resume=None) -> Fronts | None:
     """:func:`run_dp` on a dense approximate family with its subset table, in as few NumPy
     calls per state as the step allows (small plans run up to three passes of ~570 states:
     the per-call overhead, not the arithmetic, is their cost). None when a bound below would
     not hold (a forward cost T above :data:`TABLE_LOOP_MAX_T`, or sums too large to pack);
-    then the general loop runs. The fronts are the general loop's, entry for entry.
+    then the general loop runs. The fronts are the general loop's, entry for entry (why: the
+    comment above).
 
     A state's transition terms are computed for its sources only, from its few boundary
-    nodes (:func:`_boundary_rows`): cheaper, for a pass or three, than the full ``L × L``
-    tables of :func:`transition_table` (bench/NOTES_scale.md has densenet's figures).
-
-    Why the shortcuts keep the result:
-
-    * every ckpt is at most ``m(V)`` and every saved at most ``T`` (a chain checkpoints and
-      saves disjoint node sets), so a budget above ``5·m(V)`` admits every transition, as
-      ``5·m(V)`` does: the budget is capped there, which bounds each source's room to
-      ``[0, 5·m(V)]`` once the break test (``key ≤ thr``) has passed;
-    * with ``glob = state·span + ckpt`` and ``span > 5·m(V)``, one ``searchsorted`` of
-      ``i·span + room`` ends source ``i``'s feasible prefix inside its own front; likewise
-      ``i·span_s + (floor − dt)`` with ``span_s > 3T`` starts its in-bound suffix there, for
-      any ``floor − dt`` in ``[−2T, T]``;
-    * the least ckpt per saved, ties to the first entry, is one ``minimum.at`` of
-      ``ckpt·E + entry`` into a row of ``T + 1`` buckets (``E`` above any entry id);
-    * ``resume``: an entry of ``L_j`` recomputes at most ``t(L_j)``, and a source's ``t(L)``
-      is at most its target's, so a pass bounded by ``g`` leaves the states before the first
-      with ``t(L_j) > g`` exactly as an unbounded pass would — entries, positions and
-      predecessors — and any deeper pass keeps them and starts there.
-    """
+    nodes (:func:`_boundary_terms`): cheaper, for a pass or three, than the full ``L × L``
+    tables of :func:`transition_table` (bench/NOTES_scale.md has densenet's figures)."""
     L = fam.num_sets
     msum, T = int(m.sum()), int(t.sum())
     span, span_s = 6 * (msum + 1), 4 * (T + 1)
@@ -175,23 +174,9 @@ def _table_loop(fam, t, m, budget: int, window, front_cap, lam, max_recompute,
                                or max_ckpt is not None):
         resume = None
     sub = subset_table(fam, t.size)
-    member = fam.members(t.size)
-    bp, bv, tw, mw = _boundary_rows(fam, t, m)
-    bp, bvl, twl, mwl = bp.tolist(), bv.tolist(), tw.tolist(), mw.tolist()
-    t_bnd, m_bnd = fam.t_bnd.tolist(), fam.m_bnd.tolist()
+    terms = _boundary_terms(fam, t, m)
     two_mL = 2 * fam.mL
-    key = np.full(L, INF, dtype=np.int64)          # min ckpt − 2·m(L), for the break test
-    first = 1
-    if resume is None:
-        fronts = Fronts.empty(L)
-        fronts.append(0, np.zeros(1, np.int64), np.zeros(1, np.int64), np.full(1, -1, np.int64))
-    else:                                          # keep the states before the first t(L) > g
-        fronts, done_bound = resume
-        first = max(1, int(np.argmax(np.r_[fam.tL, np.iinfo(np.int64).max] > done_bound)))
-        fronts.size = int(fronts.ptr[first])
-        full = np.flatnonzero(fronts.ptr[1:first + 1] > fronts.ptr[:first])
-        key[full] = fronts.c[fronts.ptr[full]] - two_mL[full]
-    key[0] = -2 * int(fam.mL[0])
+    fronts, key, first = _table_start(fam, two_mL, resume)
     fronts.span = span
     floor = None
     if max_recompute is not None:
@@ -210,49 +195,18 @@ def _table_loop(fam, t, m, budget: int, window, front_cap, lam, max_recompute,
         thr = thr_all[j]
         lo = 0 if window is None else max(0, j - window)
         src = (sub[j, lo:j] & (key[lo:j] <= thr)).nonzero()[0]
-        if src.size == 0:
+        if src.size:
+            if lo:
+                src += lo
+            dt, dm = terms(j, src)
+            got = _table_entries(fronts, src, dt, dm, base[src] + thr,
+                                 None if floor is None else base_s[src] + (floor[j] - dt),
+                                 max_ckpt)
+        if src.size == 0 or got is None:
             ptr[j + 1] = fronts.size
             continue
-        if lo:
-            src += lo
-        n = fronts.size
-        stops = fronts.glob[:n].searchsorted(base[src] + thr, "right")
-        a, b = bp[j], bp[j + 1]
-        if b - a == 1:                             # one boundary node v: held by L_i or not
-            inside = member[bvl[a]][src]
-            dt = np.where(inside, t_bnd[j] - twl[a], t_bnd[j])
-            dm = np.where(inside, m_bnd[j] - mwl[a], m_bnd[j])
-        elif a == b:                               # no boundary: nothing held by any source
-            dt = np.full(src.size, t_bnd[j], np.int64)
-            dm = np.full(src.size, m_bnd[j], np.int64)
-        else:                                      # t/m of ∂L_j minus what L_i holds of it
-            inside = member[bv[a:b, None], src]
-            dt = t_bnd[j] - tw[a:b] @ inside
-            dm = m_bnd[j] - mw[a:b] @ inside
-        if floor is None:
-            starts = ptr[src]
-        else:
-            starts = fronts.glob_s[:n].searchsorted(base_s[src] + (floor[j] - dt), "left")
-        cnt = stops - starts
-        np.maximum(cnt, 0, out=cnt)
-        cum = cnt.cumsum()
-        total = int(cum[-1])
-        if total == 0:
-            ptr[j + 1] = fronts.size
-            continue
-        e = (starts - cum + cnt).repeat(cnt)
-        e += np.arange(total)
-        ns = fronts.s[e]
-        ns += dt.repeat(cnt)
-        nc = fronts.c[e]
-        nc += dm.repeat(cnt)
-        if max_ckpt is not None:
-            ok = nc <= max_ckpt
-            if not ok.all():
-                ns, nc, e = ns[ok], nc[ok], e[ok]
-                if ns.size == 0:
-                    ptr[j + 1] = fronts.size
-                    continue
+        ns, nc, e = got
+        del got                                    # (the candidates go as soon as replaced)
         packed = nc * E
         packed += e
         np.minimum.at(best, ns, packed)
@@ -261,6 +215,80 @@ def _table_loop(fam, t, m, budget: int, window, front_cap, lam, max_recompute,
         best[ns] = INF
         _close_state(fronts, key, j, ns, *np.divmod(packed, E), int(two_mL[j]), front_cap, lam)
     return fronts
+
+
+def _table_start(fam, two_mL, resume):
+    """(fronts, key, first state to compute) of :func:`_table_loop`: ∅'s front alone, or with
+    ``resume`` the states before the first ``t(L) > g`` kept; ``key`` the least ckpt − 2·m(L)
+    of every state so far (the break test)."""
+    L = fam.num_sets
+    key = np.full(L, INF, dtype=np.int64)
+    first = 1
+    if resume is None:
+        fronts = Fronts.empty(L)
+        fronts.append(0, np.zeros(1, np.int64), np.zeros(1, np.int64), np.full(1, -1, np.int64))
+    else:
+        fronts, done_bound = resume
+        first = max(1, int(np.argmax(np.r_[fam.tL, np.iinfo(np.int64).max] > done_bound)))
+        fronts.size = int(fronts.ptr[first])
+        full = np.flatnonzero(fronts.ptr[1:first + 1] > fronts.ptr[:first])
+        key[full] = fronts.c[fronts.ptr[full]] - two_mL[full]
+    key[0] = -2 * int(fam.mL[0])
+    return fronts, key, first
+
+
+def _boundary_terms(fam, t, m):
+    """``terms(j, src) -> (dt, dm)``: the transition terms from sources ``src`` to state
+    ``j``, ``t``/``m`` of ``∂L_j`` less what each source already holds of it, from ``∂L_j``'s
+    few nodes (:func:`_boundary_rows`) and the family's membership rows (a closure: it runs
+    once a state)."""
+    member = fam.members(t.size)
+    bp, bv, tw, mw = _boundary_rows(fam, t, m)
+    bp, bvl, twl, mwl = bp.tolist(), bv.tolist(), tw.tolist(), mw.tolist()
+    t_bnd, m_bnd = fam.t_bnd.tolist(), fam.m_bnd.tolist()
+
+    def terms(j: int, src):
+        a, b = bp[j], bp[j + 1]
+        if b - a == 1:                             # one boundary node v: held by L_i or not
+            inside = member[bvl[a]][src]
+            return (np.where(inside, t_bnd[j] - twl[a], t_bnd[j]),
+                    np.where(inside, m_bnd[j] - mwl[a], m_bnd[j]))
+        if a == b:                                 # no boundary: nothing held by any source
+            return np.full(src.size, t_bnd[j], np.int64), np.full(src.size, m_bnd[j], np.int64)
+        inside = member[bv[a:b, None], src]        # t/m of ∂L_j minus what L_i holds of it
+        return t_bnd[j] - tw[a:b] @ inside, m_bnd[j] - mw[a:b] @ inside
+
+    return terms
+
+
+def _table_entries(fronts, src, dt, dm, room_keys, floor_keys, max_ckpt):
+    """(saved, ckpt, entry) of every candidate of :func:`_table_loop`'s state from sources
+    ``src``: each source's entries up to ``room_keys`` (``i·span + room``) and, with
+    ``floor_keys`` (``i·span_s + floor − dt``), from there, shifted by ``(dt, dm)`` and within
+    ``max_ckpt``; None when there is none."""
+    n = fronts.size
+    stops = fronts.glob[:n].searchsorted(room_keys, "right")
+    starts = fronts.ptr[src] if floor_keys is None else \
+        fronts.glob_s[:n].searchsorted(floor_keys, "left")
+    cnt = stops - starts
+    np.maximum(cnt, 0, out=cnt)
+    cum = cnt.cumsum()
+    total = int(cum[-1])
+    if total == 0:
+        return None
+    e = (starts - cum + cnt).repeat(cnt)
+    e += np.arange(total)
+    ns = fronts.s[e]
+    ns += dt.repeat(cnt)
+    nc = fronts.c[e]
+    nc += dm.repeat(cnt)
+    if max_ckpt is not None:
+        ok = nc <= max_ckpt
+        if not ok.all():
+            ns, nc, e = ns[ok], nc[ok], e[ok]
+            if ns.size == 0:
+                return None
+    return ns, nc, e
 
 
 def subset_table(fam, n: int) -> np.ndarray | None:
