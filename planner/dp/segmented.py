@@ -54,7 +54,7 @@ import numpy as np
 from hgraph.common.errors import HGraphError
 from planner.dp.fronts import Fronts, best_per_saved, pareto_mask, path
 from planner.dp.scale import DEFAULT_FRONT_CAP, DEFAULT_WINDOW, pass_lambdas, thin
-from planner.dp.stacked import _best_end, _chain_fronts, walk
+from planner.dp.stacked import WalkInput, _best_end, _chain_fronts, walk
 from planner.dp.subsets import window_transitions
 
 __all__ = ["SegmentDP", "Stitched", "choose_cuts", "separator_states", "segment_dps",
@@ -151,9 +151,9 @@ class SegmentDP:
         ``kind`` (default ``"free"`` without a seed, ``"seeded"`` with one)."""
         kind = kind or ("free" if seed is None else "seeded")
         t0 = time.perf_counter()
-        store, last = walk(self.mL, self.mAB, self.sub, self.dt, self.dm, self.budget,
-                           self.front_cap, self.lams, self.span, self.span_s, self.prune,
-                           seed=seed)
+        store, last = walk(WalkInput(self.mL, self.mAB, self.sub, self.dt, self.dm, self.budget,
+                                     self.front_cap, self.lams, self.span, self.span_s,
+                                     self.prune), seed=seed)
         self.seconds += time.perf_counter() - t0
         if last is None:
             z = np.zeros(0, np.int64)
@@ -306,8 +306,8 @@ def solve_forced(fam, g, budget: int, cuts, window: int = DEFAULT_WINDOW,
     first = cuts[np.maximum(np.searchsorted(cuts, np.arange(L), side="left") - 1, 0)]
     sub = sub & ((np.arange(L)[:, None] - W + np.arange(W)[None, :]) >= first[:, None])
     lams = pass_lambdas(g.t, g.m, front_cap, strategy)
-    store, last = walk(fam.mL, fam.mAB, sub, dt, dm, budget, front_cap, lams,
-                       int(g.m.sum()) + 1, int(g.t.sum()) + 1, prune, ends=cuts[1:-1])
+    store, last = walk(WalkInput(fam.mL, fam.mAB, sub, dt, dm, budget, front_cap, lams,
+                                 int(g.m.sum()) + 1, int(g.t.sum()) + 1, prune), ends=cuts[1:-1])
     entry = _best_end(last, len(lams), strategy)
     if entry is None:
         return Fronts.empty(0), None

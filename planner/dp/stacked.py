@@ -48,6 +48,8 @@ Example::
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 
 from hgraph.common.errors import HGraphError
@@ -57,7 +59,7 @@ from planner.dp.reach import reach_limits
 from planner.dp.scale import thin_lagrange
 from planner.dp.subsets import window_transitions
 
-__all__ = ["run_stacked", "walk", "STACKED_MAX_WINDOW"]
+__all__ = ["run_stacked", "walk", "WalkInput", "STACKED_MAX_WINDOW"]
 
 #: Widest window the stacked loop takes: its tables hold ``L·W`` transitions.
 STACKED_MAX_WINDOW = 64
@@ -79,65 +81,64 @@ def run_stacked(fam, t: np.ndarray, m: np.ndarray, budget: int, window: int, fro
     sub, dt, dm = window_transitions(fam, t, m, int(window))
     span = int(m.sum()) + 1                        # ckpt < span, saved < span_s: the pass
     span_s = int(t.sum()) + 1                      # goes into one sortable key with either
-    store, last = walk(fam.mL, fam.mAB, sub, dt, dm, budget, front_cap, lams, span, span_s,
-                       prune)
+    store, last = walk(WalkInput(fam.mL, fam.mAB, sub, dt, dm, budget, front_cap, lams, span,
+                                 span_s, prune))
     entry = _best_end(last, len(lams), strategy)
     if entry is None:
         return Fronts.empty(0), None
     return _chain_fronts(store, entry, int(window), dt, dm)
 
 
-def walk(mL: np.ndarray, mAB: np.ndarray, sub: np.ndarray, dt: np.ndarray, dm: np.ndarray,
-         budget: int, front_cap: int, lams: list, span: int, span_s: int, prune: bool = True,
-         seed=None, ends=None):
-    """The walk of :func:`run_stacked` over states given by their ``(L, W)`` window tables
-    (:func:`~planner.dp.subsets.window_transitions`) and ``m(L)``, ``m(A) + m(B)``.
+@dataclasses.dataclass(frozen=True)
+class WalkInput:
+    """What a walk of :func:`walk` reads: the states' ``(L, W)`` window tables ``sub``,
+    ``dt``, ``dm`` (:func:`~planner.dp.subsets.window_transitions`), ``mL`` (``m(L)``) and
+    ``mAB`` (``m(A) + m(B)``); the passes: ``budget``, ``front_cap``, ``lams`` (one a pass:
+    None for a :func:`~planner.dp.scale.thin` pass, else a multiplier), ``span``/``span_s``
+    (above any ckpt / saved: the whole graph's ``m(V) + 1`` / ``T(V) + 1``, so segments sort
+    alike) and ``prune`` (drop entries that can no longer reach V).
+
+    Why a record: a segment of the scale path (:class:`planner.dp.segmented.SegmentDP`) holds
+    the same and walks it again and again."""
+
+    mL: np.ndarray
+    mAB: np.ndarray
+    sub: np.ndarray
+    dt: np.ndarray
+    dm: np.ndarray
+    budget: int
+    front_cap: int
+    lams: list
+    span: int
+    span_s: int
+    prune: bool = True
+
+
+def walk(w: WalkInput, seed=None, ends=None):
+    """The walk of :func:`run_stacked` over the states of ``w``.
 
     Why separate: a segment of the family between two strict separators is walked on its own
     (:mod:`planner.dp.segmented`), its first state the separator it starts at and its fronts
     ``seed`` — ``(saved, ckpt, pass)`` arrays, each pass's entries in saved order (at most
     ``front_cap`` a pass): the front that segment's walk handed over — instead of ∅'s
     ``(0, 0)``. ``ends``: states whose reach (:mod:`planner.dp.reach`) is unbounded, as the
-    last state's is (a segment's end seen from inside it). ``span``/``span_s``: above any
-    ckpt / saved (the whole graph's ``m(V) + 1`` / ``T(V) + 1``, so segments sort alike).
+    last state's is (a segment's end seen from inside it).
 
     Returns ``(store, last)``: every kept entry's predecessor (:class:`_Store`; a seed entry's
     is −1, its id its index in ``seed``) and the last state's front, ``(saved, ckpt, pass,
     store id)`` in (pass, saved) order (None when it has no entry).
     """
-    L, W, K, P = int(mL.size), int(sub.shape[1]), int(front_cap), len(lams)
-    lam = np.array([np.nan if x is None else float(x) for x in lams])
-    is_lagrange = ~np.isnan(lam) & (K >= 4)        # as run_dp: thin only below a cap of 4
-    half = K // 2
-    nlev = np.where(is_lagrange, K - half, K)
-    x = np.zeros((P, K))                           # thinning levels per pass (the spare
-    for p in range(P):                             # ones at 0: the first entry, kept anyway)
-        x[p, :nlev[p]] = np.linspace(0.0, 1.0, int(nlev[p])) ** 0.5
-    x, lam, is_lagrange = np.tile(x, (W, 1)), np.tile(lam, W), np.tile(is_lagrange, W)
+    dt, dm, span, span_s = w.dt, w.dm, w.span, w.span_s
+    L, W, K, P = int(w.mL.size), int(w.sub.shape[1]), int(w.front_cap), len(w.lams)
+    thinning = _thinning(w.lams, K, W)
     if span * (P + 1) >= INF or span_s * (P + 1) >= INF:
         raise HGraphError(f"the capped DP's sort keys overflow: {P} passes × m(V) = {span - 1} "
                           f"(DP units); plan with a coarser unit")
     store = _Store(L, P * K)
     PK, PS = P * K, P * span_s
-    # ring of the last W states' fronts, state i in slot i % W (so the window of i is the
-    # slots (i + w) % W, w = 0 .. W − 1, states i − W + w); fields (pass·span_s + saved,
-    # ckpt, store id), a state's entries packed at the start of its slot in (pass, saved)
-    # order (ckpt INF after them: unused). Along a window the store ids ascend (states in
-    # order, then pass, then saved): the reference's arrival order.
-    ring = np.zeros((3, W, PK), np.int64)
-    ring[1] = INF
-    if seed is None:                               # ∅: (0, 0) in every pass
-        seed = (np.zeros(P, np.int64), np.zeros(P, np.int64), np.arange(P))
-    s0, c0, p0 = (np.asarray(a, np.int64) for a in seed)
-    if s0.size > PK or (p0.size > 1 and np.any(np.diff(p0) < 0)) \
-            or np.bincount(p0, minlength=P).max(initial=0) > K:
-        raise HGraphError("a seed front has at most front_cap entries a pass, in pass order")
-    ring[0, 0, :s0.size] = p0 * span_s + s0
-    ring[1, 0, :s0.size] = c0
-    ring[2, 0, :s0.size] = np.arange(s0.size)
-    store.add(np.full(s0.size, -1), 0, [s0.size])
+    ring = _seeded_ring(store, seed, W, P, K, span_s)
     rs, rc, re = (ring[f].reshape(-1) for f in range(3))     # flat views
-    limit = _limits(mL, mAB, budget, sub, dm, prune, ends)
+    limit = _limits(w.mL, w.mAB, w.budget, w.sub, dm, w.prune, ends)
     report, every = current_progress().position, max(1, L // 200)   # the DP position, ~0.5 %
     starts, stops, radices = _batch_plan(limit, dm, B_key=P * span_s)
     # windows[s0, b]: the ring slots of the window of batch member b when the batch starts
@@ -154,28 +155,13 @@ def walk(mL: np.ndarray, mAB: np.ndarray, sub: np.ndarray, dt: np.ndarray, dm: n
         own = slots[:, 0]
         ckpt = ring[1][slots]                      # (B, W, P·K): the windows' fronts
         at = np.flatnonzero(ckpt <= limit[a:z, :, None])[::-1]
-        if at.size == 0:                           # (latest arrival first: see below)
+        if at.size == 0:                           # (latest arrival first: see _select)
             ring[1, own] = INF
             store.ptr[a + 1:z + 1] = store.size
             continue
         ps = (ring[0][slots] + (dt[a:z] + lifts[:B])[:, :, None]).ravel()[at]
         nc = (ckpt + dm[a:z, :, None]).ravel()[at]
-        # (segment, saved) ascending, ckpt descending, latest arrival first: the last of a
-        # (segment, saved) run is its first arrival with the least ckpt, and one strict
-        # suffix minimum over segment·span + ckpt keeps exactly those that every
-        # larger-saved candidate of the segment costs more than (the first arrival per
-        # saved, then the Pareto cut)
-        order = np.argsort(ps * r - nc, kind="stable") if r else np.lexsort((-nc, ps))
-        ps, nc = ps[order], nc[order]
-        seg = ps // span_s
-        v = nc + seg * span                        # (segment, ckpt): ascending where Pareto
-        keep = np.flatnonzero(pareto_mask(v))
-        ps, nc, seg, v, at = ps[keep], nc[keep], seg[keep], v[keep], at[order[keep]]
-        cnt = np.bincount(seg, minlength=B * P)
-        if cnt.max() > K:
-            keep = _thin_all(ps, nc, v, seg, cnt, K, half, x, lam, is_lagrange, span, span_s)
-            ps, nc, seg, at = ps[keep], nc[keep], seg[keep], at[keep]
-            cnt = np.bincount(seg, minlength=B * P)
+        ps, nc, seg, at, cnt = _select(ps, nc, at, r, B * P, K, span, span_s, thinning)
         per = cnt.reshape(B, P).sum(axis=1)        # entries per member
         bw = at // PK                              # at: (member, source, position)
         ids = store.add(re[(slots.ravel()[bw] - bw) * PK + at], a, per)
@@ -186,6 +172,73 @@ def walk(mL: np.ndarray, mAB: np.ndarray, sub: np.ndarray, dt: np.ndarray, dm: n
             end = seg // P == B - 1
             last = (ps[end] - seg[end] * span_s, nc[end], seg[end] % P, ids[end])
     return store, last
+
+
+def _thinning(lams, K: int, W: int):
+    """(levels, multipliers, is-λ, half) of :func:`_thin_all` by segment (``W`` members of
+    ``len(lams)`` passes): each pass's thinning levels over its ckpt range (the spare ones at
+    0: the first entry, kept anyway), its multiplier (NaN for a :func:`thin` pass), whether it
+    keeps a Lagrangian half (as :func:`~planner.dp.loop.run_dp`: only from a cap of 4)."""
+    P = len(lams)
+    lam = np.array([np.nan if x is None else float(x) for x in lams])
+    is_lagrange = ~np.isnan(lam) & (K >= 4)
+    half = K // 2
+    nlev = np.where(is_lagrange, K - half, K)
+    x = np.zeros((P, K))
+    for p in range(P):
+        x[p, :nlev[p]] = np.linspace(0.0, 1.0, int(nlev[p])) ** 0.5
+    return np.tile(x, (W, 1)), np.tile(lam, W), np.tile(is_lagrange, W), half
+
+
+def _seeded_ring(store, seed, W: int, P: int, K: int, span_s: int) -> np.ndarray:
+    """The ring of the last ``W`` states' fronts with ``seed`` (None: ∅'s ``(0, 0)`` in every
+    pass) in state 0's slot, its entries added to ``store``.
+
+    The ring: state i's front in slot i % W (so the window of i is the slots (i + w) % W,
+    w = 0 .. W − 1, states i − W + w); fields (pass·span_s + saved, ckpt, store id), a state's
+    entries packed at the start of its slot in (pass, saved) order (ckpt INF after them:
+    unused). Along a window the store ids ascend (states in order, then pass, then saved):
+    the reference's arrival order."""
+    PK = P * K
+    ring = np.zeros((3, W, PK), np.int64)
+    ring[1] = INF
+    if seed is None:
+        seed = (np.zeros(P, np.int64), np.zeros(P, np.int64), np.arange(P))
+    s0, c0, p0 = (np.asarray(a, np.int64) for a in seed)
+    if s0.size > PK or (p0.size > 1 and np.any(np.diff(p0) < 0)) \
+            or np.bincount(p0, minlength=P).max(initial=0) > K:
+        raise HGraphError("a seed front has at most front_cap entries a pass, in pass order")
+    ring[0, 0, :s0.size] = p0 * span_s + s0
+    ring[1, 0, :s0.size] = c0
+    ring[2, 0, :s0.size] = np.arange(s0.size)
+    store.add(np.full(s0.size, -1), 0, [s0.size])
+    return ring
+
+
+def _select(ps, nc, at, r: int, segments: int, K: int, span: int, span_s: int, thinning):
+    """A batch's candidates (``ps``: segment·span_s + saved, ``nc``: ckpt, ``at``: their ring
+    positions, latest arrival first) cut to every segment's front: ``(ps, nc, segment, at,
+    entries per segment)``.
+
+    (segment, saved) ascending, ckpt descending, latest arrival first: the last of a
+    (segment, saved) run is its first arrival with the least ckpt, and one strict suffix
+    minimum over segment·span + ckpt keeps exactly those that every larger-saved candidate
+    of the segment costs more than (the first arrival per saved, then the Pareto cut); a
+    segment over ``K`` entries is thinned (:func:`_thin_all`). ``r``: the batch's sort radix
+    (0: sort by two keys)."""
+    order = np.argsort(ps * r - nc, kind="stable") if r else np.lexsort((-nc, ps))
+    ps, nc = ps[order], nc[order]
+    seg = ps // span_s
+    v = nc + seg * span                            # (segment, ckpt): ascending where Pareto
+    keep = np.flatnonzero(pareto_mask(v))
+    ps, nc, seg, v, at = ps[keep], nc[keep], seg[keep], v[keep], at[order[keep]]
+    cnt = np.bincount(seg, minlength=segments)
+    if cnt.max() > K:
+        x, lam, is_lagrange, half = thinning
+        keep = _thin_all(ps, nc, v, seg, cnt, K, half, x, lam, is_lagrange, span, span_s)
+        ps, nc, seg, at = ps[keep], nc[keep], seg[keep], at[keep]
+        cnt = np.bincount(seg, minlength=segments)
+    return ps, nc, seg, at, cnt
 
 
 def _limits(mL, mAB, budget: int, sub, dm, prune: bool, ends=None) -> np.ndarray:
