@@ -110,89 +110,119 @@ def emit_groups(g, groups: np.ndarray, ag: ActivationGraph | None = None,
     nodes of ``L_{i-1}`` kept live into block ``i − 1``'s backward (the others are freed).
     Without them, the canonical schedule (checkpoints kept, the interior recomputed)."""
     ag = ag if ag is not None else ActivationGraph.from_cg(g)
-    grp = np.asarray(groups, dtype=np.int64)
-    n = ag.n
-    k = int(grp.max(initial=-1)) + 1
-    nf = g.num_forward
-    cols = g.columns
-    node_of_var = ag.node_of_var
-    is_act = g.is_activation
-    var = ag.var.tolist()
-    src, dst = ag.src, ag.dst
-    # per node: the latest block among successors, the earliest among predecessors
-    max_succ = np.full(n, -1, np.int64)
-    np.maximum.at(max_succ, src, grp[dst])
-    min_pred = np.full(n, k, np.int64)
-    np.minimum.at(min_pred, dst, grp[src])
-    ckpt = max_succ > grp                                   # ∂L_i ∩ V_i
-    order = topsor(g)
-    topo_pos = np.empty(nf, dtype=np.int64)
-    topo_pos[order] = np.arange(nf)
-    node_of_func = node_of_var[g.forward_output]
-    fgrp = grp[node_of_func]
-    sorted_f = order[np.argsort(fgrp[order], kind="stable")]
-    fb = np.searchsorted(fgrp[sorted_f], np.arange(k + 1))
-    by_node = np.argsort(grp, kind="stable")                # id order inside a block
-    nb = np.searchsorted(grp[by_node], np.arange(k + 1))
-    # blocks that may run in group i: consumers of Vi nodes and producers of Vi nodes
-    cand = [set() for _ in range(k)]
-    for f in range(nf):
-        cand[fgrp[f]].add(f)
-    for a_node, y_node in zip(src.tolist(), ag.func[dst].tolist()):
-        cand[grp[a_node]].add(y_node)
-    succ_ptr, succ_idx = ag.succ_indptr, ag.succ_indices
-    grp_l = grp.tolist()
-    min_pred_l = min_pred.tolist()
+    e = _Emitter(g, np.asarray(groups, dtype=np.int64), ag, keep)
+    e.forward()
+    for i in range(e.k - 1, -1, -1):
+        e.recompute(i, recompute[i] if e.staged else None)
+        e.backwards(i)
+        e.forget(i, retain[i] if e.staged and i > 0 else None)
+    ops = hoist_forgets(g, e.ops) if optimize else e.ops
+    return Schedule(ops)
 
-    staged = keep is not None
-    if staged:
-        kept = np.zeros(n, bool)
-        kept[np.asarray(keep, np.int64)] = True
-        fwd_keep = (ckpt | kept).tolist()
-        kept_l = kept.tolist()
 
-    ops = []
-    append = ops.append
-    live = set()
-    nfunc = node_of_func.tolist()
-    nvar = node_of_var.tolist()
-    act = is_act.tolist()
-    tpos = topo_pos.tolist()
-    ck = ckpt.tolist()
-    for i in range(k):
-        for f in sorted_f[fb[i]:fb[i + 1]].tolist():
-            append(Op("compute", f))
-            live.add(nfunc[f])
-        for v in by_node[nb[i]:nb[i + 1]].tolist():
-            if not (fwd_keep if staged else ck)[v] and v in live:
-                append(Op("forget", var[v], (), "forward"))
-                live.discard(v)
-    if staged:                  # checkpoints the stages do not keep: freed after the forward
-        for v in sorted(live):
-            if not kept_l[v]:
-                append(Op("forget", var[v], (), "forward"))
-                live.discard(v)
+class _Emitter:
+    """One emission of :func:`emit_groups`: the per-node numbers of the chain (computed once,
+    as lists for the loops) and what is live, then the forward pass and each backward block's
+    three steps, in the order the reference prints them (the ops in :attr:`ops`).
 
-    ran = [False] * nf
-    has_output_tag = (np.bincount(cols.in_block[cols.in_tag == TAGS.index("output")],
-                                  minlength=2 * nf)[nf:] > 0).tolist()
-    out_var, out_ptr = cols.out_var.tolist(), cols.out_ptr.tolist()
-    upper = set()                # live forward values of nodes in blocks ≥ i
-    glive = set()                # nodes whose gradient is live
-    for i in range(k - 1, -1, -1):
-        if staged:
-            todo = set(np.asarray(recompute[i], np.int64).tolist())
+    Why a class: the steps share a dozen per-node tables and the live sets; one function held
+    them all in 147 lines."""
+
+    def __init__(self, g, grp, ag, keep):
+        n = ag.n
+        self.k = k = int(grp.max(initial=-1)) + 1
+        self.nf = nf = g.num_forward
+        node_of_var = ag.node_of_var
+        self.ag, self.var = ag, ag.var.tolist()
+        src, dst = ag.src, ag.dst
+        # per node: the latest block among successors, the earliest among predecessors
+        max_succ = np.full(n, -1, np.int64)
+        np.maximum.at(max_succ, src, grp[dst])
+        min_pred = np.full(n, k, np.int64)
+        np.minimum.at(min_pred, dst, grp[src])
+        ckpt = max_succ > grp                                   # ∂L_i ∩ V_i
+        order = topsor(g)
+        topo_pos = np.empty(nf, dtype=np.int64)
+        topo_pos[order] = np.arange(nf)
+        node_of_func = node_of_var[g.forward_output]
+        fgrp = grp[node_of_func]
+        self.sorted_f = order[np.argsort(fgrp[order], kind="stable")]
+        self.fb = np.searchsorted(fgrp[self.sorted_f], np.arange(k + 1))
+        self.by_node = np.argsort(grp, kind="stable")           # id order inside a block
+        self.nb = np.searchsorted(grp[self.by_node], np.arange(k + 1))
+        # blocks that may run in group i: consumers of Vi nodes and producers of Vi nodes
+        self.cand = cand = [set() for _ in range(k)]
+        for f in range(nf):
+            cand[fgrp[f]].add(f)
+        for a_node, y_node in zip(src.tolist(), ag.func[dst].tolist()):
+            cand[grp[a_node]].add(y_node)
+        self.succ_ptr, self.succ_idx = ag.succ_indptr, ag.succ_indices
+        self.grp_l = grp.tolist()
+        self.min_pred_l = min_pred.tolist()
+        self.staged = keep is not None
+        if self.staged:
+            kept = np.zeros(n, bool)
+            kept[np.asarray(keep, np.int64)] = True
+            self.fwd_keep = (ckpt | kept).tolist()
+            self.kept_l = kept.tolist()
+        self.ops = []
+        self.live = set()
+        self.nfunc = node_of_func.tolist()
+        self.nvar = node_of_var.tolist()
+        self.act = g.is_activation.tolist()
+        self.tpos = topo_pos.tolist()
+        self.ck = ckpt.tolist()
+        cols = g.columns
+        self.ran = [False] * nf
+        self.has_output_tag = (np.bincount(cols.in_block[cols.in_tag == TAGS.index("output")],
+                                           minlength=2 * nf)[nf:] > 0).tolist()
+        self.out_var, self.out_ptr = cols.out_var.tolist(), cols.out_ptr.tolist()
+        self.upper = set()           # live forward values of nodes in blocks ≥ i
+        self.glive = set()           # nodes whose gradient is live
+
+    def forward(self):
+        """The forward phase: each block's functions, then its non-checkpoints forgotten."""
+        append, live, var, nfunc = self.ops.append, self.live, self.var, self.nfunc
+        keeps = self.fwd_keep if self.staged else self.ck
+        sorted_f, fb, by_node, nb = self.sorted_f, self.fb, self.by_node, self.nb
+        for i in range(self.k):
+            for f in sorted_f[fb[i]:fb[i + 1]].tolist():
+                append(Op("compute", f))
+                live.add(nfunc[f])
+            for v in by_node[nb[i]:nb[i + 1]].tolist():
+                if not keeps[v] and v in live:
+                    append(Op("forget", var[v], (), "forward"))
+                    live.discard(v)
+        if self.staged:             # checkpoints the stages do not keep: freed after the forward
+            for v in sorted(live):
+                if not self.kept_l[v]:
+                    append(Op("forget", var[v], (), "forward"))
+                    live.discard(v)
+
+    def recompute(self, i, todo):
+        """(a) Block ``i``'s values not live, recomputed in topological order (staged: the
+        nodes ``todo`` too)."""
+        live, nfunc, sorted_f, fb = self.live, self.nfunc, self.sorted_f, self.fb
+        if self.staged:
+            todo = set(np.asarray(todo, np.int64).tolist())
             todo.update(nfunc[f] for f in sorted_f[fb[i]:fb[i + 1]].tolist())
-            funcs = sorted((ag.func[v] for v in todo if v not in live), key=tpos.__getitem__)
+            funcs = sorted((self.ag.func[v] for v in todo if v not in live),
+                           key=self.tpos.__getitem__)
         else:
             funcs = sorted_f[fb[i]:fb[i + 1]].tolist()
         for f in funcs:
             f = int(f)
             v = nfunc[f]
             if v not in live:
-                append(Op("compute", f))
+                self.ops.append(Op("compute", f))
                 live.add(v)
-        for f in sorted(cand[i], key=tpos.__getitem__, reverse=True):
+
+    def backwards(self, i):
+        """(b) The backward blocks of group ``i`` in reverse topological order, with the ReLU
+        exception."""
+        append, live, nf, nfunc, nvar = self.ops.append, self.live, self.nf, self.nfunc, self.nvar
+        out_var, out_ptr, act, grp_l, ran = self.out_var, self.out_ptr, self.act, self.grp_l, self.ran
+        for f in sorted(self.cand[i], key=self.tpos.__getitem__, reverse=True):
             outs = out_var[out_ptr[f + nf]:out_ptr[f + nf + 1]]
             idx = []
             some_in = False
@@ -207,17 +237,23 @@ def emit_groups(g, groups: np.ndarray, ag: ActivationGraph | None = None,
             y = nfunc[f]
             if not (some_in or (len(idx) == len(outs) and grp_l[y] == i)):
                 continue
-            exception = has_output_tag[f] and y not in live
+            exception = self.has_output_tag[f] and y not in live
             if exception:
                 append(Op("compute", f))
             append(Op("compute", f + nf, tuple(idx)))
             ran[f] = True
             if exception:
-                append(Op("forget", var[y], (), "forward"))
-        block = by_node[nb[i]:nb[i + 1]].tolist()
+                append(Op("forget", self.var[y], (), "forward"))
+
+    def forget(self, i, keep_next):
+        """(c) Block ``i``'s gradients live; (d) forward values of blocks ≥ i forgotten unless
+        in B(L_{i-1}) (staged: values of blocks still to do not in ``keep_next`` too); (e)
+        gradients not in A(L_{i-1}) forgotten."""
+        append, live, var, upper, glive = self.ops.append, self.live, self.var, self.upper, self.glive
+        grp_l, min_pred_l, succ_ptr, succ_idx = self.grp_l, self.min_pred_l, self.succ_ptr, self.succ_idx
+        block = self.by_node[self.nb[i]:self.nb[i + 1]].tolist()
         glive.update(block)
         upper.update(v for v in block if v in live)
-        # (d) forget live values of blocks ≥ i unless in B(L_{i-1}); (e) gradients not in A
         for v in sorted(upper):
             if v not in live:
                 upper.discard(v)
@@ -232,8 +268,8 @@ def emit_groups(g, groups: np.ndarray, ag: ActivationGraph | None = None,
                 append(Op("forget", var[v], (), "forward"))
                 live.discard(v)
                 upper.discard(v)
-        if staged and i > 0:     # values of blocks still to do that the next stage does not keep
-            keep_next = set(np.asarray(retain[i], np.int64).tolist())
+        if keep_next is not None:     # values of blocks still to do the next stage does not keep
+            keep_next = set(np.asarray(keep_next, np.int64).tolist())
             for v in sorted(live):
                 if grp_l[v] < i and v not in keep_next:
                     append(Op("forget", var[v], (), "forward"))
@@ -242,9 +278,6 @@ def emit_groups(g, groups: np.ndarray, ag: ActivationGraph | None = None,
             if not (i > 0 and min_pred_l[v] <= i - 1):
                 append(Op("forget", var[v], (), "backward"))
                 glive.discard(v)
-    if optimize:
-        ops = hoist_forgets(g, ops)
-    return Schedule(ops)
 
 
 # ---- the reference's order and optimizer ------------------------------------------------------
