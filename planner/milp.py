@@ -249,16 +249,45 @@ def build(g, budget: int, family: str = "all", stages: int | None = None,
     T = n if stages is None else max(1, min(int(stages), n))
     chains = family == "chains"
     L = _Layout(n, T, chains)
-    m = np.asarray(g.m, np.float64)
-    src, dst = np.asarray(g.src, np.int64), np.asarray(g.dst, np.int64)
-    E = src.size
+    grid = _Grid(L, n, T, np.asarray(g.src, np.int64), np.asarray(g.dst, np.int64))
     rows = _Rows()
-    tt, vv = np.divmod(np.arange(T * n), n)              # every (stage, node)
-    te, ee = np.divmod(np.arange(T * E), E) if E else (np.zeros(0, np.int64),) * 2
-    eu, ew = src[ee], dst[ee]                            # every (stage, edge u -> w)
-    D, S, R, a, b, q = (lambda t, v, k=k: L(k, t, v) for k in "DSRabq")
-    t_grid = np.repeat(np.arange(T), n).reshape(T, n)
-    v_grid = np.tile(np.arange(n), (T, 1))
+    _stage_rows(rows, grid)
+    _memory_rows(rows, grid, np.asarray(g.m, np.float64))
+    if chains:
+        _chain_rows(rows, grid)
+    A, lo, hi = rows.matrix(L.size)
+    lb, ub = _bounds(grid, groups, budget)
+    cost = np.zeros(L.size)
+    cost[L("R", grid.tt, grid.vv)] = np.asarray(g.t, np.float64)[grid.vv]
+    integrality = np.ones(L.size, np.uint8)
+    integrality[L.start["a"]:L.start["c"]] = 0           # a, b, q, U continuous
+    return Model(L, cost, integrality, lb, ub, A, lo, hi, family)
+
+
+class _Grid:
+    """Every (stage, node) and (stage, edge ``u -> w``) of a model: the index arrays its
+    constraint families are built on, and the variables' column lookups (:meth:`columns`)."""
+
+    def __init__(self, L, n: int, T: int, src, dst):
+        self.L, self.n, self.T, self.src, self.dst = L, n, T, src, dst
+        self.E = E = src.size
+        self.tt, self.vv = np.divmod(np.arange(T * n), n)            # every (stage, node)
+        te, ee = np.divmod(np.arange(T * E), E) if E else (np.zeros(0, np.int64),) * 2
+        self.te, self.eu, self.ew = te, src[ee], dst[ee]             # every (stage, edge)
+        self.t_grid = np.repeat(np.arange(T), n).reshape(T, n)
+        self.v_grid = np.tile(np.arange(n), (T, 1))
+
+    def columns(self):
+        """(D, S, R, a, b, q): each ``(stage, node) -> column``."""
+        L = self.L
+        return tuple((lambda t, v, k=k: L(k, t, v)) for k in "DSRabq")
+
+
+def _stage_rows(rows, grid: _Grid) -> None:
+    """Lower sets growing stage by stage; what is resident (S), recomputed (R), in A and B; the
+    backward's inputs resident; a valid cut."""
+    D, S, R, a, b, q = grid.columns()
+    tt, vv, te, eu, ew, T, n = grid.tt, grid.vv, grid.te, grid.eu, grid.ew, grid.T, grid.n
     # D non-decreasing; lower sets: D[t,u] <= D[t,w]
     rows.add([D(tt, vv), D(tt + 1, vv)], [1, -1], -np.inf, 0)
     rows.add([D(te, eu), D(te, ew)], [1, -1], -np.inf, 0)
@@ -272,8 +301,8 @@ def build(g, budget: int, family: str = "all", stages: int | None = None,
     rows.add([R(te, ew), S(te, eu), R(te, eu)], [1, -1, -1], -np.inf, 0)
     # a valid cut (tightens the relaxation): a value not kept from the forward pass is
     # recomputed at least once (its own stage needs it and S only carries R forward)
-    rows.add_wide(np.concatenate([S(0, np.arange(n))[:, None], R(t_grid, v_grid).T], axis=1),
-                  1.0, 1, np.inf)
+    rows.add_wide(np.concatenate([S(0, np.arange(n))[:, None], R(grid.t_grid, grid.v_grid).T],
+                                 axis=1), 1.0, 1, np.inf)
     # A(L_t) and B(L_t); inputs of A's backward still to do are resident
     rows.add([D(te, ew), D(te, eu), a(te, ew)], [1, -1, -1], -np.inf, 0)
     rows.add([a(te, ew), D(te, eu), b(te, eu)], [1, 1, -1], -np.inf, 1)
@@ -282,10 +311,17 @@ def build(g, budget: int, family: str = "all", stages: int | None = None,
     # reads all of them: those still to do are resident then
     rows.add([D(te + 1, eu), D(te, eu), q(te, ew)], [1, -1, -1], -np.inf, 0)
     rows.add([q(te, ew), D(te, eu), S(te, eu), R(te, eu)], [1, -1, -1, -1], -np.inf, 0)
+
+
+def _memory_rows(rows, grid: _Grid, m) -> None:
+    """Each stage's memory ``U[t]``, and the stages compacted (no empty stage before a full
+    one)."""
+    D, S, R, a, b, _ = grid.columns()
+    t_grid, v_grid, T, n = grid.t_grid, grid.v_grid, grid.T, grid.n
     # U[t] = Σ m (S + R + D[t+1] − D[t] + a + b)
     cols = np.concatenate([S(t_grid, v_grid), R(t_grid, v_grid), D(t_grid + 1, v_grid),
                            D(t_grid, v_grid), a(t_grid, v_grid), b(t_grid, v_grid),
-                           L("U", np.arange(T))[:, None]], axis=1)
+                           grid.L("U", np.arange(T))[:, None]], axis=1)
     coefs = np.concatenate([m, m, m, -m, m, m, [-1.0]])
     rows.add_wide(cols, coefs[None, :], 0, 0)
     # compaction: stage t+1 non-empty only if stage t is (Σ P[t+1] <= n Σ P[t])
@@ -295,26 +331,37 @@ def build(g, budget: int, family: str = "all", stages: int | None = None,
         rows.add_wide(np.concatenate([D(t2 + 2, v2), D(t2 + 1, v2), D(t2, v2)], axis=1),
                       np.concatenate([np.ones(n), np.full(n, -1.0 - n), np.full(n, float(n))])
                       [None, :], -np.inf, 0)
-    if chains:
-        c = lambda v: L("c", v)                                      # noqa: E731
-        # c_v >= [a successor's block runs first]; c_v <= Σ_w Σ_t (D[t,w] − D[t,v])
-        rows.add([D(te, ew), D(te, eu), c(eu)], [1, -1, -1], -np.inf, 0)
-        tw = np.arange(1, T)
-        k = np.repeat(np.arange(E), tw.size)
-        tk = np.tile(tw, E)
-        rows.r.append(rows.count + np.concatenate([np.arange(n), src[k], src[k]]))
-        rows.c.append(np.concatenate([c(np.arange(n)), D(tk, dst[k]), D(tk, src[k])]))
-        rows.v.append(np.concatenate([np.ones(n), -np.ones(k.size), np.ones(k.size)]))
-        rows.lo.append(np.full(n, -np.inf))
-        rows.hi.append(np.zeros(n))
-        rows.count += n
-        # resident values are the checkpoints: S[t,v] <= c_v, S[t,v] >= c_v − D[t,v];
-        # recomputation only in the own stage: R[t,v] <= D[t+1,v] − D[t,v]
-        rows.add([S(tt, vv), c(vv)], [1, -1], -np.inf, 0)
-        rows.add([c(vv), D(tt, vv), S(tt, vv)], [1, -1, -1], -np.inf, 0)
-        rows.add([R(tt, vv), D(tt + 1, vv), D(tt, vv)], [1, -1, 1], -np.inf, 0)
-    A, lo, hi = rows.matrix(L.size)
 
+
+def _chain_rows(rows, grid: _Grid) -> None:
+    """The ``chains`` family: checkpoints ``c`` are the resident values, recomputation only in
+    the own stage (the DP's model)."""
+    D, S, R, _, _, _ = grid.columns()
+    L, tt, vv, te, eu, ew = grid.L, grid.tt, grid.vv, grid.te, grid.eu, grid.ew
+    T, n, E, src, dst = grid.T, grid.n, grid.E, grid.src, grid.dst
+    c = lambda v: L("c", v)                                      # noqa: E731
+    # c_v >= [a successor's block runs first]; c_v <= Σ_w Σ_t (D[t,w] − D[t,v])
+    rows.add([D(te, ew), D(te, eu), c(eu)], [1, -1, -1], -np.inf, 0)
+    tw = np.arange(1, T)
+    k = np.repeat(np.arange(E), tw.size)
+    tk = np.tile(tw, E)
+    rows.r.append(rows.count + np.concatenate([np.arange(n), src[k], src[k]]))
+    rows.c.append(np.concatenate([c(np.arange(n)), D(tk, dst[k]), D(tk, src[k])]))
+    rows.v.append(np.concatenate([np.ones(n), -np.ones(k.size), np.ones(k.size)]))
+    rows.lo.append(np.full(n, -np.inf))
+    rows.hi.append(np.zeros(n))
+    rows.count += n
+    # resident values are the checkpoints: S[t,v] <= c_v, S[t,v] >= c_v − D[t,v];
+    # recomputation only in the own stage: R[t,v] <= D[t+1,v] − D[t,v]
+    rows.add([S(tt, vv), c(vv)], [1, -1], -np.inf, 0)
+    rows.add([c(vv), D(tt, vv), S(tt, vv)], [1, -1, -1], -np.inf, 0)
+    rows.add([R(tt, vv), D(tt + 1, vv), D(tt, vv)], [1, -1, 1], -np.inf, 0)
+
+
+def _bounds(grid: _Grid, groups, budget):
+    """(lower, upper) bounds of every column: nothing done before stage 0, all after the last,
+    a fixed chain's stages, the loss in stage 0 when compacted, each stage within ``budget``."""
+    L, n, T = grid.L, grid.n, grid.T
     lb = np.zeros(L.size)
     ub = np.ones(L.size)
     ub[L("D", 0, np.arange(n))] = 0
@@ -324,15 +371,11 @@ def build(g, budget: int, family: str = "all", stages: int | None = None,
         done = np.arange(T + 1)[:, None] > stage_of[None, :]
         lb[L.start["D"]:L.start["S"]] = done.ravel()
         ub[L.start["D"]:L.start["S"]] = done.ravel()
-    sinks = np.flatnonzero(np.bincount(src, minlength=n) == 0)
-    if sinks.size == 1 and groups is None:                                  # compacted: the loss runs in stage 0
+    sinks = np.flatnonzero(np.bincount(grid.src, minlength=n) == 0)
+    if sinks.size == 1 and groups is None:               # compacted: the loss runs in stage 0
         lb[L("D", 1, sinks)] = 1
     ub[L("U", np.arange(T))] = float(budget)
-    cost = np.zeros(L.size)
-    cost[R(tt, vv)] = np.asarray(g.t, np.float64)[vv]
-    integrality = np.ones(L.size, np.uint8)
-    integrality[L.start["a"]:L.start["c"]] = 0           # a, b, q, U continuous
-    return Model(L, cost, integrality, lb, ub, A, lo, hi, family)
+    return lb, ub
 
 
 def _highs(model: Model, integral: bool, time_limit: float):
