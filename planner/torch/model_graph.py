@@ -241,7 +241,45 @@ def from_joint(joint, num_fwd_outputs: int, decompose: bool, costs: str = "flops
                           f"{', '.join(costs_mod.COST_KINDS)}")
     cost_of = costs_mod.node_flops if costs == "flops" else costs_mod.node_nanoseconds
     nodes = list(joint.graph.nodes)
-    var_of = {}                 # fx node -> var id (views map to their base's var)
+    var_of, var_lists, fwd, op_cost = _forward_blocks(joint, nodes, num_fwd_outputs, cost_of,
+                                                      source)
+    var_bytes, var_names, var_node = var_lists
+    block_cost = [int(op_cost[op]) for _, op, _ in fwd]
+    if fold:
+        fwd, block_cost, folded = fold_unread(fwd, [var_of[n] for n, _, _ in fwd],
+                                              _backward_read(nodes, var_of), op_cost,
+                                              var_bytes)
+        kept = [v for v in range(len(var_bytes)) if v not in folded]
+        new_id = {v: i for i, v in enumerate(kept)}
+        var_of = {n: new_id[v] for n, v in var_of.items() if v in new_id}
+        var_bytes, var_names, var_node = ([xs[v] for v in kept]
+                                          for xs in (var_bytes, var_names, var_node))
+        fwd = [(n, op, [new_id[v] for v in ins]) for n, op, ins in fwd]
+    block_of_var = {var_of[n]: i for i, (n, _, _) in enumerate(fwd)}
+    reads_of = _backward_reads(nodes, var_of, fwd, block_of_var)
+    _add_keep_block(fwd, list(block_of_var), var_bytes, var_names, var_node, op_cost)
+    first_reader = {}
+    for i, (_, _, ins) in enumerate(fwd):
+        for v in ins:
+            first_reader.setdefault(v, i)
+    reads = [dict() for _ in range(len(fwd))]
+    for b, vs in reads_of.items():
+        for v, tag in vs.items():
+            reads[b if b >= 0 else first_reader[v]].setdefault(v, tag)
+    out_var = [var_of[n] if n is not KEEP else len(var_bytes) - 1 for n, _, _ in fwd]
+    functions = _functions(fwd, reads, out_var, block_cost, "inductor" if decompose else "eager")
+    text = cg.dumps(cg.ComputationalGraph(var_bytes, var_names, functions))
+    g = cg.loads(text, path=f"{source or 'model'}")   # validated like any file, lines numbered
+    info = dict(forward_ops=sum(1 for x in nodes if _tag(x) == "is_forward"),
+                activations=len(fwd), activation_bytes=int(sum(var_bytes[v] for v in block_of_var)))
+    return TorchGraph(g, joint, var_node, num_fwd_outputs, decompose, source, info)
+
+
+def _forward_blocks(joint, nodes, num_fwd_outputs: int, cost_of, source):
+    """(var of each fx node -- views map to their base's --, [var bytes, names, fx node
+    names], forward blocks ``(node, op node, input vars)``, cost of each op node): the vars of
+    the step's placeholders and the forward ops that read a differentiable value."""
+    var_of = {}
     var_bytes, var_names, var_node = [], [], []
 
     def new_var(node):
@@ -255,7 +293,7 @@ def from_joint(joint, num_fwd_outputs: int, decompose: bool, costs: str = "flops
             new_var(n)
     differentiable = _differentiable_inputs(joint, num_fwd_outputs)
     wanted = _wanted_forward(joint, num_fwd_outputs)
-    fwd = []                    # (node, op node, inputs)
+    fwd = []
     op_cost = {}
     for n in nodes:
         if n.op != "call_function" or _tag(n) != "is_forward" or n not in wanted:
@@ -285,22 +323,15 @@ def from_joint(joint, num_fwd_outputs: int, decompose: bool, costs: str = "flops
         fwd.append((n, op, ins))
     if not fwd:
         raise HGraphError(f"{source or 'model'}: the training step has no forward ops to plan")
-    block_cost = [int(op_cost[op]) for _, op, _ in fwd]
-    if fold:
-        fwd, block_cost, folded = fold_unread(fwd, [var_of[n] for n, _, _ in fwd],
-                                              _backward_read(nodes, var_of), op_cost,
-                                              var_bytes)
-        kept = [v for v in range(len(var_bytes)) if v not in folded]
-        new_id = {v: i for i, v in enumerate(kept)}
-        var_of = {n: new_id[v] for n, v in var_of.items() if v in new_id}
-        var_bytes, var_names, var_node = ([xs[v] for v in kept]
-                                          for xs in (var_bytes, var_names, var_node))
-        fwd = [(n, op, [new_id[v] for v in ins]) for n, op, ins in fwd]
-    nf = len(fwd)
-    block_of_var = {var_of[n]: i for i, (n, _, _) in enumerate(fwd)}
+    return var_of, (var_bytes, var_names, var_node), fwd, op_cost
+
+
+def _backward_reads(nodes, var_of, fwd, block_of_var) -> dict:
+    """{backward block (or ``-1 - var``: "a forward reader of var"): {var: tag}}: the forward
+    values each backward op reads, charged to the block whose backward it belongs to."""
     seq = [fwd_op.meta.get("seq_nr", -1) for _, fwd_op, _ in fwd]
     block_for_seq = seq_lookup(seq)
-    reads_of = {}      # backward block (or -1 - var: "a reader of var") -> vars it reads
+    reads_of = {}
     for n in nodes:
         if n.op != "call_function" or _tag(n) != "is_backward":
             continue
@@ -320,19 +351,14 @@ def from_joint(joint, num_fwd_outputs: int, decompose: bool, costs: str = "flops
                 # stays live (or is recomputed) until the op's backward, as torch keeps it
                 reads_of.setdefault(block_of_var[v], {})[v] = "output"
             else:
-                reads_of.setdefault(-1 - v, {})[v] = "input"    # a forward reader of v, below
-    _add_keep_block(fwd, list(block_of_var), var_bytes, var_names, var_node, op_cost)
-    first_reader = {}
-    for i, (_, _, ins) in enumerate(fwd):
-        for v in ins:
-            first_reader.setdefault(v, i)
-    reads = [dict() for _ in range(len(fwd))]
-    for b, vs in reads_of.items():
-        for v, tag in vs.items():
-            reads[b if b >= 0 else first_reader[v]].setdefault(v, tag)
+                reads_of.setdefault(-1 - v, {})[v] = "input"    # a forward reader of v
+    return reads_of
+
+
+def _functions(fwd, reads, out_var, block_cost, capture: str) -> list:
+    """The graph's forward blocks (details: fx node, op, cost, capture, op group) and their
+    backward blocks (reading the output's gradient and ``reads``)."""
     nf = len(fwd)
-    out_var = [var_of[n] if n is not KEEP else len(var_bytes) - 1 for n, _, _ in fwd]
-    capture = "inductor" if decompose else "eager"
     functions = []
     for i, (n, op, ins) in enumerate(fwd):
         name = n.name if n is not KEEP else KEEP
@@ -348,11 +374,7 @@ def from_joint(joint, num_fwd_outputs: int, decompose: bool, costs: str = "flops
         inputs = [(y, "gradient")] + [(v, tag) for v, tag in sorted(reads[i].items())]
         functions.append(cg.Function(nf + i, "backward", inputs, list(ins), functions[i].type,
                                      "{}"))
-    text = cg.dumps(cg.ComputationalGraph(var_bytes, var_names, functions))
-    g = cg.loads(text, path=f"{source or 'model'}")   # validated like any file, lines numbered
-    info = dict(forward_ops=sum(1 for x in nodes if _tag(x) == "is_forward"),
-                activations=nf, activation_bytes=int(sum(var_bytes[v] for v in block_of_var)))
-    return TorchGraph(g, joint, var_node, num_fwd_outputs, decompose, source, info)
+    return functions
 
 
 def import_model(model, inputs, loss=None, decompose: bool = True, costs: str = "flops",
