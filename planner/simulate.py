@@ -42,7 +42,6 @@ Example::
 
 from __future__ import annotations
 
-from array import array
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -96,46 +95,22 @@ def replay(g, schedule, mode: str = "reference", check: bool = True) -> SimResul
         res.computes = np.zeros(g.num_forward, dtype=np.int64)
         res.timeline = np.zeros(0, dtype=np.int64)
         return res
-    return _Replay(g, res, len(ops), mode == "exact", check).walk(ops)
+    return (_ExactReplay if mode == "exact" else _Replay)(g, res, check).walk(ops)
 
 
 class _Replay(ScheduleWalker):
     """The reference's accounting as a visitor of the schedule walk (:mod:`planner.walk`): the
-    walk's live bytes (F and G), the loss's ones in exact mode, the peak after every compute;
-    the walk's problems are the violations."""
+    walk's live bytes (F and G) and their peak after every compute, its curve; the walk's
+    problems are the violations."""
 
-    def __init__(self, g, res: SimResult, n_ops: int, exact: bool, check: bool):
+    def __init__(self, g, res: SimResult, check: bool):
         super().__init__(g, check)
-        self.res, self.exact = res, exact
+        self.res = res
         self.problems = res.violations
-        self.vbytes = self._vbytes          # the walk's list (one per replay, not two)
-        # live bytes after each op: 8 bytes an op in an array, where a list held a pointer
-        # and a big int (~40 bytes an op: ~200 MB of the driver at 10^6 activations)
-        self.curve = array("q", bytes(8 * n_ops))
-        self.peak = self.peak_act = 0
-        self.peak_step = -1
         self.loss_grad = bytearray(self.n)   # exact mode: the ones tensor of each computed sink
 
     def loss_available(self, a: int) -> bool:
         return bool(self.loss_grad[a])
-
-    def visit(self, s: int, op) -> None:
-        if op.kind == "compute":
-            if self.exact and op.index < self.nf:      # the loss's ones, made with the loss
-                y = self._fwd_out[op.index]
-                if y in self.sinks and not self.loss_grad[y]:
-                    self.loss_grad[y] = 1
-                    self.live += self.vbytes[y]
-                    self.live_act += self.vbytes[y]
-            if self.live > self.peak or self.peak_step < 0:
-                self.peak, self.peak_step = self.live, s
-            if self.live_act > self.peak_act:
-                self.peak_act = self.live_act
-        elif op.which == "backward" and 0 <= op.index < self.n and self.loss_grad[op.index]:
-            self.loss_grad[op.index] = 0
-            self.live -= self.vbytes[op.index]
-            self.live_act -= self.vbytes[op.index]
-        self.curve[s] = self.live
 
     def finish(self, n: int) -> SimResult:
         res = self.res
@@ -146,3 +121,22 @@ class _Replay(ScheduleWalker):
         res.recompute_cost = int((self.g.forward_costs * np.maximum(comp - 1, 0)).sum())
         res.timeline = np.frombuffer(self.curve, dtype=np.int64)
         return res
+
+
+class _ExactReplay(_Replay):
+    """``mode="exact"``: the loss's ones too, made with the loss (counted in the peak after
+    that compute), freed by its ``forget backward``."""
+
+    def visit(self, s: int, op) -> None:
+        vbytes = self._vbytes
+        if op.kind == "compute":
+            if op.index < self.nf:
+                y = self._fwd_out[op.index]
+                if y in self.sinks and not self.loss_grad[y]:
+                    self.loss_grad[y] = 1
+                    self.live += vbytes[y]
+                    self.live_act += vbytes[y]
+        elif op.which == "backward" and 0 <= op.index < self.n and self.loss_grad[op.index]:
+            self.loss_grad[op.index] = 0
+            self.live -= vbytes[op.index]
+            self.live_act -= vbytes[op.index]

@@ -39,6 +39,8 @@ True
 
 from __future__ import annotations
 
+from array import array
+
 import numpy as np
 
 from planner.cg import GRADIENT
@@ -109,8 +111,12 @@ class ScheduleWalker(Walker):
         self.value_of, self.grad_of = {}, {}          # var -> buffer of its live value / gradient
         self.buf_var, self.buf_grad = [], []
         self._vbytes = g.var_bytes.tolist()
-        #: bytes of the live buffers, and the same without parameters' and inputs' gradients
+        #: bytes of the live buffers, and the same without parameters' and inputs' gradients;
+        #: their peaks after a compute (the first op at the peak), the live bytes after each op
         self.live = self.live_act = 0
+        self.peak = self.peak_act = 0
+        self.peak_step = -1
+        self.curve = array("q")
         self.produced = bytearray(len(self._out_var))
         self.computes = [0] * self.nf
         self.problems = []
@@ -149,11 +155,13 @@ class ScheduleWalker(Walker):
             self._free_hook(b)
 
     def walk(self, ops):
-        nf, n, visit = self.nf, self.n, self.visit
+        nf, n = self.nf, self.n
         # a hook a visitor does not override is not called (the simulator's walk is hot)
         mine = type(self)
         self._alloc = self.alloc if mine.alloc is not Walker.alloc else None
         self._free_hook = self.free if mine.free is not Walker.free else None
+        visit = self.visit if mine.visit is not Walker.visit else None
+        curve = self.curve = array("q", bytes(8 * len(ops)))    # 8 bytes an op
         for s, op in enumerate(ops):
             self.s = s
             if op.kind == "compute":
@@ -171,7 +179,14 @@ class ScheduleWalker(Walker):
                 b = (self.value_of if op.which == "forward" else self.grad_of).pop(op.index, None)
                 if b is not None:
                     self._free(b)
-            visit(s, op)
+            if visit is not None:
+                visit(s, op)
+            if op.kind == "compute":         # the peak after a compute, as the reference's
+                if self.live > self.peak or self.peak_step < 0:
+                    self.peak, self.peak_step = self.live, s
+                if self.live_act > self.peak_act:
+                    self.peak_act = self.live_act
+            curve[s] = self.live
         self._complete(len(ops))
         return self.finish(len(ops))
 
@@ -179,21 +194,23 @@ class ScheduleWalker(Walker):
         if op.grads:
             self.bad(s, f"forward compute {f} lists gradient indices")
         value_of, is_act = self.value_of, self._is_act
-        self.reads = reads = []
+        self.reads = []
         if self.check:
             for a in self._in_var[self._ip[f]:self._ip[f + 1]]:
                 if is_act[a]:
-                    b = value_of.get(a)
-                    if b is None:
-                        self.bad(s, f"compute {f} reads var {a} (forward), which is not live")
-                    else:
-                        reads.append(b)
+                    self._read_value(s, f, a)
         self.computes[f] += 1
         y = self._fwd_out[f]
         old = value_of.pop(y, None)
         if old is not None:
             self._free(old)
-        b = value_of[y] = self._new(y, False)
+        b = value_of[y] = len(self.buf_var)          # a new buffer (_new, inlined: hot)
+        self.buf_var.append(y)
+        self.buf_grad.append(False)
+        self.live += self._vbytes[y]
+        self.live_act += self._vbytes[y]             # a forward output is an activation
+        if self._alloc is not None:
+            self._alloc(b)
         self.grad_in, self.writes = None, [(-1, b, False)]
 
     def _backward(self, s, op, f) -> None:
@@ -246,11 +263,15 @@ class ScheduleWalker(Walker):
                 self.grad_in = b
                 reads.append(b)
             elif is_act[a]:
-                b = value_of.get(a)
-                if b is None:
-                    self.bad(s, f"compute {f} reads var {a} (forward), which is not live")
-                else:
-                    reads.append(b)
+                self._read_value(s, f, a)
+
+    def _read_value(self, s, f, a) -> None:
+        """Function ``f`` at op ``s`` reads var ``a``'s live value."""
+        b = self.value_of.get(a)
+        if b is None:
+            self.bad(s, f"compute {f} reads var {a} (forward), which is not live")
+        else:
+            self.reads.append(b)
 
     def loss_available(self, a: int) -> bool:
         """Whether the loss gradient of sink ``a`` is held though its value is not (the
