@@ -13,7 +13,7 @@ whatever its shape.
 
 from __future__ import annotations
 
-from planner.emit import emit_groups
+from planner.emit import emit_decision
 from planner.solver import make_solver
 
 LADDER = (0.3, 0.4, 0.5, 0.6, 0.7, 0.75, 0.8, 0.85, 0.9, 0.95, 1.0, 1.1, 1.2, 1.4, 1.6, 2.0, 3.0)
@@ -26,8 +26,8 @@ def act_sum(g) -> int:
 def dp_schedule(g, fraction: float, family: str = "approx", strategy: str = "time"):
     """The DP's schedule at ``fraction`` x S bytes, or None when no plan fits."""
     solver = make_solver(g, solver=family, strategy=strategy)
-    res = solver.dp(int(fraction * act_sum(g)))
-    return None if res.impossible else emit_groups(g, res.groups, solver.ag)
+    status, decision, _ = solver.solve(int(fraction * act_sum(g)))
+    return None if status != "OK" else emit_decision(g, decision, solver.ag)
 
 
 def feasible_budgets(g, count: int = 3, ladder=LADDER, **kwargs) -> list:

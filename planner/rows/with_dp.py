@@ -34,7 +34,7 @@ import numpy as np
 from hgraph.common.errors import HGraphError
 from planner import search
 from planner.activation_graph import ActivationGraph
-from planner.emit import emit_groups
+from planner.emit import emit_decision
 from planner.rows.plan import RowPlan, plan, with_recompute
 from planner.solver import make_solver
 
@@ -146,9 +146,9 @@ def candidates(p: RowPlan, opts=None) -> list:
 
     def whole_ops(fraction):
         """(ops recomputed whole, regions swept again) of the DP's plan at ``fraction``."""
-        res = solver.dp(max(1, int(fraction * remaining)))
-        return None if res.impossible else \
-            recomputed_whole_ops(p, emit_groups(p.graph, res.groups, solver.ag))
+        status, decision, _ = solver.solve(max(1, int(fraction * remaining)))
+        return None if status != "OK" else \
+            recomputed_whole_ops(p, emit_decision(p.graph, decision, solver.ag))
 
     found = [with_recompute(p, ops, resweep=regions,
                             dp={"search": "dp", "dp_budget_bytes": int(fraction * remaining),
