@@ -28,7 +28,9 @@ An infeasible budget raises :class:`hgraph.common.errors.InfeasibleError` whose 
 smallest feasible budget for that solver (``err.min_budget_bytes``). A plan is never worse than
 not planning: in bytes units, when the no-recomputation schedule fits the budget, the DP solvers
 keep everything (time-centric always; memory-centric when the DP's plan would not peak lower);
-``units="reference"`` and Chen's solver keep the reference's behaviour.
+the reference's units (``accounting=AccountingOptions(units="reference")``) and Chen's solver
+keep the reference's behaviour. The options come grouped (:mod:`planner.options`): where the
+engine runs, how far a solver may go, the certificate, what the budget counts.
 """
 
 from __future__ import annotations
@@ -344,7 +346,7 @@ def _fit(a: Analysis, s: Solver, budget_bytes: int, check: bool):
     The DP's model leaves out what its chain does not decide (gradients of parameters, which
     accumulate; the backward of the loss), so in exact bytes a chain at the model's limit can
     replay a little above the budget. Then the DP is re-run at a budget lowered by the excess,
-    a few times at most. Under ``units="reference"`` (the reference's own accounting) and for
+    a few times at most. In the reference's units (its own accounting) and for
     Chen's budget-free chain the first answer is the answer.
     """
     dp_budget = budget_bytes
