@@ -177,7 +177,7 @@ def main(argv=None) -> int:
     saved = (rows_exec._Run.run, rows_exec.OPS["conv2d"], executor.OPS["conv2d"])
     leaf = executor.leaves(g, be.xp, 0)
     rows_exec.run(g, plan, backend=be, meter=False)           # warm-up, compiles the steps
-    executor.run(g, sched, backend=be, meter=False)
+    executor.run(g, sched, executor.RunOptions(meter=False), backend=be)
     try:
         rows_exec.OPS["conv2d"] = executor.OPS["conv2d"] = conv
         for k, fn in band.items():
@@ -194,7 +194,7 @@ def main(argv=None) -> int:
             side[0] = "plain"
             t0 = time.process_time()
             for _ in range(args.steps):
-                executor.run(g, sched, backend=be, meter=False)
+                executor.run(g, sched, executor.RunOptions(meter=False), backend=be)
             plain_t = (time.process_time() - t0) / args.steps
     finally:
         rows_exec._Run.run, rows_exec.OPS["conv2d"], executor.OPS["conv2d"] = saved
