@@ -1,7 +1,8 @@
 """Command-line flags shared by the jobs and tools: one leaf module, importing nothing of the app.
 
-The engine flags' defaults are :class:`hgraph.EngineOptions`' own (read from it, not restated),
-so a flag left out and the Python API's default are one value.
+The engine flags' defaults are :class:`hgraph.EngineOptions`' own and ``--certify``'s
+:class:`planner.options.CertifyOptions`' (read from them, not restated), so a flag left out and
+the Python API's default are one value (tests/test_public_face.py).
 
 ``add_common_arguments`` gives every engine job the same engine flags (``--graph --tasks --blocks
 --mode --runtime --address --max-supersteps --checkpoint-every --inject-failure --stats
@@ -88,7 +89,9 @@ def add_recovery_arguments(parser: argparse.ArgumentParser) -> None:
 def add_certificate_arguments(parser: argparse.ArgumentParser) -> None:
     """The plan job's certificate and MILP flags: ``--certify on|lp|off``,
     ``--certify-time-limit S``, ``--milp-time-limit S``, ``--milp-stages T``."""
-    parser.add_argument("--certify", choices=["on", "lp", "off"], default="on",
+    from planner.options import CERTIFY_MODES, CertifyOptions
+
+    parser.add_argument("--certify", choices=list(CERTIFY_MODES), default=CertifyOptions().mode,
                         help="a lower bound on the plan's recomputation and the gap to it: on "
                              "(default: the knapsack bound, microseconds), lp (also the LP "
                              "relaxation, up to ~200 activations, within --certify-time-limit), off")
