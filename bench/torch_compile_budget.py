@@ -15,8 +15,8 @@ layers, d=128, seq 64, batch 4, vocab 1024, dropout on), ``hf-vit`` (ViTForImage
 4 layers, d=128, 64x64 images, patch 8, batch 8), ``hf-bert`` (BertForSequenceClassification,
 4 layers, d=128, seq 128, batch 8), ``hf-bert-mlm`` (BertForMaskedLM, the same size),
 ``hf-resnet`` (ResNetForImageClassification, basic blocks, widths 32-256, one block a
-stage, 64x64 images, batch 8), ``hf-gpt2-labels`` (``hf-gpt2`` called with ``labels=``, its
-own loss: Dynamo splits the step, and the budget is shared across the graphs);
+stage, 64x64 images, batch 8), ``hf-gpt2-labels`` (``hf-gpt2`` at 2 layers, called with
+``labels=``, its own loss: Dynamo splits the step, the budget is shared across the graphs);
 transformers is installed for the bench only.
 
 ``--matrix``: issue 35's acceptance (:data:`MATRIX`: examples/torch/* and three transformers
@@ -85,7 +85,7 @@ def hf_model(name):
         x, y = torch.randn(8, 3, 64, 64), torch.randint(0, 10, (8,))
         return m, (x,), lambda out: F.cross_entropy(out.logits, y)
     if name == "hf-gpt2-labels":        # transformers' own loss: Dynamo splits the step
-        cfg = tr.GPT2Config(n_layer=4, n_embd=128, n_head=4, n_positions=64, vocab_size=1024)
+        cfg = tr.GPT2Config(n_layer=2, n_embd=128, n_head=4, n_positions=64, vocab_size=1024)
         m = tr.GPT2LMHeadModel(cfg).train()
         return _labelled(m), (torch.randint(0, 1024, (4, 64)),), None
     if name == "hf-bert-mlm":
@@ -139,6 +139,8 @@ def timed(step, model, inputs) -> tuple:
 
 
 def rows(name, budgets):
+    """The model's rows, each yielded as soon as it is measured (a long run shows progress):
+    torch.compile's default step first, then ``pt.compile`` at each of ``budgets``."""
     import torch
 
     import planner.torch as pt
@@ -157,8 +159,8 @@ def rows(name, budgets):
     torch_step(*inputs)
     base_compile = time.perf_counter() - t0
     base_peak, base_s = timed(torch_step, ref, inputs)
-    out = [dict(model=name, method="torch.compile default", peak=base_peak, seconds=base_s,
-                compile_s=base_compile)]
+    yield dict(model=name, method="torch.compile default", peak=base_peak, seconds=base_s,
+               compile_s=base_compile)
     for b in budgets:
         ours = copy.deepcopy(model)
         step = pt.compile(ours, budget=b, loss=loss, progress="off")
@@ -166,21 +168,19 @@ def rows(name, budgets):
         try:
             step(*inputs)
         except HGraphError as err:
-            out.append(dict(model=name, method=f"hgraph {b}",
-                            refused=f"{type(err).__name__}: {err}",
-                            compile_s=time.perf_counter() - t0))
+            yield dict(model=name, method=f"hgraph {b}", refused=f"{type(err).__name__}: {err}",
+                       compile_s=time.perf_counter() - t0)
             continue
         first = time.perf_counter() - t0
         r = step.partitioner.plans[-1].report
         peak, s = timed(step, ours, inputs)
-        out.append(dict(model=name, method=f"hgraph {b}", peak=peak, seconds=s,
-                        compile_s=first, budget=r["step_budget_bytes"],
-                        first_call=r["measured_peak_bytes"], within=peak <= r["step_budget_bytes"],
-                        default_seen=r["torch_default_peak_bytes"],
-                        solver=step.partitioner.plans[-1].solver,
-                        tried=r["candidates_measured"], graphs=step.partitioner.graphs_planned,
-                        covers=step.partitioner.budget_covers_step))
-    return out
+        part = step.partitioner
+        yield dict(model=name, method=f"hgraph {b}", peak=peak, seconds=s, compile_s=first,
+                   budget=r["step_budget_bytes"], first_call=r["measured_peak_bytes"],
+                   within=peak <= r["step_budget_bytes"],
+                   default_seen=r["torch_default_peak_bytes"],
+                   solver="+".join(p.solver for p in part.plans), tried=r["candidates_measured"],
+                   graphs=part.graphs_planned, covers=part.budget_covers_step)
 
 
 def verdicts(got, budgets) -> list:
@@ -236,8 +236,9 @@ def main(argv=None) -> int:
     print("|---|---|---:|---:|---|---:|---:|---:|---|")
     missed = []
     for name in models:
-        got = rows(name, args.budgets)
-        for r in got:
+        got = []
+        for r in rows(name, args.budgets):
+            got.append(r)
             print(show(r, got[0]), flush=True)
         if args.matrix:
             bad = verdicts(got, args.budgets)

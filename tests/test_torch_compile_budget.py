@@ -111,6 +111,12 @@ def test_a_budget_no_step_meets_is_refused_in_one_line_leaving_no_trace():
     assert all(p.grad is None for p in ours.parameters())
 
 
+def _broken(h):
+    """A graph break in a plain function (not a module's forward)."""
+    torch._dynamo.graph_break()
+    return h
+
+
 class Broken(nn.Module):
     """:func:`activation_mlp`'s layers with a graph break in the middle: Dynamo splits the
     step (the layers before the break, those after it, the loss)."""
@@ -121,21 +127,20 @@ class Broken(nn.Module):
         self.b = nn.Sequential(nn.Linear(128, 128), nn.Tanh(), nn.Linear(128, 10))
 
     def forward(self, x):
-        h = self.a(x)
-        torch._dynamo.graph_break()
-        return self.b(h)
+        return self.b(_broken(self.a(x)))
 
 
 def test_a_step_dynamo_splits_is_planned_as_a_whole_within_its_budget(capsys):
     """A graph break: every graph of the step is partitioned under the budget (shared across
     them), the whole step measured within it by the allocator, said in one line, and
     ``step.partitioner`` says how many graphs were planned and that the budget covers the
-    step; gradients those of one step."""
+    step; gradients those of one step (plain ``torch.compile``'s, run first in the process:
+    every graph still reaches the partitioner)."""
     torch.manual_seed(0)
     m, (x, y) = Broken(), (torch.randn(512, 32), torch.randint(0, 10, (512,)))
     loss = (lambda out: nn.functional.cross_entropy(out, y))
     ref = copy.deepcopy(m)
-    loss(ref(x)).backward()
+    torch.compile(lambda v: loss(ref(v)), dynamic=False)(x).backward()
     ours = copy.deepcopy(m)
     step = pt.compile(ours, budget="80%", loss=loss, progress="off")
     step(x)
@@ -151,7 +156,7 @@ def test_a_step_dynamo_splits_is_planned_as_a_whole_within_its_budget(capsys):
     assert any(p.solver != TORCH_DEFAULT for p in part.plans)
     assert r["graphs_in_step"] == n and r["budget_covers_step"]
     for a, b in zip(ours.parameters(), ref.parameters()):
-        assert torch.allclose(a.grad, b.grad, rtol=1e-4, atol=1e-6)
+        assert torch.allclose(a.grad, b.grad, rtol=1e-4, atol=1e-5)
     for p in ours.parameters():
         p.grad = None
     assert allocator_peak(step, (x,))[0] <= r["step_budget_bytes"]

@@ -480,6 +480,7 @@ class CompiledStep:
 
     def _settle(self, state, xs, lowest, parsed):
         part = self.partitioner
+        self.frames.reset_all()         # frames compiled before, elsewhere: converted afresh
         dflt = self._trial(state, xs, TORCH_DEFAULT, TORCH_DEFAULT, None)
         tried, m0 = [dflt], dflt["peak"]
         calls, keys = dflt["made"][2], dflt["made"][3]

@@ -50,6 +50,17 @@ class StepFrames:
                         self.codes.setdefault(id(c), c)
         return record()
 
+    @staticmethod
+    def reset_all() -> None:
+        """Empty Dynamo's cache for every code it has compiled in this process: a frame of the
+        step may be a plain function (a loss helper after a graph break) that another compile
+        converted (``torch.compile`` of the same model earlier), which :attr:`codes` cannot
+        name until Dynamo converts it again. Other compiled functions recompile on their next
+        call."""
+        import torch
+
+        torch._dynamo.reset_code_caches()
+
     def reset(self) -> None:
         """Empty Dynamo's cache for every code of the step and the resume functions made of
         them, so the next compile converts every frame again."""
