@@ -394,9 +394,10 @@ def requests(alloc):
 
 def _program(g, plan, alignment: int = 64) -> list:
     """The walk's steps compiled for :class:`_Run`: a :class:`_Compiled` (method, step, info,
-    allocs, frees after) each, ``allocs`` as ``(key, buffer id, bytes, dtype, shape, zero, block)`` (``block``: the
-    ``pool`` block the request gets, :func:`planner.execute.allocator.pool_blocks` at the
-    allocator's ``alignment``), ``frees`` as ``(key, buffer id)``; cached on the walk (a plan's
+    allocs, frees after) each, ``allocs`` as ``(key, buffer id, bytes, dtype, shape, zero,
+    block)`` (``block``: the ``pool`` block the request gets,
+    :func:`planner.execute.allocator.pool_blocks` at the allocator's ``alignment``), frees
+    as ``(key, buffer id)``; cached on the walk (a plan's
     steps do not change once built), rebuilt for another graph or plan object or alignment, or
     when an op of :data:`OPS` it took was replaced since (a metered or patched kernel table)."""
     w = plan.walk
@@ -408,15 +409,15 @@ def _program(g, plan, alignment: int = 64) -> list:
     c = _Compiler(g, plan)
     prog = []
     for st in w.steps:
-        c.filled, c.method = set(), None
-        info = getattr(c, st.kind)(st)
+        c.filled = set()
+        fn, info = getattr(c, st.kind)(st)
         allocs = []
         for key in st.allocs:
             shape, dtype = w.shapes[key]
             zero = key not in c.filled and any(k == key and m == "acc" for k, m in st.writes)
             allocs.append([key, ids[key], int(w.nbytes[key]), np.dtype(dtype), tuple(shape), zero])
         frees = [(key, ids[key]) for key in st.frees_after]
-        prog.append((getattr(_Run, c.method or "_" + st.kind), st, info, allocs, frees))
+        prog.append((fn, st, info, allocs, frees))
     events = [e for _, _, _, allocs, frees in prog
               for e in [(a[1], a[2]) for a in allocs] + [(b, None) for _, b in frees]]
     blocks = iter(pool_blocks(events, alignment))
@@ -427,14 +428,15 @@ def _program(g, plan, alignment: int = 64) -> list:
 
 
 class _Compiler:
-    """Each step kind's ``info`` for :class:`_Run` (what the step reads, writes and slices,
-    derived from the plan once)."""
+    """Each step kind's compiled form: ``(the _Run method that runs it, its info)`` -- what the
+    step reads, writes and slices, derived from the plan once; a convolution's band steps name
+    the band kernel's method. The one table from a step to what runs it (was a method name set
+    on the side and looked up by the kind's name)."""
 
     def __init__(self, g, plan):
         self.g, self.p, self.ly = g, plan, plan.layers
         self.act = g.is_activation
         self.filled = set()              # buffers the step being compiled fills on allocation
-        self.method = None               # the _Run method of the step, when not its kind's
         self.bn_state = {}               # batch norm -> "sink" / "seed": its last such step
         self.deferred = _deferred_sums(plan.walk.steps)
 
@@ -479,7 +481,7 @@ class _Compiler:
         keys = [self.arg(st, k) for k in range(len(ly.in_vars[i]))]
         stats_key = st.writes[1][0] if len(st.writes) > 1 else None
         loss = ly.ops[i] == "softmax_cross_entropy" and st.phase != "re"
-        return OPS[ly.ops[i]], keys, ly.attrs[i], st.writes[0][0], stats_key, loss
+        return _Run._fwd, (OPS[ly.ops[i]], keys, ly.attrs[i], st.writes[0][0], stats_key, loss)
 
     def bwd(self, st):
         i, ly = st.op, self.ly
@@ -492,8 +494,8 @@ class _Compiler:
                 for k, a in enumerate(ly.in_vars[i]) if k in want}
         into = _first_writes(opdef, keys, st)
         self.filled.update(keys[k] for k in into)      # the kernel writes them whole
-        return (opdef, gkey, tuple(ly.out_shapes[i]), ly.dtypes[i], saved, out_key, ly.attrs[i],
-                [tuple(s) for s in ly.in_shapes[i]], want, keys, into)
+        return _Run._bwd, (opdef, gkey, tuple(ly.out_shapes[i]), ly.dtypes[i], saved, out_key,
+                           ly.attrs[i], [tuple(s) for s in ly.in_shapes[i]], want, keys, into)
 
     def band(self, st):
         i, j, lv, ly = st.op, st.band, st.level, self.ly
@@ -506,31 +508,29 @@ class _Compiler:
             specs, cut = self.inputs(st, fresh, hi)
             info[3:6] = specs, cut.crop, hi - fresh
             if conv1x1_band(ly, i):
-                self.method = "_band1x1"
-                return tuple(info[:4]) + (int(ly.s[i]),)
+                return _Run._band1x1, tuple(info[:4]) + (int(ly.s[i]),)
             if conv_pm_band(self.p, i, st.phase, cut):
-                self.method = "_bandpm"
-                return tuple(info[:3]) + (_pm_input(specs, cut),)
+                return _Run._bandpm, tuple(info[:3]) + (_pm_input(specs, cut),)
             if conv_band(self.p, i, st.phase, cut):
-                self.method = "_bandconv"
-                return tuple(info[:4]) + (int(ly.s[i]),)
-        return tuple(info)
+                return _Run._bandconv, tuple(info[:4]) + (int(ly.s[i]),)
+        return _Run._band, tuple(info)
 
     def tail(self, st):
         i, j, rng = st.op, st.band, self.p.phase_ranges[st.level]
-        return st.writes[0][0], st.reads[0], int(rng[i, j + 1, 0]) - int(rng[i, j, 0])
+        return _Run._tail, (st.writes[0][0], st.reads[0], int(rng[i, j + 1, 0]) - int(rng[i, j, 0]))
 
     def store(self, st):
         i, j = st.op, st.band
         a, b = (int(v) for v in self.p.own[i, j])
         lo = int(self.p.ranges[i, j, 0])
-        return st.writes[0][0], st.reads[0], a, b, a - lo, b - lo
+        return _Run._store, (st.writes[0][0], st.reads[0], a, b, a - lo, b - lo)
 
     def seed(self, st):
         i, j = st.op, st.band
         a, b = (int(v) for v in self.p.own[i, j])
         lo = int(self.p.ranges[i, j, 0])
-        return st.writes[0][0], st.reads[0], a - lo, b - lo, a, b, self.first(st, st.writes[0][0])
+        return _Run._seed, (st.writes[0][0], st.reads[0], a - lo, b - lo, a, b,
+                            self.first(st, st.writes[0][0]))
 
     def bnsink(self, st):
         i, j, lv = st.op, st.band, st.level
@@ -539,8 +539,8 @@ class _Compiler:
         off = self.offset(xkey)
         writes = tuple(k for k, _ in st.writes)
         self.bn_state[i] = "sink"
-        return (("bg", i, j, lv), xkey, lo - off, hi - off, lo, hi, writes,
-                self.first(st, writes[0]), i in self.deferred)
+        return _Run._bnsink, (("bg", i, j, lv), xkey, lo - off, hi - off, lo, hi, writes,
+                              self.first(st, writes[0]), i in self.deferred)
 
     def bnseed(self, st):
         i, j, lv, ly = st.op, st.band, st.level, self.ly
@@ -553,8 +553,9 @@ class _Compiler:
         coef = self.bn_state.get(i) != "seed"          # the first band since its sums
         self.bn_state[i] = "seed"
         beta = ("pg", int(ly.in_vars[i][2])) if coef and i in self.deferred else None
-        return (xkey, a - xoff, b - xoff, ("v", int(ly.in_vars[i][1])), np.float32(n * h * w), a, b,
-                key, a - off, b - off, self.first(st, key), coef, beta)
+        return _Run._bnseed, (xkey, a - xoff, b - xoff, ("v", int(ly.in_vars[i][1])),
+                              np.float32(n * h * w), a, b, key, a - off, b - off,
+                              self.first(st, key), coef, beta)
 
     def bandbwd(self, st):
         i, j, lv, ly = st.op, st.band, st.level, self.ly
@@ -584,21 +585,19 @@ class _Compiler:
             a, b = cut.r0 - off, cut.r1 - off
             targets.append((k, key, (cut.top, cut.r1 - cut.r0, cut.side, a, b), first))
         if conv1x1_band(ly, i):
-            self.method = "_bandbwd1x1"
             dx = next(((key, crop[3], crop[4], fill) for k, key, crop, fill in targets if k == 0), None)
             dw = next(((key, fill) for k, key, crop, fill in targets if k == 1), None)
-            return specs, ("bg", i, j, lv), int(ly.s[i]), dx, dw
+            return _Run._bandbwd1x1, (specs, ("bg", i, j, lv), int(ly.s[i]), dx, dw)
         if conv_pm_band(self.p, i, "bwd", cut):
-            self.method = "_bandbwdpm"
             dx = next(((key, crop[3], crop[4], fill) for k, key, crop, fill in targets if k == 0), None)
             dw = next(((key, fill) for k, key, crop, fill in targets if k == 1), None)
-            return _pm_input(specs, cut), ("bg", i, j, lv), dx, dw
+            return _Run._bandbwdpm, (_pm_input(specs, cut), ("bg", i, j, lv), dx, dw)
         if conv_band(self.p, i, "bwd", cut):
-            self.method = "_bandbwdconv"
             dx = next(((key, crop, fill) for k, key, crop, fill in targets if k == 0), None)
             dw = next(((key, fill) for k, key, crop, fill in targets if k == 1), None)
-            return specs, ("bg", i, j, lv), int(ly.s[i]), dx, dw
-        return (opdef, specs, static, ("bg", i, j, lv), up, ykey, _band_attrs(ly, i), want, targets)
+            return _Run._bandbwdconv, (specs, ("bg", i, j, lv), int(ly.s[i]), dx, dw)
+        return _Run._bandbwd, (opdef, specs, static, ("bg", i, j, lv), up, ykey, _band_attrs(ly, i),
+                               want, targets)
 
 
 def _pm_input(specs, cut) -> tuple:
