@@ -27,7 +27,9 @@ What a budget holds, and what ``"100%"`` is, per kind (README, "What a budget ho
   predicted whole step of the plain step (no bands, nothing recomputed).
 * **PyTorch** (:func:`planner.torch.front.pick`): the replayed step of a partition; 100 % is
   the keep-all step. Under ``planner.torch.compile`` (:mod:`planner.torch.compiled`) the step
-  measured by the allocator; 100 % is torch.compile's own default step.
+  measured by the allocator; 100 % is torch.compile's own default step. A graph file of
+  ``hgraph graph torch`` (:func:`planner.step_front.choose`, no torch needed): the front it
+  carries, each step replayed plus the allocator's slack; 100 % is the keep-all step.
 
 >>> meter = lambda c: (c["peak"], (c["flops"], c["peak"]))
 >>> cands = [{"peak": 90, "flops": 0}, {"peak": 60, "flops": 5}, {"peak": 40, "flops": 9}]
