@@ -136,7 +136,7 @@ def torch_ops() -> dict:
         "add": lambda xs, a: xs[0] + xs[1],
         "bias": _bias,
         "relu": lambda xs, a: F.relu(xs[0]),
-        "gelu": lambda xs, a: F.gelu(xs[0], approximate="tanh"),      # ops.py's tanh form
+        "gelu": lambda xs, a: F.gelu(xs[0], approximate="tanh"),      # planner.ops' tanh form
         "conv2d": lambda xs, a: F.conv2d(xs[0], xs[1], stride=a["stride"], padding=a["pad"]),
         "max_pool": lambda xs, a: F.max_pool2d(xs[0], a["kernel"], a["stride"], a.get("pad", 0)),
         "avg_pool": lambda xs, a: F.avg_pool2d(xs[0], a["kernel"], a["stride"]),

@@ -47,7 +47,7 @@ def test_torch_step_matches_executor(bench, name, dtype):
 
 
 def test_a_wrong_translation_is_caught(bench, monkeypatch):
-    """The check has teeth: exact GELU in place of ops.py's tanh form fails the float64 bound."""
+    """The check has teeth: exact GELU in place of planner.ops' tanh form fails the float64 bound."""
     import torch.nn.functional as F
 
     table = bench.torch_ops()
