@@ -82,6 +82,19 @@ def test_refusal_survives_pickling():
     assert str(err) == "too small"
 
 
+def test_at_budgets_plans_a_ladder_once_per_distinct_candidate():
+    """A ladder: each budget planned in order; no plan there (None) and a plan equal to an
+    earlier one (by the key) are left out, the first budget that got it kept."""
+    made = []
+
+    def make(b):
+        made.append(b)
+        return None if b < 20 else {"plan": min(b // 30, 2)}
+
+    got = search.at_budgets(make, [100, 90, 60, 45, 30, 10], key=lambda c: c["plan"])
+    assert got == [(100, {"plan": 2}), (45, {"plan": 1})] and made == [100, 90, 60, 45, 30, 10]
+
+
 def test_smallest_budget_bisects_a_monotone_test():
     for floor in (1, 2, 3, 17, 1000, 4097):
         asked = []
