@@ -299,12 +299,13 @@ def fit(a: Analysis, s: Solver, budget_bytes: int, check: bool = True):
     held = s.units == "bytes" and not s.budget_free      # the replay is held to the budget
     keep = held and a.baseline_schedule is not None      # keeping everything is a candidate
     cands = [("keep", a.baseline_peak)] if keep else []
+    # time-centric, nothing beats keeping everything when it fits: no chain is solved then
     if not (keep and s.strategy == "time" and a.baseline_peak <= budget_bytes):
-        found = _fit(a, s, budget_bytes, check)          # time-centric: nothing beats keeping all
-        if found is not None and not held:
+        found = _fit(a, s, budget_bytes, check)
+        if found is not None and not held:               # reference units, Chen: the answer
             return found
         cands += [(found, found[3].peak_bytes)] if found is not None else []
-    # time-centric, keeping everything is all there is; memory-centric, the chain when lower
+    # the lower replayed peak; on a tie keeping everything (never worse than not planning)
     best = search.cheapest(cands, budget_bytes, lambda c: (c[1], (c[1], c[0] != "keep")))
     if best is not None:
         return _keep_everything(a, check) if best[0] == "keep" else best[0]
