@@ -25,12 +25,13 @@ class StepFrames:
     (:meth:`converting`) and the resume functions Dynamo made of them at graph breaks."""
 
     def __init__(self, model, loss_fn=None):
-        codes = {id(c): c for c in (getattr(type(m).forward, "__code__", None)
-                                    for m in model.modules()) if c is not None}
-        code = getattr(loss_fn, "__code__", None)
-        if code is not None:
-            codes[id(code)] = code
-        self.codes = codes
+        self.codes = {}
+        for fn in [*(type(m).forward for m in model.modules()), loss_fn]:
+            while fn is not None:       # a decorated forward (transformers'): every layer
+                code = getattr(fn, "__code__", None)
+                if code is not None:
+                    self.codes.setdefault(id(code), code)
+                fn = getattr(fn, "__wrapped__", None)
 
     def converting(self):
         """A context manager recording the code objects Dynamo converts inside it."""
