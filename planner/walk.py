@@ -43,7 +43,9 @@ from array import array
 
 import numpy as np
 
+from planner.backend_costs import BackendCosts
 from planner.cg import GRADIENT
+from planner.pool import BestFit
 
 __all__ = ["PoolWalker", "ScheduleWalker", "Walker"]
 
@@ -312,11 +314,11 @@ class PoolWalker(Walker):
     ``nbytes(b)`` and ``part(b)`` (0 activation values, 1 their gradients, 2 parameters' and
     inputs' gradients) name a buffer's size and part; a subclass's :meth:`visit` reads
     :attr:`reserved`, :attr:`live_by`, :meth:`objects` and counts :attr:`computes`.
-    ``costs``: ``(PYTHON_BYTES, OBJECT_BYTES, STEP_BYTES)`` of :mod:`planner.whole_step`."""
+    ``costs``: the backend's overheads (:class:`planner.backend_costs.BackendCosts`: the
+    pool's alignment, the interpreter's objects)."""
 
-    def __init__(self, pool, nbytes, part, costs):
-        self.pool, self.nbytes, self.part = pool, nbytes, part
-        self.python, self.per_object, self.per_step = costs
+    def __init__(self, nbytes, part, costs: BackendCosts):
+        self.pool, self.nbytes, self.part, self.costs = BestFit(costs.alignment), nbytes, part, costs
         self.blocks, self.part_of = {}, {}
         self.reserved = self.nblocks = self.computes = 0
         self.live_by = [0, 0, 0]
@@ -338,5 +340,4 @@ class PoolWalker(Walker):
 
     def objects(self) -> int:
         """Bytes of Python objects now: per kernel call, per block and buffer, per step run."""
-        return self.python + self.per_object * (self.nblocks + len(self.blocks)) + \
-            self.per_step * self.computes
+        return self.costs.interpreter_bytes(self.nblocks, len(self.blocks), self.computes)

@@ -16,9 +16,10 @@ after last use) really runs holds more, and a meter outside the plan sees all of
   gradient a kernel returns in an array of its own before it is copied or added into the plan's
   buffer (the transient second copy while a gradient accumulates):
   :func:`planner.ops.kernel_temp_bytes`, next to the kernels;
-* Python's own objects (``interpreter``): arrays' headers and table entries per buffer
-  (:data:`OBJECT_BYTES`), what a kernel call creates (:data:`PYTHON_BYTES`) and the free
-  lists' growth over the steps (:data:`STEP_BYTES`).
+* Python's own objects (``interpreter``): arrays' headers and table entries per buffer,
+  what a kernel call creates and the free lists' growth over the steps -- the backend's, as
+  its :class:`planner.backend_costs.BackendCosts` says (NumPy's measured under tracemalloc,
+  :data:`planner.backend_costs.NUMPY`, which also gives the pool's alignment).
 
 :func:`predict` replays a schedule's buffer timeline (:func:`planner.timeline.timeline`) and
 returns the peak over the steps of the sum, the parts at that moment and the op at the peak;
@@ -52,27 +53,12 @@ import numpy as np
 from hgraph.common.errors import HGraphError, InfeasibleError
 from hgraph.common.formatting import format_bytes
 from planner import search
+from planner.backend_costs import NUMPY, BackendCosts
 from planner.budget import Budget
 from planner.cg import details_of
 from planner.ops import CONV_WORKSPACE_BYTES, OPS, implements, kernel_temp_bytes, with_workspace
-from planner.pool import BestFit
 from planner.timeline import timeline
 from planner.walk import PoolWalker
-
-#: Bytes of Python objects (arrays' headers, views, lists, a generator's frame) a step's kernel
-#: and the executor's loop hold at once beside the arrays' data, bounded from above (measured
-#: under tracemalloc on the zoo: at most ~5 KiB per kernel call).
-PYTHON_BYTES = 32 << 10
-
-#: Bytes of Python objects per pool block and per live buffer (the block's array, the view the
-#: allocator hands out, the typed array the executor keeps, their table entries): measured under
-#: tracemalloc, ~350-420 B per buffer of a zoo step.
-OBJECT_BYTES = 448
-
-#: Bytes the interpreter's free lists (tuples, lists, dicts, frames a kernel call creates and
-#: frees: kept for reuse, still counted by tracemalloc) may grow by per compute step, bounded from
-#: above (measured: ~90 B a step over a 288-step recomputing resnet50 schedule).
-STEP_BYTES = 128
 
 #: Whole-step accounting (graphs with op arguments) and the reference's (cg.txt dumps).
 WHOLE_STEP, ACTIVATIONS = "whole-step", "activations"
@@ -180,15 +166,15 @@ class Pricer:
         return got
 
 
-def predict(g, schedule, *, recycle: bool = True, alignment: int = 64,
+def predict(g, schedule, *, recycle: bool = True, costs: BackendCosts = NUMPY,
             workspace: int | None = None) -> StepPeak:
     """The whole-step peak of ``schedule`` on ``g`` as :func:`planner.execute.executor.run`
     runs it on NumPy with the ``pool`` allocator (``recycle``: freed after last use;
     ``workspace``: the convolution workspace cap, None: :data:`planner.ops.CONV_WORKSPACE_BYTES`)."""
-    return predict_caps(g, schedule, [workspace], recycle=recycle, alignment=alignment)[workspace]
+    return predict_caps(g, schedule, [workspace], recycle=recycle, costs=costs)[workspace]
 
 
-def predict_caps(g, schedule, caps, *, recycle: bool = True, alignment: int = 64,
+def predict_caps(g, schedule, caps, *, recycle: bool = True, costs: BackendCosts = NUMPY,
                  pricer: Pricer | None = None) -> dict:
     """{cap: :func:`predict` at workspace cap ``cap``} for each of ``caps``, from one replay of
     the schedule's buffers through the pool (which no cap changes); ``pricer``: a
@@ -198,7 +184,7 @@ def predict_caps(g, schedule, caps, *, recycle: bool = True, alignment: int = 64
     pricer = pricer if pricer is not None else Pricer(g)
     tl = timeline(g, schedule, recycle=recycle)
     params, inputs = pricer.leaves
-    walk = _Held(tl, g.is_activation, params + inputs, BestFit(alignment))
+    walk = _Held(tl, g.is_activation, params + inputs, costs)
     base, held = walk.walk(tl.steps)
     n = len(tl.steps)
     out = {}
@@ -232,11 +218,10 @@ class _Held(PoolWalker):
     objects) and the bytes live by part with the reserved ones (``held``); the temporaries
     depend on the workspace cap, the rest does not."""
 
-    def __init__(self, tl, is_act, leaves: int, pool):
+    def __init__(self, tl, is_act, leaves: int, costs: BackendCosts):
         kind = (np.where(tl.grad, np.where(is_act[tl.var], 1, 2), 0) if tl.var.size
                 else np.zeros(0, np.int64)).tolist()     # activation, its gradient, a param's
-        super().__init__(pool, tl.nbytes.tolist().__getitem__, kind.__getitem__,
-                         (PYTHON_BYTES, OBJECT_BYTES, STEP_BYTES))
+        super().__init__(tl.nbytes.tolist().__getitem__, kind.__getitem__, costs)
         self.leaves = leaves
         self.base = np.zeros(len(tl.steps), np.int64)
         self.held = np.zeros((len(tl.steps), 4), np.int64)

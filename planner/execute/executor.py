@@ -175,7 +175,7 @@ def run(g, schedule, options: RunOptions = RunOptions(), *, backend=None,
     if kernels == "real" and not has_real_ops(g):
         raise HGraphError("this graph carries no operator arguments; use replay (stand-in kernels)")
     tl = timeline(g, schedule, recycle=recycle)
-    align = alignment or (256 if be.is_gpu else 64)
+    align = alignment or be.costs.alignment          # the backend's pool rounding
     plan = tl.arena(align) if allocator == "static" else None
     alloc = TrackedAllocator(be, allocator, arena=plan, alignment=align)
     leaf = None

@@ -27,13 +27,12 @@ import functools
 import numpy as np
 
 from planner import band_kernels
+from planner.backend_costs import NUMPY, BackendCosts
 from planner.ops import CONV_WORKSPACE_BYTES, OPS, _bufs, kernel_temp_bytes
-from planner.pool import BestFit
 from planner.rows import band_steps as bs
 from planner.rows import layers as L
 from planner.walk import PoolWalker
-from planner.whole_step import (OBJECT_BYTES, PARTS, PYTHON_BYTES, STEP_BYTES,  # noqa: F401
-                                StepPeak, leaf_bytes)  # PARTS: the example's
+from planner.whole_step import PARTS, StepPeak, leaf_bytes  # noqa: F401  (PARTS: the example's)
 
 __all__ = ["predict_rows"]
 
@@ -162,7 +161,7 @@ def _rows_temp(g, p, st, whole_sums=frozenset()) -> int:
     return 0
 
 
-def predict_rows(g, p, *, alignment: int = 64) -> StepPeak:
+def predict_rows(g, p, *, costs: BackendCosts = NUMPY) -> StepPeak:
     """The whole-step peak of row plan ``p`` (:class:`planner.rows.plan.RowPlan`) as
     :func:`planner.execute.rows_exec.run` runs it on NumPy with the ``pool`` allocator: its walk's
     buffers through the pool's free list, the leaves, every step's temporaries (padded band
@@ -174,7 +173,7 @@ def predict_rows(g, p, *, alignment: int = 64) -> StepPeak:
         if st.kind == "bnseed" and st.op in deferred:
             whole_sums.add(id(st))
             deferred.discard(st.op)
-    return _RowsHeld(g, p, params, inputs, BestFit(alignment), whole_sums).walk(w.steps)
+    return _RowsHeld(g, p, params, inputs, costs, whole_sums).walk(w.steps)
 
 
 def _part(key) -> int:
@@ -186,9 +185,8 @@ class _RowsHeld(PoolWalker):
     """:func:`predict_rows`'s visitor of a row plan's walk (:mod:`planner.walk`): the pool's
     bookkeeping, and at each step the kernel's temporaries; the peak's parts."""
 
-    def __init__(self, g, p, params: int, inputs: int, pool, whole_sums):
-        super().__init__(pool, p.walk.nbytes.__getitem__, _part,
-                         (PYTHON_BYTES, OBJECT_BYTES, STEP_BYTES))
+    def __init__(self, g, p, params: int, inputs: int, costs: BackendCosts, whole_sums):
+        super().__init__(p.walk.nbytes.__getitem__, _part, costs)
         self.g, self.p, self.whole_sums = g, p, whole_sums
         self.params, self.inputs = params, inputs
         self.curve = np.zeros(len(p.walk.steps), np.int64)
