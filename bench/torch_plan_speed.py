@@ -24,7 +24,9 @@ before any partition) in the same process, so the ratio is taken under one load.
 
 ``scale``: plan time (``pt.plan_for_step`` at ``--budget``, a fresh graph each, front not
 cached) against joint-graph size, GPT models of growing depth; prints nodes, activations,
-seconds, and seconds / (n log n) normalised to the first row.
+CPU seconds, seconds / (n log n), and that over the first row's (growth no faster than
+n log n keeps it at or below about 1). ``--dp-window`` / ``--dp-front-cap``: the approximate
+DP's scale options (``planner.options.SolverLimits``), to compare the capped DP's growth.
 
     python3 bench/torch_plan_speed.py scale --layers 1 2 4 8 16 32 64
 """
@@ -219,17 +221,26 @@ def scale(args) -> int:
     ``--budget`` (its front computed: a budget below keep-all), CPU seconds."""
     import planner.torch as pt
 
-    print("layers | joint nodes | activations | plan cpu s | cpu s / (n log2 n) x 1e6")
+    extra = {}
+    if args.dp_window is not None or args.dp_front_cap is not None:
+        from planner.options import SolverLimits
+
+        extra["limits"] = SolverLimits(dp_window=args.dp_window, dp_front_cap=args.dp_front_cap)
+    print("layers | joint nodes | activations | plan cpu s | cpu s / (n log2 n) x 1e6 | "
+          "that / first row's")
+    first = None
     for layers in args.layers:
         model, inputs, loss = gpt_model(layers, args.d, args.seq, args.batch)
         tg = pt.graph(model, *inputs, loss=loss, progress="off")
         n = len(tg.joint.graph.nodes)
         t = _clock()
-        pt.plan_for_step(tg, args.budget, progress="off")
+        pt.plan_for_step(tg, args.budget, progress="off", **extra)
         w, c = _since(t)
-        print(f"{layers} | {n:,} | {tg.info['activations']} | {c:.2f} | "
-              f"{1e6 * c / (n * math.log2(n)):.2f}   (wall {w:.1f} s, load "
-              f"{os.getloadavg()[0]:.1f})", flush=True)
+        per = 1e6 * c / (n * math.log2(n))
+        first = per if first is None else first
+        print(f"{layers} | {n:,} | {tg.info['activations']} | {c:.2f} | {per:.2f} | "
+              f"{per / first:.2f}   (wall {w:.1f} s, load {os.getloadavg()[0]:.1f})",
+              flush=True)
     return 0
 
 
@@ -256,6 +267,8 @@ def main(argv=None) -> int:
     p.add_argument("--seq", type=int, default=32)
     p.add_argument("--batch", type=int, default=2)
     p.add_argument("--budget", default="90%")
+    p.add_argument("--dp-window", type=int, help="the approximate DP's window (0: off)")
+    p.add_argument("--dp-front-cap", type=int, help="its front cap (0: off)")
     args = ap.parse_args(argv)
     import torch
 

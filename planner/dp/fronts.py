@@ -114,8 +114,8 @@ def best_per_saved(ns, nc, e):
     one int64 a sort of that and a stable sort by ``ns`` (1.5x faster on the wide ``ns`` of
     FLOP-costed PyTorch graphs; ``e`` is distinct, so the packed order is total); where
     ``(ns, nc)`` packs and ``e`` ascends (the DP loop's candidates: each source's front in
-    order, sources in id order) one stable sort of the packed pair, whose ties keep ``e``'s
-    order (3-4x less than the two sorts on the 12-layer GPT's fronts). Buckets are faster from a few hundred candidates on, tiny inputs
+    order, sources in id order; checked, else a lexsort) one stable sort of the packed pair,
+    whose ties keep ``e``'s order (3-4x less than the two sorts on the 12-layer GPT's fronts). Buckets are faster from a few hundred candidates on, tiny inputs
     cost the same either way (figures: bench/NOTES_scale.md). Where ``nc`` and
     ``e`` pack into one int64 (``(nc − min)·E + (e − min)`` orders as ``(nc, e)``) the buckets
     take one ``minimum.at`` of the packed values, which spares a second scatter and the gather
@@ -127,13 +127,16 @@ def best_per_saved(ns, nc, e):
     E = int(e.max()) - elo + 1
     packs = (int(nc.max()) - clo + 1) * E < INF
     if ns.size <= 256 or width > 4 * ns.size + 1024:
-        if ns.size > 256 and width * (int(nc.max()) - clo + 1) < INF and _ascending(e):
-            # (ns, nc) packed, e ascending: one stable sort of it (ties keep the order of e)
+        if ns.size > 256 and width * (int(nc.max()) - clo + 1) < INF:
+            # (ns, nc) packed: one stable sort of it, its ties in input order, which is e's
+            # order where the candidates come source by source (checked; else by e too)
             v = ns - lo
             v *= int(nc.max()) - clo + 1
             v += nc
             v -= clo
             order = np.argsort(v, kind="stable")
+            if not _ties_ascend(v[order], e[order]):
+                order = np.lexsort((e, v))
         elif not packs or ns.size <= 256:
             order = np.lexsort((e, nc, ns))
         else:                # (nc, e) packed: one sort of it, then a stable one by ns
@@ -167,10 +170,11 @@ def best_per_saved(ns, nc, e):
     return present + lo, best[present], beste[present]
 
 
-def _ascending(e: np.ndarray) -> bool:
-    """Whether ``e`` never decreases (the DP loop's candidates: sources in id order, each
-    front's entries in order)."""
-    return bool((e[1:] >= e[:-1]).all())
+def _ties_ascend(v: np.ndarray, e: np.ndarray) -> bool:
+    """Whether, along ``v`` sorted, ``e`` ascends within every run of equal ``v`` (then the
+    first of a run is its least ``e``)."""
+    tie = v[1:] == v[:-1]
+    return not bool((tie & (e[1:] < e[:-1])).any())
 
 
 def expand_fronts(fronts: Fronts, starts, cnt, dt, dm):
