@@ -630,7 +630,7 @@ def run(g, plan, *, backend=None, seed: int = 0, allocator: str = "pool", meter:
     be = backend if isinstance(backend, backend_mod.Backend) else backend_mod.get(backend)
     if not executor.has_real_ops(g):
         raise HGraphError("row execution needs a zoo graph (operator arguments in the details)")
-    alloc = TrackedAllocator(be, allocator, alignment=256 if be.is_gpu else 64)
+    alloc = TrackedAllocator(be, allocator, alignment=be.costs.alignment)
     executor._warm(be.xp)
     _program(g, plan, alloc.alignment)   # compiled (once per plan) before the meters: plan data
     with alloc.tracking(meter):
