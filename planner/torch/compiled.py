@@ -501,14 +501,16 @@ class CompiledStep:
             target = min(t["peak"] for t in tried)
         chosen = tried[search.pick(range(len(tried)), target, self._metered(tried, lowest),
                                    self._refusal(parsed, target, m0, len(tried), dflt["how"]))]
-        out = chosen["out"]
-        if chosen is not tried[-1]:           # a later trial ran since: run the chosen again
-            state.restore()
-            out = self._run(chosen["compiled"], xs)
-        state.accumulate()
         if isinstance(chosen["trial"], dict):
             self.accepted.update(chosen["trial"])
         part.trial = dict(self.accepted)      # should Dynamo recompile a step it keeps
+        out = chosen["out"]
+        if chosen is not tried[-1]:           # a later trial ran since: run the chosen again
+            state.restore()                   # (later trials emptied its frames' cache: it
+            n0 = len(part.plans)              # recompiles, by the trial accepted)
+            out = self._run(chosen["compiled"], xs)
+            del part.plans[n0:], part.parts[n0:]
+        state.accumulate()
         plans, parts, calls, _ = chosen["made"]
         part.plans.extend(plans)
         part.parts.extend(parts)
