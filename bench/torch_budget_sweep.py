@@ -23,8 +23,9 @@ submit plan --graph g.txt --budget B --out s.txt --report p.json`` and, where it
 r.json``. Each row: the budget, the plan or its one-line refusal (exit 3), the measured peak
 (the allocator's events, execute's report), the predicted one, ``within_budget``, and the
 recompute FLOPs ``plan`` reported against those the executed backward ran. Models: the examples
-by name, ``mlp`` (a plain MLP) and ``hf-gpt2`` (transformers' GPT2LMHeadModel, 2 layers,
-d=64, seq 32, batch 2, dropout on), written as model files into ``--out``.
+by name (``unet`` with its output's mean as the loss: the example names none), ``mlp`` (a plain
+MLP) and ``hf-gpt2`` (transformers' GPT2LMHeadModel, 2 layers, d=64, seq 32, batch 2, dropout
+on), written as model files into ``--out``.
 
     python3 bench/torch_budget_sweep.py --cli --models gpt,mlp,hf-gpt2 --percents 100,80,60,min
 """
@@ -185,6 +186,19 @@ def model():
     return m, (x,), lambda out: F.cross_entropy(out.logits.reshape(-1, 512), y.reshape(-1))
 """,
 }
+
+
+MODEL_FILES["unet"] = f"""import importlib.util
+
+_s = importlib.util.spec_from_file_location("ex_unet", {os.path.join(EXAMPLES, "unet.py")!r})
+_m = importlib.util.module_from_spec(_s)
+_s.loader.exec_module(_m)
+
+
+def model():
+    net, inputs = _m.model()        # the example names no loss: its output's mean, as the
+    return net, inputs, lambda out: out.mean()      # other torch benches use
+"""
 
 
 def cli_spec(name, out) -> str:
