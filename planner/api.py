@@ -51,6 +51,7 @@ from planner.analyses.engine import EngineOptions
 from planner.analyses.levels import levels
 from planner.budget import Budget
 from planner.dp.subsets import groups_to_chain
+from planner.decision import Decision
 from planner.emit import emit_decision
 from planner.fixed_schedules import replay_baseline
 from planner.options import UNITS, AccountingOptions, CertifyOptions, SolverLimits
@@ -89,8 +90,8 @@ class Plan:
     add to (``execute``, the PyTorch front's ``step_*``). ``graph`` is the planned
     :mod:`planner.cg` graph (the report names it); ``model``: :class:`planner.solver.ModelStats`;
     ``engine``: where the analyses ran (tasks, blocks, mode, runtime, supersteps);
-    ``decisions``: one dict per activation (:func:`planner.report.decisions`); ``groups``: the
-    block of every activation; ``timeline``/``baseline_timeline``: live bytes after each op of
+    ``decisions``: one dict per activation (:func:`planner.report.decisions`); ``decision``:
+    the solver's :class:`planner.decision.Decision` (``groups``: its stage of every activation); ``timeline``/``baseline_timeline``: live bytes after each op of
     the plan / of the no-recomputation schedule (None when the graph is too large for one);
     ``recompute_certificate``: :class:`planner.certificate.Certificate` (a lower bound on the plan's
     recomputation and the gap to it; None with ``certify="off"``).
@@ -118,7 +119,7 @@ class Plan:
     model: ModelStats
     engine: dict
     decisions: list
-    groups: np.ndarray
+    decision: Decision
     timeline: np.ndarray
     baseline_timeline: np.ndarray | None = None
     recompute_certificate: object = None
@@ -133,9 +134,9 @@ class Plan:
     @classmethod
     def from_replay(cls, a: Analysis, found: tuple, asked: Asked, *, engine: dict,
                     seconds: float, certificate=None) -> Plan:
-        """The plan ``found`` (groups, model, schedule, replay: what :func:`fit` returns) of the
-        analysed graph ``a``, as ``asked``; ``engine``: the report's, ``seconds``: its time."""
-        groups, model, schedule, sim = found
+        """The plan ``found`` (decision, model, schedule, replay: what :func:`fit` returns) of
+        the analysed graph ``a``, as ``asked``; ``engine``: the report's, ``seconds``: its time."""
+        decision, model, schedule, sim = found
         g, ag = a.g, a.ir
         return cls(schedule=schedule, graph=g, nodes=int(ag.n), variables=int(g.num_vars),
                    depth=int(a.depth), solver=asked.solver, strategy=asked.strategy,
@@ -146,7 +147,7 @@ class Plan:
                    recompute_cost=int(sim.recompute_cost), forward_cost=int(sim.forward_cost),
                    recomputed=int(sim.recomputed), ops=int(len(sim.timeline)),
                    seconds=float(seconds), model=model, engine=dict(engine),
-                   decisions=report_mod.decisions(g, ag, groups, sim), groups=groups,
+                   decisions=report_mod.decisions(g, ag, decision.stage, sim), decision=decision,
                    timeline=sim.timeline, baseline_timeline=a.baseline_timeline,
                    recompute_certificate=certificate)
 
@@ -188,6 +189,11 @@ class Plan:
     @property
     def fell_back(self) -> bool:
         return self.model.fell_back
+
+    @property
+    def groups(self) -> np.ndarray:
+        """The block of every activation (the decision's stages)."""
+        return self.decision.stage
 
     @property
     def chain(self) -> list:
@@ -284,7 +290,7 @@ FIT_TRIES = 8
 
 
 def fit(a: Analysis, s: Solver, budget_bytes: int, check: bool = True):
-    """(groups, model, schedule, sim): the plan of solver ``s`` whose replayed peak fits
+    """(decision, model, schedule, sim): the plan of solver ``s`` whose replayed peak fits
     ``budget_bytes`` — solve, emit, verify — or the error naming the smallest budget that fits.
 
     The activations' kind of the budget search (:mod:`planner.search`): its candidates are
@@ -342,7 +348,7 @@ def _at_smallest(a: Analysis, s: Solver, budget_bytes: int, check: bool, keep: b
 
 
 def _fit(a: Analysis, s: Solver, budget_bytes: int, check: bool):
-    """(groups, model, schedule, sim) whose *simulated* peak fits ``budget_bytes``, or None.
+    """(decision, model, schedule, sim) whose *simulated* peak fits ``budget_bytes``, or None.
 
     The DP's model leaves out what its chain does not decide (gradients of parameters, which
     accumulate; the backward of the loss), so in exact bytes a chain at the model's limit can
@@ -373,7 +379,7 @@ def _replay_key(s: Solver, dp_budget: int, check: bool) -> tuple:
 
 
 def _replay(a: Analysis, s: Solver, dp_budget: int, check: bool):
-    """(groups, model, schedule, sim) of the solver's chain at ``dp_budget``, or None:
+    """(decision, model, schedule, sim) of the solver's chain at ``dp_budget``, or None:
     solve (a :class:`planner.decision.Decision`), emit (:func:`planner.emit.emit_decision`),
     verify (:func:`planner.simulate.replay`);
     kept on ``a`` (:attr:`Analysis.replays`) for the next ask."""
@@ -393,14 +399,14 @@ def _solve_and_replay(a: Analysis, s: Solver, dp_budget: int, check: bool):
     if sim.violations:
         raise HGraphError(f"internal error: the emitted schedule fails the simulator: "
                           f"{sim.violations[0]}")
-    return decision.stage, model, schedule, sim
+    return decision, model, schedule, sim
 
 
 def _keep_everything(a: Analysis, check: bool):
-    """(groups, model, schedule, sim) of the no-recomputation schedule: one block, nothing
+    """(decision, model, schedule, sim) of the no-recomputation schedule: one block, nothing
     recomputed, every value freed after its last use."""
     sim = simulate.replay(a.g, a.baseline_schedule, check=check)
-    return (np.zeros(a.ir.n, np.int64), ModelStats.keep_everything(sim.peak_bytes),
+    return (Decision(np.zeros(a.ir.n, np.int64)), ModelStats.keep_everything(sim.peak_bytes),
             a.baseline_schedule, sim)
 
 

@@ -46,3 +46,11 @@ def test_a_decision_is_all_three_choices_or_none():
         Decision(np.zeros(3, np.int64), keep=np.ones(3, bool))
     d = Decision([0, 1, 1])
     assert d.stages == 2 and not d.staged and d.choices() == {}
+
+
+def test_a_plan_carries_its_solvers_decision():
+    import planner
+
+    p = planner.plan(synth.build(layers=2, heads=2), budget="60%")
+    assert isinstance(p.decision, Decision) and p.groups is p.decision.stage
+    assert emit_decision(p.graph, p.decision).dumps() == p.schedule.dumps()

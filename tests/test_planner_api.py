@@ -137,7 +137,7 @@ def test_plan_is_a_dataclass_and_its_report_is_built_from_its_fields():
     assert {"schedule", "graph", "nodes", "variables", "depth", "solver", "strategy", "units",
             "budget", "budget_bytes", "peak_bytes", "baseline_peak_bytes", "baseline_kind",
             "lower_bound_bytes", "recompute_cost", "forward_cost", "recomputed", "ops",
-            "seconds", "model", "engine", "decisions", "groups", "timeline",
+            "seconds", "model", "engine", "decisions", "decision", "timeline",
             "baseline_timeline", "recompute_certificate", "step", "report"} == fields
     p = planner.plan(synth.build(layers=2, heads=2), budget="60%")
     assert isinstance(p.model, ModelStats)

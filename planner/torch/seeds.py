@@ -115,6 +115,7 @@ def keep_plan(tg, names, label: str):
     from planner import simulate
     from planner.activation_graph import ActivationGraph
     from planner.api import Analysis, Asked, Plan
+    from planner.decision import Decision
     from planner.fixed_schedules import checkpoint_schedule
     from planner.solver import ModelStats
 
@@ -131,7 +132,7 @@ def keep_plan(tg, names, label: str):
     a = Analysis(g, ag, level=None, depth=0, supersteps=0, baseline_peak=peak,
                  baseline_kind="simulated", baseline_schedule=None, baseline_timeline=None)
     return Plan.from_replay(
-        a, (np.zeros(ag.n, np.int64), model, schedule, sim),
+        a, (Decision(np.zeros(ag.n, np.int64)), model, schedule, sim),
         Asked(solver=label, strategy="time", units="bytes", budget=label, budget_bytes=peak),
         engine=dict(tasks=1, blocks=1, mode="local", runtime="local", supersteps=0),
         seconds=time.perf_counter() - t0)
