@@ -84,3 +84,15 @@ def test_only_the_walker_loops_over_a_steps_events():
     loops = [n.iter.attr for n in ast.walk(walker)
              if isinstance(n, ast.For) and isinstance(n.iter, ast.Attribute)]
     assert {"frees_before", "allocs", "frees_after"} <= set(loops)    # the check sees loops
+
+
+def test_the_torch_keep_set_is_read_by_the_walk(walked):
+    """:func:`planner.torch.partition.kept_vars` (the partitioner's keep set, read off a
+    schedule) is the walk's visitor too."""
+    pytest.importorskip("torch")
+    from planner.execute import executor, export, zoo
+    from planner.torch import partition
+
+    g = export.to_cg(zoo.build("mlp"))
+    kept = partition.kept_vars(g, executor.plain_schedule(g))
+    assert walked == ["_Kept"] and kept and issubclass(partition._Kept, walk.ScheduleWalker)
