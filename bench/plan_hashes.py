@@ -32,6 +32,7 @@ import hashlib
 import json
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -64,7 +65,7 @@ def _graph(name):
 def _strip(x):
     if isinstance(x, dict):
         return {k: _strip(v) for k, v in x.items() if k != "seconds"}
-    if isinstance(x, list):
+    if isinstance(x, Sequence) and not isinstance(x, (str, bytes)):   # report.Decisions too
         return [_strip(v) for v in x]
     return x
 

@@ -113,12 +113,10 @@ def test_on_ray_same_chain_and_a_worker_lost_mid_dp(ray_session, mode):
 
 
 def _plan_hash(p):
-    rep = {k: v for k, v in p.report.items() if k not in ("seconds", "engine")}
-    import json
+    from planner import report
 
-    return hashlib.sha256(p.schedule.dumps().encode() + json.dumps(rep, sort_keys=True,
-                                                                   default=str).encode()
-                          ).hexdigest()
+    rep = {k: v for k, v in p.report.items() if k not in ("seconds", "engine")}
+    return hashlib.sha256(p.schedule.dumps().encode() + report.dumps(rep).encode()).hexdigest()
 
 
 def test_segmented_plan_is_the_same_for_1_2_4_workers_local_and_ray(monkeypatch, ray_session):
