@@ -64,6 +64,8 @@ def round_trip(tmp_path, spec, *flags):
     with open(r) as f:
         report = json.load(f)
     assert list(report) == REPORT_KEYS             # the job prints planner.torch.execute's record
+    # the backward that ran recomputes what the plan's partition was priced with
+    assert report["planned_recompute_flops"] == report["recompute_flops"]
     return report, g, s
 
 
