@@ -23,7 +23,8 @@ composed front's ``composed_recompute_cost`` / ``composed_ckpt_bytes``),
 ``milp`` (``--solver milp``: optimal, dual bound, stages, seconds),
 ``engine`` (tasks, blocks, mode, runtime, supersteps) and ``decisions``: one
 object per activation (``var``, ``function``, ``bytes``, ``block``, ``decision`` keep|recompute,
-``computes``, ``reason``).
+``computes``, ``reason``); in the dict a :class:`Decisions` sequence, not a list — write the
+report with :func:`write_json` / :func:`dumps` (``json.dumps`` of the raw dict refuses it).
 
 Example::
 
