@@ -120,7 +120,7 @@ def load(name):
     sys.modules[spec.name] = mod            # Dynamo imports a traced function's module by name
     spec.loader.exec_module(mod)
     got = mod.model()
-    return got[0], tuple(got[1]), got[2]
+    return got[0], tuple(got[1]), (got[2] if len(got) > 2 else None)   # (model, inputs[, loss])
 
 
 def timed(step, model, inputs) -> tuple:
