@@ -261,6 +261,9 @@ class Analysis:
     #: already solved on this analysis (a front's smallest budget, then its first point) is
     #: not solved again; the solver is deterministic.
     replays: dict = field(default_factory=dict, repr=False, compare=False)
+    #: (a decision's stages, check) -> (schedule, replay) of :func:`_emit_and_replay`: budgets
+    #: whose solves decide the same chain (most of the whole step's ladder) emit it once.
+    emitted: dict = field(default_factory=dict, repr=False, compare=False)
 
     @property
     def act_sum(self) -> int:
@@ -393,13 +396,26 @@ def _solve_and_replay(a: Analysis, s: Solver, dp_budget: int, check: bool):
     status, decision, model = s.solve(dp_budget)
     if status != "OK":
         return None
+    return (decision, model, *_emit_and_replay(a, decision, check))
+
+
+def _emit_and_replay(a: Analysis, decision: Decision, check: bool) -> tuple:
+    """(schedule, replay) of ``decision``: emitted (:func:`planner.emit.emit_decision`) and
+    verified (:func:`planner.simulate.replay`), both deterministic in the decision, so a
+    decision made before on this analysis (kept while the graph has its baseline schedule: a
+    small one) is not emitted again. A MILP decision (its own keep / recompute) is not kept."""
+    key = (decision.stage.tobytes(), bool(check))
+    if decision.keep is None and a.baseline_schedule is not None and key in a.emitted:
+        return a.emitted[key]
     with current_progress().stage("schedule and replay"):
         schedule = emit_decision(a.g, decision, a.ir)
         sim = simulate.replay(a.g, schedule, check=check)
     if sim.violations:
         raise HGraphError(f"internal error: the emitted schedule fails the simulator: "
                           f"{sim.violations[0]}")
-    return decision, model, schedule, sim
+    if decision.keep is None and a.baseline_schedule is not None:
+        a.emitted[key] = schedule, sim
+    return schedule, sim
 
 
 def _keep_everything(a: Analysis, check: bool):
@@ -531,13 +547,25 @@ class Planning:
                 lambda b, solver=None, certify=None: self._activations_at(b, cert_mod, solver,
                                                                          certify),
                 self.g, budget, solver=args["solver"], strategy=args["strategy"],
-                certify=args["certify"])
+                certify=args["certify"], least_cost=self._least_cost)
             p = dataclasses.replace(p, **fields, engine=self._engine(),
                                     seconds=time.perf_counter() - self.t0)
         else:
             p = self._activations_at(budget, cert_mod)
         self.t0 = time.perf_counter()
         return p
+
+    def _least_cost(self, budget_bytes: int) -> int | None:
+        """The least recomputation of any chain of the session's DP at ``budget_bytes`` (its
+        optimum there: no plan of the activations at that budget or below recomputes less), or
+        None where the DP is not exact (the scale path's window / front cap, the MILP, Chen) or
+        has no plan. The whole step's search reads it (:func:`planner.whole_step.fit`)."""
+        s = self._solver(self.args["solver"]) if self.args["solver"] in ("approx", "exact") \
+            else None
+        if s is None or s.scale or s.units != "bytes":
+            return None
+        status, _, model = s.solve(max(0, int(budget_bytes)))
+        return int(model.model_recompute_cost) if status == "OK" else None
 
     def _activations_at(self, budget, cert_mod, solver: str | None = None,
                         certify: str | None = None) -> Plan:

@@ -120,10 +120,11 @@ def choose(front: dict, budget, strategy: str = "time") -> tuple[dict, int]:
                        refusal), target
 
 
-def plan(plan_at, g, budget, *, solver: str, strategy: str, certify: str):
+def plan(plan_at, g, budget, *, solver: str, strategy: str, certify: str, least_cost=None):
     """:func:`planner.plan`'s hook for a graph with a step front (the signature of
-    :func:`planner.whole_step.plan`): (the chosen candidate's plan, the fields the step front
-    sets on it: ``budget``, ``budget_bytes``, ``recompute_cost`` and ``step``)."""
+    :func:`planner.whole_step.plan`; ``least_cost`` is not read: the front's candidates are
+    its own): (the chosen candidate's plan, the fields the step front sets on it: ``budget``,
+    ``budget_bytes``, ``recompute_cost`` and ``step``)."""
     if solver not in ("approx", "exact"):
         raise HGraphError(f"{g.path or 'graph'}: --solver {solver} does not apply to a graph "
                           f"with a step front (hgraph graph torch): its candidates are the "

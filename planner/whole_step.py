@@ -260,27 +260,99 @@ def candidates(plan_at, g) -> list:
     from, fixed by the graph alone (not by the budget asked): keeping everything, the
     activations' smallest plan and :data:`LADDER` plans between, each with every workspace cap
     (a cap above a step's largest im2col tile changes nothing: kept once)."""
-    base = plan_at("100%")
+    pricer, caps = Pricer(g), list(workspaces())
+    return [(arg, p, _priced(g, p, caps, pricer)) for arg, p in _ladder(plan_at)]
+
+
+def _ladder(plan_at, base=None) -> list:
+    """[(activation budget, plan)]: :func:`candidates` before they are priced (``base``: the
+    plan at ``"100%"`` when made already)."""
+    base = base if base is not None else plan_at("100%")
     lowest, low_arg = _lowest_plan(plan_at)
     top = int(base.peak_bytes)
     bottom = int(lowest.budget_bytes if low_arg else lowest.peak_bytes)
     args = ["100%", low_arg] + sorted({int(bottom + (top - bottom) * k / (LADDER + 1))
                                        for k in range(1, LADDER + 1)}, reverse=True)
-    made = search.at_budgets(
+    return search.at_budgets(
         lambda arg: base if arg == "100%" else lowest if arg == low_arg else plan_at(arg), args,
         key=lambda p: p.schedule.dumps())
-    out, pricer, caps = [], Pricer(g), list(workspaces())
-    for arg, p in made:
-        steps, last = {}, None
-        for cap, got in predict_caps(g, p.schedule, caps, pricer=pricer).items():
-            if last is None or got.step_peak_bytes != last:
-                steps[cap] = got
-            last = got.step_peak_bytes
-        out.append((arg, p, steps))
-    return out
 
 
-def fit(plan_at, g, budget, *, strategy: str = "time") -> "Fit":
+def _priced(g, p, caps, pricer) -> dict:
+    """{workspace cap: StepPeak} of plan ``p``, a cap kept only where the step differs from
+    the next larger cap's (a cap above a step's largest im2col tile changes nothing)."""
+    steps, last = {}, None
+    for cap, got in predict_caps(g, p.schedule, caps, pricer=pricer).items():
+        if last is None or got.step_peak_bytes != last:
+            steps[cap] = got
+        last = got.step_peak_bytes
+    return steps
+
+
+def _rows(g, made, budget: Budget, strategy: str, base_steps: dict | None = None) -> tuple:
+    """(:func:`fit`'s rows ``(order, activation budget, plan, StepPeak)``, the no-recomputation
+    step, ``budget`` in bytes) of the ladder ``made`` (:func:`_ladder`) at ``budget``, pricing
+    only the plans that can still win.
+
+    Why: predicting a plan's step (its timeline replayed through the pool) is most of what a
+    rung costs once its plan is made, and time-centric the order's first key is the plan's
+    recomputation, known without the step. So the plans are priced cheapest first, and once
+    a row fits, a plan recomputing more than it is never priced: no row of it could come
+    first. Nothing fits: every plan has been priced (the refusal names the lowest step of
+    all). Memory-centric the step comes first: every plan is priced. ``base_steps``: the
+    first plan's, priced already."""
+    pricer, caps = Pricer(g), list(workspaces())
+    base_steps = base_steps or _priced(g, made[0][1], caps, pricer)
+    base_step = base_steps[max(base_steps)]
+    budget_bytes = budget.resolve(base_step.step_peak_bytes)
+    rows, fits = [], None
+    for n in sorted(range(len(made)), key=lambda n: made[n][1].recompute_cost
+                    if strategy == "time" else 0):
+        arg, p = made[n]
+        if fits is not None and p.recompute_cost > fits:
+            break
+        for cap, st in (base_steps if n == 0 else _priced(g, p, caps, pricer)).items():
+            rows.append(_row(n, arg, p, cap, st, strategy))
+            if strategy == "time" and st.step_peak_bytes <= budget_bytes:
+                fits = p.recompute_cost
+    return rows, base_step, budget_bytes
+
+
+def _row(n: int, arg, p, cap: int, st: StepPeak, strategy: str) -> tuple:
+    """:func:`fit`'s row ``(order, activation budget, plan, StepPeak)`` of the ``n``-th plan of
+    the ladder at workspace cap ``cap``: time-centric the least recomputation, then the
+    largest cap (fastest kernels), then the lowest step; memory-centric the lowest step."""
+    return ((p.recompute_cost, -cap, st.step_peak_bytes, n) if strategy == "time"
+            else (st.step_peak_bytes, p.recompute_cost, -cap, n), arg, p, st)
+
+
+def _keep_all_wins(plan_at, g, budget: Budget, least_cost) -> tuple:
+    """(keeping everything's plan, its priced steps, the :class:`Fit` when it is
+    :func:`fit`'s time-centric pick whatever the ladder holds, else None).
+
+    Why: the ladder costs a dozen DP solves, emits and replays, and most budgets near 100 %
+    end at keeping everything under a smaller workspace cap. Time-centric, a row that
+    recomputes nothing comes before every row that recomputes, and every other plan of the
+    ladder is planned at an activation budget below keeping everything's peak (one at or
+    above it keeps everything too: the same schedule, left out). ``least_cost(b)`` is the
+    DP's optimum at ``b`` (None where it is not exact or has no plan); the optimum only grows
+    as the budget drops, and a plan's replayed recomputation is never below its model's. So
+    when it is above 0 one below keeping everything's peak, no plan of the ladder recomputes
+    nothing, and the pick is keeping everything's least row that fits, as over the ladder."""
+    base = plan_at("100%")
+    pricer, caps = Pricer(g), list(workspaces())
+    base_steps = _priced(g, base, caps, pricer)
+    base_step = base_steps[max(base_steps)]
+    budget_bytes = budget.resolve(base_step.step_peak_bytes)
+    rows = [_row(0, "100%", base, cap, st, "time") for cap, st in base_steps.items()]
+    best = search.cheapest(rows, budget_bytes, _metered)
+    if best is None or base.recompute_cost or least_cost is None \
+            or not least_cost(int(base.peak_bytes) - 1):
+        return base, base_steps, None
+    return base, base_steps, Fit(best[1], best[2], best[3], budget_bytes, base_step)
+
+
+def fit(plan_at, g, budget, *, strategy: str = "time", least_cost=None) -> "Fit":
     """The plan whose predicted whole step fits ``budget`` (a :class:`Fit`).
 
     ``plan_at(activation_budget)`` plans ``g``'s activations (:func:`planner.plan` with the
@@ -292,16 +364,17 @@ def fit(plan_at, g, budget, *, strategy: str = "time") -> "Fit":
     lower budget never gets a higher predicted step (the choice is a minimum over a shrinking
     set). None fits: :class:`hgraph.common.errors.InfeasibleError` naming the lowest candidate
     step, the smallest reachable budget (the whole step's kind of :func:`planner.search.pick`).
+    ``least_cost(activation_budget)``: the activations' DP optimum there, None where unknown
+    (:func:`_keep_all_wins`: what lets keeping everything be the pick without the ladder).
     """
-    cands = candidates(plan_at, g)
-    base_step = cands[0][2][max(cands[0][2])]
     b = budget if isinstance(budget, Budget) else Budget.parse(budget)
-    budget_bytes = b.resolve(base_step.step_peak_bytes)
-    rows = []
-    for n, (arg, p, steps) in enumerate(cands):
-        for cap, st in steps.items():
-            rows.append(((p.recompute_cost, -cap, st.step_peak_bytes, n) if strategy == "time"
-                         else (st.step_peak_bytes, p.recompute_cost, -cap, n), arg, p, st))
+    base, base_steps = None, None
+    if strategy == "time":
+        base, base_steps, chosen = _keep_all_wins(plan_at, g, b, least_cost)
+        if chosen is not None:
+            return chosen
+    made = _ladder(plan_at, base)
+    rows, base_step, budget_bytes = _rows(g, made, b, strategy, base_steps)
 
     def refusal(smallest, _):
         return (f"budget {budget_bytes:,} bytes ({format_bytes(budget_bytes)}) is infeasible for "
@@ -312,7 +385,7 @@ def fit(plan_at, g, budget, *, strategy: str = "time") -> "Fit":
 
     best = search.pick(rows, budget_bytes, _metered, refusal)
     if strategy == "time":
-        best = _cheaper_between(plan_at, g, cands, best, budget_bytes)
+        best = _cheaper_between(plan_at, g, made, best, budget_bytes)
     _, arg, p, st = best
     return Fit(arg, p, st, budget_bytes, base_step)
 
@@ -323,8 +396,8 @@ def _metered(row) -> tuple:
     return row[3].step_peak_bytes, row[0]
 
 
-def _cheaper_between(plan_at, g, cands, best, budget_bytes: int):
-    """``best`` (a row of :func:`fit`, time-centric), or a cheaper plan planned at an
+def _cheaper_between(plan_at, g, made, best, budget_bytes: int):
+    """``best`` (a row of :func:`fit`, time-centric; ``made``: the ladder, :func:`_ladder`), or a cheaper plan planned at an
     activation budget between the ladder's steps above ``best``'s whose step fits.
 
     Why: the ladder's plans are a sample. Between the chosen step and the next (whose plan
@@ -341,9 +414,9 @@ def _cheaper_between(plan_at, g, cands, best, budget_bytes: int):
 
     caps, pricer = list(workspaces()), Pricer(g)
     floor = int(best[2].budget_bytes)
-    ladder = sorted({int(q.budget_bytes): q for _, q, _ in cands
+    ladder = sorted({int(q.budget_bytes): q for _, q in made
                      if int(q.budget_bytes) > floor}.items())
-    n, lo = len(cands), floor
+    n, lo = len(made), floor
     for top, q in ladder:
         while q.recompute_cost < best[0][0]:
             a = int(q.model_peak_bytes) - 1
@@ -386,7 +459,7 @@ class Fit:
     baseline: StepPeak
 
 
-def plan(plan_at, g, budget, *, solver: str, strategy: str, certify: str):
+def plan(plan_at, g, budget, *, solver: str, strategy: str, certify: str, least_cost=None):
     """:func:`planner.plan` under whole-step accounting (its hook for graphs with op arguments):
     (the chosen activations' plan, the fields whole-step accounting sets on it).
 
@@ -405,7 +478,8 @@ def plan(plan_at, g, budget, *, solver: str, strategy: str, certify: str):
         chosen = Fit(p.budget_bytes, p, predict(g, p.schedule), b.resolve(base.step_peak_bytes),
                      base)
     else:
-        chosen = fit(lambda a: plan_at(a, certify="off"), g, budget, strategy=strategy)
+        chosen = fit(lambda a: plan_at(a, certify="off"), g, budget, strategy=strategy,
+                     least_cost=least_cost)
         if certify != "off":
             chosen.plan = plan_at(chosen.activation_budget)
     p = chosen.plan
