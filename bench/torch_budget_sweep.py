@@ -1,10 +1,11 @@
-"""Budgets that are promises on PyTorch steps (issue 23): measured by torch's memory tracker.
+"""Budgets that are promises on PyTorch steps (issue 23): measured by the allocator.
 
 For each model, budgets from 100% of the keep-all step's peak down past the lowest peak hgraph
 reaches: ``planner.torch.plan_for_step``'s choice (the front of :mod:`planner.torch.front`,
 ``front.pick``) is applied as an eager step (``planner.torch.apply``) and its second run is
-metered by ``torch.distributed._tools.mem_tracker.MemTracker`` (``measure.measure_step``: every
-tensor through the dispatcher, less parameters, buffers, inputs and the labels the loss reads), or the budget is refused with
+metered by the allocator (``measure.measure_step``: the CPU allocator's events in
+``torch.profiler``, kernel scratch included, over what the step allocates: parameters, buffers,
+inputs and the labels the loss reads exist before it), or the budget is refused with
 :class:`hgraph.common.errors.InfeasibleError` (checked to be one line). Each row: the budget, what
 happened, the measured peak, whether it is within the budget; per model, whether the measured
 peaks are monotone (a lower budget never measures higher).
@@ -15,6 +16,7 @@ CNN (parallel 1x1 / 3x3 / pooled branches concatenated).
 
     python3 bench/torch_budget_sweep.py --out out/torch_budget_sweep
     python3 bench/torch_budget_sweep.py --models mixer,inception --percents 100,50,10
+    python3 bench/torch_budget_sweep.py --models gpt,resnet --percents 100,80,60,min
 
 ``--cli``: the command-line round trip instead (issue 35), as a user runs it, in this process
 (``jobs.cli.main``): ``hgraph graph torch SPEC --out g.txt`` once, then per budget ``hgraph
@@ -128,7 +130,7 @@ def load_spec(name):
 
 def sweep(model, inputs, loss, percents=PERCENTS) -> list:
     """One row per budget: percent, budget bytes, outcome ('plan' or the refusal's line),
-    measured peak (MemTracker), within (measured <= budget), replayed peak, recompute FLOPs."""
+    measured peak (the allocator), within (measured <= budget), replayed peak, recompute FLOPs."""
     from hgraph.common.errors import InfeasibleError
     from planner.torch import front, measure
     import planner.torch as pt
@@ -137,9 +139,10 @@ def sweep(model, inputs, loss, percents=PERCENTS) -> list:
     fr = front.front(tg)
     rows = []
     for pc in percents:
-        budget = front.resolve_step_budget(fr, f"{pc}%")
+        asked = pc if pc == "min" else f"{pc}%"
+        budget = front.resolve_step_budget(fr, asked)
         try:
-            c = front.pick(fr, f"{pc}%")
+            c = front.pick(fr, asked)
         except InfeasibleError as err:
             rows.append(dict(percent=pc, budget=budget, outcome=f"refused: {err}",
                              one_line="\n" not in str(err)))
@@ -297,22 +300,27 @@ def monotone(rows) -> bool:
     return all(b <= a for a, b in zip(peaks, peaks[1:]))
 
 
+def _pc(row) -> str:
+    return "min" if row["percent"] == "min" else f"{row['percent']}%"
+
+
 def table(name, rows) -> str:
     out = [f"### {name}", "",
-           "| budget | budget B | outcome | measured peak B (MemTracker) | within | "
+           "| budget | budget B | outcome | measured peak B (allocator) | within | "
            "replayed peak B | recompute FLOPs |", "|---:|---:|---|---:|---|---:|---:|"]
     for r in rows:
         if r["outcome"] == "plan":
-            out.append(f"| {r['percent']}% | {r['budget']:,} | plan | {r['measured']:,} | "
+            out.append(f"| {_pc(r)} | {r['budget']:,} | plan | {r['measured']:,} | "
                        f"{'yes' if r['within'] else '**NO**'} | {r['replayed']:,} | "
                        f"{r['recompute']:,} |")
         else:
             line = r["outcome"] + ("" if r["one_line"] else " (**not one line**)")
-            out.append(f"| {r['percent']}% | {r['budget']:,} | {line} | | | | |")
+            out.append(f"| {_pc(r)} | {r['budget']:,} | {line} | | | | |")
     plans = [r for r in rows if r["outcome"] == "plan"]
     out += ["", f"- {name}: {sum(r['within'] for r in plans)} of {len(plans)} plans within "
-                f"their budget by MemTracker; {len(rows) - len(plans)} budgets refused; measured "
-                f"peaks {'monotone' if monotone(rows) else '**NOT monotone**'} in the budget", ""]
+                f"their budget by the allocator; {len(rows) - len(plans)} budgets refused; "
+                f"measured peaks {'monotone' if monotone(rows) else '**NOT monotone**'} "
+                f"in the budget", ""]
     return "\n".join(out)
 
 
@@ -331,10 +339,10 @@ def main(argv=None) -> int:
     os.makedirs(args.out, exist_ok=True)
     if args.cli:
         return cli_main(args, write_text)
-    percents = [int(p) for p in args.percents.split(",")]
-    parts = ["CPU, float64; meter: torch's MemTracker on the applied eager step (second run), "
-             "less parameters, buffers and the tensors the step is given (inputs, the labels "
-             "its loss reads); budget = percent of the keep-all step's replayed peak.", ""]
+    percents = [p if p == "min" else int(p) for p in args.percents.split(",")]
+    parts = ["CPU, float64; meter: the allocator's events on the applied eager step (second "
+             "run; what it allocates: parameters, buffers and the tensors it is given exist "
+             "before it); budget = percent of the keep-all step's replayed peak.", ""]
     for name in args.models.split(","):
         parts.append(table(name, sweep(*load_spec(name), percents)))
         print(parts[-1], flush=True)

@@ -1,9 +1,15 @@
 """Measure a real training step: step peak, bytes saved for backward, time, gradients.
 
-* peak: allocator level. On CPU, ``torch.distributed._tools.mem_tracker.MemTracker`` (it follows
-  every storage the step creates and frees); the step's peak is its peak total less what existed
-  before (parameters, buffers, inputs). Where the inputs live on a CUDA device,
-  ``torch.cuda.max_memory_allocated`` after ``reset_peak_memory_stats`` instead.
+* peak: the allocator, one meter for every step (:func:`allocator_peak`): on CPU the
+  allocator's ``[memory]`` events in ``torch.profiler`` (kernel scratch included), on CUDA
+  ``torch.cuda.max_memory_allocated``; what existed before the step (parameters, buffers,
+  inputs, the labels its loss reads) is not the step's memory: only what it allocates counts.
+  It leaves nothing on the model. ``torch.distributed._tools.mem_tracker.MemTracker`` (tensors
+  through the dispatcher, by category) is only :func:`labelled_peak`, a breakdown beside it:
+  MemTracker leaves a hook dict on every parameter it saw, after which autograd may copy each
+  gradient and every later step of that model peaks higher (reported ~39 MB on a
+  torchvision resnet18), so
+  :func:`labelled_peak` restores the parameters as it found them.
 * saved bytes: unique storages packed by ``torch.autograd.graph.saved_tensors_hooks`` during
   the step, less parameters, buffers and inputs (what the forward hands the backward).
 """
@@ -15,7 +21,8 @@ import time
 
 import torch
 
-__all__ = ["measure_step", "saved_bytes", "allocator_peak", "recompute_flops", "step_flops", "predict_step_peak",
+__all__ = ["measure_step", "saved_bytes", "allocator_peak", "labelled_peak", "recompute_flops",
+           "step_flops", "predict_step_peak",
            "predict_saved_bytes", "grads_of", "same_grads"]
 
 
@@ -54,7 +61,8 @@ def saved_bytes(step, model, inputs) -> int:
 
 
 def measure_step(step, model, inputs) -> dict:
-    """Run ``step(*inputs)`` (a training step: forward + backward) and measure its second run.
+    """Run ``step(*inputs)`` (a training step: forward + backward) and measure its second run
+    by the allocator (:func:`allocator_peak`) with the saved-tensor counter beside it.
 
     The first run traces and partitions (outside the measurement); gradients are reset before
     the measured run, so afterwards they are those of one step. Buffers (running statistics)
@@ -64,34 +72,51 @@ def measure_step(step, model, inputs) -> dict:
     for p in model.parameters():
         p.grad = None
     saved, pack = _saved_counter(model, inputs)
-    cuda = any(x.is_cuda for x in inputs)
-    t0 = time.perf_counter()
-    if cuda:
-        torch.cuda.synchronize()
-        base = torch.cuda.memory_allocated()
-        torch.cuda.reset_peak_memory_stats()
+
+    def counted(*xs):
         with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-            step(*inputs)
-        torch.cuda.synchronize()
-        peak, how = torch.cuda.max_memory_allocated() - base, "cuda.max_memory_allocated"
-    else:
-        from torch.distributed._tools.mem_tracker import MemTracker
+            return step(*xs)
 
-        from planner.torch.partition import replay_under
-
-        replay_under(MemTracker)
-        mt = MemTracker()
-        # tensors that exist before the step (its inputs, the labels its loss reads) are not
-        # the step's memory: registered as "other" and left out, as parameters and buffers are
-        mt.track_external(model, *_given(step, inputs))
-        with mt, torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-            step(*inputs)
-        snap = mt.get_tracker_snapshot("peak")[torch.device("cpu")]
-        peak = snap["Total"] - sum(snap[_ref(k)] for k in ("PARAM", "BUFFER", "OTH"))
-        how = "MemTracker"
+    t0 = time.perf_counter()
+    peak, how = allocator_peak(counted, inputs)
     seconds = time.perf_counter() - t0
     return dict(measured_peak_bytes=int(peak), measured_saved_bytes=int(sum(saved.values())),
                 step_seconds=seconds, peak_measured_by=how)
+
+
+def labelled_peak(step, model, inputs) -> int:
+    """MemTracker's peak of one run of ``step(*inputs)``: tensors through the dispatcher only
+    (no kernel scratch), less parameters, buffers and what the step is given (a per-category
+    view beside :func:`allocator_peak`, never the step's measured peak).
+
+    MemTracker leaves hook dicts on each parameter it saw (``_backward_hooks`` and
+    ``_post_accumulate_grad_hooks``, empty after its handles are removed); with a pre-hook left
+    autograd may copy gradients it would have stolen, and every later step of the model peaks
+    higher. Both are put back as they were (setting ``_backward_hooks`` clears autograd's
+    pre-hook; the post-accumulate one, run after the gradient is stored, keeps an empty dict).
+    """
+    from torch.distributed._tools.mem_tracker import MemTracker
+
+    from planner.torch.partition import replay_under
+
+    replay_under(MemTracker)
+    params = list(model.parameters())
+    names = ("_backward_hooks", "_post_accumulate_grad_hooks")
+    before = [[getattr(p, k) for k in names] for p in params]
+    mt = MemTracker()
+    # tensors that exist before the step (its inputs, the labels its loss reads) are not
+    # the step's memory: registered as "other" and left out, as parameters and buffers are
+    mt.track_external(model, *_given(step, inputs))
+    try:
+        with mt:
+            step(*inputs)
+    finally:
+        for p, was in zip(params, before):
+            for k, hooks in zip(names, was):
+                if getattr(p, k) is not hooks:
+                    setattr(p, k, hooks)
+    snap = mt.get_tracker_snapshot("peak")[torch.device("cpu")]
+    return int(snap["Total"] - sum(snap[_ref(k)] for k in ("PARAM", "BUFFER", "OTH")))
 
 
 def _given(step, inputs) -> list:
