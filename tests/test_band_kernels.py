@@ -120,7 +120,7 @@ def test_a_row_step_through_the_merged_kernels(monkeypatch):
     ref = executor.run(g, executor.plain_schedule(g), executor.RunOptions(recycle=False))
     p = rows_plan.plan(g, 4, "share")
     prog = rows_exec._program(g, p)
-    methods = {fn.__name__ for fn, *_ in prog}
+    methods = {c.fn.__name__ for c in prog}
     assert {"_band1x1", "_bandbwd1x1"} <= methods
     r = rows_exec.run(g, p)
     assert r.loss == ref.loss
@@ -189,8 +189,8 @@ def test_row_steps_take_the_kxk_forward_only_where_the_forward_ran_whole():
         p = rows_plan.plan(g, 4, "share")
         prog = rows_exec._program(g, p)
         ly = p.layers
-        got = {(fn.__name__, st.phase) for fn, st, *_ in prog
-               if ly.ops[st.op] == "conv2d" and st.kind == "band"}
+        got = {(c.fn.__name__, c.st.phase) for c in prog
+               if ly.ops[c.st.op] == "conv2d" and c.st.kind == "band"}
         assert (("_bandconv", "r") in got) == kernel and ("_bandconv", "b") not in got, got
         ref = executor.run(g, executor.plain_schedule(g), executor.RunOptions(recycle=False))
         r = rows_exec.run(g, p)
@@ -318,8 +318,8 @@ def test_the_cifar_resnets_row_step_through_the_pixel_major_kernels():
         p = rows_plan.plan(g, 4, policy)
         prog = rows_exec._program(g, p)
         ly = p.layers
-        got = {(fn.__name__, ly.in_shapes[st.op][0][1]) for fn, st, *_ in prog
-               if ly.ops[st.op] == "conv2d" and st.kind in ("band", "bandbwd")}
+        got = {(c.fn.__name__, ly.in_shapes[c.st.op][0][1]) for c in prog
+               if ly.ops[c.st.op] == "conv2d" and c.st.kind in ("band", "bandbwd")}
         assert {("_bandpm", 16), ("_bandpm", 64), ("_bandbwdpm", 16), ("_bandbwdpm", 64)} <= got
         assert not {m for m, c in got if c == 3} & {"_bandpm", "_bandbwdpm"}
         ref = executor.run(g, executor.plain_schedule(g), executor.RunOptions(recycle=False))
