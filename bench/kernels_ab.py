@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -31,14 +32,30 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 
+def _git(*args) -> str:
+    return subprocess.run(["git", "-C", str(ROOT), *args], capture_output=True, text=True,
+                          check=True).stdout
+
+
 def load_ops(rev: str):
-    """``planner/ops.py`` at git revision ``rev`` as a module of its own (``ops_at_<rev>``)."""
-    text = subprocess.run(["git", "-C", str(ROOT), "show", f"{rev}:planner/ops.py"],
-                          capture_output=True, text=True, check=True).stdout
+    """The op table at git revision ``rev`` as a module of its own (``ops_at_<rev>``):
+    ``planner/ops.py`` before the split into a package, else the ``planner/ops/`` package with
+    its ``planner.ops`` imports pointed at the copy (so no module of this tree is mixed in)."""
     name = f"ops_at_{rev.replace('-', '_').replace('~', '_').replace('^', '_')}"
     folder = Path(tempfile.mkdtemp(prefix="kernels_ab."))
-    path = folder / f"{name}.py"
-    path.write_text(text)
+    files = _git("ls-tree", "--name-only", rev, "planner/ops.py", "planner/ops/").split()
+    if "planner/ops.py" in files:
+        path = folder / f"{name}.py"
+        path.write_text(_git("show", f"{rev}:planner/ops.py"))
+    else:
+        (folder / name).mkdir()
+        for f in (f for f in files if f.endswith(".py")):
+            text = re.sub(r"\bplanner\.ops\b", name, _git("show", f"{rev}:{f}"))
+            (folder / name / Path(f).name).write_text(text)
+        path = folder / name / "__init__.py"
+    if not path.exists():
+        raise subprocess.CalledProcessError(128, ["git", "show", f"{rev}:planner/ops"],
+                                            stderr=f"no op table at {rev}")
     spec = importlib.util.spec_from_file_location(name, path)
     mod = importlib.util.module_from_spec(spec)
     sys.modules[name] = mod                      # dataclasses look their module up by name
@@ -89,7 +106,7 @@ def prepare(tool: str, args, argv):
     try:
         old = load_ops(args.base)
     except subprocess.CalledProcessError as err:
-        print(f"{tool}: no planner/ops.py at {args.base}: {err.stderr.strip()}", file=sys.stderr)
+        print(f"{tool}: no op table (planner/ops) at {args.base}: {err.stderr.strip()}", file=sys.stderr)
         return 2
     sizes = {k: getattr(args, k) for k in SIZE_FLAGS if getattr(args, k) is not None}
     try:
