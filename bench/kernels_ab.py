@@ -2,7 +2,7 @@
 
 A kernel change is judged here rather than across two bench runs: on a shared machine two runs
 minutes apart meet different loads. This process builds one zoo model and steps it in turn with
-``planner/ops.py`` as it is, with ``planner/ops.py`` as it was at ``--base`` (loaded from git
+the op table (``planner/ops``) as it is, with the op table as it was at ``--base`` (loaded from git
 into a module of its own; :data:`planner.ops.OPS` entries swapped for the step), and PyTorch
 eager (bench/kernels_bench.py's translation); one of each per round, the order reversed every
 other round, CPU time by default (``--clock``; one BLAS thread unless ``--threads``). The
@@ -69,7 +69,7 @@ SIZE_FLAGS = ("batch", "width", "depth", "image", "seq", "heads")
 def add_arguments(ap, steps: int) -> None:
     """The A/B tools' common flags: the model, ``--base``, the sizes, ``--steps``, ``--threads``."""
     ap.add_argument("model")
-    ap.add_argument("--base", required=True, help="git revision whose planner/ops.py is the baseline")
+    ap.add_argument("--base", required=True, help="git revision whose op table (planner/ops) is the baseline")
     for k in SIZE_FLAGS:
         ap.add_argument(f"--{k}", type=int, default=None)
     ap.add_argument("--steps", type=int, default=steps)
