@@ -119,7 +119,7 @@ def test_compile_with_min_cut_seeds_trains_like_eager_at_every_pick():
     fr = part.fronts[key][0]
     assert any(c.source == "min-cut" for c in fr), "the front offers min-cut partitions"
     for i, c in enumerate(fr):
-        part.trial = (key, i)
+        part.trial = {key: i}
         assert run() is c.plan
 
 
