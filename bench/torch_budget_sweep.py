@@ -130,7 +130,8 @@ def load_spec(name):
 
 def sweep(model, inputs, loss, percents=PERCENTS) -> list:
     """One row per budget: percent, budget bytes, outcome ('plan' or the refusal's line),
-    measured peak (the allocator), within (measured <= budget), replayed peak, recompute FLOPs."""
+    measured peak (the allocator), within (measured <= budget), replayed (the price: replayed
+    peak + ``tg.step_slack``), recompute FLOPs."""
     from hgraph.common.errors import InfeasibleError
     from planner.torch import front, measure
     import planner.torch as pt
@@ -307,7 +308,7 @@ def _pc(row) -> str:
 def table(name, rows) -> str:
     out = [f"### {name}", "",
            "| budget | budget B | outcome | measured peak B (allocator) | within | "
-           "replayed peak B | recompute FLOPs |", "|---:|---:|---|---:|---|---:|---:|"]
+           "price B (replay + slack) | recompute FLOPs |", "|---:|---:|---|---:|---|---:|---:|"]
     for r in rows:
         if r["outcome"] == "plan":
             out.append(f"| {_pc(r)} | {r['budget']:,} | plan | {r['measured']:,} | "
@@ -342,7 +343,8 @@ def main(argv=None) -> int:
     percents = [p if p == "min" else int(p) for p in args.percents.split(",")]
     parts = ["CPU, float64; meter: the allocator's events on the applied eager step (second "
              "run; what it allocates: parameters, buffers and the tensors it is given exist "
-             "before it); budget = percent of the keep-all step's replayed peak.", ""]
+             "before it); budget = percent of the keep-all step's price (replay + the "
+             "allocator's slack).", ""]
     for name in args.models.split(","):
         parts.append(table(name, sweep(*load_spec(name), percents)))
         print(parts[-1], flush=True)

@@ -62,8 +62,11 @@ def mean_loss(out):
     return out if out.dim() == 0 else out.mean()
 
 
-def _row(c) -> dict:
-    return dict(solver=c.plan.solver, source=c.source, step_peak=int(c.step_peak),
+def _row(c, slack: int = 0) -> dict:
+    """A candidate as ``--check`` compares it: ``step_peak`` the replay alone (its price less
+    the graph's allocator slack, ``tg.step_slack``, which the model's record says once), so a
+    file from before the slack (issue 35) compares candidate for candidate."""
+    return dict(solver=c.plan.solver, source=c.source, step_peak=int(c.step_peak) - slack,
                 recompute_flops=int(c.recompute_flops), kept=len(c.keep))
 
 
@@ -83,15 +86,16 @@ def picks(args) -> int:
             tg.fronts.clear()
             c0 = time.process_time()
             try:
-                chosen[b] = _row(front.pick(front.for_budget(tg, b), b))
+                chosen[b] = _row(front.pick(front.for_budget(tg, b), b), tg.step_slack)
             except InfeasibleError as err:
-                chosen[b] = dict(refused=int(err.min_budget_bytes))
+                chosen[b] = dict(refused=int(err.min_budget_bytes) - tg.step_slack)
             seconds[b] = round(time.process_time() - c0, 2)
         tg.fronts.clear()
         t2 = time.perf_counter()
         fr = front.front(tg)
         t3 = time.perf_counter()
-        out[name] = dict(picks=chosen, front=[_row(c) for c in fr], pick_cpu_s=seconds,
+        out[name] = dict(picks=chosen, front=[_row(c, tg.step_slack) for c in fr],
+                         step_slack=int(tg.step_slack), pick_cpu_s=seconds,
                          graph_s=round(t1 - t0, 2), front_s=round(t3 - t2, 2))
         print(f"{name}: graph {t1 - t0:.1f} s, whole front {t3 - t2:.1f} s, {len(fr)} "
               f"candidates", flush=True)

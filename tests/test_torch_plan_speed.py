@@ -61,7 +61,7 @@ def test_a_priced_candidate_is_its_partition_built_for_real(tg):
         p = planner.plan(tg.cg, budget=b, certify="off")
         c = front.measured_candidate(tg, p)
         fw, bw = front.split(c, tg.num_fwd_outputs)             # real modules, code and all
-        assert c.step_peak == measure.predict_step_peak(fw, bw)
+        assert c.step_peak == measure.predict_step_peak(fw, bw) + tg.step_slack   # issue 35
         assert c.recompute_flops == measure.recompute_flops(tg.joint, bw)
 
 
@@ -112,7 +112,8 @@ def test_graph_and_plan_for_step_show_their_stages():
     names = [line.rsplit(": ", 1)[0] for line in out.getvalue().splitlines()]
     assert names[0] == "capturing the training step (AOTAutograd trace)"
     assert names[1].startswith("the planner's graph (")
-    assert names[2:] == ["plan_for_step at 90%"]
+    assert names[2:] == ["the allocator's slack over the replay (keep-everything step)",
+                         "plan_for_step at 90%"]
     assert all(line.endswith(" s") for line in out.getvalue().splitlines())
 
 

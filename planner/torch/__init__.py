@@ -56,8 +56,17 @@ def require_torch():
 
 
 def graph(model, *inputs, loss=None, decompose: bool = True, costs: str = "flops",
-          source: str | None = None, progress: str = "auto"):
+          source: str | None = None, progress: str = "auto", measure_slack: bool = True):
     """The training step of ``model`` on ``inputs`` as a :class:`planner.torch.model_graph.TorchGraph`.
+
+    ``measure_slack``: run the keep-everything step once on a copy of ``model`` and keep on the
+    graph what the allocator measures over its replay (``tg.step_slack``: kernel scratch such
+    as convolution's im2col columns, scalars no fx node holds;
+    :func:`planner.torch.front.measured_slack`), which :func:`plan_for_step` adds to every
+    candidate's step peak, so percent budgets resolve against the measured keep-everything
+    step and ``within_budget`` is the allocator's verdict (issue 35). ``False``: replay only;
+    a step torch cannot run twice (one that writes its input) keeps 0 and says why in
+    ``tg.info["step_slack"]``.
 
     ``progress``: its stages on stderr (the trace, the planner's graph): ``"auto"`` (live on
     a terminal, nothing in a pipe or log), ``"bar"``, ``"plain"`` or ``"off"``; inside a job
@@ -66,9 +75,19 @@ def graph(model, *inputs, loss=None, decompose: bool = True, costs: str = "flops
     from hgraph.common.progress import joining
     from planner.torch.model_graph import import_model
 
-    with joining(progress):
-        return import_model(model, inputs, loss=loss, decompose=decompose, costs=costs,
-                            source=source)
+    with joining(progress) as stages:
+        tg = import_model(model, inputs, loss=loss, decompose=decompose, costs=costs,
+                          source=source)
+        if measure_slack:
+            from planner.torch import front
+
+            with stages.stage("the allocator's slack over the replay (keep-everything step)"):
+                try:
+                    tg.step_slack = front.measured_slack(tg, front.keep_all(tg)[0], model,
+                                                         inputs, loss)
+                except RuntimeError as err:     # a step that cannot run twice (writes its input)
+                    tg.info["step_slack"] = f"not measured: {str(err).splitlines()[0]}"
+        return tg
 
 
 def plan(tg, budget="100%", **options) -> Plan:

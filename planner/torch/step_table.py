@@ -32,13 +32,14 @@ def table(tg, model, inputs, loss=None, **front_kwargs) -> dict:
 
     Beside each candidate's replayed peak, the allocator's slack: the keep-everything step and
     the lowest one are run and measured by the allocator's events
-    (:func:`planner.torch.execution.metered_step`, the meter ``execute --torch`` reports), and
+    (:func:`planner.torch.front.measured_slack`, the one measure ``pt.graph`` takes too), and
     the larger excess of measured over replayed (scalars an op allocates inside, which no fx
     node holds: 8 B on examples/torch/gpt.py) is added to every candidate's price, so that a
     budget ``plan`` meets by the price is met by the allocator."""
     from planner.torch import front
 
     rows, cands = [], []
+    base = getattr(tg, "step_slack", 0)     # a graph from pt.graph prices with its slack in
     for c in front.front(tg, **front_kwargs):
         if c.source != "plan":          # a min-cut seed has no schedule to plan again
             continue
@@ -46,27 +47,19 @@ def table(tg, model, inputs, loss=None, **front_kwargs) -> dict:
         cands.append(c)
         rows.append({"solver": p.solver, "activation_budget": int(p.budget_bytes),
                      "schedule_sha1": step_front.schedule_hash(p.schedule),
-                     "step_peak": int(c.step_peak), "recompute_flops": int(c.recompute_flops),
+                     "step_peak": int(c.step_peak) - base,
+                     "recompute_flops": int(c.recompute_flops),
                      "keeps_everything": bool(front.keeps_everything(c))})
     measured = {}
     for name, i in (("keep_all", max(range(len(rows)), key=lambda i: (
             rows[i]["keeps_everything"], rows[i]["step_peak"]))),
                     ("lowest", min(range(len(rows)), key=lambda i: rows[i]["step_peak"]))):
+        over = front.measured_slack(tg, cands[i], model, inputs, loss)
         measured[name] = {"step_peak": rows[i]["step_peak"],
-                          "allocator_peak": _allocator_peak(tg, cands[i], model, inputs, loss)}
+                          "allocator_peak": rows[i]["step_peak"] + over}
     slack = max(0, *(m["allocator_peak"] - m["step_peak"] for m in measured.values()))
     return {"meter": METER, "capture": "inductor" if tg.decompose else "eager",
             "allocator_slack": int(slack), "measured": measured, "candidates": rows}
-
-
-def _allocator_peak(tg, c, model, inputs, loss) -> int:
-    """The allocator's peak of candidate ``c``'s step on a copy of ``model``."""
-    import copy
-
-    from planner.torch.execution import metered_step
-
-    return metered_step(copy.deepcopy(model), inputs, loss, set(c.keep), tg.decompose,
-                        c.plan)["peak"]
 
 
 def with_table(g, front_table: dict):
