@@ -62,7 +62,7 @@ def graph(model, *inputs, loss=None, decompose: bool = True, costs: str = "flops
     ``measure_slack``: run the keep-everything step once on a copy of ``model`` and keep on the
     graph what the allocator measures over its replay (``tg.step_slack``: kernel scratch such
     as convolution's im2col columns, scalars no fx node holds;
-    :func:`planner.torch.front.measured_slack`), which :func:`plan_for_step` adds to every
+    :func:`planner.torch.slack.measured_slack`), which :func:`plan_for_step` adds to every
     candidate's step peak, so percent budgets resolve against the measured keep-everything
     step and ``within_budget`` is the allocator's verdict (issue 35). ``False``: replay only;
     a step torch cannot run twice (one that writes its input) keeps 0 and says why in
@@ -79,11 +79,11 @@ def graph(model, *inputs, loss=None, decompose: bool = True, costs: str = "flops
         tg = import_model(model, inputs, loss=loss, decompose=decompose, costs=costs,
                           source=source)
         if measure_slack:
-            from planner.torch import front
+            from planner.torch import front, slack
 
             with stages.stage("the allocator's slack over the replay (keep-everything step)"):
                 try:
-                    tg.step_slack = front.measured_slack(tg, front.keep_all(tg)[0], model,
+                    tg.step_slack = slack.measured_slack(tg, front.keep_all(tg)[0], model,
                                                          inputs, loss)
                 except RuntimeError as err:     # a step that cannot run twice (writes its input)
                     tg.info["step_slack"] = f"not measured: {str(err).splitlines()[0]}"

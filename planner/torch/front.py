@@ -40,7 +40,7 @@ from planner.options import SolverLimits
 from planner.torch import measure
 from planner.torch.partition import keep_names, partition
 
-__all__ = ["Candidate", "front", "for_budget", "covers", "keep_all", "keeps_everything", "choose", "measured_candidate", "measured_slack",
+__all__ = ["Candidate", "front", "for_budget", "covers", "keep_all", "keeps_everything", "choose", "measured_candidate",
            "seeded_candidate", "split", "union", "resolve_step_budget",
            "pick", "POINTS", "SOLVERS", "EXACT_MAX_LOWER_SETS", "LOWEST"]
 
@@ -99,7 +99,7 @@ def seeded_candidate(tg, keep, label: str) -> Candidate:
 
 def _measured(c: Candidate, num_fwd_outputs: int, slack: int = 0) -> Candidate:
     """``c`` with its partition's replayed step peak plus ``slack`` (the graph's allocator
-    slack, :func:`measured_slack`) and recomputed FLOPs.
+    slack, :func:`planner.torch.slack.measured_slack`) and recomputed FLOPs.
 
     Pricing reads the partition's graphs only, so they are built without their Python code
     (:func:`_graphs_only`); the candidate picked is split again, for real, by whoever runs it
@@ -108,24 +108,6 @@ def _measured(c: Candidate, num_fwd_outputs: int, slack: int = 0) -> Candidate:
         fw, bw = split(c, num_fwd_outputs)
     return dataclasses.replace(c, step_peak=measure.predict_step_peak(fw, bw) + int(slack),
                                recompute_flops=measure.recompute_flops(c.joint, bw))
-
-
-def measured_slack(tg, c: Candidate, model, inputs, loss=None) -> int:
-    """Bytes the allocator measures over candidate ``c``'s replayed peak (0 if none): its step
-    run on a copy of ``model`` (:func:`planner.torch.execution.metered_step`, the meter
-    ``execute --torch`` and the apply sweep report). The replay prices the tensors ops return;
-    this is what it misses: memory a kernel allocates inside (float64 convolution's im2col
-    columns in ``aten::_slow_conv2d_backward``) and scalars no fx node holds (8 B on
-    examples/torch/gpt.py). ``c.step_peak`` may already hold ``tg.step_slack``; it is taken off."""
-    import copy
-
-    from planner.torch.execution import metered_step
-
-    replayed = c.step_peak - getattr(tg, "step_slack", 0)
-    mine = tuple(copy.deepcopy(x) for x in inputs)      # a step may write its inputs
-    peak = metered_step(copy.deepcopy(model), mine, loss, set(c.keep), tg.decompose,
-                        c.plan)["peak"]
-    return max(0, int(peak) - int(replayed))
 
 
 @contextmanager

@@ -62,7 +62,7 @@ class TorchGraph:
     #: computed once, every later budget is picked from them.
     fronts: dict = field(default_factory=dict, repr=False, compare=False)
     #: Bytes the allocator measures over the replay (kernel scratch, scalars no fx node holds),
-    #: added to every candidate's step peak (:func:`planner.torch.front.measured_slack`);
+    #: added to every candidate's step peak (:func:`planner.torch.slack.measured_slack`);
     #: :func:`planner.torch.graph` measures it on the keep-everything step, 0 when not measured.
     step_slack: int = 0
 

@@ -32,11 +32,11 @@ def table(tg, model, inputs, loss=None, **front_kwargs) -> dict:
 
     Beside each candidate's replayed peak, the allocator's slack: the keep-everything step and
     the lowest one are run and measured by the allocator's events
-    (:func:`planner.torch.front.measured_slack`, the one measure ``pt.graph`` takes too), and
+    (:func:`planner.torch.slack.measured_slack`, the one measure ``pt.graph`` takes too), and
     the larger excess of measured over replayed (scalars an op allocates inside, which no fx
     node holds: 8 B on examples/torch/gpt.py) is added to every candidate's price, so that a
     budget ``plan`` meets by the price is met by the allocator."""
-    from planner.torch import front
+    from planner.torch import front, slack
 
     rows, cands = [], []
     base = getattr(tg, "step_slack", 0)     # a graph from pt.graph prices with its slack in
@@ -54,7 +54,7 @@ def table(tg, model, inputs, loss=None, **front_kwargs) -> dict:
     for name, i in (("keep_all", max(range(len(rows)), key=lambda i: (
             rows[i]["keeps_everything"], rows[i]["step_peak"]))),
                     ("lowest", min(range(len(rows)), key=lambda i: rows[i]["step_peak"]))):
-        over = front.measured_slack(tg, cands[i], model, inputs, loss)
+        over = slack.measured_slack(tg, cands[i], model, inputs, loss)
         measured[name] = {"step_peak": rows[i]["step_peak"],
                           "allocator_peak": rows[i]["step_peak"] + over}
     slack = max(0, *(m["allocator_peak"] - m["step_peak"] for m in measured.values()))
