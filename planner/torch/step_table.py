@@ -57,9 +57,9 @@ def table(tg, model, inputs, loss=None, **front_kwargs) -> dict:
         over = slack.measured_slack(tg, cands[i], model, inputs, loss)
         measured[name] = {"step_peak": rows[i]["step_peak"],
                           "allocator_peak": rows[i]["step_peak"] + over}
-    slack = max(0, *(m["allocator_peak"] - m["step_peak"] for m in measured.values()))
+    excess = max(0, *(m["allocator_peak"] - m["step_peak"] for m in measured.values()))
     return {"meter": METER, "capture": "inductor" if tg.decompose else "eager",
-            "allocator_slack": int(slack), "measured": measured, "candidates": rows}
+            "allocator_slack": int(excess), "measured": measured, "candidates": rows}
 
 
 def with_table(g, front_table: dict):
