@@ -45,9 +45,9 @@ import numpy as np
 from hgraph.common.errors import HGraphError
 from hgraph.common.formatting import format_bytes
 from hgraph.common.progress import current as current_progress
-from planner import cg, report as report_mod, search, simulate
+from planner import cg, report as report_mod, search, simulate, sliced
 from planner.activation_graph import ActivationGraph
-from planner.analyses.engine import EngineOptions
+from planner.analyses.engine import EngineOptions, session as engine_session
 from planner.analyses.levels import levels
 from planner.budget import Budget
 from planner.dp.subsets import groups_to_chain
@@ -408,8 +408,11 @@ def _emit_and_replay(a: Analysis, decision: Decision, check: bool) -> tuple:
     if decision.keep is None and a.baseline_schedule is not None and key in a.emitted:
         return a.emitted[key]
     with current_progress().stage("schedule and replay"):
-        schedule = emit_decision(a.g, decision, a.ir)
-        sim = simulate.replay(a.g, schedule, check=check)
+        if sliced.applies(a.ir.n, decision):      # the same schedule, a slice at a time
+            schedule, sim = sliced.emit_and_replay(a.g, decision.stage, a.ir, check=check)
+        else:
+            schedule = emit_decision(a.g, decision, a.ir)
+            sim = simulate.replay(a.g, schedule, check=check)
     if sim.violations:
         raise HGraphError(f"internal error: the emitted schedule fails the simulator: "
                           f"{sim.violations[0]}")
@@ -448,8 +451,9 @@ def plan(graph_or_path, budget="100%", *, solver: str = "approx", strategy: str 
     activations of any other; ``"activations"``): what the budget counts, the units (bytes or
     the reference's scaled ints) and the replay's validity check.
     """
-    return Planning(graph_or_path, solver=solver, strategy=strategy, engine=engine,
-                    limits=limits, certify=certify, accounting=accounting).at(budget)
+    with engine_session(engine):         # the engine stages share their workers
+        return Planning(graph_or_path, solver=solver, strategy=strategy, engine=engine,
+                        limits=limits, certify=certify, accounting=accounting).at(budget)
 
 
 class Planning:

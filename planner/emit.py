@@ -56,7 +56,8 @@ from planner.arrays import ranges
 from planner.cg import TAGS
 from planner.schedule import Op, Schedule
 
-__all__ = ["normalize_chain", "groups_of_chain", "emit", "emit_groups", "topsor", "hoist_forgets"]
+__all__ = ["normalize_chain", "groups_of_chain", "emit", "emit_groups", "emit_pieces", "topsor",
+           "hoist_forgets", "hoist_piece"]
 
 
 def normalize_chain(ag: ActivationGraph, chain) -> list:
@@ -120,6 +121,51 @@ def emit_groups(g, groups: np.ndarray, ag: ActivationGraph | None = None,
     return Schedule(ops)
 
 
+def emit_pieces(g, groups: np.ndarray, ag: ActivationGraph, slices):
+    """:func:`emit_groups`'s ops before the hoisting, in pieces (lists of ops): the forward
+    phase of each slice of blocks ``(b0, b1)`` in order, then the backward phase of each in
+    reverse — concatenated, the whole emission's ops. Why: a piece needs only what crosses
+    into it (the live values and gradients, the backward blocks already run: the emitter's
+    sets, handed from piece to piece) and its slice's tables (read on demand, dropped with
+    the slice), so the driver never holds the whole op list nor a Python object per node
+    (:mod:`planner.sliced`, bench/NOTES_scale.md)."""
+    e = _Emitter(g, np.asarray(groups, dtype=np.int64), ag, None, lazy=True)
+    for b0, b1 in slices:
+        e.tables(b0, b1)
+        e.forward(b0, b1)
+        yield e.take()
+    for b0, b1 in reversed(slices):
+        e.tables(b0, b1)
+        for i in range(b1 - 1, b0 - 1, -1):
+            e.recompute(i, None)
+            e.backwards(i)
+            e.forget(i, None)
+        yield e.take()
+
+
+class _Lazy(dict):
+    """A table read like the list ``arr.tolist()``, filled on first read: the sliced
+    emission's (a slice reads a few thousand nodes' entries, not the graph's)."""
+
+    def __init__(self, arr: np.ndarray):
+        super().__init__()
+        self.arr = arr
+
+    def __missing__(self, i):
+        v = self[i] = self.arr[i].item()
+        return v
+
+
+class _Slices:
+    """A CSR column read like its list by slices (``out_var[a:b]``), made on each read."""
+
+    def __init__(self, arr: np.ndarray):
+        self.arr = arr
+
+    def __getitem__(self, s) -> list:
+        return self.arr[s].tolist()
+
+
 class _Emitter:
     """One emission of :func:`emit_groups`: the per-node numbers of the chain (computed once,
     as lists for the loops) and what is live, then the forward pass and each backward block's
@@ -128,12 +174,12 @@ class _Emitter:
     Why a class: the steps share a dozen per-node tables and the live sets; one function held
     them all in 147 lines."""
 
-    def __init__(self, g, grp, ag, keep):
+    def __init__(self, g, grp, ag, keep, lazy: bool = False):
         n = ag.n
         self.k = k = int(grp.max(initial=-1)) + 1
         self.nf = nf = g.num_forward
         node_of_var = ag.node_of_var
-        self.ag, self.var = ag, ag.var.tolist()
+        self.ag, self.lazy = ag, lazy
         src, dst = ag.src, ag.dst
         # per node: the latest block among successors, the earliest among predecessors
         max_succ = np.full(n, -1, np.int64)
@@ -145,47 +191,79 @@ class _Emitter:
         topo_pos = np.empty(nf, dtype=np.int64)
         topo_pos[order] = np.arange(nf)
         node_of_func = node_of_var[g.forward_output]
-        fgrp = grp[node_of_func]
+        self.fgrp = fgrp = grp[node_of_func]
         self.sorted_f = order[np.argsort(fgrp[order], kind="stable")]
         self.fb = np.searchsorted(fgrp[self.sorted_f], np.arange(k + 1))
         self.by_node = np.argsort(grp, kind="stable")           # id order inside a block
         self.nb = np.searchsorted(grp[self.by_node], np.arange(k + 1))
-        # blocks that may run in group i: consumers of Vi nodes and producers of Vi nodes
-        self.cand = cand = [set() for _ in range(k)]
-        for f in range(nf):
-            cand[fgrp[f]].add(f)
-        for a_node, y_node in zip(src.tolist(), ag.func[dst].tolist()):
-            cand[grp[a_node]].add(y_node)
+        # the edges by their source's block: the consumers a block's backward may run
+        self.by_src = np.argsort(grp[src], kind="stable")
+        self.eb = np.searchsorted(grp[src][self.by_src], np.arange(k + 1))
+        self.edge_func = ag.func[dst]
         self.succ_ptr, self.succ_idx = ag.succ_indptr, ag.succ_indices
-        self.grp_l = grp.tolist()
-        self.min_pred_l = min_pred.tolist()
         self.staged = keep is not None
+        cols = g.columns
+        has_output_tag = np.bincount(cols.in_block[cols.in_tag == TAGS.index("output")],
+                                     minlength=2 * nf)[nf:] > 0
+        fwd_keep = ckpt
         if self.staged:
             kept = np.zeros(n, bool)
             kept[np.asarray(keep, np.int64)] = True
-            self.fwd_keep = (ckpt | kept).tolist()
+            fwd_keep = ckpt | kept
             self.kept_l = kept.tolist()
+        # the per-node and per-function tables the loops read: whole lists, or (lazy: the
+        # sliced emission) dicts filled on first read and dropped with each slice
+        self._arrays = dict(var=ag.var, grp_l=grp, min_pred_l=min_pred, nfunc=node_of_func,
+                            nvar=node_of_var, act=g.is_activation, tpos=topo_pos,
+                            keeps=fwd_keep, has_output_tag=has_output_tag,
+                            out_ptr=cols.out_ptr)
+        self._out_var = cols.out_var
+        self.tables()
         self.ops = []
         self.live = set()
-        self.nfunc = node_of_func.tolist()
-        self.nvar = node_of_var.tolist()
-        self.act = g.is_activation.tolist()
-        self.tpos = topo_pos.tolist()
-        self.ck = ckpt.tolist()
-        cols = g.columns
-        self.ran = [False] * nf
-        self.has_output_tag = (np.bincount(cols.in_block[cols.in_tag == TAGS.index("output")],
-                                           minlength=2 * nf)[nf:] > 0).tolist()
-        self.out_var, self.out_ptr = cols.out_var.tolist(), cols.out_ptr.tolist()
+        self.ran = bytearray(nf)
         self.upper = set()           # live forward values of nodes in blocks ≥ i
         self.glive = set()           # nodes whose gradient is live
 
-    def forward(self):
-        """The forward phase: each block's functions, then its non-checkpoints forgotten."""
+    def tables(self, b0: int = 0, b1: int | None = None) -> None:
+        """The tables for blocks ``b0 … b1 − 1``: the whole lists once (not lazy), or fresh
+        lazy dicts (the sliced emission: what a slice reads, ~its own nodes, so the driver
+        never holds a Python object per node of the graph); and ``cand``, the backward blocks
+        that may run in each of those blocks (consumers and producers of its nodes)."""
+        b1 = self.k if b1 is None else b1
+        if self.lazy:
+            for name, arr in self._arrays.items():
+                setattr(self, name, _Lazy(arr))
+            self.out_var = _Slices(self._out_var)
+        elif not hasattr(self, "var"):
+            for name, arr in self._arrays.items():
+                setattr(self, name, arr.tolist())
+            self.out_var = self._out_var.tolist()
+        self.cand = cand = {i: set() for i in range(b0, b1)}
+        fs = self.sorted_f[self.fb[b0]:self.fb[b1]]
+        for i, f in zip(self.fgrp[fs].tolist(), fs.tolist()):
+            cand[i].add(f)
+        es = self.by_src[self.eb[b0]:self.eb[b1]]
+        for i, y in zip(self.grp_of_src(es), self.edge_func[es].tolist()):
+            cand[i].add(y)
+
+    def take(self) -> list:
+        """The ops emitted since the last take (a piece of the schedule)."""
+        ops, self.ops = self.ops, []
+        return ops
+
+    def grp_of_src(self, es) -> list:
+        """The block of the source of each edge in ``es``."""
+        return self._arrays["grp_l"][self.ag.src[es]].tolist()
+
+    def forward(self, b0: int = 0, b1: int | None = None):
+        """The forward phase of blocks ``b0 … b1 − 1`` (all by default): each block's
+        functions, then its non-checkpoints forgotten."""
+        b1 = self.k if b1 is None else b1
         append, live, var, nfunc = self.ops.append, self.live, self.var, self.nfunc
-        keeps = self.fwd_keep if self.staged else self.ck
+        keeps = self.keeps
         sorted_f, fb, by_node, nb = self.sorted_f, self.fb, self.by_node, self.nb
-        for i in range(self.k):
+        for i in range(b0, b1):
             for f in sorted_f[fb[i]:fb[i + 1]].tolist():
                 append(Op("compute", f))
                 live.add(nfunc[f])
@@ -193,7 +271,7 @@ class _Emitter:
                 if not keeps[v] and v in live:
                     append(Op("forget", var[v], (), "forward"))
                     live.discard(v)
-        if self.staged:             # checkpoints the stages do not keep: freed after the forward
+        if self.staged and b1 == self.k:   # checkpoints the stages do not keep: freed after it
             for v in sorted(live):
                 if not self.kept_l[v]:
                     append(Op("forget", var[v], (), "forward"))
@@ -324,39 +402,83 @@ def hoist_forgets(g, ops: list) -> list:
     Equivalent to the reference's bubbling walk, vectorised: a forget lands right after its
     anchor compute (or at the front), and forgets sharing an anchor end up in reverse order.
     The anchor is found by one ``searchsorted`` of every forget's (key, position) among the
-    computes' touches — a key is a var, or var + N for a gradient.
+    computes' touches — a key is a var, or var + N for a gradient (:func:`_anchors`).
     """
-    nf, n, cols = g.num_forward, g.num_vars, g.columns
-    nops = len(ops)
-    if nops == 0:
+    if not ops:
         return []
-    is_c = np.fromiter((op.kind == "compute" for op in ops), bool, nops)
-    index = np.fromiter((op.index for op in ops), np.int64, nops)
-    cpos = np.flatnonzero(is_c)
-    fpos = np.flatnonzero(~is_c)
-    f = index[cpos]
-    # touches: every input of a compute, a forward compute's output, a backward one's grads
-    keys = cols.in_var + np.where(cols.in_grad, n, 0)
-    cnt = cols.k[f]
-    first = ranges(cols.in_ptr[f], cnt)
-    t_key = [keys[first], cols.out_var[cols.out_ptr[f[f < nf]]]]
-    t_pos = [np.repeat(cpos, cnt), cpos[f < nf]]
-    bpos = cpos[f >= nf]
-    grads = [ops[i].grads for i in bpos.tolist()]
-    glen = np.fromiter(map(len, grads), np.int64, len(grads))
-    j = np.fromiter((x for gr in grads for x in gr), np.int64, int(glen.sum()))
-    t_key.append(cols.out_var[np.repeat(cols.out_ptr[index[bpos]], glen) + j] + n)
-    t_pos.append(np.repeat(bpos, glen))
-    span = nops + 1
-    touch = np.sort(np.concatenate(t_key) * span + np.concatenate(t_pos))
-    which_bwd = np.fromiter((ops[i].which == "backward" for i in fpos.tolist()), bool, fpos.size)
-    q_key = index[fpos] + np.where(which_bwd, n, 0)
-    at = np.searchsorted(touch, q_key * span + fpos) - 1
-    hit = (at >= 0) & (touch[np.maximum(at, 0)] // span == q_key)
-    ordinal = np.cumsum(is_c) - 1                  # computes up to each op, minus one
-    group = np.empty(nops, np.int64)
-    group[cpos] = ordinal[cpos] + 1
-    group[fpos] = np.where(hit, ordinal[touch[np.maximum(at, 0)] % span] + 1, 0)
-    # each group: its compute, then its forgets last-first
-    order = np.lexsort((np.where(is_c, 0, -np.arange(nops)), ~is_c, group))
-    return [ops[i] for i in order.tolist()]
+    h = _anchors(g, ops)
+    return [ops[i] for i in h.order(np.ones(len(ops), bool)).tolist()]
+
+
+def hoist_piece(g, ops: list, last_touch: np.ndarray, line0: int):
+    """:func:`hoist_forgets` of one piece of a schedule whose earlier pieces are written:
+    ``(ops, moved)``. A forget whose anchor is in the piece lands as there; one whose value
+    was last touched in an earlier piece leaves it: ``moved`` holds those, as three arrays
+    (anchor line, position in the piece, key: var, + N for a gradient), the anchor line read
+    from ``last_touch``
+    (per key, the output line of its last touching compute so far; −1: the front), which
+    is then updated with this piece's computes (their lines from ``line0``). The pieces'
+    lines with the moved forgets put back after their anchors, each anchor's latest first,
+    are :func:`hoist_forgets` of the whole (planner/sliced.py; tests/test_sliced.py)."""
+    empty = np.zeros(0, np.int64)
+    if not ops:
+        return [], (empty, empty, empty)
+    h = _anchors(g, ops)
+    order = h.order(h.hit | h.is_c)
+    cross = h.fpos[~h.hit[h.fpos]]
+    moved = (last_touch[h.key[cross]], cross, h.key[cross])
+    line = np.empty(len(ops), np.int64)
+    line[order] = line0 + np.arange(order.size)
+    if h.touch.size:
+        last = np.r_[h.touch[1:] // h.span != h.touch[:-1] // h.span, True]
+        last_touch[h.touch[last] // h.span] = line[h.touch[last] % h.span]
+    return [ops[i] for i in order.tolist()], moved
+
+
+class _anchors:
+    """Every op's anchor for the forget hoisting: ``is_c`` (a compute), ``key`` (a forget's
+    var, + N for a gradient), ``hit`` (a forget with a touching compute before it),
+    ``group`` (a compute's ordinal + 1; a forget's anchor's, 0 without one) and the sorted
+    touches (``key * span + position``), which :meth:`order` sorts the ops by."""
+
+    def __init__(self, g, ops: list):
+        nf, n, cols = g.num_forward, g.num_vars, g.columns
+        nops = len(ops)
+        self.is_c = is_c = np.fromiter((op.kind == "compute" for op in ops), bool, nops)
+        index = np.fromiter((op.index for op in ops), np.int64, nops)
+        cpos = np.flatnonzero(is_c)
+        self.fpos = fpos = np.flatnonzero(~is_c)
+        f = index[cpos]
+        # touches: every input of a compute, a forward compute's output, a backward one's grads
+        keys = cols.in_var + np.where(cols.in_grad, n, 0)
+        cnt = cols.k[f]
+        first = ranges(cols.in_ptr[f], cnt)
+        t_key = [keys[first], cols.out_var[cols.out_ptr[f[f < nf]]]]
+        t_pos = [np.repeat(cpos, cnt), cpos[f < nf]]
+        bpos = cpos[f >= nf]
+        grads = [ops[i].grads for i in bpos.tolist()]
+        glen = np.fromiter(map(len, grads), np.int64, len(grads))
+        j = np.fromiter((x for gr in grads for x in gr), np.int64, int(glen.sum()))
+        t_key.append(cols.out_var[np.repeat(cols.out_ptr[index[bpos]], glen) + j] + n)
+        t_pos.append(np.repeat(bpos, glen))
+        self.span = span = nops + 1
+        self.touch = touch = np.sort(np.concatenate(t_key) * span + np.concatenate(t_pos))
+        which_bwd = np.fromiter((ops[i].which == "backward" for i in fpos.tolist()), bool,
+                                fpos.size)
+        self.key = key = np.zeros(nops, np.int64)
+        key[fpos] = index[fpos] + np.where(which_bwd, n, 0)
+        at = np.searchsorted(touch, key[fpos] * span + fpos) - 1
+        hit = (at >= 0) & (touch[np.maximum(at, 0)] // span == key[fpos])
+        self.hit = np.zeros(nops, bool)
+        self.hit[fpos] = hit
+        ordinal = np.cumsum(is_c) - 1                  # computes up to each op, minus one
+        self.group = group = np.empty(nops, np.int64)
+        group[cpos] = ordinal[cpos] + 1
+        group[fpos] = np.where(hit, ordinal[touch[np.maximum(at, 0)] % span] + 1, 0)
+
+    def order(self, keep: np.ndarray) -> np.ndarray:
+        """The positions of the ops ``keep`` selects, hoisted: each group its compute, then
+        its forgets last-first."""
+        pos = np.flatnonzero(keep)
+        is_c = self.is_c[pos]
+        return pos[np.lexsort((np.where(is_c, 0, -pos), ~is_c, self.group[pos]))]

@@ -25,7 +25,7 @@ from typing import NamedTuple
 from hgraph.common.errors import InputError
 from hgraph.common.fileio import write_text
 
-__all__ = ["Op", "Schedule", "compute", "forget"]
+__all__ = ["Op", "Schedule", "ScheduleFile", "compute", "forget"]
 
 
 class Op(NamedTuple):
@@ -123,6 +123,41 @@ class Schedule:
             return
         for lo in range(0, len(self.ops), ops):
             yield "".join(op.line() + "\n" for op in self.ops[lo:lo + ops])
+
+    def write(self, path) -> None:
+        write_text(path, self.chunks())
+
+
+class ScheduleFile:
+    """A schedule kept in a text file (the sliced emission's, :mod:`planner.sliced`): read
+    like a :class:`Schedule` (``ops``, ``len``, iteration, :meth:`chunks`, :meth:`write`)
+    without its op list in memory — a 10^6-activation plan's ~5·10^6 ops were ~600 MB of the
+    driver (bench/NOTES_scale.md). ``ops`` reads the file when asked (small uses: tests,
+    ``--execute``); :meth:`write` copies it in pieces through the one writer."""
+
+    impossible = False
+
+    def __init__(self, path, count: int):
+        self.path, self.count = str(path), int(count)
+
+    def __len__(self) -> int:
+        return self.count
+
+    @property
+    def ops(self) -> list:
+        return Schedule.read(self.path).ops
+
+    def __iter__(self):
+        return iter(self.ops)
+
+    def chunks(self, size: int = 1 << 20):
+        """The text in pieces of ``size`` characters."""
+        with open(self.path, encoding="utf-8") as fh:
+            while piece := fh.read(size):
+                yield piece
+
+    def dumps(self) -> str:
+        return "".join(self.chunks())
 
     def write(self, path) -> None:
         write_text(path, self.chunks())

@@ -87,7 +87,9 @@ def replay(g, schedule, mode: str = "reference", check: bool = True) -> SimResul
     """Replay ``schedule`` (a :class:`planner.schedule.Schedule` or list of ops) on graph ``g``."""
     if mode not in ("reference", "exact"):
         raise ValueError(f"mode must be 'reference' or 'exact', got {mode!r}")
-    ops = schedule.ops if hasattr(schedule, "ops") else list(schedule)
+    # a sized iterable (the sliced emission's stream) is walked as it comes, never listed
+    ops = schedule.ops if hasattr(schedule, "ops") else \
+        schedule if hasattr(schedule, "__len__") else list(schedule)
     res = SimResult(forward_cost=int(g.forward_costs.sum()),
                     param_bytes=int(g.var_bytes[~g.is_activation].sum()))
     if getattr(schedule, "impossible", False):
