@@ -3,6 +3,9 @@
     import hgraph
     g = hgraph.Graph.from_edges(src, dst, weights)
     result = hgraph.run(program, g, hgraph.EngineOptions(tasks=4))   # see hgraph.api.run
+    with hgraph.Session(hgraph.EngineOptions(tasks=4)) as s:         # workers across runs,
+        s.run(program, g, keep="x", gather=False)                    # values left on them:
+        s.run(other, g, inputs=("x",))                               # see hgraph.session
 
 The names below are loaded on first use (a module ``__getattr__``), so ``import
 hgraph.common.errors`` or ``hgraph.common.fileio`` (:mod:`hgraph.common`: what the engine, the
@@ -19,7 +22,8 @@ _LAZY = {
     "exact_sum": "hgraph.exactsum",
     "EngineOptions": "hgraph.options",
     "Graph": "hgraph.graph",
-    "Result": "hgraph.api",
+    "Result": "hgraph.result",
+    "Session": "hgraph.session",
     "run": "hgraph.api",
     "Update": "hgraph.program",
     "VertexProgram": "hgraph.program",

@@ -1,44 +1,19 @@
-"""The driver API: :func:`run` a vertex program on a graph and get a :class:`Result`."""
+"""The driver API: :func:`run` a vertex program on a graph and get a :class:`Result`.
+
+One run is a one-run :class:`hgraph.session.Session`: the workers start, run the program and
+end. A caller with several programs in a row opens the session itself and keeps the workers
+(and, if it likes, their values) across the runs.
+"""
 
 from __future__ import annotations
 
-import shutil
-import warnings
-from dataclasses import dataclass, field
 from typing import Any, Callable
 
-import numpy as np
-
-from hgraph.common.errors import HGraphError, Notice
-from hgraph.master import MODES, Master
 from hgraph.options import EngineOptions
-from hgraph.partition import Partition
-from hgraph.runtime import RUNTIMES, create, task_limit
+from hgraph.result import Result
+from hgraph.session import Session
 
-
-@dataclass
-class Result:
-    """What :func:`run` returns.
-
-    ``values``: ndarray ``(n, *value_shape)`` in vertex-id order; ``stats``: one dict per
-    superstep (``superstep``, ``mode``, ``active``, ``messages``, ``bytes`` across workers,
-    ``seconds``, plus the counters the cost model uses); ``aggregates``: the aggregators' final
-    values; ``supersteps``: how many ran; ``failures``: one dict per lost worker (``superstep``,
-    ``worker``, ``recovery_seconds``); ``switches``: mode changes made by hybrid mode.
-    """
-
-    values: np.ndarray
-    stats: list[dict]
-    aggregates: dict[str, Any] = field(default_factory=dict)
-    supersteps: int = 0
-    failures: list[dict] = field(default_factory=list)
-    switches: int = 0
-    checkpoint_dir: str | None = None
-
-    @property
-    def total_bytes(self) -> int:
-        """Bytes that crossed workers over the whole run."""
-        return int(sum(row["bytes"] for row in self.stats))
+__all__ = ["Result", "run"]
 
 
 def run(program, graph, engine: EngineOptions | None = None, *,
@@ -84,50 +59,5 @@ def run(program, graph, engine: EngineOptions | None = None, *,
     >>> [row["bytes"] for row in result.stats]   # bytes that crossed workers per superstep
     [116, 0, 0]
     """
-    e = engine if engine is not None else EngineOptions()
-    _check(e)
-    checkpoint_dir = e.checkpoint_dir
-    partition = _partition(graph, int(e.tasks), int(e.blocks), e.runtime, e.address)
-    rt = create(e.runtime, program, partition, address=e.address, timeout=e.timeout)
-    master = None
-    try:
-        master = Master(program, partition, rt, mode=e.mode, max_supersteps=max_supersteps,
-                        checkpoint_every=e.checkpoint_every, checkpoint_dir=checkpoint_dir,
-                        inject_failure=e.inject_failure, progress=progress,
-                        max_recoveries=int(e.max_recoveries))
-        values, stats, aggregates, supersteps, switcher = master.run()
-    finally:
-        rt.close()
-        if checkpoint_dir is None and master is not None and master.checkpoint_dir is not None:
-            # A temporary run directory is the job's own business: gone once the job has ended,
-            # failed or not.
-            shutil.rmtree(master.checkpoint_dir, ignore_errors=True)
-    return Result(values=values, stats=stats, aggregates=aggregates, supersteps=supersteps,
-                  failures=master.failures, switches=switcher.switches if switcher else 0,
-                  checkpoint_dir=None if checkpoint_dir is None else master.checkpoint_dir)
-
-
-def _check(e: EngineOptions) -> None:
-    """One line for an option no run can take, before any worker starts."""
-    if e.mode not in MODES:
-        raise HGraphError(f"mode must be one of {', '.join(MODES)}, got {e.mode!r}")
-    if e.runtime not in RUNTIMES:
-        raise HGraphError(f"runtime must be one of {', '.join(RUNTIMES)}, got {e.runtime!r}")
-    if int(e.max_recoveries) < 0:
-        raise HGraphError(f"max_recoveries must be >= 0, got {e.max_recoveries}")
-    if int(e.tasks) < 1 or int(e.blocks) < 1:
-        raise HGraphError(f"tasks and blocks must be >= 1, got tasks={e.tasks}, "
-                          f"blocks={e.blocks}")
-
-
-def _partition(graph, tasks: int, blocks: int, runtime: str, address: str | None) -> Partition:
-    """The partition for ``tasks`` cut to what ``runtime`` and the graph can use (a Notice
-    names the cut and why: the result does not depend on it)."""
-    limit = task_limit(runtime, address=address)
-    partition = Partition(graph, tasks=min(tasks, limit[0]) if limit else tasks, blocks=blocks)
-    if partition.tasks < tasks:
-        why = (limit[1] if limit and partition.tasks == limit[0] else
-               f"at most one task per vertex (the graph has {graph.n:,})")
-        warnings.warn(Notice(f"running {partition.tasks:,} tasks, not the {tasks:,} asked for: "
-                             f"{why}; the results are the same for any number"), stacklevel=3)
-    return partition
+    with Session(engine) as session:
+        return session.run(program, graph, max_supersteps=max_supersteps, progress=progress)

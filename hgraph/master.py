@@ -60,7 +60,10 @@ class Master:
     def __init__(self, program, partition, runtime, *, mode: str = "hybrid",
                  max_supersteps: int | None = None, checkpoint_every: int | None = None,
                  checkpoint_dir=None, inject_failure: int | None = None,
-                 progress: Callable[[dict], Any] | None = None, max_recoveries: int = 3):
+                 progress: Callable[[dict], Any] | None = None, max_recoveries: int = 3,
+                 keep: bool = False):
+        """``keep``: the run's values stay on the workers and :meth:`run` returns one handle
+        a task (:meth:`runtime.handles`) in their place."""
         if mode not in MODES:
             raise HGraphError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
         limits = [m for m in (max_supersteps, getattr(program, "max_supersteps", None)) if m is not None]
@@ -83,6 +86,7 @@ class Master:
             self.store = CheckpointStore(directory)
         self.checkpoint_dir = None if self.store is None else str(self.store.directory)
         self.max_recoveries = max_recoveries
+        self.keep = keep
         self.failures: list[dict] = []
 
     # ------------------------------------------------------------------ the loop
@@ -147,13 +151,15 @@ class Master:
                 if done:
                     break
             try:
-                parts = self.runtime.values()
+                parts = self.runtime.handles() if self.keep else self.runtime.values()
             except WorkerLost as lost:
                 # Lost while handing over the results: replay from the last checkpoint.
                 superstep, aggregates, inbound, stats = self._recover(lost, superstep, switcher,
                                                                       time.perf_counter())
                 pending_failure = self.failures[-1]
                 continue
+            if self.keep:
+                return parts, stats, aggregates, superstep, switcher
             values = np.concatenate(parts, axis=0) if tasks else np.empty(0)
             return values, stats, aggregates, superstep, switcher
 

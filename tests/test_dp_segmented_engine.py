@@ -126,15 +126,27 @@ def test_segmented_plan_is_the_same_for_1_2_4_workers_local_and_ray(monkeypatch,
     import planner
     from planner.dp import segmented_engine as se
 
+    from hgraph.runtime import ray_actors
+    from hgraph.session import Session
+
     monkeypatch.setattr(se, "SEGMENTED_LIMIT", 1000)
     cg = synth.build_cnn(blocks=synth.cnn_blocks_for_nodes(3000))     # scale path
+    started, runs = [], []
+    start, run = ray_actors.RayRuntime.__init__, Session.run
+    monkeypatch.setattr(ray_actors.RayRuntime, "__init__",
+                        lambda rt, *a, **k: (started.append(1), start(rt, *a, **k))[1])
+    monkeypatch.setattr(Session, "run", lambda s, *a, **k: (runs.append(1), run(s, *a, **k))[1])
     hashes = {}
     for tasks, runtime in ((1, "local"), (2, "local"), (4, "local"), (4, "ray")):
+        runs.clear()
         p = planner.plan(cg, budget="40%", certify="off",
                          engine=planner.EngineOptions(tasks=tasks, runtime=runtime))
         assert p.report["dp_segmented"]["segments"] > 1
         hashes[(tasks, runtime)] = _plan_hash(p)
     assert len(set(hashes.values())) == 1, hashes
+    # the plan's engine stages (levels, separators, statistics' two runs, the DP) ran on one
+    # session: its actors started once
+    assert len(runs) >= 5 and len(started) == 1, (len(runs), len(started))
     # a worker killed at superstep 1 of every engine run — in the DP's scan, the actor that
     # walked the second block's segments in superstep 0 — changes nothing
     hurt = planner.EngineOptions(tasks=2, runtime="ray", checkpoint_every=1, inject_failure=1)

@@ -3,27 +3,44 @@
 It runs exactly the code a Ray actor runs (:class:`hgraph.worker.Worker`), one task after the
 other, so the in-process run is the reference every other runtime must reproduce bit for bit.
 A worker "failure" (``inject_failure``) discards the worker object and its state; the master
-then recovers it from the last checkpoint as it would a dead actor.
+then recovers it from the last checkpoint as it would a dead actor. Kept columns
+(:class:`hgraph.session.Session`) are the arrays themselves: they live in this process, as the
+workers do, so a discarded worker loses nothing of them.
 """
 
 from __future__ import annotations
 
 from hgraph.runtime import WorkerLost
+from hgraph.runtime.inputs import assemble, task_pieces
 from hgraph.worker import Worker
 
 
 class LocalRuntime:
-    """Workers in this process; handles of message blocks are the bytes themselves."""
+    """Workers in this process; handles of message blocks (and of kept values) are the data."""
 
     name = "local"
 
-    def __init__(self, program, partition, **_options):
+    def __init__(self, program, partition, inputs=None, **_options):
         """``_options`` (a Ray address, a timeout) mean nothing in-process and are ignored."""
-        self.program = program
-        self.partition = partition
+        self.workers: list[Worker | None] = []
+        self.load(program, partition, inputs)
+
+    def load(self, program, partition, inputs=None, **_options):
+        """Bind a run: ``program`` on ``partition``, the kept columns ``inputs`` (name ->
+        :class:`hgraph.runtime.inputs.Kept`) added to each task's vertex columns."""
+        self.program, self.partition = program, partition
+        self.inputs = dict(inputs or {})
         self.tasks = partition.tasks
-        self.workers: list[Worker | None] = [Worker(program, partition.task_slice(t))
-                                             for t in range(self.tasks)]
+        self.workers = [self._worker(t) for t in range(self.tasks)]
+
+    def _worker(self, t: int) -> Worker:
+        part = self.partition.task_slice(t)
+        spec, handles = task_pieces(self.inputs, part.start, part.stop)
+        return Worker(self.program, assemble(part, spec, handles))
+
+    def unload(self):
+        """Drop the run's workers (their slices and values); kept handles stay with the caller."""
+        self.workers = []
 
     def step(self, superstep, mode, aggregates, final, inbound):
         """Run one superstep on every worker; ``inbound[t]`` lists task ``t``'s blocks by sender.
@@ -50,12 +67,12 @@ class LocalRuntime:
     def restore(self, states):
         for t in range(self.tasks):
             if self.workers[t] is None:
-                self.workers[t] = Worker(self.program, self.partition.task_slice(t))
+                self.workers[t] = self._worker(t)
             self.workers[t].restore(states[t])
 
     def reset(self):
         """Fresh workers (recovery with no checkpoint: replay from superstep 0)."""
-        self.workers = [Worker(self.program, self.partition.task_slice(t)) for t in range(self.tasks)]
+        self.workers = [self._worker(t) for t in range(self.tasks)]
 
     def kill(self, task: int):
         self.workers[task] = None
@@ -66,5 +83,13 @@ class LocalRuntime:
             raise WorkerLost(lost, "discarded")
         return [w.result() for w in self.workers]
 
+    def handles(self):
+        """Each task's final values left where they are (here: the arrays themselves)."""
+        return self.values()
+
+    def gather(self, handles, index=None):
+        """The arrays behind ``handles``, each cut to ``values[:, index]`` when given."""
+        return [h if index is None else h[:, index] for h in handles]
+
     def close(self):
-        pass
+        self.workers = []

@@ -18,6 +18,7 @@ import time
 
 from hgraph.common.errors import HGraphError
 from hgraph.runtime import WorkerLost
+from hgraph.runtime.inputs import assemble, task_pieces
 from hgraph.runtime.ray_connect import ensure_ray
 from hgraph.worker import Worker
 
@@ -27,10 +28,19 @@ def _actor_class():
 
     @ray.remote(max_restarts=0, num_cpus=0)
     class WorkerActor:
-        """A :class:`hgraph.worker.Worker` inside a Ray actor."""
+        """A :class:`hgraph.worker.Worker` inside a Ray actor, loaded with one run at a time
+        (a :class:`hgraph.session.Session` reuses the actor for the next run)."""
 
-        def __init__(self, program, part):
-            self.worker = Worker(program, part)
+        def __init__(self):
+            self.worker = None
+
+        def load(self, program, part, spec, *arrays):
+            self.worker = Worker(program, assemble(part, spec, arrays))
+            return True
+
+        def unload(self):
+            self.worker = None
+            return True
 
         def step(self, superstep, mode, aggregates, final, *inbound):
             return self.worker.step(superstep, mode, aggregates, final, *inbound)
@@ -44,6 +54,13 @@ def _actor_class():
 
         def result(self):
             return self.worker.result()
+
+        def keep(self):
+            values = self.worker.result()
+            return values, len(values)
+
+        def take(self, values, index):
+            return values[:, index]
 
         def pid(self):
             import os
@@ -68,20 +85,58 @@ class RayRuntime:
         cpus = int(ray.cluster_resources().get("CPU", 0))
         return max(cpus, 1), f"at most one Ray actor per CPU of the cluster ({cpus} CPUs)"
 
-    def __init__(self, program, partition, address: str | None = None, timeout: float | None = 600.0):
+    def __init__(self, program, partition, address: str | None = None,
+                 timeout: float | None = 600.0, inputs=None):
         ensure_ray(address)
         import ray
 
         self.ray = ray
-        self.program, self.partition = program, partition
-        self.tasks = partition.tasks
         self.timeout = timeout
         self._cls = _actor_class()
+        self.actors = []
+        self.load(program, partition, inputs)
+
+    def load(self, program, partition, inputs=None, **options):
+        """Bind a run to the actors: ``program`` on ``partition`` with the kept columns
+        ``inputs`` (name -> :class:`hgraph.runtime.inputs.Kept`, their handles resolved where
+        each actor is); actors are started only for tasks the pool lacks, and one that died
+        since the last run is replaced. ``options``: ``timeout`` for this run's waits."""
+        if "timeout" in options:
+            self.timeout = options["timeout"]
+        ray = self.ray
+        self.program, self.partition = program, partition
+        self.inputs = dict(inputs or {})
+        self.tasks = partition.tasks
         self._program_ref = ray.put(program)
-        self.actors = [self._start(t) for t in range(self.tasks)]
+        while len(self.actors) < self.tasks:
+            self.actors.append(self._new_actor(len(self.actors)))
+        try:
+            self._get([self._load(t) for t in range(self.tasks)], "loading the run")
+        except (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError):
+            for t in self._dead():                  # gone between two runs of a session
+                self.actors[t] = self._new_actor(t)
+            self._get([self._load(t) for t in range(self.tasks)], "loading the run")
+
+    def _load(self, task: int):
+        """The ref of task ``task``'s load call (its slice, and its pieces of kept columns)."""
+        part = self.partition.task_slice(task)
+        spec, handles = task_pieces(self.inputs, part.start, part.stop)
+        return self.actors[task].load.remote(self._program_ref, part, spec, *handles)
+
+    def unload(self):
+        """The actors drop the run's worker (slice and values), not waited for; kept handles
+        are the caller's and stay in the object store."""
+        for actor in self.actors[:self.tasks]:
+            actor.unload.remote()
 
     def _start(self, task: int):
-        """Start task ``task``'s actor, on the alive nodes round robin (softly).
+        """A new actor for task ``task``, loaded with the current run."""
+        self.actors[task] = self._new_actor(task)
+        self._load(task)
+        return self.actors[task]
+
+    def _new_actor(self, task: int):
+        """Start an empty actor for task ``task``, on the alive nodes round robin (softly).
 
         Ray's ``SPREAD`` is only a hint for actors that ask for no CPU: on a 3-node cluster
         all workers often landed on one node, so a job did not really span the cluster and a
@@ -93,8 +148,7 @@ class RayRuntime:
         alive = sorted(n["NodeID"] for n in self.ray.nodes() if n.get("Alive"))
         strategy = (NodeAffinitySchedulingStrategy(alive[task % len(alive)], soft=True)
                     if len(alive) > 1 else "SPREAD")
-        return self._cls.options(scheduling_strategy=strategy).remote(
-            self._program_ref, self.partition.task_slice(task))
+        return self._cls.options(scheduling_strategy=strategy).remote()
 
     def _get(self, refs, what: str):
         ray = self.ray
@@ -116,7 +170,7 @@ class RayRuntime:
         awaited together, within one bounded wait (:data:`LIVENESS_WAIT_S`, or the runtime's
         timeout when smaller) — not one actor after the other with a full wait each."""
         ray = self.ray
-        refs = [actor.pid.remote() for actor in self.actors]
+        refs = [actor.pid.remote() for actor in self.actors[:self.tasks]]
         wait_s = min(self.LIVENESS_WAIT_S, self.timeout or self.LIVENESS_WAIT_S)
         ready, _ = ray.wait(refs, num_returns=len(refs), timeout=wait_s)
         answered = set(ready)
@@ -135,7 +189,7 @@ class RayRuntime:
     def step(self, superstep, mode, aggregates, final, inbound):
         ray = self.ray
         outs, stats_refs = [], []
-        for t, actor in enumerate(self.actors):
+        for t, actor in enumerate(self.actors[:self.tasks]):
             refs = actor.step.options(num_returns=self.tasks + 1).remote(
                 superstep, mode, aggregates, final, *inbound[t])
             outs.append(refs[:-1])
@@ -156,19 +210,19 @@ class RayRuntime:
     def states(self):
         ray = self.ray
         try:
-            return self._get([a.state.remote() for a in self.actors], "a checkpoint")
+            return self._get([a.state.remote() for a in self.actors[:self.tasks]], "a checkpoint")
         except (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError) as err:
             raise WorkerLost(self._dead() or list(range(self.tasks)), type(err).__name__) from None
 
     def restore(self, states):
         for t in self._dead():
-            self.actors[t] = self._start(t)
+            self._start(t)
         self._get([a.restore.remote(s) for a, s in zip(self.actors, states)], "a restore")
 
     def reset(self):
         for t in range(self.tasks):
             self.kill(t)
-        self.actors = [self._start(t) for t in range(self.tasks)]
+            self._start(t)
 
     def kill(self, task: int, wait_s: float = 30.0):
         """Kill task ``task``'s actor and wait until it is gone (at most ``wait_s`` seconds).
@@ -193,13 +247,41 @@ class RayRuntime:
     def values(self):
         ray = self.ray
         try:
-            return self._get([a.result.remote() for a in self.actors], "the results")
+            return self._get([a.result.remote() for a in self.actors[:self.tasks]], "the results")
         except (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError) as err:
             raise WorkerLost(self._dead() or list(range(self.tasks)), type(err).__name__) from None
 
+    def handles(self):
+        """Each task's final values left in the object store, one driver-owned reference a
+        task (they outlive the actor that made them); only their lengths come here, which
+        also says every actor answered."""
+        ray = self.ray
+        calls = [a.keep.options(num_returns=2).remote() for a in self.actors[:self.tasks]]
+        try:
+            self._get([rows for _, rows in calls], "the results")
+        except (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError) as err:
+            raise WorkerLost(self._dead() or list(range(self.tasks)), type(err).__name__) from None
+        return [values for values, _ in calls]
+
+    def gather(self, handles, index=None):
+        """The arrays behind kept ``handles``; with ``index``, each cut to ``values[:, index]``
+        by an actor beside it first, so only the cut travels (the driver's own cut if that
+        actor is gone)."""
+        ray = self.ray
+        if index is None:
+            return self._get(list(handles), "a kept column")
+        actors = self.actors[:len(handles)]
+        try:
+            return self._get([a.take.remote(h, index) for a, h in zip(actors, handles)],
+                             "a kept column")
+        except (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError):
+            return [v[:, index] for v in self._get(list(handles), "a kept column")]
+
     def close(self):
+        """End the actors this runtime started (by handle), none other."""
         for actor in self.actors:
             try:
                 self.ray.kill(actor, no_restart=True)
             except Exception:  # noqa: BLE001 - already gone
                 pass
+        self.actors = []

@@ -1,33 +1,76 @@
 """How the planner's analyses run on the engine: the engine's own options record,
-:class:`hgraph.EngineOptions`, passed to :func:`hgraph.run` as it is (one record from the
-command line to every engine run; ``planner.EngineOptions`` is the same class).
+:class:`hgraph.EngineOptions`, passed to the engine as it is (one record from the command
+line to every engine run; ``planner.EngineOptions`` is the same class).
 
 The plan is the same for any ``tasks``/``blocks``/``mode``/``runtime`` (the analyses combine with
 bitwise OR, max and integer sums, which do not depend on grouping); these options only say
 where and how the supersteps run. Each superstep is reported to the current stage progress
 (:func:`hgraph.common.progress.current`; silent unless a job tracks one).
 
+Runs share workers inside :func:`session`: a plan opens one (:func:`planner.plan`), so its
+engine stages (levels, separators, lower-set statistics, the segmented DP) start the workers
+once, not once a stage, and a stage's result that only a later run reads can stay on them
+(``keep=``/``inputs=`` of :func:`run_program`). Outside one, each run is a
+:func:`hgraph.run` of its own, as before.
+
 Example::
 
     >>> options(None, {"tasks": 2}).tasks
     2
+    >>> with session(EngineOptions(tasks=2)) as s:
+    ...     with session(EngineOptions(tasks=2)) as inner:     # the open one, reused
+    ...         inner is s
+    True
 """
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
+import dataclasses
+
 import hgraph
 from hgraph.common.progress import current as current_progress
 
-__all__ = ["EngineOptions", "options", "run_program"]
+__all__ = ["EngineOptions", "options", "run_program", "session"]
 
 #: The engine's options record (the planner takes only the engine's public API).
 EngineOptions = hgraph.EngineOptions
 
+_OPEN: contextvars.ContextVar = contextvars.ContextVar("planner_engine_session", default=None)
 
-def run_program(opts: EngineOptions, program, graph):
-    """:func:`hgraph.run` of ``program`` on ``graph`` as ``opts`` says, each superstep reported to
-    the current stage progress."""
-    return hgraph.run(program, graph, opts, progress=current_progress().superstep)
+
+def _place(opts: EngineOptions) -> EngineOptions:
+    """``opts`` without what may differ run by run on one session's workers (the wait)."""
+    return dataclasses.replace(opts, timeout=None)
+
+
+@contextlib.contextmanager
+def session(opts: EngineOptions):
+    """An :class:`hgraph.Session` for ``opts`` that :func:`run_program` uses while it is open:
+    the one already open for the same placement (only the timeout may differ), else a new one,
+    closed (its workers ended) on leaving. Its workers start on its first run."""
+    open_one = _OPEN.get()
+    if open_one is not None and _place(open_one.engine) == _place(opts):
+        yield open_one
+        return
+    with hgraph.Session(opts) as s:
+        token = _OPEN.set(s)
+        try:
+            yield s
+        finally:
+            _OPEN.reset(token)
+
+
+def run_program(opts: EngineOptions, program, graph, *, keep: str | None = None,
+                inputs=(), gather: bool = True):
+    """``program`` on ``graph`` as ``opts`` says, each superstep reported to the current stage
+    progress: on the open :func:`session`'s workers when it has this placement (``keep``,
+    ``inputs``, ``gather``: :meth:`hgraph.Session.run`'s), else a :func:`hgraph.run`."""
+    progress = current_progress().superstep
+    with session(opts) as s:
+        return s.run(program, graph, progress=progress, keep=keep, inputs=inputs,
+                     gather=gather, timeout=opts.timeout)
 
 
 def options(opts: EngineOptions | None, engine: dict) -> EngineOptions:

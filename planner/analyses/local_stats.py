@@ -36,7 +36,7 @@ from dataclasses import dataclass
 import numpy as np
 
 import hgraph
-from planner.analyses.engine import EngineOptions, options, run_program
+from planner.analyses.engine import EngineOptions, options, run_program, session
 from planner.analyses.segments import Segments, segments
 from planner.bitsets import pack, unpack, words_for
 
@@ -237,6 +237,29 @@ def _transpose_local(cols: np.ndarray, seg: Segments, words: int) -> np.ndarray:
     return out
 
 
+#: Names of the statistics' columns kept on the workers between their two runs.
+_DESC, _SETS = "local_stats.desc", "local_stats.sets"
+
+
+def _stats_graph(g, seg: Segments, cross: np.ndarray) -> hgraph.Graph:
+    """The bidirectional graph :class:`_LocalSetStats` runs on: its edge kinds as weights and
+    the per-vertex columns it reads but ``desc`` (kept on the workers by the run before)."""
+    n, W = g.n, seg.words
+    sep_pos = np.flatnonzero(seg.sep[seg.node_at])
+    nxt = np.r_[sep_pos, n]
+    seg_end = nxt[np.searchsorted(sep_pos, seg.sstart, side="right")]
+    width = seg_end - seg.sstart     # valid columns: the node's own segment's width
+    valid = pack(np.arange(64 * W)[None, :] < width[:, None], W)
+    prev_start = np.r_[0, sep_pos][np.maximum(np.searchsorted(sep_pos, seg.sstart), 0)]
+    abase = np.where(seg.sep, prev_start, seg.sstart)
+    both_src = np.concatenate([g.dst, g.src])
+    both_dst = np.concatenate([g.src, g.dst])
+    both_w = np.concatenate([np.where(cross, _REV_X, _REV), np.where(cross, _FWD_X, _FWD)])
+    return hgraph.Graph.from_edges(both_src, both_dst, weights=both_w, n=n, columns={
+        "valid": valid, "sep": seg.sep, "m": g.m, "t": g.t, "base": seg.sstart,
+        "abase": abase})
+
+
 def local_stats(g, *, opts: EngineOptions | None = None, seg: Segments | None = None,
                 level=None, **engine) -> LocalStats:
     """Statistics of every ``L_v`` in O(n · segment width) memory and few supersteps.
@@ -256,34 +279,28 @@ def local_stats(g, *, opts: EngineOptions | None = None, seg: Segments | None = 
     cross = seg.sep[g.dst] & (seg.sstart[g.dst] != seg.sstart[g.src])
     rev = hgraph.Graph.from_edges(g.dst, g.src, weights=np.where(cross, 0.0, 1.0), n=n,
                                   columns={"loc": seg.loc})
-    r1 = run_program(o, _LocalDescendants(W), rev)
-    steps += r1.supersteps
-    desc = np.asarray(r1.values, dtype=np.uint64).reshape(n, W)
-    del rev, r1            # each engine run's inputs and results go as soon as read: the
-    # driver's peak is what is alive at once (bench/NOTES_scale.md)
-    # valid columns: the node's own segment width (next separator's position − start)
-    sep_pos = np.flatnonzero(seg.sep[seg.node_at])
-    nxt = np.r_[sep_pos, n]
-    seg_end = nxt[np.searchsorted(sep_pos, seg.sstart, side="right")]
-    width = seg_end - seg.sstart
-    valid = pack(np.arange(64 * W)[None, :] < width[:, None], W)
-    prev_start = np.r_[0, sep_pos][np.maximum(np.searchsorted(sep_pos, seg.sstart), 0)]
-    abase = np.where(seg.sep, prev_start, seg.sstart)
-    both_src = np.concatenate([g.dst, g.src])
-    both_dst = np.concatenate([g.src, g.dst])
-    both_w = np.concatenate([np.where(cross, _REV_X, _REV), np.where(cross, _FWD_X, _FWD)])
-    both = hgraph.Graph.from_edges(both_src, both_dst, weights=both_w, n=n, columns={
-        "desc": desc, "valid": valid, "sep": seg.sep, "m": g.m, "t": g.t,
-        "base": seg.sstart, "abase": abase})
-    del both_src, both_dst, both_w, valid, abase
-    r2 = run_program(o, _LocalSetStats(W, n), both)
-    del both
-    steps += r2.supersteps
-    agg = {k: np.asarray(r2.aggregates[k], dtype=np.int64)[seg.pos] for k in _LocalSetStats.aggregators}
-    vals = np.asarray(r2.values, dtype=np.uint64).reshape(n, 6 * W)
-    del r2
-    bndloc = _transpose_local(vals[:, _BND * W:(_BND + 1) * W], seg, W)
-    del vals
+    with session(o) as s:
+        # the descendants stay on the workers as the next run's column "desc" (the driver
+        # reads them too, for L_v's rows), and of that run's six sections a vertex only ∂L_v's
+        # comes here, cut beside each worker: the rest is read by no one
+        r1 = run_program(o, _LocalDescendants(W), rev, keep=_DESC)
+        steps += r1.supersteps
+        desc = np.asarray(r1.values, dtype=np.uint64).reshape(n, W)
+        del rev, r1        # each engine run's inputs and results go as soon as read: the
+        # driver's peak is what is alive at once (bench/NOTES_scale.md)
+        both = _stats_graph(g, seg, cross)
+        r2 = run_program(o, _LocalSetStats(W, n), both, keep=_SETS, inputs={"desc": _DESC},
+                         gather=False)
+        del both
+        steps += r2.supersteps
+        agg = {k: np.asarray(r2.aggregates[k], dtype=np.int64)[seg.pos]
+               for k in _LocalSetStats.aggregators}
+        del r2
+        bnd = np.asarray(s.gather(_SETS, slice(_BND * W, (_BND + 1) * W)), np.uint64)
+        s.drop(_DESC)
+        s.drop(_SETS)
+    bndloc = _transpose_local(bnd, seg, W)
+    del bnd
     lloc = _transpose_local(desc, seg, W)
     del desc
     pm = np.r_[0, np.cumsum(g.m[seg.node_at])]
