@@ -47,7 +47,7 @@ from hgraph.common.formatting import format_bytes
 from hgraph.common.progress import current as current_progress
 from planner import cg, report as report_mod, search, simulate, sliced
 from planner.activation_graph import ActivationGraph
-from planner.analyses.engine import EngineOptions
+from planner.analyses.engine import EngineOptions, session as engine_session
 from planner.analyses.levels import levels
 from planner.budget import Budget
 from planner.dp.subsets import groups_to_chain
@@ -451,8 +451,9 @@ def plan(graph_or_path, budget="100%", *, solver: str = "approx", strategy: str 
     activations of any other; ``"activations"``): what the budget counts, the units (bytes or
     the reference's scaled ints) and the replay's validity check.
     """
-    return Planning(graph_or_path, solver=solver, strategy=strategy, engine=engine,
-                    limits=limits, certify=certify, accounting=accounting).at(budget)
+    with engine_session(engine):         # the engine stages share their workers
+        return Planning(graph_or_path, solver=solver, strategy=strategy, engine=engine,
+                        limits=limits, certify=certify, accounting=accounting).at(budget)
 
 
 class Planning:
