@@ -218,7 +218,8 @@ class _Emitter:
                             keeps=fwd_keep, has_output_tag=has_output_tag,
                             out_ptr=cols.out_ptr)
         self._out_var = cols.out_var
-        self.tables()
+        if not lazy:
+            self.tables()
         self.ops = []
         self.live = set()
         self.ran = bytearray(nf)

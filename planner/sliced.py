@@ -75,7 +75,7 @@ def emit_and_replay(g, groups: np.ndarray, ag, check: bool = True, nodes: int | 
     fd, spool_path = tempfile.mkstemp(prefix="hgraph-pieces-")
     try:
         with os.fdopen(fd, "wb") as spool:
-            moved, total, lines = _spool(g, groups, ag, spool, nodes)
+            moved, total = _spool(g, emit_pieces(g, groups, ag, slices(groups, nodes)), spool)
         fd, path = tempfile.mkstemp(prefix="hgraph-schedule-", suffix=".txt")
         os.close(fd)
         schedule = ScheduleFile(path, total)
@@ -89,22 +89,22 @@ def emit_and_replay(g, groups: np.ndarray, ag, check: bool = True, nodes: int | 
         _unlink(spool_path)
 
 
-def _spool(g, groups, ag, spool, nodes: int):
-    """Emit and hoist the pieces into ``spool`` (a pickled op list each):
-    ``(moved, ops, lines)``, the set-aside forgets as arrays (anchor line, position in the
-    whole emission, key) sorted as they go back (by anchor, the latest first)."""
+def _spool(g, pieces, spool):
+    """Hoist each piece of ops (:func:`planner.emit.hoist_piece`) into ``spool`` (a pickled
+    op list each): ``(moved, ops)``, the set-aside forgets as two arrays (anchor line, key)
+    sorted as they go back (by anchor; an anchor's latest forget first), and the ops in all."""
     last_touch = np.full(2 * g.num_vars, -1, np.int64)
     parts, pos0, line0 = [], 0, 0
-    for ops in emit_pieces(g, groups, ag, slices(groups, nodes)):
+    for ops in pieces:
         kept, (anchor, pos, key) = hoist_piece(g, ops, last_touch, line0)
         pickle.dump(kept, spool, protocol=pickle.HIGHEST_PROTOCOL)
         parts.append((anchor, pos + pos0, key))
         pos0 += len(ops)
         line0 += len(kept)
-    anchor, pos, key = (np.concatenate(c) for c in zip(*parts)) if parts else \
-        (np.zeros(0, np.int64),) * 3
+    empty = np.zeros(0, np.int64)
+    anchor, pos, key = (np.concatenate(c) for c in zip(*parts)) if parts else (empty,) * 3
     order = np.lexsort((-pos, anchor))
-    return (anchor[order], key[order]), pos0, line0
+    return (anchor[order], key[order]), pos0
 
 
 class _Merged:

@@ -101,18 +101,20 @@ class ScheduleWalker(Walker):
         self.g, self.check = g, check
         self.nf, self.n = g.num_forward, g.num_vars
         cols = g.columns
-        self._in_var, self._in_tag = cols.in_var.tolist(), cols.in_tag.tolist()
-        self._ip, self._op = cols.in_ptr.tolist(), cols.out_ptr.tolist()
-        self._out_var = cols.out_var.tolist()
-        self._fwd_out = g.forward_output.tolist()
-        self._is_act = g.is_activation.tolist()
+        # the graph's columns as compact arrays (8 bytes an entry, 1 for flags: a list of
+        # ints was ~40, ~0.7 KB an activation at 10^5; bench/NOTES_scale.md), read like lists
+        self._in_var, self._in_tag = _ints(cols.in_var), _ints(cols.in_tag)
+        self._ip, self._op = _ints(cols.in_ptr), _ints(cols.out_ptr)
+        self._out_var = _ints(cols.out_var)
+        self._fwd_out = _ints(g.forward_output)
+        self._is_act = bytearray(np.asarray(g.is_activation, np.uint8).tobytes())
         self._bw_out = cols.out_var[cols.out_ptr[self.nf]:]
-        self._parts = np.bincount(self._bw_out, minlength=self.n).tolist()
-        self._done_parts = [0] * self.n
+        self._parts = _ints(np.bincount(self._bw_out, minlength=self.n))
+        self._done_parts = array("q", bytes(8 * self.n))
         self.sinks = set(np.flatnonzero(g.loss_mask).tolist())
         self.value_of, self.grad_of = {}, {}          # var -> buffer of its live value / gradient
-        self.buf_var, self.buf_grad = [], []
-        self._vbytes = g.var_bytes.tolist()
+        self.buf_var, self.buf_grad = array("q"), bytearray()
+        self._vbytes = _ints(g.var_bytes)
         #: bytes of the live buffers, and the same without parameters' and inputs' gradients;
         #: their peaks after a compute (the first op at the peak), the live bytes after each op
         self.live = self.live_act = 0
@@ -120,7 +122,7 @@ class ScheduleWalker(Walker):
         self.peak_step = -1
         self.curve = array("q")
         self.produced = bytearray(len(self._out_var))
-        self.computes = [0] * self.nf
+        self.computes = array("q", bytes(8 * self.nf))
         self.problems = []
         self.s = -1
         self.reads, self.grad_in, self.writes = [], None, []
@@ -304,6 +306,11 @@ class ScheduleWalker(Walker):
             blk = int(np.searchsorted(self.g.columns.out_ptr, missing[0], side="right")) - 1
             self.bad(n_ops - 1, f"{missing.size} backward output(s) never produced, first block "
                                 f"{blk} index {int(missing[0]) - op_[blk]}")
+
+
+def _ints(a: np.ndarray) -> array:
+    """``a`` as an ``array('q')``: indexed and sliced like its list, 8 bytes an entry."""
+    return array("q", np.ascontiguousarray(a, dtype=np.int64).tobytes())
 
 
 class PoolWalker(Walker):

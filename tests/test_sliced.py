@@ -81,3 +81,29 @@ def test_plan_makes_its_schedule_in_slices_from_the_segmented_size(monkeypatch, 
     out = tmp_path / "s.txt"
     p.schedule.write(out)
     assert out.read_text() == whole.dumps()
+
+
+def test_hoisting_in_pieces_is_the_whole_hoisting():
+    """Any cut of an op list into pieces, each hoisted alone with the last-touch lines handed
+    on and the forgets anchored earlier put back by the merge, is the whole hoisting — with
+    forgets anchored in other pieces (a CNN's chain cut at random) and forgets with no anchor
+    at all (a gradient freed before anything made it: the front)."""
+    import io
+
+    from planner.emit import hoist_forgets
+    from planner.schedule import Op
+
+    g = synth.build_cnn(blocks=synth.cnn_blocks_for_nodes(2000))
+    ag = ActivationGraph.from_cg(g)
+    ops = emit_groups(g, _chain(g, ag, ag.n // 4, 1), ag, optimize=False).ops
+    params = np.flatnonzero(~g.is_activation)[:3].tolist()
+    ops = [Op("forget", params[0], (), "backward")] + ops
+    ops.insert(len(ops) // 2, Op("forget", params[1], (), "backward"))
+    cuts = np.sort(np.random.default_rng(5).choice(len(ops), 40, replace=False)).tolist()
+    spool = io.BytesIO()
+    moved, total = sliced._spool(g, (ops[lo:hi] for lo, hi in zip([0, *cuts], [*cuts, len(ops)])),
+                                 spool)
+    assert total == len(ops) and (moved[0] >= 0).sum() > 10 and (moved[0] < 0).sum() >= 1
+    spool.seek(0)
+    merged = sliced._Merged(g, None, moved, total, None)
+    assert list(merged._ops(spool)) == hoist_forgets(g, ops)
