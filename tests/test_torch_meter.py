@@ -84,3 +84,36 @@ def test_apply_meets_its_budget_by_the_allocator_where_conv_scratch_is_slack(bud
     net = copy.deepcopy(m)
     got = measure.measure_step(pt.apply(net, the_plan, x, loss=MEAN), net, (x,))
     assert got["measured_peak_bytes"] <= the_plan.report["step_budget_bytes"]
+
+
+def test_graph_measures_its_slack_when_first_priced_not_when_captured():
+    """Issue 36: ``pt.graph`` costs what the trace costs; the keep-everything step runs once,
+    the first time a price reads the slack, and gives the slack an eager measure gives
+    (the figure issue 35 measured at capture), after the model has trained in between."""
+    import planner.torch as pt
+    from planner.torch import front, slack
+
+    m, x = cnn()
+    runs = []
+    real = slack.measured_slack
+
+    def counted(*args, **kwargs):
+        runs.append(1)
+        return real(*args, **kwargs)
+
+    slack.measured_slack = counted
+    try:
+        tg = pt.graph(m, x, loss=MEAN, progress="off")
+        assert runs == []                           # captured: the step has not run
+        MEAN(m(x)).backward()                       # the model trains before it is priced
+        the_plan = pt.plan_for_step(tg, "100%", progress="off")
+        assert runs == [1] and tg.step_slack > 0
+        pt.plan_for_step(tg, "min", progress="off")
+        assert runs == [1]                          # kept: measured once
+    finally:
+        slack.measured_slack = real
+    fresh = pt.graph(m, x, loss=MEAN, progress="off", measure_slack=False)
+    assert fresh.step_slack == 0
+    want = real(fresh, front.keep_all(fresh)[0], m, (x,), MEAN)
+    assert tg.step_slack == want
+    assert the_plan.report["step_peak_bytes"] == front.keep_all(fresh)[0].step_peak + want

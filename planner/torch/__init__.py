@@ -59,13 +59,15 @@ def graph(model, *inputs, loss=None, decompose: bool = True, costs: str = "flops
           source: str | None = None, progress: str = "auto", measure_slack: bool = True):
     """The training step of ``model`` on ``inputs`` as a :class:`planner.torch.model_graph.TorchGraph`.
 
-    ``measure_slack``: run the keep-everything step once on a copy of ``model`` and keep on the
-    graph what the allocator measures over its replay (``tg.step_slack``: kernel scratch such
-    as convolution's im2col columns, scalars no fx node holds;
+    ``measure_slack``: what the allocator measures over the replay (``tg.step_slack``: kernel
+    scratch such as convolution's im2col columns, scalars no fx node holds;
     :func:`planner.torch.slack.measured_slack`), which :func:`plan_for_step` adds to every
     candidate's step peak, so percent budgets resolve against the measured keep-everything
-    step and ``within_budget`` is the allocator's verdict (issue 35). ``False``: replay only;
-    a step torch cannot run twice (one that writes its input) keeps 0 and says why in
+    step and ``within_budget`` is the allocator's verdict (issue 35). It is measured the first
+    time a price reads it (the keep-everything step run once on a copy of ``model`` as it is
+    then, from no gradients) and kept on the graph: the capture itself costs what the trace
+    costs (issue 36), and a graph never priced never runs the step. ``False``: replay only; a
+    step torch cannot run twice (one that writes its input) keeps 0 and says why in
     ``tg.info["step_slack"]``.
 
     ``progress``: its stages on stderr (the trace, the planner's graph): ``"auto"`` (live on
@@ -79,15 +81,24 @@ def graph(model, *inputs, loss=None, decompose: bool = True, costs: str = "flops
         tg = import_model(model, inputs, loss=loss, decompose=decompose, costs=costs,
                           source=source)
         if measure_slack:
-            from planner.torch import front, slack
-
-            with stages.stage("the allocator's slack over the replay (keep-everything step)"):
-                try:
-                    tg.step_slack = slack.measured_slack(tg, front.keep_all(tg)[0], model,
-                                                         inputs, loss)
-                except RuntimeError as err:     # a step that cannot run twice (writes its input)
-                    tg.info["step_slack"] = f"not measured: {str(err).splitlines()[0]}"
+            tg.slack_by(_slack_meter(model, inputs, loss))
         return tg
+
+
+def _slack_meter(model, inputs, loss):
+    """``tg.slack_meter`` for :func:`graph`: the allocator's excess over the replay of the
+    keep-everything step of ``model`` on ``inputs``, a stage of the progress that reads it."""
+    def meter(tg) -> int:
+        from hgraph.common.progress import current
+        from planner.torch import front, slack
+
+        with current().stage("the allocator's slack over the replay (keep-everything step)"):
+            try:
+                return slack.measured_slack(tg, front.keep_all(tg)[0], model, inputs, loss)
+            except RuntimeError as err:     # a step that cannot run twice (writes its input)
+                tg.info["step_slack"] = f"not measured: {str(err).splitlines()[0]}"
+                return 0
+    return meter
 
 
 def plan(tg, budget="100%", **options) -> Plan:

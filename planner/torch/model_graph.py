@@ -61,10 +61,39 @@ class TorchGraph:
     #: Plan fronts of this graph by their arguments (:func:`planner.torch.front.front`):
     #: computed once, every later budget is picked from them.
     fronts: dict = field(default_factory=dict, repr=False, compare=False)
-    #: Bytes the allocator measures over the replay (kernel scratch, scalars no fx node holds),
-    #: added to every candidate's step peak (:func:`planner.torch.slack.measured_slack`);
-    #: :func:`planner.torch.graph` measures it on the keep-everything step, 0 when not measured.
-    step_slack: int = 0
+    #: How :attr:`step_slack` is measured the first time it is read (``meter(tg) -> bytes``;
+    #: :func:`planner.torch.graph` sets it), or None: the slack is what was set (0 if nothing).
+    slack_meter: object = field(default=None, repr=False, compare=False)
+    _slack: int | None = field(default=0, repr=False, compare=False)
+
+    @property
+    def step_slack(self) -> int:
+        """Bytes the allocator measures over the replay (kernel scratch, scalars no fx node
+        holds), added to every candidate's step peak (:func:`planner.torch.slack.measured_slack`);
+        0 when not measured.
+
+        Measured lazily, by :attr:`slack_meter`, the first time a price reads it, and kept:
+        measuring runs the keep-everything step (about half of ``pt.graph`` on a 12-layer
+        GPT-2), which a graph that is never priced (exported, or planned by ``pt.plan``) need
+        not pay, so capture costs what the trace costs. While the meter runs the slack reads 0:
+        the meter prices the keep-everything step by its replay alone, which is what it
+        subtracts from the allocator's peak."""
+        if self._slack is None:
+            meter, self._slack = self.slack_meter, 0
+            try:
+                self._slack = int(meter(self))
+            except BaseException:
+                self._slack = None          # not measured: the next read tries again
+                raise
+        return self._slack
+
+    @step_slack.setter
+    def step_slack(self, value: int) -> None:
+        self._slack = int(value)
+
+    def slack_by(self, meter) -> None:
+        """:attr:`step_slack` to be measured by ``meter(tg) -> bytes`` when first read."""
+        self.slack_meter, self._slack = meter, None
 
 
 def is_view(node) -> bool:
