@@ -30,6 +30,7 @@ peak recomputing no more FLOPs (strictly fewer, or a strictly lower peak, on one
 hgraph's lowest measured peak is below torch's.
 
     python3 bench/torch_bench.py --models resnet,gpt,unet --out out/torch_bench
+    python3 bench/torch_bench.py --realistic [--scale full]   # bench/realistic_bench.py
 """
 
 from __future__ import annotations
@@ -400,7 +401,19 @@ def main(argv=None) -> int:
     ap.add_argument("--list-front", action="store_true",
                     help="only print each model's front (index, source, replayed peak, "
                          "recompute FLOPs): one compile per model")
+    ap.add_argument("--realistic", action="store_true",
+                    help="issue 35's realistic bench instead (bench/realistic_bench.py: GPT, "
+                         "ResNet-50, ViT-B/16-shaped, float32; --models there defaults to "
+                         "gpt,resnet50,vit)")
+    ap.add_argument("--scale", default="small", choices=("small", "full"),
+                    help="with --realistic: the sizes (full: the issue's)")
     args = ap.parse_args(argv)
+    if args.realistic:
+        from realistic_bench import main as realistic
+
+        models = [] if args.models == ",".join(MODELS) else ["--models", args.models]
+        out = [] if args.out == "out/torch_bench" else ["--out", args.out]
+        return realistic(["--scale", args.scale, *models, *out])
     if args.list_front:
         return list_fronts(args.models.split(","))
     from hgraph.common.fileio import write_text
