@@ -304,6 +304,16 @@ def fit(a: Analysis, s: Solver, budget_bytes: int, check: bool = True):
     first answer is the answer). Failing that, the smallest feasible budget — one pass where
     the solver has one (:meth:`Solver.direct_min_budget`), else bisection over
     :meth:`Solver.feasible` — and what its chain replays to.
+
+    On the scale path (a window / front cap, time-centric) the candidates also hold every plan
+    the solver's chains replayed to on this analysis so far (:func:`_replayed`), and the one
+    of least replayed recompute that fits wins: the capped DP is not monotone in the budget (a
+    thinned front can lose at budget B the chain it kept at a smaller one), so its re-solve at
+    B may recompute more than a plan already found at a smaller budget, or, its re-fits
+    overshooting, find none. Then a session's plans (a front's budgets) are monotone: at a
+    larger budget never more recompute than at a smaller one asked before. A plan of one
+    :func:`plan` call is unchanged by it (its only earlier replays are its own rejected
+    re-fits); a session's depends on the budgets asked before, in order.
     """
     held = s.units == "bytes" and not s.budget_free      # the replay is held to the budget
     keep = held and a.baseline_schedule is not None      # keeping everything is a candidate
@@ -314,11 +324,30 @@ def fit(a: Analysis, s: Solver, budget_bytes: int, check: bool = True):
         if found is not None and not held:               # reference units, Chen: the answer
             return found
         cands += [(found, found[3].peak_bytes)] if found is not None else []
-    # the lower replayed peak; on a tie keeping everything (never worse than not planning)
-    best = search.cheapest(cands, budget_bytes, lambda c: (c[1], (c[1], c[0] != "keep")))
+        if held and s.scale and s.strategy == "time":   # the capped DP: plans found before
+            cands += [(f, f[3].peak_bytes) for f in _replayed(a, s, check) if f is not found]
+    best = search.cheapest(cands, budget_bytes, _fit_meter(s))
     if best is not None:
         return _keep_everything(a, check) if best[0] == "keep" else best[0]
     return _at_smallest(a, s, budget_bytes, check, keep)
+
+
+def _fit_meter(s: Solver):
+    """The meter of :func:`fit`'s candidates ``(found or "keep", replayed peak)``: time-centric,
+    the least replayed recompute, then the lower peak; otherwise the lower peak. On a tie
+    keeping everything (never worse than not planning). Off the scale path a time-centric fit
+    has one candidate that can fit (keeping everything is asked first), so the two agree."""
+    if s.strategy == "time":
+        return lambda c: (c[1], (0 if c[0] == "keep" else c[0][3].recompute_cost, c[1],
+                                 c[0] != "keep"))
+    return lambda c: (c[1], (c[1], c[0] != "keep"))
+
+
+def _replayed(a: Analysis, s: Solver, check: bool) -> list:
+    """Every plan of solver ``s`` replayed on ``a`` (:func:`_replay`) with ``check``, in the
+    order they were solved."""
+    return [f for (sid, _, chk), f in a.replays.items()
+            if sid == id(s) and chk == bool(check) and f is not None]
 
 
 def _at_smallest(a: Analysis, s: Solver, budget_bytes: int, check: bool, keep: bool):

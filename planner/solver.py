@@ -28,7 +28,7 @@ from hgraph.common.progress import current as current_progress
 from planner.activation_graph import ActivationGraph
 from planner.analyses.engine import EngineOptions
 from planner.dp import scale
-from planner.dp.solve import solve_family
+from planner.dp.solve import feasible_floor, solve_family
 from planner.dp_families import approx_family, exact_family
 from planner.decision import Decision
 from planner.emit import groups_of_chain
@@ -278,15 +278,13 @@ class _DP(Solver):
         Feasibility being monotone, the bisection finds the least feasible budget (from 1
         up), and so does the first window holding one.
         """
-        from planner.dp.min_budget import min_budget
-
         for first, last, ratio in ratio_windows(self.act_sum, self.units):
             if first > top:
                 return None
             dg, fam = self.family(ratio)
             with current_progress().stage(f"smallest feasible budget ({fam.kind}, "
                                           f"{fam.num_sets:,} states)"):
-                x = max(first, min_budget(fam, dg) * ratio, 1)
+                x = max(first, feasible_floor(fam, dg) * ratio, 1)
             if last is None or x <= last:
                 return x if x <= top else None
         return None
@@ -338,7 +336,11 @@ class ApproxDP(_DP):
         return r
 
     def _one_pass_min_budget(self) -> bool:
-        return not self.scale            # thinned fronts can miss a chain the pass finds
+        """Off the scale path; on it where the capped solve widens its window up to none
+        (graphs of at most :data:`planner.dp.scale.EXACT_LIMIT` activations): then it has a
+        plan exactly from the unpruned DP's smallest budget (:func:`planner.dp.solve._widened`).
+        A bigger graph's window stops widening, and thinned fronts can miss a chain."""
+        return not self.scale or self.ag.n <= scale.EXACT_LIMIT
 
 
 class ExactDP(_DP):

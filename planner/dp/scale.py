@@ -25,6 +25,19 @@ closes most of its gap; on the larger transformer a cap of 64 still left a gap t
 closes, hence the default of 128 (the figures: bench/NOTES_scale.md, "Figures formerly quoted
 in docstrings"). The README's Measured table has the rows for both generators.
 
+**The window widens until a plan exists** (:func:`widening`; :func:`planner.dp.solve.solve_family`
+runs it). A window counts states in the family's order (by ``m(L)``), and a graph with many
+sources — dropout masks, one per layer of a Hugging Face GPT-2 — puts their one-node lower sets
+first, each reachable from ∅ only: at window 8 (or 32) such a family has no chain at any budget.
+So a budget whose window has no plan is solved again at twice the window, and so on, up to no
+window. With no window a capped front still keeps each state's least-ckpt entry, so the last
+pass reaches V exactly when the unpruned DP does: below the family's smallest feasible budget
+(:func:`planner.dp.min_budget.min_budget`, computed once where the family's sets fit as bits)
+no window is tried, and at or above it a plan is always found. Only where that budget is
+known: on a graph of more than :data:`EXACT_LIMIT` nodes held segment-locally (its sets as bits
+would be n² bits) a budget below it cannot be told from one that needs a wider window, and a
+pass with no window is quadratic, so there the window stays as asked.
+
 Every chain the capped DP returns is still a chain of the approximate family whose every
 transition passed the reference's peak test, so the plan is valid and the replay checks it;
 only optimality (within the family) is given up.
@@ -40,8 +53,8 @@ from __future__ import annotations
 import numpy as np
 
 __all__ = ["EXACT_LIMIT", "DEFAULT_WINDOW", "DEFAULT_FRONT_CAP", "MEMORY_WINDOW",
-           "MEMORY_FRONT_CAP", "LAMBDAS", "plan_options", "pass_lambdas", "thin",
-           "thin_lagrange"]
+           "MEMORY_FRONT_CAP", "LAMBDAS", "plan_options", "widening",
+           "pass_lambdas", "thin", "thin_lagrange"]
 
 #: Graphs up to this many activations run the exact approximate DP (no window, no cap): the
 #: reference's own limit (MAX_N = 2500); past it the exact DP's quadratic time grows quickly
@@ -66,6 +79,22 @@ def plan_options(n: int, window=None, front_cap=None,
     w = (dw if big else None) if window is None else (int(window) or None)
     k = (dk if big else None) if front_cap is None else (int(front_cap) or None)
     return w, k
+
+
+def widening(window, num_sets: int) -> list:
+    """The windows a capped solve tries in turn until one has a plan: ``window``, doubled
+    while it is below the family's ``num_sets`` states, then no window (None). A window of at
+    least ``num_sets`` is already no window: it is tried alone. ``[None]`` without a window.
+
+    >>> widening(8, 340), widening(8, 10), widening(None, 340), widening(4096, 340)
+    ([8, 16, 32, 64, 128, 256, None], [8, None], [None], [4096])
+    """
+    if window is None:
+        return [None]
+    out = [int(window)]
+    while out[-1] * 2 < num_sets:
+        out.append(out[-1] * 2)
+    return out + [None] if out[-1] < num_sets else out
 
 
 def thin(nc: np.ndarray, cap: int) -> np.ndarray:

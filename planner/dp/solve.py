@@ -5,7 +5,9 @@
   and memory-centric the bounded search of :mod:`planner.dp.exact_search` as for the exact
   family (dense families up to 4,096 sets); all keep the unpruned DP's plan;
 * approximate family with a window or front cap (:mod:`planner.dp.scale`): one pass with
-  thinned fronts and, time-centric, one per Lagrange multiplier; the best chain wins;
+  thinned fronts and, time-centric, one per Lagrange multiplier; the best chain wins; a window
+  with no plan widens until one has (:func:`planner.dp.scale.widening`; the result's ``window``
+  is the one that gave the plan);
 * exact family: :class:`~planner.dp.exact_search.ExactSearch`.
 
 Time-centric plans take V's entry with the largest ``saved`` (least recomputation),
@@ -34,7 +36,7 @@ import numpy as np
 from hgraph.common.errors import HGraphError
 from planner.dp.fronts import Fronts, end_entry, has_end, path
 from planner.dp.loop import run_dp
-from planner.dp.scale import pass_lambdas
+from planner.dp.scale import EXACT_LIMIT, pass_lambdas, widening
 from planner.dp.subsets import groups, groups_to_chain
 from planner.dp_families import approx_family
 
@@ -54,7 +56,7 @@ APPROX_SEARCH_SETS = (512, 4096)
 KNOWN_OPTIMUM_MARGIN = 16
 
 __all__ = ["DPResult", "solve_family", "bounded_fronts", "objective_bounded",
-           "recompute_lower_bound", "STRATEGIES", "UNITS"]
+           "recompute_lower_bound", "feasible_floor", "STRATEGIES", "UNITS"]
 
 STRATEGIES = ("time", "memory")
 UNITS = ("bytes", "reference")
@@ -119,7 +121,7 @@ def solve_family(fam, g, budget_units: int, strategy: str = "time", comp_ratio: 
         fronts = bounded_fronts(fam, g, b, strategy)
         entry = end_entry(fronts, strategy)
     else:
-        fronts, entry = _scale_passes(fam, g, b, strategy, window, front_cap, stacked)
+        fronts, entry, window = _widened(fam, g, b, strategy, window, front_cap, stacked)
     res = DPResult(status="IMPOSSIBLE", family=fam.kind, strategy=strategy, units=units,
                    budget_bytes=b * comp_ratio, budget_units=b, comp_ratio=comp_ratio,
                    n_lower_sets=fam.num_sets, forward_cost=int(g.t.sum()),
@@ -164,6 +166,53 @@ def _known_plans(fam, g) -> list:
     if cached is None or cached[0] != key:
         cached = fam.cache["time_plans"] = (key, [])
     return cached[1]
+
+
+def _widened(fam, g, budget: int, strategy: str, window, front_cap, stacked: bool):
+    """(fronts, V's entry or None, the window that gave it): :func:`_scale_passes` at
+    ``window`` and, while it has no plan, at the wider windows of
+    :func:`~planner.dp.scale.widening`, the last one none.
+
+    Why it ends: with no window a capped front keeps each state's least-ckpt entry (the thinned
+    fronts keep their cheapest), and that entry alone decides which transitions pass the peak
+    test, so the last pass reaches V exactly when the unpruned DP does, at every budget from
+    the family's smallest feasible one (:func:`feasible_floor`). Below that budget no window has
+    a plan and none is tried past the first (none at all once the floor is known). Where the
+    floor cannot be had (a big graph held segment-locally) only ``window`` is tried."""
+    floor = _floor_known(fam, g)
+    if floor is not None and budget < floor:
+        return None, None, window
+    fronts = entry = None
+    floored = floor is not None or fam.sets is not None or g.n <= EXACT_LIMIT
+    for k, w in enumerate(widening(window, fam.num_sets) if floored else [window]):
+        if k == 1 and budget < feasible_floor(fam, g):
+            break
+        fronts, entry = _scale_passes(fam, g, budget, strategy, w, front_cap, stacked)
+        if entry is not None:
+            return fronts, entry, w
+    return fronts, None, window
+
+
+def feasible_floor(fam, g) -> int | None:
+    """The smallest budget (DP units) at which the unpruned DP on ``fam`` has a plan
+    (:func:`planner.dp.min_budget.min_budget`), kept on the family; computed on the family
+    itself when its sets are bits, else on a dense twin of it (same sets: the approximate
+    family of ``g``) when ``g`` has at most :data:`~planner.dp.scale.EXACT_LIMIT` nodes;
+    None for a bigger graph held segment-locally (its sets as bits would be n² bits)."""
+    known = _floor_known(fam, g)
+    if known is not None or (fam.sets is None and g.n > EXACT_LIMIT):
+        return known
+    from planner.dp.min_budget import min_budget
+
+    dense = fam if fam.sets is not None else approx_family(g)
+    fam.cache["floor"] = (g.m.tobytes(), int(min_budget(dense, g)))
+    return fam.cache["floor"][1]
+
+
+def _floor_known(fam, g) -> int | None:
+    """:func:`feasible_floor` where it was computed for ``g``'s sizes already, else None."""
+    cached = fam.cache.get("floor")
+    return cached[1] if cached is not None and cached[0] == g.m.tobytes() else None
 
 
 def _scale_passes(fam, g, budget: int, strategy: str, window, front_cap, stacked: bool):
