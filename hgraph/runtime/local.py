@@ -39,8 +39,11 @@ class LocalRuntime:
         return Worker(self.program, assemble(part, spec, handles))
 
     def unload(self):
-        """Drop the run's workers (their slices and values); kept handles stay with the caller."""
+        """Drop the run's workers (their slices and values) and the run (program, partition
+        and its graph); kept handles stay with the caller."""
         self.workers = []
+        self.program = self.partition = None
+        self.inputs = {}
 
     def step(self, superstep, mode, aggregates, final, inbound):
         """Run one superstep on every worker; ``inbound[t]`` lists task ``t``'s blocks by sender.

@@ -23,6 +23,19 @@ from hgraph.runtime.ray_connect import ensure_ray
 from hgraph.worker import Worker
 
 
+def _trim_heap() -> None:
+    """Collect garbage and return the freed C heap to the system (glibc's ``malloc_trim``;
+    elsewhere only the collection)."""
+    import ctypes
+    import gc
+
+    gc.collect()
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):
+        pass
+
+
 def _actor_class():
     import ray
 
@@ -39,7 +52,10 @@ def _actor_class():
             return True
 
         def unload(self):
+            """Drop the run's worker and hand its freed heap back to the system: the actor
+            outlives the run, and what the run held should not stay resident in it."""
             self.worker = None
+            _trim_heap()
             return True
 
         def step(self, superstep, mode, aggregates, final, *inbound):
@@ -124,10 +140,13 @@ class RayRuntime:
         return self.actors[task].load.remote(self._program_ref, part, spec, *handles)
 
     def unload(self):
-        """The actors drop the run's worker (slice and values), not waited for; kept handles
+        """The actors drop the run's worker (slice and values), not waited for, and the driver
+        its references to the run (the program, the partition and its graph); kept handles
         are the caller's and stay in the object store."""
         for actor in self.actors[:self.tasks]:
             actor.unload.remote()
+        self.program = self.partition = self._program_ref = None
+        self.inputs = {}
 
     def _start(self, task: int):
         """A new actor for task ``task``, loaded with the current run."""
