@@ -20,9 +20,11 @@ Example::
 
 from __future__ import annotations
 
+from array import array
+
 import numpy as np
 
-__all__ = ["run_starts", "distinct", "ranges", "csr", "as_strided"]
+__all__ = ["run_starts", "distinct", "ranges", "csr", "as_strided", "int_array", "byte_array"]
 
 
 def run_starts(keys: np.ndarray) -> np.ndarray:
@@ -65,3 +67,16 @@ def as_strided(x, shape, strides):
     from cupy.lib.stride_tricks import as_strided as cupy_as_strided
 
     return cupy_as_strided(x, shape=shape, strides=strides)
+
+
+def int_array(a: np.ndarray) -> array:
+    """``a`` as an ``array('q')``: indexed, sliced and iterated like ``a.tolist()`` (Python
+    ints) at 8 bytes an entry, where a list of ints is ~40 (its pointer and the int). Why:
+    the schedule's loops (the emitter, the walk) read per-node and per-function tables one
+    entry at a time; as lists they were ~0.7 KB an activation (bench/NOTES_scale.md)."""
+    return array("q", np.ascontiguousarray(a, dtype=np.int64).tobytes())
+
+
+def byte_array(a: np.ndarray) -> bytearray:
+    """Small non-negative ints (flags, tags: below 256) as a ``bytearray``, 1 byte an entry."""
+    return bytearray(np.ascontiguousarray(a, dtype=np.uint8).tobytes())

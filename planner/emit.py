@@ -54,7 +54,7 @@ from array import array
 import numpy as np
 
 from planner.activation_graph import ActivationGraph
-from planner.arrays import ranges
+from planner.arrays import byte_array, int_array, ranges
 from planner.cg import TAGS
 from planner.schedule import Op, Schedule
 
@@ -131,7 +131,7 @@ def emit_pieces(g, groups: np.ndarray, ag: ActivationGraph, slices):
     sets, handed from piece to piece) and its slice's tables (read on demand, dropped with
     the slice), so the driver never holds the whole op list nor a Python object per node
     (:mod:`planner.sliced`, bench/NOTES_scale.md)."""
-    e = _Emitter(g, np.asarray(groups, dtype=np.int64), ag, None, lazy=True)
+    e = _Emitter(g, np.asarray(groups, dtype=np.int64), ag, None, sliced=True)
     for b0, b1 in slices:
         e.tables(b0, b1)
         e.forward(b0, b1)
@@ -145,29 +145,6 @@ def emit_pieces(g, groups: np.ndarray, ag: ActivationGraph, slices):
         yield e.take()
 
 
-class _Lazy(dict):
-    """A table read like the list ``arr.tolist()``, filled on first read: the sliced
-    emission's (a slice reads a few thousand nodes' entries, not the graph's)."""
-
-    def __init__(self, arr: np.ndarray):
-        super().__init__()
-        self.arr = arr
-
-    def __missing__(self, i):
-        v = self[i] = self.arr[i].item()
-        return v
-
-
-class _Slices:
-    """A CSR column read like its list by slices (``out_var[a:b]``), made on each read."""
-
-    def __init__(self, arr: np.ndarray):
-        self.arr = arr
-
-    def __getitem__(self, s) -> list:
-        return self.arr[s].tolist()
-
-
 class _Emitter:
     """One emission of :func:`emit_groups`: the per-node numbers of the chain (computed once,
     as lists for the loops) and what is live, then the forward pass and each backward block's
@@ -176,12 +153,12 @@ class _Emitter:
     Why a class: the steps share a dozen per-node tables and the live sets; one function held
     them all in 147 lines."""
 
-    def __init__(self, g, grp, ag, keep, lazy: bool = False):
+    def __init__(self, g, grp, ag, keep, sliced: bool = False):
         n = ag.n
         self.k = k = int(grp.max(initial=-1)) + 1
         self.nf = nf = g.num_forward
         node_of_var = ag.node_of_var
-        self.ag, self.lazy = ag, lazy
+        self.ag = ag
         src, dst = ag.src, ag.dst
         # per node: the latest block among successors, the earliest among predecessors
         max_succ = np.full(n, -1, np.int64)
@@ -213,14 +190,17 @@ class _Emitter:
             kept[np.asarray(keep, np.int64)] = True
             fwd_keep = ckpt | kept
             self.kept_l = kept.tolist()
-        # the per-node and per-function tables the loops read: whole lists, or (lazy: the
-        # sliced emission) dicts filled on first read and dropped with each slice
-        self._arrays = dict(var=ag.var, grp_l=grp, min_pred_l=min_pred, nfunc=node_of_func,
-                            nvar=node_of_var, act=g.is_activation, tpos=topo_pos,
-                            keeps=fwd_keep, has_output_tag=has_output_tag,
-                            out_ptr=cols.out_ptr)
-        self._out_var = cols.out_var
-        if not lazy:
+        # the per-node and per-function tables the loops read, as compact arrays read like
+        # lists (8 bytes an entry, 1 a flag; lists of ints were ~40: bench/NOTES_scale.md)
+        for name, arr in dict(var=ag.var, grp_l=grp, min_pred_l=min_pred, nfunc=node_of_func,
+                              nvar=node_of_var, tpos=topo_pos, out_ptr=cols.out_ptr,
+                              out_var=cols.out_var).items():
+            setattr(self, name, int_array(arr))
+        for name, arr in dict(act=g.is_activation, keeps=fwd_keep,
+                              has_output_tag=has_output_tag).items():
+            setattr(self, name, byte_array(arr))
+        self.grp = grp
+        if not sliced:
             self.tables()
         self.ops = []
         self.live = set()
@@ -229,19 +209,10 @@ class _Emitter:
         self.glive = set()           # nodes whose gradient is live
 
     def tables(self, b0: int = 0, b1: int | None = None) -> None:
-        """The tables for blocks ``b0 … b1 − 1``: the whole lists once (not lazy), or fresh
-        lazy dicts (the sliced emission: what a slice reads, ~its own nodes, so the driver
-        never holds a Python object per node of the graph); and ``cand``, the backward blocks
-        that may run in each of those blocks (consumers and producers of its nodes)."""
+        """``cand`` for blocks ``b0 … b1 − 1`` (all by default): the backward blocks that may
+        run in each (consumers and producers of its nodes), made for a slice at a time in
+        the sliced emission."""
         b1 = self.k if b1 is None else b1
-        if self.lazy:
-            for name, arr in self._arrays.items():
-                setattr(self, name, _Lazy(arr))
-            self.out_var = _Slices(self._out_var)
-        elif not hasattr(self, "var"):
-            for name, arr in self._arrays.items():
-                setattr(self, name, arr.tolist())
-            self.out_var = self._out_var.tolist()
         self.cand = cand = {i: set() for i in range(b0, b1)}
         fs = self.sorted_f[self.fb[b0]:self.fb[b1]]
         for i, f in zip(self.fgrp[fs].tolist(), fs.tolist()):
@@ -257,7 +228,7 @@ class _Emitter:
 
     def grp_of_src(self, es) -> list:
         """The block of the source of each edge in ``es``."""
-        return self._arrays["grp_l"][self.ag.src[es]].tolist()
+        return self.grp[self.ag.src[es]].tolist()
 
     def forward(self, b0: int = 0, b1: int | None = None):
         """The forward phase of blocks ``b0 … b1 − 1`` (all by default): each block's

@@ -43,6 +43,7 @@ from array import array
 
 import numpy as np
 
+from planner.arrays import byte_array, int_array
 from planner.backend_costs import BackendCosts
 from planner.cg import GRADIENT
 from planner.pool import BestFit
@@ -103,18 +104,18 @@ class ScheduleWalker(Walker):
         cols = g.columns
         # the graph's columns as compact arrays (8 bytes an entry, 1 for flags: a list of
         # ints was ~40, ~0.7 KB an activation at 10^5; bench/NOTES_scale.md), read like lists
-        self._in_var, self._in_tag = _ints(cols.in_var), _ints(cols.in_tag)
-        self._ip, self._op = _ints(cols.in_ptr), _ints(cols.out_ptr)
-        self._out_var = _ints(cols.out_var)
-        self._fwd_out = _ints(g.forward_output)
-        self._is_act = bytearray(np.asarray(g.is_activation, np.uint8).tobytes())
+        self._in_var, self._in_tag = int_array(cols.in_var), byte_array(cols.in_tag)
+        self._ip, self._op = int_array(cols.in_ptr), int_array(cols.out_ptr)
+        self._out_var = int_array(cols.out_var)
+        self._fwd_out = int_array(g.forward_output)
+        self._is_act = byte_array(g.is_activation)
         self._bw_out = cols.out_var[cols.out_ptr[self.nf]:]
-        self._parts = _ints(np.bincount(self._bw_out, minlength=self.n))
+        self._parts = int_array(np.bincount(self._bw_out, minlength=self.n))
         self._done_parts = array("q", bytes(8 * self.n))
         self.sinks = set(np.flatnonzero(g.loss_mask).tolist())
         self.value_of, self.grad_of = {}, {}          # var -> buffer of its live value / gradient
         self.buf_var, self.buf_grad = array("q"), bytearray()
-        self._vbytes = _ints(g.var_bytes)
+        self._vbytes = int_array(g.var_bytes)
         #: bytes of the live buffers, and the same without parameters' and inputs' gradients;
         #: their peaks after a compute (the first op at the peak), the live bytes after each op
         self.live = self.live_act = 0
@@ -306,11 +307,6 @@ class ScheduleWalker(Walker):
             blk = int(np.searchsorted(self.g.columns.out_ptr, missing[0], side="right")) - 1
             self.bad(n_ops - 1, f"{missing.size} backward output(s) never produced, first block "
                                 f"{blk} index {int(missing[0]) - op_[blk]}")
-
-
-def _ints(a: np.ndarray) -> array:
-    """``a`` as an ``array('q')``: indexed and sliced like its list, 8 bytes an entry."""
-    return array("q", np.ascontiguousarray(a, dtype=np.int64).tobytes())
 
 
 class PoolWalker(Walker):
