@@ -147,8 +147,11 @@ def emit_pieces(g, groups: np.ndarray, ag: ActivationGraph, slices):
 
 class _Emitter:
     """One emission of :func:`emit_groups`: the per-node numbers of the chain (computed once,
-    as lists for the loops) and what is live, then the forward pass and each backward block's
-    three steps, in the order the reference prints them (the ops in :attr:`ops`).
+    as compact arrays the loops read like lists) and what is live, then the forward pass and
+    each backward block's three steps, in the order the reference prints them (the ops in
+    :attr:`ops`). ``sliced``: ``cand`` is made a slice of blocks at a time
+    (:meth:`tables`, :func:`emit_pieces`); the live sets (``live``, ``upper``, ``glive``)
+    and ``ran`` are what one slice hands the next.
 
     Why a class: the steps share a dozen per-node tables and the live sets; one function held
     them all in 147 lines."""
