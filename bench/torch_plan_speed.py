@@ -21,14 +21,18 @@ GELU MLP; ``--layers 12 --d 256 --seq 128 --batch 2`` by default) through ``pt.g
 before any partition) in the same process, so the ratio is taken under one load.
 
     python3 bench/torch_plan_speed.py gpt --budgets 100% 60% min
+    python3 bench/torch_plan_speed.py gpt --hf --dp-window 0 --dp-front-cap 0   # exact DP forced
 
 ``scale``: plan time (``pt.plan_for_step`` at ``--budget``, a fresh graph each, front not
-cached) against joint-graph size, GPT models of growing depth; prints nodes, activations,
-CPU seconds, seconds / (n log n), and that over the first row's (growth no faster than
-n log n keeps it at or below about 1). ``--dp-window`` / ``--dp-front-cap``: the approximate
-DP's scale options (``planner.options.SolverLimits``), to compare the capped DP's growth.
+cached) against joint-graph size, GPT models of growing depth (``--layers 0``: embedding and
+head alone, ~100 joint nodes); prints nodes, activations, CPU seconds, seconds / (n log n),
+and that over the first row's (growth no faster than n log n keeps it at or below about 1),
+and the pick. ``--dp-window`` / ``--dp-front-cap``: the approximate DP's scale options
+(``planner.options.SolverLimits``; by default the front's own choice,
+``planner.torch.front.scale_limits``: capped past ``CAPPED_FROM`` activations; ``0 0``: the
+exact DP); ``--against-exact``: each graph planned again with the exact DP, same process.
 
-    python3 bench/torch_plan_speed.py scale --layers 1 2 4 8 16 32 64
+    python3 bench/torch_plan_speed.py scale --layers 0 4 8 16 32 60
 """
 
 from __future__ import annotations
@@ -206,12 +210,18 @@ def gpt(args) -> int:
     print(f"{'hf GPT2LMHeadModel' if args.hf else 'gpt'}: {args.layers} layers, d={args.d}, "
           f"seq {args.seq}, batch {args.batch}: {len(tg.joint.graph.nodes):,} joint nodes, "
           f"{tg.info['activations']} activations; load {os.getloadavg()[0]:.1f}", flush=True)
+    extra = {}
+    if args.dp_window is not None or args.dp_front_cap is not None:
+        from planner.options import SolverLimits
+
+        extra["limits"] = SolverLimits(dp_window=args.dp_window, dp_front_cap=args.dp_front_cap)
     for b in args.budgets:
         t = _clock()
         try:
-            p = pt.plan_for_step(tg, b, progress=args.progress)
+            p = pt.plan_for_step(tg, b, progress=args.progress, **extra)
             what = (f"{p.solver}, step peak {p.report['step_peak_bytes']:,} B, recompute "
-                    f"{p.report['step_recompute_flops']:,} FLOPs")
+                    f"{p.report['step_recompute_flops']:,} FLOPs, DP window "
+                    f"{p.report.get('dp_window', 'exact')}")
         except InfeasibleError as err:
             what = f"refused: {err}"
         w, c = _since(t)
@@ -222,30 +232,53 @@ def gpt(args) -> int:
 
 def scale(args) -> int:
     """Plan time against joint-graph size: a fresh graph per depth, ``plan_for_step`` at
-    ``--budget`` (its front computed: a budget below keep-all), CPU seconds."""
+    ``--budget`` (its front computed: a budget below keep-all), CPU seconds. With
+    ``--against-exact`` the same graph is planned again (front dropped) with the exact DP
+    forced (``--dp-window 0 --dp-front-cap 0``), in the same process: the CPU ratio, and
+    whether the two picks (replayed step peak, recomputed FLOPs) differ."""
     import planner.torch as pt
+    from planner.options import SolverLimits
 
     extra = {}
     if args.dp_window is not None or args.dp_front_cap is not None:
-        from planner.options import SolverLimits
-
         extra["limits"] = SolverLimits(dp_window=args.dp_window, dp_front_cap=args.dp_front_cap)
     print("layers | joint nodes | activations | plan cpu s | cpu s / (n log2 n) x 1e6 | "
-          "that / first row's")
+          "that / first row's | pick (step peak B, recompute FLOPs)"
+          + (" | exact DP: cpu s, pick" if args.against_exact else ""))
     first = None
     for layers in args.layers:
         model, inputs, loss = gpt_model(layers, args.d, args.seq, args.batch)
         tg = pt.graph(model, *inputs, loss=loss, progress="off")
         n = len(tg.joint.graph.nodes)
-        t = _clock()
-        pt.plan_for_step(tg, args.budget, progress="off", **extra)
-        w, c = _since(t)
+        tg.step_slack        # measured when first read (a step run): not in either plan's time
+        (w, c), got = _timed_pick(tg, args.budget, extra)
         per = 1e6 * c / (n * math.log2(n))
         first = per if first is None else first
-        print(f"{layers} | {n:,} | {tg.info['activations']} | {c:.2f} | {per:.2f} | "
-              f"{per / first:.2f}   (wall {w:.1f} s, load {os.getloadavg()[0]:.1f})",
-              flush=True)
+        row = (f"{layers} | {n:,} | {tg.info['activations']} | {c:.2f} | {per:.2f} | "
+               f"{per / first:.2f} | {got}")
+        if args.against_exact:
+            tg.fronts.clear()
+            (_, ce), want = _timed_pick(tg, args.budget, dict(
+                limits=SolverLimits(dp_window=0, dp_front_cap=0)))
+            row += f" | {ce:.2f} ({ce / c:.2f}x), {'same' if want == got else want}"
+        print(f"{row}   (wall {w:.1f} s, load {os.getloadavg()[0]:.1f})", flush=True)
     return 0
+
+
+def _timed_pick(tg, budget, extra) -> tuple:
+    """((wall, CPU) seconds of ``plan_for_step(tg, budget)``, its pick's (solver, step peak,
+    recompute FLOPs, the DP window its plan was solved with), or the refusal's smallest step
+    peak (a graph too small to recompute anything: planned all the same)."""
+    import planner.torch as pt
+    from hgraph.common.errors import InfeasibleError
+
+    t = _clock()
+    try:
+        p = pt.plan_for_step(tg, budget, progress="off", **extra)
+    except InfeasibleError as err:
+        return _since(t), ("refused", err.min_budget_bytes)
+    return _since(t), (p.solver, p.report["step_peak_bytes"], p.report["step_recompute_flops"],
+                       p.report.get("dp_window", "exact"))
 
 
 def main(argv=None) -> int:
@@ -265,6 +298,8 @@ def main(argv=None) -> int:
     p.add_argument("--repeats", type=int, default=2)
     p.add_argument("--budgets", nargs="+", default=["100%", "60%", "min"])
     p.add_argument("--progress", default="off")
+    p.add_argument("--dp-window", type=int, help="the approximate DP's window (0 0: exact DP)")
+    p.add_argument("--dp-front-cap", type=int, help="its front cap (0: off)")
     p = sub.add_parser("scale")
     p.add_argument("--layers", type=int, nargs="+", default=[1, 2, 4, 8, 16, 32, 60])
     p.add_argument("--d", type=int, default=64)
@@ -273,6 +308,8 @@ def main(argv=None) -> int:
     p.add_argument("--budget", default="90%")
     p.add_argument("--dp-window", type=int, help="the approximate DP's window (0: off)")
     p.add_argument("--dp-front-cap", type=int, help="its front cap (0: off)")
+    p.add_argument("--against-exact", action="store_true",
+                   help="plan each graph again with the exact DP forced, same process")
     args = ap.parse_args(argv)
     import torch
 

@@ -42,13 +42,25 @@ from planner.torch.partition import keep_names, partition
 
 __all__ = ["Candidate", "front", "for_budget", "covers", "keep_all", "keeps_everything", "choose", "measured_candidate",
            "seeded_candidate", "split", "union", "resolve_step_budget",
-           "pick", "POINTS", "SOLVERS", "EXACT_MAX_LOWER_SETS", "LOWEST"]
+           "pick", "scale_limits", "POINTS", "SOLVERS", "EXACT_MAX_LOWER_SETS", "CAPPED_FROM",
+           "LOWEST"]
 
 #: Budgets planned per solver, spread evenly from the smallest feasible to keep-everything.
 POINTS = 12
 #: Solvers asked: the exact lower-set DP finds cheap pointwise recomputations the approximate
 #: one misses; both are fast on imported models (tens of activations once folded).
 SOLVERS = ("approx", "exact")
+#: Graphs of more activations than this plan the approximate DP on its scale path
+#: (:mod:`planner.dp.scale`: a window of :data:`~planner.dp.scale.DEFAULT_WINDOW` states, widened
+#: until a plan exists, and fronts capped at :data:`~planner.dp.scale.DEFAULT_FRONT_CAP`
+#: entries), unless the caller's ``limits`` name a window or cap (0: off). The unpruned DP is
+#: O(L²F) a pass (F, a front's entries, grows with L on FLOP costs): cubic in the depth; the
+#: capped one is linear. A count, not a clock, from measurement (bench/NOTES_torch.md, "Issue
+#: 36: the capped DP on the torch front"; ``bench/torch_plan_speed.py scale --against-exact``):
+#: on examples/torch/gpt.py-shaped models the capped front's pick at 90 % was the exact one's
+#: at 116, 168 and 220 activations, for 1.2x less CPU at the first two and 2.0x at 220; the
+#: examples/torch models (at most 177 activations: lstm) keep the exact DP's plans.
+CAPPED_FROM = 200
 #: The exact DP is asked only on graphs with at most this many lower sets (resnet: 258, gpt:
 #: 95). A U-Net's skip connections give 13,321, and the front plans each solver at
 #: :data:`POINTS` budgets, so past the limit the front keeps the approximate solver's plans
@@ -210,6 +222,7 @@ def _planned(tg, solvers, points, exact_max_lower_sets, plan_kwargs) -> list:
     # the front plans at many budgets and keeps few plans: no lower bound for each
     plan_kwargs = {"certify": "off", **plan_kwargs}
     g = tg.cg
+    plan_kwargs["limits"] = scale_limits(int(g.num_forward), plan_kwargs.get("limits"))
     stages = current_progress()
     sessions = []               # (keywords, Planning): one per solver and its options
 
@@ -253,6 +266,25 @@ def _planned(tg, solvers, points, exact_max_lower_sets, plan_kwargs) -> list:
                 fresh.append(p)
         out.append((solver, fresh))
     return out
+
+
+def scale_limits(activations: int, limits: SolverLimits | None) -> SolverLimits:
+    """``limits`` (default: :class:`~planner.options.SolverLimits`'s) with the approximate DP's
+    scale path on (its default window and front cap) for a graph of more than
+    :data:`CAPPED_FROM` activations, where the caller named neither a window nor a cap.
+
+    >>> scale_limits(CAPPED_FROM + 1, None).dp_window, scale_limits(CAPPED_FROM, None).dp_window
+    (8, None)
+    >>> scale_limits(10_000, SolverLimits(dp_window=0, dp_front_cap=0)).dp_window   # asked: exact
+    0
+    """
+    from planner.dp.scale import DEFAULT_FRONT_CAP, DEFAULT_WINDOW
+
+    limits = limits or SolverLimits()
+    if activations <= CAPPED_FROM or limits.dp_window is not None \
+            or limits.dp_front_cap is not None:
+        return limits
+    return dataclasses.replace(limits, dp_window=DEFAULT_WINDOW, dp_front_cap=DEFAULT_FRONT_CAP)
 
 
 def keep_all(tg, **plan_kwargs) -> list:
