@@ -15,6 +15,10 @@ Run::
         --solver approx --tasks 4 --runtime ray --budget 50% --progress plain \\
         --report W/r.json --out W/s.txt 2>&1 | grep MEM
 
+``--whole-schedule`` (this script's own flag, taken out of the job's arguments) makes the
+schedule stage whole at every size, as before :mod:`planner.sliced`: the baseline for the
+sliced stage in the same tree.
+
 Each line: ``MEM <stage> start <MiB>`` / ``MEM <stage> end <MiB> peak <MiB>`` (nested stages,
 such as starting Ray inside the first engine stage, print their own pair).
 """
@@ -67,9 +71,17 @@ def _wrap(stage):
 def main(argv=None) -> int:
     from jobs.cli import main as cli
 
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if "--whole-schedule" in argv:
+        # the baseline in the same tree: the schedule stage emitted and replayed whole at
+        # every size, as before planner/sliced.py (issue 37)
+        argv.remove("--whole-schedule")
+        from planner import sliced
+
+        sliced.applies = lambda n, decision: False
     progress.StageProgress.stage = _wrap(progress.StageProgress.stage)
     threading.Thread(target=_sample, daemon=True).start()
-    return cli(sys.argv[1:] if argv is None else argv)
+    return cli(argv)
 
 
 if __name__ == "__main__":
