@@ -153,10 +153,11 @@ def warm_up() -> None:
     hgraph_first_call(m, (x,), lambda y: y.mean(), "100%")
 
 
-def run_model(name, budgets, repeats) -> dict:
+def run_model(name, budgets, repeats, done=lambda b, runs: None) -> dict:
     """Every (side, budget) of model ``name``, ``repeats`` times, each budget's pair
     interleaved with the side going first alternating: {budget: {"torch": [runs],
-    "hgraph": [runs]}}."""
+    "hgraph": [runs]}}; ``done(budget, its runs)`` after a budget's last pair (a row shows
+    as soon as it is measured: a model's four budgets take minutes on a loaded machine)."""
     runs = {b: {"torch": [], "hgraph": []} for b in budgets}
     for r in range(repeats):
         for i, b in enumerate(budgets):
@@ -166,6 +167,8 @@ def run_model(name, budgets, repeats) -> dict:
                 runs[b][side].append(torch_first_call(m, inputs, loss, torch_budget(b))
                                      if side == "torch" else
                                      hgraph_first_call(m, inputs, loss, b))
+            if r == repeats - 1:
+                done(b, runs[b])
     return runs
 
 
@@ -210,12 +213,13 @@ def main(argv=None) -> int:
     warm_up()
     everything = {}
     for name in names:
-        runs = everything[name] = run_model(name, args.budgets, args.repeats)
-        for b in args.budgets:
-            print(row(name, b, runs[b]), flush=True)
-        if args.json:
-            with open(args.json, "w") as f:
-                json.dump(everything, f, indent=1, sort_keys=True, default=str)
+        def done(b, runs, name=name):
+            print(row(name, b, runs), flush=True)
+            everything.setdefault(name, {})[b] = runs
+            if args.json:
+                with open(args.json, "w") as f:
+                    json.dump(everything, f, indent=1, sort_keys=True, default=str)
+        run_model(name, args.budgets, args.repeats, done)
     print(f"load {os.getloadavg()[0]:.1f}")
     return 0
 
