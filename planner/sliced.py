@@ -13,8 +13,9 @@ tables and the hoisting's arrays over all ops: ~1.9 KB an activation on the driv
    last touching line per value and gradient, 16 bytes a var, is the hand-over);
 3. the pieces go to a spool file (their ops as plain tuples); one pass then reads them back
    in order, puts each set-aside forget after its anchor line (the anchor's latest forget
-   first, as the whole hoisting does), writes the schedule's text to its file and feeds the same ops to the replay (the
-   one schedule walk, :class:`planner.walk.ScheduleWalker`), whose peak is over the whole.
+   first, as the whole hoisting does), writes the schedule's text to its file and feeds the
+   same ops to the replay (the one schedule walk, :class:`planner.walk.ScheduleWalker`),
+   whose peak is over the whole.
 
 The schedule is byte-identical to the whole emission's (tests/test_sliced.py on transformer
 and CNN graphs, slices of a few blocks up), and the replay's figures equal.
@@ -92,7 +93,8 @@ def emit_and_replay(g, groups: np.ndarray, ag, check: bool = True, nodes: int | 
 def _spool(g, pieces, spool):
     """Hoist each piece of ops (:func:`planner.emit.hoist_piece`) into ``spool`` (a pickled
     list of each op's fields): ``(moved, ops)``, the set-aside forgets as two arrays (anchor
-    line, key) sorted as they go back (by anchor; an anchor's latest forget first), and the ops in all."""
+    line, key) sorted as they go back (by anchor; an anchor's latest forget first), and the
+    ops in all."""
     last_touch = np.full(2 * g.num_vars, -1, np.int64)
     parts, pos0, line0 = [], 0, 0
     for ops in pieces:
