@@ -176,23 +176,22 @@ def test_dp_scale_flags_reach_the_report(tmp_path):
                  "--dp-window", "-1"]) == 2
 
 
-def test_no_plan_with_the_chosen_options_is_one_line(tmp_path):
-    """--dp-window 1 on parallel branches has no plan at any budget (below the no-recomputation
-    peak, where keeping everything is the plan): the smallest-budget search
-    stops at the budget where every block fits and names the options (on main: OverflowError
-    after doubling the budget past int64)."""
+def test_a_window_without_a_plan_widens_and_says_which(tmp_path):
+    """--dp-window 1 on parallel branches has no plan at any budget: the capped solve widens
+    its window (1, 2, 4, ...: planner.dp.scale.widening) until one has a plan, and the report
+    and the table name the window that gave it (before the widening: a one-line error naming
+    the option; before that, an OverflowError after doubling the budget past int64)."""
     from planner import synth
 
-    graph = tmp_path / "s2.txt"
+    graph, rep = tmp_path / "s2.txt", tmp_path / "r.json"
     cg.write(synth.build(layers=2, heads=4), graph)
-    with pytest.raises(HGraphError, match="--dp-window 1") as info:
-        planner.plan(cg.read(graph), budget="90%", limits=planner.SolverLimits(dp_window=1))
-    assert info.value.exit_code == 3 and not isinstance(info.value, InfeasibleError)
+    p = planner.plan(cg.read(graph), budget="90%", limits=planner.SolverLimits(dp_window=1))
+    assert p.report["dp_window"] > 1 and p.report["within_budget"]
     proc = _run("jobs", "submit", "plan", "--graph", str(graph), "--budget", "90%",
-                "--dp-window", "1", "--out", str(tmp_path / "s.txt"))
-    assert proc.returncode == 3 and "Traceback" not in proc.stderr
-    assert len(proc.stderr.strip().splitlines()) == 1 and "--dp-window 1" in proc.stderr
-    assert not (tmp_path / "s.txt").exists()
+                "--dp-window", "1", "--out", str(tmp_path / "s.txt"), "--report", str(rep))
+    assert proc.returncode == 0 and "Traceback" not in proc.stderr
+    assert json.loads(rep.read_text())["dp_window"] == p.report["dp_window"]
+    assert f"window {p.report['dp_window']}," in proc.stdout
 
 
 def test_more_engine_blocks_than_nodes_gives_the_same_plan():
