@@ -152,12 +152,10 @@ def test_compile_shows_its_planning_on_stderr(capsys):
             pass
 
     rec = Recorder()
-    with tracking(tracker=rec):                     # below 100%: the front is planned
+    with tracking(tracker=rec):                     # below 100%: the whole front is planned
         pt.compile(copy.deepcopy(m), budget="min", loss=MEAN)(x)
     assert rec.names[:2] == ["hgraph: planning the step", "torch's min-cut partitions"]
-    assert "step front: approx plans" in rec.names      # and its candidates priced as asked
-    assert any(n.startswith("step front: pricing plan") or n == "step front: min-cut partitions"
-               for n in rec.names)
+    assert {"step front: approx plans", "step front: min-cut partitions"} <= set(rec.names)
     pt.compile(copy.deepcopy(m), loss=MEAN)(x)                 # "auto", stderr is no terminal here
     assert "hgraph" not in capsys.readouterr().err
     with pytest.raises(HGraphError, match="^progress must be one of auto, bar, plain, off, "

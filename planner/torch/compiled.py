@@ -22,7 +22,6 @@ from planner.torch.dynamo_cache import StepFrames
 from planner.torch.model_graph import from_joint
 from planner.torch.seeds import (MIN_CUT_BUDGETS, min_cut_keeps, min_cut_partition,
                                  representable, saved_names)
-from planner.torch.trial_front import TrialFront
 
 __all__ = ["HGraphPartitioner", "CompiledStep", "compile_model", "fresh_function",
            "TORCH_DEFAULT", "TRIALS"]
@@ -30,9 +29,6 @@ __all__ = ["HGraphPartitioner", "CompiledStep", "compile_model", "fresh_function
 _compiles = itertools.count()
 #: ``fronts`` key prefix of a graph's keep-everything plans alone (:meth:`HGraphPartitioner._keep_all`).
 KEEP_ALL = "keep-all"
-#: ``fronts`` key prefix of a graph's front for :class:`CompiledStep`'s trials, priced lazily
-#: (:class:`planner.torch.trial_front.TrialFront`).
-TRIAL_FRONT = "trial front"
 #: :attr:`HGraphPartitioner.trial` that splits by torch.compile's own partition (the min-cut
 #: as Inductor calls it): the step percent budgets are measured against.
 TORCH_DEFAULT = "torch.compile default"
@@ -97,10 +93,9 @@ class HGraphPartitioner(torch._inductor.custom_graph_pass.CustomPartitionerFn):
         self.fronts = {} if fronts is None else fronts
         #: What the next compile splits by (set by :class:`CompiledStep`, which verifies each
         #: by the allocator): None, the pick by the replay at :attr:`budget` (:meth:`pick`);
-        #: :data:`TORCH_DEFAULT`, torch.compile's own partition; ``{key: c}``, for each graph
-        #: ``key`` the candidate ``c`` of its trial front, or ``i``, the ``i``-th of its whole
-        #: front (a step Dynamo splits has several graphs; one the dict leaves out gets
-        #: torch.compile's own partition).
+        #: :data:`TORCH_DEFAULT`, torch.compile's own partition; ``{key: i}``, candidate ``i``
+        #: of the front of each graph ``key`` (a step Dynamo splits has several graphs; one
+        #: the dict leaves out gets torch.compile's own partition).
         self.trial = None
         #: :data:`TORCH_DEFAULT` trials plan the whole front as well (a budget other than
         #: "100%" chooses among its candidates once torch's default step is measured).
@@ -134,13 +129,8 @@ class HGraphPartitioner(torch._inductor.custom_graph_pass.CustomPartitionerFn):
         self.calls += 1
         self.keys.append(key)
         if isinstance(self.trial, dict) and key in self.trial:
-            c = self.trial[key]
-            if isinstance(c, int):
-                fr, traced_gm, old_merged = self.fronts[key]
-                c = fr[c]
-            else:
-                _, traced_gm, old_merged = self.fronts[(TRIAL_FRONT, key)]
-            return self._split(c, gm, traced_gm, old_merged, n_out)
+            fr, traced_gm, old_merged = self.fronts[key]
+            return self._split(fr[self.trial[key]], gm, traced_gm, old_merged, n_out)
         if self.trial is not None:       # TORCH_DEFAULT, or a graph a trial leaves at it
             return self._torch_default(tg, key, gm, joint_inputs, **kwargs)
         if key not in self.fronts:       # the graph as traced, and with its subexpressions merged
@@ -181,32 +171,16 @@ class HGraphPartitioner(torch._inductor.custom_graph_pass.CustomPartitionerFn):
                 front_mod.front(tg, **self.plan_kwargs),
                 front_mod.front(merged, seeds=seeds, **self.plan_kwargs)]), gm, merged_gm)
 
-    def _trial_front(self, tg, key, gm, merged_gm, merged, joint_inputs, **kwargs):
-        """The front of graph ``key`` for :class:`CompiledStep`'s trials into :attr:`fronts`
-        (under ``(TRIAL_FRONT, key)``), unless there: the plans :meth:`_plan_front` would
-        price, and torch's min-cut partitions, each priced only when a trial's choice could be
-        it (:class:`planner.torch.trial_front.TrialFront`: the choices the whole front gives)."""
-        if (TRIAL_FRONT, key) in self.fronts:
-            return
-        with _progress(self.progress) as stages, stages.stage("hgraph: planning the step"):
-            with stages.stage("torch's min-cut partitions"):
-                seeds = min_cut_keeps(merged_gm, joint_inputs, self.min_cut_budgets, **kwargs)
-            lists = [front_mod._shortlist(g, TRIAL_FRONT, self.plan_kwargs)
-                     for g in (tg, merged)]
-            self.fronts[(TRIAL_FRONT, key)] = (TrialFront(lists, seeds, merged), gm, merged_gm)
-
     def _torch_default(self, tg, key, gm, joint_inputs, **kwargs):
         """torch.compile's own partition of ``gm`` (the min-cut as Inductor calls it, at the
         ``activation_memory_budget`` configured: torch.compile's default step), its candidate
-        kept in :attr:`defaults` (the replay a measured step calibrates), and the trial front
-        when :attr:`need_front` (the whole front as well when :attr:`whole_front`)."""
+        kept in :attr:`defaults` (the replay a measured step calibrates), and the whole front
+        when :attr:`need_front`."""
         n_out = kwargs["num_fwd_outputs"]
         merged_gm = cap.cse(gm)
         merged = from_joint(merged_gm, n_out, decompose=True)
         if self.need_front:
-            self._trial_front(tg, key, gm, merged_gm, merged, joint_inputs, **kwargs)
-            if self.whole_front:
-                self._plan_front(tg, key, gm, merged_gm, merged, joint_inputs, **kwargs)
+            self._plan_front(tg, key, gm, merged_gm, merged, joint_inputs, **kwargs)
         work, fw, bw = min_cut_partition(gm, joint_inputs, **kwargs)
         c = front_mod.seeded_candidate(merged, representable(merged_gm, saved_names(bw)),
                                        TORCH_DEFAULT)
@@ -414,20 +388,23 @@ class CompiledStep:
                     out=box[0], trial=trial)
 
     @staticmethod
-    def _next(fr, left, dflt, scale, target, m0, lowest):
-        """The index of the candidate of trial front ``fr`` among ``left`` (indices) to try
-        next, or None: ``"min"``, the lowest replayed; else the least recompute among those
-        whose replayed peak times ``scale`` (the allocator's bytes per replayed byte seen so
-        far) fits ``target`` (at or above torch's default peak, only those recomputing less
-        than it), and where none does (and torch's default does not fit either), the lowest
-        replayed."""
+    def _next(left, dflt, scale, target, m0, lowest):
+        """The (front index, candidate) of ``left`` to try next, or None: ``"min"``, the lowest
+        replayed; else the least recompute among those whose replayed peak times ``scale``
+        (the allocator's bytes per replayed byte seen so far) fits ``target`` (at or above
+        torch's default peak, only those recomputing less than it), and where none does (and
+        torch's default does not fit either), the lowest replayed."""
+        if not left:
+            return None
+        by_peak = min(left, key=lambda ic: (ic[1].step_peak, ic[1].recompute_flops))
         if lowest:
-            return fr.lowest(left)
-        fit = fr.cheapest(left, scale, target,
-                          None if m0 > target else dflt.recompute_flops)
-        if fit is not None or m0 <= target:
+            return by_peak
+        fit = search.cheapest(
+            [ic for ic in left if m0 > target or ic[1].recompute_flops < dflt.recompute_flops],
+            target, lambda ic: (scale * ic[1].step_peak, (ic[1].recompute_flops, ic[1].step_peak)))
+        if fit is not None:
             return fit
-        return fr.lowest(left)
+        return None if m0 <= target else by_peak
 
     @staticmethod
     def _metered(tried, lowest):
@@ -477,23 +454,22 @@ class CompiledStep:
         counts is the whole step measured, graphs and the code between them together."""
         part, dflt = self.partitioner, tried[0]
         m0, d = dflt["peak"], dflt["cand"]
-        fronts = {k: part.fronts[(TRIAL_FRONT, k)][0] for k in graphs}
-        left = {k: {i for i in range(len(fr)) if fr.plan[i] or fr.keep[i] != d[k].keep}
-                for k, fr in fronts.items()}
+        left = {k: [(i, c) for i, c in enumerate(part.fronts[k][0])
+                    if not (c.source == "min-cut" and c.keep == d[k].keep)] for k in graphs}
         r = 1.0 if lowest else target / max(m0, 1)
         for _ in range(self.trials):
             pick = {}
             for k in graphs:
                 share = target / max(r * d[k].step_peak, 1e-9) if not lowest else 0
-                i = self._next(fronts[k], left[k], d[k], share, target, m0, lowest)
-                if i is not None:
-                    left[k].discard(i)
-                    pick[k] = (i, fronts[k].priced[i])
+                nxt = self._next(left[k], d[k], share, target, m0, lowest)
+                if nxt is not None:
+                    left[k].remove(nxt)
+                    pick[k] = nxt
             if not pick:
                 break
             label = "+".join(f"{pick[k][1].plan.report.get('solver')}" if k in pick
                              else TORCH_DEFAULT for k in graphs)
-            t = self._trial(state, xs, {k: c for k, (_, c) in pick.items()}, label,
+            t = self._trial(state, xs, {k: i for k, (i, _) in pick.items()}, label,
                             {k: pick[k][1] if k in pick else d[k] for k in graphs})
             tried.append(t)
             if not lowest and t["peak"] <= target:
