@@ -231,6 +231,25 @@ def run_model(name, scale, runs, torch_budgets=TORCH_BUDGETS, budgets=HGRAPH_BUD
     return table(name, info, rows)
 
 
+def list_front(name, scale) -> int:
+    """hgraph's whole front of ``name``'s step as Inductor hands it over (one compile): index,
+    source, solver, replayed step peak, planner recompute FLOPs; the candidates the first call
+    of ``pt.compile`` chooses its trials from."""
+    import realistic_models
+    from torch_bench import compiled_step
+
+    from planner.torch.compiled import HGraphPartitioner
+
+    model, inputs, loss = realistic_models.spec(name, scale)
+    fronts = {}
+    part = HGraphPartitioner("100%", fronts=fronts, whole_front=True, progress="off")
+    compiled_step(model, loss, part)(*inputs)
+    print(f"== {name}: #k, source, solver, replayed step peak B, recompute FLOPs")
+    for k, c in enumerate(next(iter(fronts.values()))[0]):
+        print(k, c.source, c.plan.solver, c.step_peak, c.recompute_flops, flush=True)
+    return 0
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--models", default="gpt,resnet50,vit")
@@ -243,9 +262,15 @@ def main(argv=None) -> int:
     ap.add_argument("--budgets", default=",".join(HGRAPH_BUDGETS),
                     help="pt.compile's budgets (percent of torch.compile's default step, "
                          "bytes, or min)")
+    ap.add_argument("--list-front", action="store_true",
+                    help="only print each model's front (one compile and a front each)")
     args = ap.parse_args(argv)
     sys.path[:0] = [HERE, os.path.dirname(HERE)]
     import torch
+
+    torch.set_num_threads(args.threads)
+    if args.list_front:
+        return max(list_front(name, args.scale) for name in args.models.split(","))
 
     from hgraph.common.fileio import write_text
 
