@@ -1,8 +1,9 @@
 """Budgets that are promises on PyTorch steps (issue 23): measured by the allocator.
 
 For each model, budgets from 100% of the keep-all step's peak down past the lowest peak hgraph
-reaches: ``planner.torch.plan_for_step``'s choice (the front of :mod:`planner.torch.front`,
-``front.pick``) is applied as an eager step (``planner.torch.apply``) and its second run is
+reaches: ``planner.torch.plan_for_step``'s choice (``front.pick`` on the front of
+:mod:`planner.torch.front`, the pick's own step checked by the allocator:
+``slack.checked_pick``) is applied as an eager step (``planner.torch.apply``) and its second run is
 metered by the allocator (``measure.measure_step``: the CPU allocator's events in
 ``torch.profiler``, kernel scratch included, over what the step allocates: parameters, buffers,
 inputs and the labels the loss reads exist before it), or the budget is refused with
@@ -145,17 +146,18 @@ def sweep(model, inputs, loss, percents=PERCENTS) -> list:
         asked = pc if pc == "min" else f"{pc}%"
         budget = front.resolve_step_budget(fr, asked)
         try:
-            c = front.pick(fr, asked)
+            p = pt.plan_for_step(tg, asked, progress="off")     # the product's pick, checked
         except InfeasibleError as err:
             rows.append(dict(percent=pc, budget=budget, outcome=f"refused: {err}",
                              one_line="\n" not in str(err)))
             continue
+        budget = p.report["step_budget_bytes"]      # "min": the lowest price once checked
         m = copy.deepcopy(model)
-        got = measure.measure_step(pt.apply(m, c.plan, *inputs, loss=loss), m, inputs)
+        got = measure.measure_step(pt.apply(m, p, *inputs, loss=loss), m, inputs)
         peak = got["measured_peak_bytes"]
         rows.append(dict(percent=pc, budget=budget, outcome="plan", measured=peak,
-                         within=peak <= budget, replayed=c.step_peak,
-                         recompute=c.recompute_flops))
+                         within=peak <= budget, replayed=p.report["step_peak_bytes"],
+                         recompute=p.report["step_recompute_flops"]))
     return rows
 
 

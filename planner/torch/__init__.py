@@ -81,7 +81,10 @@ def graph(model, *inputs, loss=None, decompose: bool = True, costs: str = "flops
         tg = import_model(model, inputs, loss=loss, decompose=decompose, costs=costs,
                           source=source)
         if measure_slack:
+            from planner.torch.slack import candidate_meter
+
             tg.slack_by(_slack_meter(model, inputs, loss))
+            tg.step_meter = candidate_meter(model, inputs, loss)
         return tg
 
 
@@ -121,7 +124,11 @@ def plan_for_step(tg, budget="100%", progress: str = "auto", **plan_kwargs):
     the least recomputation, chosen from the plan front (:mod:`planner.torch.front`); a budget
     below every plan's step peak raises :class:`hgraph.common.errors.InfeasibleError` naming the
     smallest. Its report says ``step_peak_bytes``, ``step_recompute_flops``,
-    ``step_budget_bytes`` and ``within_budget`` (by the step's replayed peak).
+    ``step_budget_bytes`` and ``within_budget`` (by the step's price: its replay plus the
+    allocator's slack). On a graph from :func:`graph` the pick's own step is then run once
+    and, where the allocator measures it over its price, priced at what was measured and the
+    budget searched again (:func:`planner.torch.slack.checked_pick`): the plan returned
+    measures within its budget.
 
     ``plan_kwargs`` go to :func:`planner.torch.front.front` as they are (its ``solvers``,
     ``points``, ``exact_max_lower_sets``, ``seeds``, and :func:`planner.plan`'s keywords but
@@ -132,10 +139,11 @@ def plan_for_step(tg, budget="100%", progress: str = "auto", **plan_kwargs):
     graph is picked from it at no planning cost (:func:`planner.torch.front.for_budget`). ``progress``: the stages on stderr, as
     :func:`graph` shows them."""
     from hgraph.common.progress import joining
-    from planner.torch import front
+    from planner.torch import front, slack
 
     with joining(progress) as stages, stages.stage(f"plan_for_step at {budget}"):
-        return front.pick(front.for_budget(tg, budget, **plan_kwargs), budget).plan
+        fr = front.for_budget(tg, budget, **plan_kwargs)
+        return slack.checked_pick(tg, fr, budget, front.pick).plan
 
 
 def apply(model, the_plan, *inputs, loss=None):

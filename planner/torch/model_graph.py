@@ -65,6 +65,11 @@ class TorchGraph:
     #: :func:`planner.torch.graph` sets it), or None: the slack is what was set (0 if nothing).
     slack_meter: object = field(default=None, repr=False, compare=False)
     _slack: int | None = field(default=0, repr=False, compare=False)
+    #: ``meter(tg, c) -> bytes``: the allocator's peak of candidate ``c``'s step
+    #: (:func:`planner.torch.slack.checked_pick`), or None: picks are priced, not measured.
+    step_meter: object = field(default=None, repr=False, compare=False)
+    #: The allocator's peaks of the candidates measured so far, by their kept names.
+    measured_peaks: dict = field(default_factory=dict, repr=False, compare=False)
 
     @property
     def step_slack(self) -> int:

@@ -8,7 +8,7 @@ would make the two import each other (tests/test_layering.py).
 
 from __future__ import annotations
 
-__all__ = ["measured_slack"]
+__all__ = ["measured_slack", "checked_pick"]
 
 
 def measured_slack(tg, c, model, inputs, loss=None) -> int:
@@ -27,3 +27,46 @@ def measured_slack(tg, c, model, inputs, loss=None) -> int:
     peak = metered_step(copy.deepcopy(model), mine, loss, set(c.keep), tg.decompose,
                         c.plan)["peak"]
     return max(0, int(peak) - int(replayed))
+
+
+def checked_pick(tg, fr: list, budget, pick):
+    """``pick(fr, budget)`` (:func:`planner.torch.front.pick`) whose choice the allocator has
+    measured within its price: the pick's own step is run once (``tg.step_meter``, set by
+    :func:`planner.torch.graph`) and, where it measures over the price (replay + the
+    keep-everything step's slack), its price is raised to what was measured and the budget
+    is searched again; each candidate is measured at most once (``tg.measured_peaks``).
+
+    Why: the slack is the keep-everything step's, and a plan whose recomputation moves the
+    peak into a kernel with more scratch measures over it (examples/torch/unet.py at ``min``:
+    32 B over by the allocator). Prices only rise, and only on a miss, so a pick that
+    measures within is the pick of before, and the search ends: every round measures a
+    candidate not measured before. Plans that keep everything are not run: their price is
+    the step the slack was measured on."""
+    from dataclasses import replace
+
+    from planner.torch.front import keeps_everything
+
+    meter, seen = getattr(tg, "step_meter", None), tg.measured_peaks
+    if meter is None:
+        return pick(fr, budget)
+    while True:
+        fr = [replace(c, step_peak=max(c.step_peak, seen[c.keep])) if c.keep in seen else c
+              for c in fr]
+        c = pick(fr, budget)
+        if keeps_everything(c) or c.keep in seen:
+            return c
+        seen[c.keep] = int(meter(tg, c))
+        if seen[c.keep] <= c.step_peak:
+            return c
+
+
+def candidate_meter(model, inputs, loss):
+    """``tg.step_meter`` for :func:`planner.torch.graph`: the allocator's peak of candidate
+    ``c``'s step (its replay + :func:`measured_slack`), run on a copy of ``model``."""
+    def meter(tg, c) -> int:
+        from hgraph.common.progress import current
+
+        with current().stage("the allocator's peak of the picked step"):
+            replayed = c.step_peak - tg.step_slack
+            return replayed + measured_slack(tg, c, model, inputs, loss)
+    return meter
