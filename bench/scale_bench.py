@@ -44,8 +44,8 @@ WORKER_MARK = "WorkerActor"
 
 #: ``python -c`` program: the plan job with the segmented DP off (its limit above any graph),
 #: the single-process walk ``--compare`` measures against in the same run.
-UNSEGMENTED = ("import sys; import planner.dp.segmented_engine as se; "
-               "se.SEGMENTED_LIMIT = 1 << 62; from jobs.cli import main; "
+UNSEGMENTED = ("import sys; import planner.dp.scale as scale; "
+               "scale.SEGMENTED_LIMIT = 1 << 62; from jobs.cli import main; "
                "sys.exit(main(sys.argv[1:]))")
 
 

@@ -17,7 +17,7 @@ schedule), ``lower_bound_bytes``, ``recompute_cost``, ``forward_cost``, ``overhe
 ``seconds``, ``blocks``, ``model_recompute_cost``, ``model_peak_bytes``, ``comp_ratio``,
 ``n_lower_sets``, ``recompute_lower_bound`` and ``gap`` with ``certificate`` (method, every
 bound computed, the model cost and budget certified: :mod:`planner.certificate`; absent with
-``certify="off"``), ``dp_segmented`` (from ``planner.dp.segmented_engine.SEGMENTED_LIMIT``
+``certify="off"``), ``dp_segmented`` (from ``planner.dp.scale.SEGMENTED_LIMIT``
 activations: the DP cut into ``segments`` on the engine, ``mode``, ``handed_over``, the
 composed front's ``composed_recompute_cost`` / ``composed_ckpt_bytes``),
 ``milp`` (``--solver milp``: optimal, dual bound, stages, seconds),

@@ -45,11 +45,11 @@ CHUNK_LINES = 1 << 16
 
 def applies(n: int, decision) -> bool:
     """Whether a plan's schedule is made in slices: from the segmented DP's size
-    (:data:`planner.dp.segmented_engine.SEGMENTED_LIMIT` activations, read when asked) and
+    (:data:`planner.dp.scale.SEGMENTED_LIMIT` activations, read when asked) and
     for the canonical schedule of a chain (a MILP decision's own choices are not sliced)."""
-    from planner.dp import segmented_engine
+    from planner.dp import scale
 
-    return n >= segmented_engine.SEGMENTED_LIMIT and decision.keep is None
+    return n >= scale.SEGMENTED_LIMIT and decision.keep is None
 
 
 def slices(groups: np.ndarray, nodes: int = SLICE_NODES) -> list:

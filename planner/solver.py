@@ -317,7 +317,7 @@ class ApproxDP(_DP):
         return fam
 
     def _segmented(self, fam, dg, u, strategy: str):
-        """From :data:`planner.dp.segmented_engine.SEGMENTED_LIMIT` activations (time-centric,
+        """From :data:`planner.dp.scale.SEGMENTED_LIMIT` activations (time-centric,
         on the scale path): the DP cut at separators, the segments walked on the engine's
         workers and their fronts composed there (:mod:`planner.dp.segmented_engine`); the
         result carries ``segmented``, what the report says of it."""

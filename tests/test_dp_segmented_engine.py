@@ -12,7 +12,7 @@ import pytest
 
 from planner import synth
 from planner.activation_graph import ActivationGraph
-from planner.dp import segmented as S
+from planner.dp import scale, segmented as S
 from planner.dp.segmented_engine import SegmentedDP, chain_graph, solve_on_engine
 
 _G = {}
@@ -124,12 +124,10 @@ def test_segmented_plan_is_the_same_for_1_2_4_workers_local_and_ray(monkeypatch,
     solve is the same for 1, 2 and 4 tasks, in-process and on Ray actors, and with a worker
     lost mid-DP."""
     import planner
-    from planner.dp import segmented_engine as se
-
     from hgraph.runtime import ray_actors
     from hgraph.session import Session
 
-    monkeypatch.setattr(se, "SEGMENTED_LIMIT", 1000)
+    monkeypatch.setattr(scale, "SEGMENTED_LIMIT", 1000)
     cg = synth.build_cnn(blocks=synth.cnn_blocks_for_nodes(3000))     # scale path
     started, runs = [], []
     start, run = ray_actors.RayRuntime.__init__, Session.run
@@ -160,14 +158,13 @@ def test_plan_above_the_limit_is_segmented_and_says_so(monkeypatch):
     clean within the budget; below the limit the report has no ``dp_segmented`` and the plan
     is the one walk's."""
     import planner
-    from planner.dp import segmented_engine as se
     from planner.report import approximations_text
 
     cg = synth.build(layers=110, heads=4)                  # ~2,600 activations: scale path
     below = planner.plan(cg, budget="50%", certify="off", engine=planner.EngineOptions(tasks=2))
     assert "dp_segmented" not in below.report and below.report["dp_exact"] is False
     assert approximations_text(below.report).startswith("window 8, front cap 128;")
-    monkeypatch.setattr(se, "SEGMENTED_LIMIT", 1000)
+    monkeypatch.setattr(scale, "SEGMENTED_LIMIT", 1000)
     p = planner.plan(cg, budget="50%", certify="off", engine=planner.EngineOptions(tasks=2))
     seg = p.report["dp_segmented"]
     assert seg["segments"] == S.DEFAULT_SEGMENTS and seg["mode"] == "composed"

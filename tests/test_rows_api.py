@@ -85,18 +85,20 @@ def test_execute_rows_with_an_unreachable_address_fails_in_one_line(paths):
 
 @pytest.fixture
 def engine_runs(monkeypatch):
-    """Every engine run of the planner: (its options, the workers it lost and recovered)."""
-    import hgraph
+    """Every engine run of the planner: (its options, the workers it lost and recovered).
+    Every run goes through a session's (``hgraph.run`` is a one-run session; a plan's stages
+    share one: planner.analyses.engine.session), so the spy sits there."""
+    from hgraph.session import Session
 
     runs = []
-    run = hgraph.run
+    run = Session.run
 
-    def spy(program, graph, engine=None, **kw):
-        result = run(program, graph, engine, **kw)
-        runs.append((engine, len(result.failures)))
+    def spy(session, program, graph, **kw):
+        result = run(session, program, graph, **kw)
+        runs.append((session.engine, len(result.failures)))
         return result
 
-    monkeypatch.setattr(hgraph, "run", spy)
+    monkeypatch.setattr(Session, "run", spy)
     return runs
 
 

@@ -64,10 +64,10 @@ def test_plan_makes_its_schedule_in_slices_from_the_segmented_size(monkeypatch, 
     """From :data:`SEGMENTED_LIMIT` activations ``planner.plan``'s schedule is a file made in
     slices, the same text and report figures as the whole emission of its chain."""
     import planner
-    from planner.dp import segmented_engine as se
+    from planner.dp import scale
     from planner.schedule import ScheduleFile
 
-    monkeypatch.setattr(se, "SEGMENTED_LIMIT", 1000)
+    monkeypatch.setattr(scale, "SEGMENTED_LIMIT", 1000)
     monkeypatch.setattr(sliced, "SLICE_NODES", 64)
     g = synth.build(layers=90, heads=4)
     p = planner.plan(g, budget="50%", certify="off", engine=planner.EngineOptions(tasks=2))

@@ -60,6 +60,13 @@ __all__ = ["EXACT_LIMIT", "DEFAULT_WINDOW", "DEFAULT_FRONT_CAP", "MEMORY_WINDOW"
 #: reference's own limit (MAX_N = 2500); past it the exact DP's quadratic time grows quickly
 #: (timings: bench/NOTES_scale.md, "Figures formerly quoted in docstrings").
 EXACT_LIMIT = 2500
+#: Activations from which :func:`planner.plan`'s approximate DP runs segmented on the engine
+#: (:func:`planner.dp.segmented_engine.applies`) and its schedule is made in slices
+#: (:func:`planner.sliced.applies`); below it the one walk of :mod:`planner.dp.stacked` and
+#: the whole emission, unchanged. Here, not in the segmented modules, so that a small plan
+#: reads it without importing the scale path's loop. Op-level graphs of today's models are
+#: 10^3–10^5 activations; the segmented DP is for the unrolled ones above.
+SEGMENTED_LIMIT = 100_000
 DEFAULT_WINDOW = 8
 #: 128, not 32 or 64: with pruning, the replayed recompute gap to the uncapped DP on the
 #: 4,012-node transformer was smallest with 128 (``bench/quality_bench.py``; figures in

@@ -49,17 +49,12 @@ import numpy as np
 
 import hgraph
 from planner.analyses.engine import EngineOptions, options, run_program
-from planner.dp import segmented as S
+from planner.dp import scale, segmented as S
 from planner.dp.stacked import _best_end
 
 __all__ = ["SegmentedDP", "EngineRun", "chain_graph", "solve_on_engine", "solve_result", "applies", "MODES",
-           "SEGMENTED_LIMIT"]
+]
 
-#: Activations from which :func:`planner.plan`'s approximate DP runs segmented on the engine
-#: (:func:`applies`); below it the one walk of :mod:`planner.dp.stacked`, unchanged. Op-level
-#: graphs of today's models are 10^3–10^5 activations; the segmented DP is for the unrolled
-#: ones above.
-SEGMENTED_LIMIT = 100_000
 
 #: Seconds a worker may take per state it walks in superstep 0 before the run counts it as
 #: hung: ~15× the walk's ~0.34 ms a state on one core (10^6 states in ~340 s,
@@ -346,11 +341,11 @@ def _walk_timeout(o: EngineOptions, segs) -> EngineOptions:
 
 def applies(fam, n: int, window, front_cap, strategy: str) -> bool:
     """Whether a solve of ``fam`` (``n`` activations) runs segmented: at least
-    :data:`SEGMENTED_LIMIT` activations, the segment-local family and the stacked walk's
+    :data:`planner.dp.scale.SEGMENTED_LIMIT` activations (read when asked), the segment-local family and the stacked walk's
     options (a window and a front cap, time-centric)."""
     from planner.dp.stacked import STACKED_MAX_WINDOW
 
-    return (n >= SEGMENTED_LIMIT and fam.local is not None and fam.node is not None
+    return (n >= scale.SEGMENTED_LIMIT and fam.local is not None and fam.node is not None
             and window is not None and front_cap is not None and strategy == "time"
             and window <= STACKED_MAX_WINDOW)
 
