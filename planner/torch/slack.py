@@ -8,7 +8,7 @@ would make the two import each other (tests/test_layering.py).
 
 from __future__ import annotations
 
-__all__ = ["measured_slack", "checked_pick"]
+__all__ = ["measured_slack", "measured_peak", "checked_pick", "candidate_meter"]
 
 
 def measured_slack(tg, c, model, inputs, loss=None) -> int:
@@ -18,15 +18,20 @@ def measured_slack(tg, c, model, inputs, loss=None) -> int:
     this is what it misses: memory a kernel allocates inside (float64 convolution's im2col
     columns in ``aten::_slow_conv2d_backward``) and scalars no fx node holds (8 B on
     examples/torch/gpt.py). ``c.step_peak`` may already hold ``tg.step_slack``; it is taken off."""
+    replayed = c.step_peak - getattr(tg, "step_slack", 0)
+    return max(0, measured_peak(tg, c, model, inputs, loss) - int(replayed))
+
+
+def measured_peak(tg, c, model, inputs, loss=None) -> int:
+    """The allocator's peak of candidate ``c``'s step, run on copies of ``model`` and
+    ``inputs`` (a step may write its inputs)."""
     import copy
 
     from planner.torch.execution import metered_step
 
-    replayed = c.step_peak - getattr(tg, "step_slack", 0)
-    mine = tuple(copy.deepcopy(x) for x in inputs)      # a step may write its inputs
-    peak = metered_step(copy.deepcopy(model), mine, loss, set(c.keep), tg.decompose,
-                        c.plan)["peak"]
-    return max(0, int(peak) - int(replayed))
+    mine = tuple(copy.deepcopy(x) for x in inputs)
+    return int(metered_step(copy.deepcopy(model), mine, loss, set(c.keep), tg.decompose,
+                            c.plan)["peak"])
 
 
 def checked_pick(tg, fr: list, budget, pick):
@@ -61,12 +66,11 @@ def checked_pick(tg, fr: list, budget, pick):
 
 
 def candidate_meter(model, inputs, loss):
-    """``tg.step_meter`` for :func:`planner.torch.graph`: the allocator's peak of candidate
-    ``c``'s step (its replay + :func:`measured_slack`), run on a copy of ``model``."""
+    """``tg.step_meter`` for :func:`planner.torch.graph`: :func:`measured_peak` of candidate
+    ``c``'s step."""
     def meter(tg, c) -> int:
         from hgraph.common.progress import current
 
         with current().stage("the allocator's peak of the picked step"):
-            replayed = c.step_peak - tg.step_slack
-            return replayed + measured_slack(tg, c, model, inputs, loss)
+            return measured_peak(tg, c, model, inputs, loss)
     return meter
