@@ -77,7 +77,7 @@ def graph(model, *inputs, loss=None, decompose: bool = True, costs: str = "flops
     from hgraph.common.progress import joining
     from planner.torch.model_graph import import_model
 
-    with joining(progress) as stages:
+    with joining(progress):
         tg = import_model(model, inputs, loss=loss, decompose=decompose, costs=costs,
                           source=source)
         if measure_slack:
