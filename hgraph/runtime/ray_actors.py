@@ -250,9 +250,13 @@ class RayRuntime:
         run on the doomed actor, and a short job might finish before the loss shows — the
         injected failure would then test nothing.
         """
-        ray = self.ray
         actor = self.actors[task]
-        ray.kill(actor, no_restart=True)
+        self.ray.kill(actor, no_restart=True)
+        self._await_gone(actor, wait_s)
+
+    def _await_gone(self, actor, wait_s: float) -> None:
+        """Return once ``actor`` no longer answers (at most ``wait_s`` seconds)."""
+        ray = self.ray
         deadline = time.monotonic() + wait_s
         while time.monotonic() < deadline:
             try:
@@ -297,10 +301,19 @@ class RayRuntime:
             return [v[:, index] for v in self._get(list(handles), "a kept column")]
 
     def close(self):
-        """End the actors this runtime started (by handle), none other."""
+        """End the actors this runtime started (by handle), none other, and wait until they
+        are gone: ``ray.kill`` only sends the request, and a session closed on a loaded
+        machine must not leave its workers holding CPUs the next one asks for."""
+        ended = []
         for actor in self.actors:
             try:
                 self.ray.kill(actor, no_restart=True)
+                ended.append(actor)
             except Exception:  # noqa: BLE001 - already gone
+                pass
+        for actor in ended:
+            try:
+                self._await_gone(actor, 10.0)
+            except Exception:  # noqa: BLE001 - the cluster itself went first
                 pass
         self.actors = []
