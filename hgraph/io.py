@@ -262,3 +262,52 @@ def load(path, fmt: str = "auto", n: int | None = None) -> Graph:
         return load_edgelist(path, n=n)
     weighted = {"adjacency": None, "adjacency-weighted": True, "adjacency-unweighted": False}[fmt]
     return load_adjacency(path, weighted=weighted, n=n)
+
+
+def edgelist_piece(path, start: int, stop: int, line: int, n: int):
+    """Bytes ``start:stop`` of an edge-list file (beginning at 1-based line ``line``) as a
+    :class:`hgraph.shards.Piece`: its edges, no vertex rows (the loader of
+    :func:`edgelist_source`; a worker runs it on its shard). Errors name the file's line."""
+    from hgraph.shards import Piece
+
+    with open(path, "rb") as fh:
+        fh.seek(start)
+        data = fh.read(stop - start)
+    try:
+        tokens = _Tokens(path, _strip_comments(data), b"")
+        count = tokens.count
+        bad = (count != 0) & (count != 2) & (count != 3)
+        if bad.any():
+            at = int(np.argmax(bad))
+            tokens.fail_line(at, f"expected 'src dst [weight]', got {int(count[at])} fields")
+        used = np.flatnonzero(count)
+        first = tokens.first[used]
+        src = _check_ids(tokens, first, "source id")
+        dst = _check_ids(tokens, first + 1, "destination id")
+        weighted = count[used] == 3
+        weights = np.ones(len(used))
+        if weighted.any():
+            weights[weighted] = _check_weights(tokens, first[weighted] + 2)
+        top = int(max(src.max(initial=-1), dst.max(initial=-1)))
+        if top >= n:
+            at = int(np.argmax(np.maximum(src, dst) >= n))
+            tokens.fail_line(int(used[at]), f"vertex id {top} is out of range for n={n}")
+    except InputError as err:        # the shard's line -> the file's
+        raise InputError(path, None if err.line is None else err.line + line - 1,
+                         err.problem) from None
+    return Piece(ids=np.zeros(0, np.int64), src=src, dst=dst,
+                 weights=weights if weighted.any() else None)
+
+
+def edgelist_source(path, n: int, parts: int):
+    """An edge-list file as a :class:`hgraph.shards.ShardedSource` of ``n`` vertices cut into
+    at most ``parts`` shards at line starts (one streaming scan: the driver never holds the
+    text); :meth:`hgraph.Session.load` has the workers read it."""
+    import os
+
+    from hgraph.shards import ShardedSource, cut_lines
+
+    cuts = cut_lines(path, None, 0, os.path.getsize(path), parts)
+    ranges = tuple((a, b, ln) for (a, ln), (b, _) in zip(cuts[:-1], cuts[1:]) if b > a)
+    return ShardedSource(str(path), int(n), ranges, edgelist_piece, args=(("n", int(n)),))
+

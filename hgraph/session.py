@@ -40,10 +40,11 @@ import numpy as np
 from hgraph.common.errors import HGraphError, Notice
 from hgraph.master import MODES, Master
 from hgraph.options import EngineOptions
-from hgraph.partition import Partition
+from hgraph.partition import Partition, even_bounds, fit_to_vertices
 from hgraph.result import Result
 from hgraph.runtime import RUNTIMES, create, task_limit
 from hgraph.runtime.inputs import Kept
+from hgraph.shards import ShardedGraph, ShardedSource
 
 __all__ = ["Session"]
 
@@ -81,8 +82,11 @@ class Session:
         worker (default: the session's)."""
         e = self.engine
         wait = e.timeout if timeout is _SESSION else timeout
+        if isinstance(graph, ShardedSource):
+            graph = self.load(graph, timeout=timeout)
         feeds = self._inputs(graph, inputs)
-        partition = _partition(graph, int(e.tasks), int(e.blocks), e.runtime, e.address)
+        partition = (graph if isinstance(graph, ShardedGraph) else
+                     _partition(graph, int(e.tasks), int(e.blocks), e.runtime, e.address))
         self._load(program, partition, feeds, wait)
         directory = self._checkpoint_dir()
         self.runs += 1
@@ -111,6 +115,27 @@ class Session:
         return Result(values=values, stats=stats, aggregates=aggregates, supersteps=supersteps,
                       failures=master.failures, switches=switcher.switches if switcher else 0,
                       checkpoint_dir=None if directory is None else master.checkpoint_dir)
+
+    def load(self, source: ShardedSource, *, timeout=_SESSION) -> ShardedGraph:
+        """``source`` read by this session's workers, each a shard (:mod:`hgraph.shards`): the
+        :class:`hgraph.shards.ShardedGraph` later runs take as their graph. The driver gets
+        the pieces' handles and summaries only (no text, no array as long as the graph); the
+        pieces stay in the workers' object store while the returned object lives. Its tasks
+        and blocks are the session's (cut to what the runtime and the graph can use)."""
+        e = self.engine
+        wait = e.timeout if timeout is _SESSION else timeout
+        limit = task_limit(e.runtime, address=e.address)
+        tasks, blocks = fit_to_vertices(int(source.n), int(e.tasks), int(e.blocks))
+        if limit and tasks > limit[0]:
+            tasks = limit[0]
+        bounds = even_bounds(int(source.n), tasks * blocks)
+        if self.runtime is None:
+            self.runtime = create(e.runtime, None, None, address=e.address, timeout=wait)
+        if not hasattr(self.runtime, "read"):
+            raise HGraphError(f"runtime {e.runtime!r} cannot read a sharded graph")
+        pieces, summaries = self.runtime.read(source, bounds[::blocks].copy(), bounds,
+                                              tasks=tasks, timeout=wait)
+        return ShardedGraph(source, tasks, blocks, pieces, summaries)
 
     def gather(self, name: str, index=None) -> np.ndarray:
         """The kept column ``name`` on the driver, in vertex order; with ``index``, only

@@ -21,9 +21,25 @@ class LocalRuntime:
     name = "local"
 
     def __init__(self, program, partition, inputs=None, **_options):
-        """``_options`` (a Ray address, a timeout) mean nothing in-process and are ignored."""
+        """``_options`` (a Ray address, a timeout) mean nothing in-process and are ignored;
+        ``program`` None: no run bound yet (a session that reads a sharded graph first)."""
         self.workers: list[Worker | None] = []
-        self.load(program, partition, inputs)
+        self.program = self.partition = None
+        self.inputs = {}
+        if program is not None:
+            self.load(program, partition, inputs)
+
+    def read(self, source, task_bounds, block_bounds, **_options):
+        """Every shard of ``source`` (:class:`hgraph.shards.ShardedSource`) read and cut by
+        owner here: ``(pieces[k][t], summaries[k])``."""
+        from hgraph.shards import read_split
+
+        pieces, summaries = [], []
+        for k in range(len(source.ranges)):
+            *parts, summary = read_split(source, k, task_bounds, block_bounds)
+            pieces.append(parts)
+            summaries.append(summary)
+        return pieces, summaries
 
     def load(self, program, partition, inputs=None, **_options):
         """Bind a run: ``program`` on ``partition``, the kept columns ``inputs`` (name ->

@@ -51,6 +51,22 @@ def _actor_class():
             self.worker = Worker(program, assemble(part, spec, arrays))
             return True
 
+        def load_sharded(self, program, meta, count, spec, *arrays):
+            """A run on a sharded graph: this task's slice built here from its ``count``
+            pieces (the first ``arrays``), then the kept columns (the rest) added."""
+            from hgraph.shards import assemble_slice
+
+            part = assemble_slice(meta, arrays[:count])
+            self.worker = Worker(program, assemble(part, spec, arrays[count:]))
+            return True
+
+        def read(self, source, k, task_bounds, block_bounds):
+            """Shard ``k`` of ``source`` read here and cut by owner: one piece a task, then
+            the summary (what the driver gets)."""
+            from hgraph.shards import read_split
+
+            return read_split(source, k, task_bounds, block_bounds)
+
         def unload(self):
             """Drop the run's worker and hand its freed heap back to the system: the actor
             outlives the run, and what the run held should not stay resident in it."""
@@ -110,7 +126,45 @@ class RayRuntime:
         self.timeout = timeout
         self._cls = _actor_class()
         self.actors = []
-        self.load(program, partition, inputs)
+        self.program = self.partition = self._program_ref = None
+        self.inputs = {}
+        if program is not None:          # None: no run yet (a session reading a graph first)
+            self.load(program, partition, inputs)
+
+    #: Times a shard is read again on a fresh actor when its reader died.
+    READ_RETRIES = 3
+
+    def read(self, source, task_bounds, block_bounds, tasks: int, timeout=None):
+        """Every shard of ``source`` read by the actors (shard ``k`` by actor ``k % tasks``)
+        and cut by owner: ``(pieces[k][t], summaries[k])``, the pieces driver-owned refs left
+        in the object store (they outlive their reader), the summaries here. A shard whose
+        reader died is read again on a replacement."""
+        ray = self.ray
+        if timeout is not None:
+            self.timeout = timeout
+        while len(self.actors) < tasks:
+            self.actors.append(self._new_actor(len(self.actors)))
+        shards = len(source.ranges)
+        pieces, summaries = [None] * shards, [None] * shards
+        todo = list(range(shards))
+        for attempt in range(self.READ_RETRIES + 1):
+            calls = {k: self.actors[k % tasks].read.options(num_returns=tasks + 1).remote(
+                source, k, task_bounds, block_bounds) for k in todo}
+            failed = []
+            for k, refs in calls.items():
+                try:
+                    summaries[k] = self._get(refs[-1], f"reading shard {k}")
+                    pieces[k] = list(refs[:-1])
+                except (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError):
+                    failed.append(k)
+            if not failed:
+                return pieces, summaries
+            self.tasks = tasks
+            for t in self._dead():
+                self.actors[t] = self._new_actor(t)
+            todo = failed
+        raise HGraphError(f"Ray workers died reading shards {todo} of {source.path} "
+                          f"{self.READ_RETRIES + 1} times")
 
     def load(self, program, partition, inputs=None, **options):
         """Bind a run to the actors: ``program`` on ``partition`` with the kept columns
@@ -134,8 +188,16 @@ class RayRuntime:
             self._get([self._load(t) for t in range(self.tasks)], "loading the run")
 
     def _load(self, task: int):
-        """The ref of task ``task``'s load call (its slice, and its pieces of kept columns)."""
-        part = self.partition.task_slice(task)
+        """The ref of task ``task``'s load call (its slice, and its pieces of kept columns);
+        on a sharded graph the actor builds its slice from the pieces it is handed."""
+        p = self.partition
+        if hasattr(p, "pieces_for"):
+            lo, hi = int(p.task_bounds[task]), int(p.task_bounds[task + 1])
+            spec, handles = task_pieces(self.inputs, lo, hi)
+            own = p.pieces_for(task)
+            return self.actors[task].load_sharded.remote(self._program_ref, p.meta(task),
+                                                         len(own), spec, *own, *handles)
+        part = p.task_slice(task)
         spec, handles = task_pieces(self.inputs, part.start, part.stop)
         return self.actors[task].load.remote(self._program_ref, part, spec, *handles)
 
