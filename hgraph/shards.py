@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Any, Callable
 
 import numpy as np
 
@@ -49,7 +49,9 @@ class Piece:
     ``columns`` (name -> array, one row an id; a 2-D column's width may differ between pieces:
     narrower ones are padded with the column's fill) and edges ``src -> dst`` (global ids, in
     file order; ``weights`` None: 1.0). ``in_dst``: the destinations of edges whose sources
-    another task owns (a split piece's in-degree share), else empty."""
+    another task owns (a split piece's in-degree share), else empty. ``extra``: what the
+    loader read besides the graph that the caller wants on the driver (a dict of arrays,
+    say); it travels with the piece's summary, is not split, and is None unless given."""
 
     ids: np.ndarray
     columns: dict = field(default_factory=dict)
@@ -57,6 +59,7 @@ class Piece:
     dst: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     weights: np.ndarray | None = None
     in_dst: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    extra: Any = None
 
 
 @dataclass(frozen=True)
@@ -187,7 +190,7 @@ def piece_summary(piece: Piece, block_bounds: np.ndarray) -> dict:
     key = block_index(block_bounds, piece.src) * total + block_index(block_bounds, piece.dst)
     return {"pair_edges": np.bincount(key, minlength=total * total).reshape(total, total),
             "columns": {k: (v.shape[1:], v.dtype.str) for k, v in piece.columns.items()},
-            "rows": int(piece.ids.size), "edges": int(piece.src.size)}
+            "rows": int(piece.ids.size), "edges": int(piece.src.size), "extra": piece.extra}
 
 
 def merge_columns(summaries) -> dict:
@@ -266,7 +269,8 @@ class ShardedGraph(Partition):
     the driver. ``pieces[k][t]``: shard ``k``'s piece for task ``t`` (a driver-owned Ray
     reference, or the :class:`Piece` in-process), kept for as long as this object lives, so a
     replacement worker rebuilds its slice from them; ``columns``: name -> (trailing shape,
-    dtype) of the vertex columns the pieces give."""
+    dtype) of the vertex columns the pieces give; ``extras``: what each shard's loader sent
+    the driver (:attr:`Piece.extra`)."""
 
     def __init__(self, source: ShardedSource, tasks: int, blocks: int, pieces, summaries):
         self.requested = (int(tasks), int(blocks))
@@ -282,6 +286,8 @@ class ShardedGraph(Partition):
         self.fills = dict(source.fills)
         self.pieces = pieces
         self.num_edges = int(sum(s["edges"] for s in summaries))
+        #: each shard's :attr:`Piece.extra`, in shard order (the driver's to drop)
+        self.extras = [s["extra"] for s in summaries]
 
     def meta(self, task: int) -> dict:
         """The small dict task ``task`` needs besides its pieces to build its slice."""

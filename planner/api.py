@@ -225,13 +225,33 @@ def lower_bound_bytes(g) -> int:
     return max(best, int(vb[param_grad].sum()))
 
 
-def _load(graph_or_path):
+def _load(graph_or_path, opts: EngineOptions | None = None):
+    """``(graph, sharded)``: the cg graph, and the variable graph its shards left on the open
+    engine session's workers (:mod:`planner.cg_shards`) where it was read in shards — a path
+    of at least :data:`planner.dp.scale.SEGMENTED_LIMIT` forward blocks inside an open
+    session — else None."""
     if isinstance(graph_or_path, (str, Path)):
-        return cg.read(graph_or_path)
+        read = _read_sharded(graph_or_path, opts) if opts is not None else None
+        return read if read is not None else (cg.read(graph_or_path), None)
     if hasattr(graph_or_path, "functions") and hasattr(graph_or_path, "var_bytes"):
-        return graph_or_path
+        return graph_or_path, None
     raise HGraphError(f"plan() takes a cg.txt path or a planner.cg graph, "
                       f"not {type(graph_or_path).__name__}")
+
+
+def _read_sharded(path, opts: EngineOptions):
+    """The cg.txt read in shards by the open engine session's workers (the driver never
+    holds its text; bench/NOTES_scale.md, issue 37), or None: below the scale threshold, with
+    no session open for ``opts``, or where the shards' fast reader doubts the file."""
+    from planner import cg_shards
+    from planner.analyses.engine import current_session
+    from planner.dp import scale
+
+    head = cg_shards.header(path)
+    s = current_session(opts)
+    if s is None or head is None or head[1] // 2 < scale.SEGMENTED_LIMIT:
+        return None
+    return cg_shards.read(s, path)
 
 
 def _check_choice(name, value, choices):
@@ -270,12 +290,19 @@ class Analysis:
         return int(self.ir.bytes.sum())
 
 
-def analyse(g, opts: EngineOptions) -> Analysis:
-    """The graph's activation graph, its levels on the engine and the baseline's peak."""
+def analyse(g, opts: EngineOptions, sharded=None) -> Analysis:
+    """The graph's activation graph, its levels on the engine and the baseline's peak;
+    ``sharded``: the variable graph its shards left on the workers (:func:`_load`), where the
+    levels then run."""
     stages = current_progress()
     ir = ActivationGraph.from_cg(g)
     with stages.stage("levels (engine)"):
-        level, supersteps = levels(ir, opts=opts, with_supersteps=True)
+        if sharded is not None:
+            from planner.analyses.levels import var_levels
+
+            level, supersteps = var_levels(sharded, ir.var, opts)
+        else:
+            level, supersteps = levels(ir, opts=opts, with_supersteps=True)
     base_sched = base_tl = None
     if ir.n <= BASELINE_SCHEDULE_LIMIT:
         with stages.stage("baseline replay"):
@@ -516,7 +543,8 @@ class Planning:
         units, accounting = acc.units, acc.kind
         stages = current_progress()
         with stages.stage("reading the graph"):
-            g = self.g = _load(graph_or_path)
+            g, sharded = _load(graph_or_path, engine)
+            self.g = g
         if g.num_forward == 0:
             raise HGraphError(f"{g.path or 'graph'}: no forward functions to plan")
         self.whole_step = None
@@ -534,7 +562,8 @@ class Planning:
             if whole_step.applies(g):        # the budget holds the whole step
                 self.whole_step = whole_step
         self.opts = opts = engine
-        self.a = analyse(g, opts)                                   # analyse, once
+        self.a = analyse(g, opts, sharded)                          # analyse, once
+        del sharded                          # its pieces leave the workers' store
         self.solvers = {}                    # every solver made, by name (a MILP: by plan)
         self.s = self._solver(solver)
 

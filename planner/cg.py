@@ -157,7 +157,7 @@ class ComputationalGraph:
 
     def __init__(self, var_bytes, var_names, functions=None, path=None, *, columns=None):
         self.var_bytes = np.asarray(var_bytes, dtype=np.int64)
-        self.var_names = list(var_names)
+        self.var_names = var_names
         if columns is None:
             functions = list(functions if functions is not None else [])
             columns = FunctionColumns.of(functions)
@@ -172,6 +172,19 @@ class ComputationalGraph:
         # a var produced twice (the reader rejects that) keeps its last producer, as a loop would
         self.producer[outs] = np.repeat(np.arange(half, dtype=np.int64), counts)
         self.is_activation = self.producer >= 0
+
+    @property
+    def var_names(self) -> list:
+        """The N variable names (a graph read in shards reads them from its file when first
+        asked: :mod:`planner.cg_shards`)."""
+        names = self.__dict__["_var_names"]
+        if callable(names):
+            names = self.__dict__["_var_names"] = list(names())
+        return names
+
+    @var_names.setter
+    def var_names(self, names) -> None:
+        self.__dict__["_var_names"] = names if callable(names) else list(names)
 
     @property
     def functions(self) -> list:
@@ -232,10 +245,10 @@ class ComputationalGraph:
         and then the reference's cost model applies (:attr:`forward_costs`).
         """
         if "_costs" not in self.__dict__:
-            details = self.columns.details[:self.num_forward]
             own = None
-            if details and '"cost"' in details[0]:
-                vals = [json.loads(d).get("cost") for d in details]
+            # the first line alone says no (a graph read in shards keeps only it here)
+            if self.num_forward and '"cost"' in self.columns.details[0]:
+                vals = [json.loads(d).get("cost") for d in self.columns.details[:self.num_forward]]
                 if all(isinstance(v, int) and v >= 0 for v in vals):
                     own = np.asarray(vals, dtype=np.int64)
             self._costs = own
@@ -269,8 +282,9 @@ class ComputationalGraph:
         do not, and are None here.
         """
         if "_ops" not in self.__dict__:
-            details = self.columns.details[:self.num_forward]
             ops = None
+            details = (self.columns.details[:self.num_forward]
+                       if self.num_forward and '"in_shapes"' in self.columns.details[0] else ())
             if details and all('"in_shapes"' in d for d in details):
                 parsed = [_parse_details(d) for d in details]
                 if all("in_shapes" in d and "op" in d for d in parsed):
@@ -474,8 +488,10 @@ def _json_objects(shapes) -> bool:
     return True
 
 
-def _parse_vars(text: str, raw: bytes, start: int, n: int):
-    """``(var_bytes, names, end)`` of the ``n`` variable lines from ``start``, or None."""
+def _parse_vars(text: str, raw: bytes, start: int, n: int, first: int = 0,
+                names: bool = True):
+    """``(var_bytes, names, end)`` of the ``n`` variable lines from ``start`` (ids ``first``,
+    ``first + 1``, ...), or None; ``names=False``: no names (None; a shard's reader)."""
     m = re.compile(f"(?:{_VAR_LINE}){{{n}}}").match(text, start)
     if m is None:
         return None
@@ -488,10 +504,37 @@ def _parse_vars(text: str, raw: bytes, start: int, n: int):
     ls = np.concatenate(([0], nl[:-1] + 1))
     ids = _nats(buf, ls, sp[:, 0])
     sizes = _nats(buf, sp[:, 0] + 1, sp[:, 1])
-    if ids is None or sizes is None or not np.array_equal(ids, np.arange(n)):
+    if ids is None or sizes is None or not np.array_equal(ids, np.arange(first, first + n)):
         return None
+    if not names:
+        return sizes, None, end
     names = [text[a:b] for a, b in zip((start + sp[:, 1] + 1).tolist(), (start + nl).tolist())]
     return sizes, names, end
+
+
+def _parse_blocks(text: str, pos: int, stop: int, forward: int):
+    """The function blocks tiling ``text[pos:stop]`` exactly, the first ``forward`` of them
+    forward blocks and the rest backward ones: ``(k, p, in_var, in_tag, out_var, types,
+    details)`` (arrays, then tuples of str), or None at the first doubt (a block that does not
+    match, a direction out of place, line counts that differ from a block's header)."""
+    found = _BLOCK.findall(text, pos, stop)
+    if not found or sum(map(len, (x[0] for x in found))) != stop - pos:
+        return None                                  # the blocks do not tile the text exactly
+    _, dirs, kt, pt, ins, outs, tps, dts = zip(*found)
+    nb = len(found)
+    fw = min(max(forward, 0), nb)
+    if dirs[:fw].count("forward") != fw or dirs[fw:].count("backward") != nb - fw:
+        return None
+    k, p = _ints(kt), _ints(pt)
+    if (not np.array_equal(k, np.fromiter(map(str.count, ins, ["\n"] * nb), np.int64, nb))
+            or not np.array_equal(p, np.fromiter(map(str.count, outs, ["\n"] * nb),
+                                                 np.int64, nb))):
+        return None
+    in_tokens = "".join(ins).replace("\n", " ").split(" ")[:-1]
+    in_var = _ints(in_tokens[0::2])
+    in_tag = np.fromiter(map(_TAG_CODE.__getitem__, in_tokens[1::2]), np.uint8,
+                         len(in_tokens) // 2)
+    return k, p, in_var, in_tag, _ints("".join(outs).split("\n")[:-1]), tps, dts
 
 
 def _fast_parse(text: str, raw: bytes, n: int, m: int, start: int):
@@ -518,30 +561,19 @@ def _fast_parse(text: str, raw: bytes, n: int, m: int, start: int):
                                 text.find("\nbackward\n", pos + _CHUNK, pos + 2 * _CHUNK))
                     if c >= 0]
             stop = min(cuts) + 1 if cuts else stop
-        found = _BLOCK.findall(text, pos, stop)
-        if not found or sum(map(len, (x[0] for x in found))) != stop - pos:
-            return None                              # the blocks do not tile the text exactly
-        _, dirs, kt, pt, ins, outs, tps, dts = zip(*found)
-        nb = len(found)
-        fw = min(max(half - done, 0), nb)            # forward blocks in this chunk
-        if dirs[:fw].count("forward") != fw or dirs[fw:].count("backward") != nb - fw:
+        parsed = _parse_blocks(text, pos, stop, half - done)   # forward blocks first
+        if parsed is None:
             return None
-        k, p = _ints(kt), _ints(pt)
-        if (not np.array_equal(k, np.fromiter(map(str.count, ins, ["\n"] * nb), np.int64, nb))
-                or not np.array_equal(p, np.fromiter(map(str.count, outs, ["\n"] * nb),
-                                                     np.int64, nb))):
-            return None
-        in_tokens = "".join(ins).replace("\n", " ").split(" ")[:-1]
+        k, p, in_var, in_tag, out_var, tps, dts = parsed
         ks.append(k)
         ps.append(p)
-        in_vars.append(_ints(in_tokens[0::2]))
-        in_tags.append(np.fromiter(map(_TAG_CODE.__getitem__, in_tokens[1::2]), np.uint8,
-                                   len(in_tokens) // 2))
-        out_vars.append(_ints("".join(outs).split("\n")[:-1]))
+        in_vars.append(in_var)
+        in_tags.append(in_tag)
+        out_vars.append(out_var)
         types.extend(interned.setdefault(t, t) for t in tps)
         details.extend(dts)
         _json_shapes(dts, shapes, escaped)
-        done += nb
+        done += k.size
         pos = stop
     if done != m or not _json_objects(shapes | escaped):
         return None

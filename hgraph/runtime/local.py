@@ -110,5 +110,9 @@ class LocalRuntime:
         """The arrays behind ``handles``, each cut to ``values[:, index]`` when given."""
         return [h if index is None else h[:, index] for h in handles]
 
+    def gather_rows(self, handles, rows):
+        """The rows ``rows[t]`` (local indices) of each array behind ``handles``."""
+        return [h[r] for h, r in zip(handles, rows)]
+
     def close(self):
         self.workers = []

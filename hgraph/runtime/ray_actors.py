@@ -94,6 +94,9 @@ def _actor_class():
         def take(self, values, index):
             return values[:, index]
 
+        def take_rows(self, values, rows):
+            return values[rows]
+
         def pid(self):
             import os
 
@@ -361,6 +364,17 @@ class RayRuntime:
                              "a kept column")
         except (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError):
             return [v[:, index] for v in self._get(list(handles), "a kept column")]
+
+    def gather_rows(self, handles, rows):
+        """Rows ``rows[t]`` (local indices) of each kept array behind ``handles``, cut by an
+        actor beside it (the driver's own cut if that actor is gone)."""
+        ray = self.ray
+        actors = self.actors[:len(handles)]
+        try:
+            return self._get([a.take_rows.remote(h, r) for a, h, r in zip(actors, handles, rows)],
+                             "a kept column's rows")
+        except (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError):
+            return [v[r] for v, r in zip(self._get(list(handles), "a kept column"), rows)]
 
     def close(self):
         """End the actors this runtime started (by handle), none other, and wait until they

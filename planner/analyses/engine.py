@@ -32,7 +32,7 @@ import dataclasses
 import hgraph
 from hgraph.common.progress import current as current_progress
 
-__all__ = ["EngineOptions", "options", "run_program", "session"]
+__all__ = ["EngineOptions", "options", "run_program", "session", "current_session"]
 
 #: The engine's options record (the planner takes only the engine's public API).
 EngineOptions = hgraph.EngineOptions
@@ -60,6 +60,13 @@ def session(opts: EngineOptions):
             yield s
         finally:
             _OPEN.reset(token)
+
+
+def current_session(opts: EngineOptions):
+    """The open :func:`session` with ``opts``' placement, or None."""
+    open_one = _OPEN.get()
+    return open_one if open_one is not None and _place(open_one.engine) == _place(opts) \
+        else None
 
 
 def run_program(opts: EngineOptions, program, graph, *, keep: str | None = None,

@@ -134,14 +134,19 @@ class BlockLevels(hgraph.VertexProgram):
 
     Supersteps: how often a longest path crosses from one block to a later-updated one (a few
     when ids follow the topological order, as synthetic graphs' do), not the graph's depth.
-    Column ``preds``: int64 [n, dmax], predecessors padded with -1.
+    Column ``preds``: int64 [n, dmax], predecessors padded with -1; optional column ``floor``:
+    the level a vertex starts from (0 without it). On a cg.txt's variable graph
+    (:mod:`planner.cg_shards`) parameters and inputs start at -1, so what they send (0) lifts
+    no activation: the activations' levels are the activation graph's.
     """
 
     value_dtype = message_dtype = np.int64
     combiner = np.maximum
 
     def init(self, block):
-        vals = _local_longest(block.columns["preds"], block.start, np.zeros(block.size, np.int64))
+        floor = block.columns.get("floor")
+        start = np.zeros(block.size, np.int64) if floor is None else floor.astype(np.int64)
+        vals = _local_longest(block.columns["preds"], block.start, start)
         return vals, np.ones(block.size, bool)
 
     def update(self, ctx, block, values, inbox, has_message):
@@ -184,3 +189,21 @@ def levels(g, *, opts: EngineOptions | None = None, with_supersteps: bool = Fals
     res = run_program(options(opts, engine), BlockLevels(), level_graph(g))
     lv = np.asarray(res.values, dtype=np.int64)
     return (lv, res.supersteps) if with_supersteps else lv
+
+
+def var_levels(sharded, nodes: np.ndarray, opts: EngineOptions) -> tuple[np.ndarray, int]:
+    """``(levels, supersteps)``: :func:`levels` of the activation graph from its cg.txt's
+    variable graph read in shards (``sharded``, :func:`planner.cg_shards.read`), on the
+    workers that read it; ``nodes``: the activations' variable ids (ascending: the activation
+    graph's node order). Only the activations' levels come back, cut beside each worker."""
+    res = run_program(opts, BlockLevels(), sharded, keep=_VAR_LEVELS, gather=False)
+    from planner.analyses.engine import session
+
+    with session(opts) as s:
+        level = s.gather_rows(_VAR_LEVELS, nodes)
+        s.drop(_VAR_LEVELS)
+    return np.asarray(level, np.int64), res.supersteps
+
+
+#: The kept column of :func:`var_levels` (dropped once read).
+_VAR_LEVELS = "levels.var"
