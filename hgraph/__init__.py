@@ -16,7 +16,8 @@ instant.
 
 import importlib
 
-#: Public name -> the module that defines it (``io`` is the submodule itself).
+#: Public name -> the module that defines it (``io`` and ``shards``, graphs the workers read
+#: a byte range each, are the submodules themselves).
 _LAZY = {
     "ExactSum": "hgraph.exactsum",
     "exact_sum": "hgraph.exactsum",
@@ -28,6 +29,7 @@ _LAZY = {
     "Update": "hgraph.program",
     "VertexProgram": "hgraph.program",
     "io": None,
+    "shards": None,
 }
 
 __all__ = sorted(_LAZY)

@@ -142,8 +142,9 @@ def cut_lines(path, marker: bytes | None, start: int, stop: int, parts: int,
               line: int = 1) -> list[tuple[int, int]]:
     """Cuts of bytes ``start:stop`` (``start`` at 1-based line ``line``) into at most
     ``parts`` ranges of near-equal bytes, each beginning at a line equal to ``marker`` (None:
-    at any line; the first at ``start``): ``[(offset, line), ...]`` ending with ``(stop, its line)``. One
-    streaming pass; a range with no marker line in it merges into the one before."""
+    at any line; the first at ``start``): ``[(offset, line), ...]`` ending with ``(stop, its
+    line)``. One streaming pass; a range with no marker line in it merges into the one
+    before."""
     targets = [start + (stop - start) * k // parts for k in range(1, parts)]
     cuts, t = [(start, line)], 0
     for offset, chunk in _lines_of(path, start, stop):

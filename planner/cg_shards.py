@@ -27,8 +27,10 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from hgraph.shards import Piece, ShardedSource, cut_lines, find_line
+import hgraph
 from planner import cg as C
+
+_shards = hgraph.shards        # the engine's sharded sources (the planner takes its public API)
 
 __all__ = ["source", "piece", "read", "SHARD_BYTES"]
 
@@ -50,7 +52,7 @@ def header(path) -> tuple[int, int] | None:
     return int(parts[0]), int(parts[1])
 
 
-def source(path, tasks: int) -> ShardedSource | None:
+def source(path, tasks: int):
     """The cg.txt at ``path`` as a :class:`hgraph.shards.ShardedSource` over its variable ids:
     the variable lines, the forward blocks and the backward blocks each cut into near-equal
     byte ranges (at least ``tasks``, at most :data:`SHARD_BYTES` each) at line / block starts.
@@ -62,23 +64,23 @@ def source(path, tasks: int) -> ShardedSource | None:
     size = os.path.getsize(path)
     parts = max(int(tasks), -(-size // SHARD_BYTES))
     var_start = len(f"{head[0]} {head[1]}\n")
-    fwd, fwd_line = find_line(path, b"forward", var_start, 2)
-    bwd, bwd_line = find_line(path, b"backward", fwd, fwd_line)
+    fwd, fwd_line = _shards.find_line(path, b"forward", var_start, 2)
+    bwd, bwd_line = _shards.find_line(path, b"backward", fwd, fwd_line)
     if bwd >= size:
         return None
-    cuts = (cut_lines(path, None, var_start, fwd, parts, 2)
-            + cut_lines(path, b"forward", fwd, bwd, parts, fwd_line)
-            + cut_lines(path, b"backward", bwd, size, parts, bwd_line))
+    cuts = (_shards.cut_lines(path, None, var_start, fwd, parts, 2)
+            + _shards.cut_lines(path, b"forward", fwd, bwd, parts, fwd_line)
+            + _shards.cut_lines(path, b"backward", bwd, size, parts, bwd_line))
     ranges = tuple((a, b, ln) for (a, ln), (b, _) in zip(cuts[:-1], cuts[1:]) if b > a)
-    return ShardedSource(str(path), n, ranges, piece, args=(("n", n),),
+    return _shards.ShardedSource(str(path), n, ranges, piece, args=(("n", n),),
                          fills=(("preds", -1), ("floor", -1)))
 
 
-def _doubt(why: str) -> Piece:
-    return Piece(ids=np.zeros(0, np.int64), extra={"kind": "doubt", "why": why})
+def _doubt(why: str):
+    return _shards.Piece(ids=np.zeros(0, np.int64), extra={"kind": "doubt", "why": why})
 
 
-def piece(path, start: int, stop: int, line: int, n: int) -> Piece:
+def piece(path, start: int, stop: int, line: int, n: int):
     """Bytes ``start:stop`` of a cg.txt (from 1-based line ``line``) parsed by the fast reader's
     patterns: variable lines -> their bytes; function blocks -> their columns, and forward
     blocks also the variable graph's rows and edges (the module docstring). A range the fast
@@ -97,11 +99,11 @@ def piece(path, start: int, stop: int, line: int, n: int) -> Piece:
                           names=False) if first.isdigit() else None
     if found is None or found[2] != len(text):
         return _doubt(f"line {line}: variable lines")
-    return Piece(ids=np.zeros(0, np.int64),
-                 extra={"kind": "vars", "first": int(first), "bytes": found[0]})
+    return _shards.Piece(ids=np.zeros(0, np.int64),
+                         extra={"kind": "vars", "first": int(first), "bytes": found[0]})
 
 
-def _blocks(text: str, n: int, line: int, forward: bool) -> Piece:
+def _blocks(text: str, n: int, line: int, forward: bool):
     parsed = C._parse_blocks(text, 0, len(text), len(text) if forward else 0)
     if parsed is None:
         return _doubt(f"line {line}: function blocks")
@@ -116,13 +118,13 @@ def _blocks(text: str, n: int, line: int, forward: bool) -> Piece:
              "types": codes.astype(np.int32), "first_details": dts[0],
              "json": C._json_objects(shapes | escaped)}
     if not forward or not np.all(p == 1):
-        return Piece(ids=np.zeros(0, np.int64), extra=extra)
+        return _shards.Piece(ids=np.zeros(0, np.int64), extra=extra)
     width = max(1, int(k.max(initial=0)))
     preds = np.full((k.size, width), -1, np.int64)
     owner = np.repeat(np.arange(k.size), k)
     preds[owner, np.arange(in_var.size) - np.repeat(np.cumsum(k) - k, k)] = in_var
-    return Piece(ids=out_var, columns={"preds": preds, "floor": np.zeros(k.size, np.int64)},
-                 src=in_var, dst=out_var[owner], extra=extra)
+    return _shards.Piece(ids=out_var, src=in_var, dst=out_var[owner], extra=extra,
+                         columns={"preds": preds, "floor": np.zeros(k.size, np.int64)})
 
 
 class _FileDetails(Sequence):
