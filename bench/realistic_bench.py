@@ -231,7 +231,7 @@ def run_model(name, scale, runs, torch_budgets=TORCH_BUDGETS, budgets=HGRAPH_BUD
     return table(name, info, rows)
 
 
-def list_front(name, scale) -> int:
+def list_front(name, scale, min_cut_budgets=None) -> int:
     """hgraph's whole front of ``name``'s step as Inductor hands it over (one compile): index,
     source, solver, replayed step peak, planner recompute FLOPs; the candidates the first call
     of ``pt.compile`` chooses its trials from."""
@@ -242,7 +242,8 @@ def list_front(name, scale) -> int:
 
     model, inputs, loss = realistic_models.spec(name, scale)
     fronts = {}
-    part = HGraphPartitioner("100%", fronts=fronts, whole_front=True, progress="off")
+    extra = {} if min_cut_budgets is None else dict(min_cut_budgets=min_cut_budgets)
+    part = HGraphPartitioner("100%", fronts=fronts, whole_front=True, progress="off", **extra)
     compiled_step(model, loss, part)(*inputs)
     print(f"== {name}: #k, source, solver, replayed step peak B, recompute FLOPs")
     for k, c in enumerate(next(iter(fronts.values()))[0]):
@@ -264,13 +265,18 @@ def main(argv=None) -> int:
                          "bytes, or min)")
     ap.add_argument("--list-front", action="store_true",
                     help="only print each model's front (one compile and a front each)")
+    ap.add_argument("--min-cut-budgets", default=None,
+                    help="--list-front: the min-cut seeds' activation_memory_budget values "
+                         "(default: planner.torch.seeds.MIN_CUT_BUDGETS)")
     args = ap.parse_args(argv)
     sys.path[:0] = [HERE, os.path.dirname(HERE)]
     import torch
 
     torch.set_num_threads(args.threads)
     if args.list_front:
-        return max(list_front(name, args.scale) for name in args.models.split(","))
+        mc = (None if args.min_cut_budgets is None
+              else tuple(float(b) for b in args.min_cut_budgets.split(",")))
+        return max(list_front(name, args.scale, mc) for name in args.models.split(","))
 
     from hgraph.common.fileio import write_text
 

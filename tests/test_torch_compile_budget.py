@@ -160,3 +160,66 @@ def test_a_step_dynamo_splits_is_planned_as_a_whole_within_its_budget(capsys):
     for p in ours.parameters():
         p.grad = None
     assert allocator_peak(step, (x,))[0] <= r["step_budget_bytes"]
+
+
+# gpt's front on the realistic bench (`python3 bench/realistic_bench.py --models gpt
+# --list-front`, bench/NOTES_torch.md issue 35): (source, replayed step peak B, recompute FLOPs)
+GPT_FRONT = [("plan", 43_533_320, 3_111_941_122), ("plan", 46_691_336, 3_111_934_978),
+             ("plan", 49_845_256, 2_976_926_722), ("min-cut", 50_934_792, 4_463_828_996),
+             ("plan", 54_039_560, 2_440_055_810), ("plan", 57_181_192, 2_037_666_818),
+             ("min-cut", 57_218_056, 1_107_820_546), ("plan", 60_326_920, 1_366_840_322),
+             ("min-cut", 61_477_896, 33_816_578), ("plan", 82_449_416, 0)]
+GPT_DEFAULT = ("min-cut", 82_420_744, 14_417_922)     # torch.compile's default partition
+GPT_DEFAULT_MEASURED = 74_031_112                     # its step by the allocator
+TORCH_06_MEASURED = 48_190_728                         # torch.compile at budget 0.6 (min-cut 0.6)
+
+
+def _gpt_candidates():
+    from planner.torch.front import Candidate
+
+    def cand(src, peak, flops):
+        return Candidate(frozenset({f"{src}{peak}"}), peak, flops, plan=None, source=src)
+
+    return [(i, cand(*row)) for i, row in enumerate(GPT_FRONT)], cand(*GPT_DEFAULT)
+
+
+def _choice(target, first, r=None, over=None):
+    """What the first call's trial rule tries next on gpt's front at ``target``."""
+    from planner.torch.compiled import CompiledStep
+
+    left, d = _gpt_candidates()
+    m0 = GPT_DEFAULT_MEASURED
+    r = target / m0 if r is None else r
+    over = d.step_peak - m0 if over is None else over
+    cap, seed_cap = CompiledStep._caps({"g": d}, ["g"], r, over, target, first)["g"]
+    return CompiledStep._next(left, d, cap, seed_cap, target, m0, False)
+
+
+def test_the_first_trial_at_torchs_own_peak_takes_torchs_partition():
+    """At torch.compile's measured peak at budget 0.6 the first trial is min-cut 0.6 (the
+    partition torch runs there, 1.1 GFLOPs recomputed), not the approx plan the replay's
+    ratio alone reaches (49.8 MB replayed, 3.0 GFLOPs, measured 41.5 MB: 14% below the target,
+    and slower); later trials, calibrated by a miss, keep to the ratio's reach."""
+    i, c = _choice(TORCH_06_MEASURED, first=True)
+    assert (c.source, c.step_peak) == ("min-cut", 57_218_056)
+    i, c = _choice(TORCH_06_MEASURED, first=False)
+    assert (c.source, c.step_peak) == ("plan", 49_845_256)
+
+
+def test_the_seed_reach_is_narrow_and_only_for_less_recompute():
+    """60% of the default step (44.4 MB): no min-cut partition within reach recomputes less
+    than the ratio's choice (min-cut 0.2 recomputes 4.5 GFLOPs), so the plan it fits is tried;
+    80%: min-cut 0.65 fits by the ratio itself; a budget 3% under torch 0.6's peak leaves
+    min-cut 0.6 out of reach (past :data:`SEED_REACH`)."""
+    target = 0.6 * GPT_DEFAULT_MEASURED
+    assert _choice(target, first=True)[1].step_peak == 46_691_336
+    assert _choice(0.8 * GPT_DEFAULT_MEASURED, first=True)[1].step_peak == 61_477_896
+    assert _choice(0.97 * TORCH_06_MEASURED, first=True)[1].source == "plan"
+
+
+def test_a_miss_lowers_the_offset_the_next_trials_reach_by():
+    """``over``, the bytes the replay overstates the step by, falls to a miss's: the same
+    first trial with a smaller offset no longer reaches min-cut 0.6."""
+    over = GPT_DEFAULT[1] - GPT_DEFAULT_MEASURED
+    assert _choice(TORCH_06_MEASURED, first=True, over=over)[1].source == "min-cut"
+    assert _choice(TORCH_06_MEASURED, first=True, over=over - 1_000_000)[1].source == "plan"

@@ -161,3 +161,20 @@ def test_compile_shows_its_planning_on_stderr(capsys):
     with pytest.raises(HGraphError, match="^progress must be one of auto, bar, plain, off, "
                                           "got 'loud'$"):
         pt.compile(copy.deepcopy(m), progress="loud")
+
+
+def test_torchs_own_budget_grid_is_on_the_front():
+    """torch's ``activation_memory_budget`` points in steps of 0.2 (what the realistic bench
+    and issue 35 compare against) are all seeds, so each of torch's partitions there is one of
+    the keep sets the front is offered (and keeps: the test above), labelled by the first
+    budget giving it."""
+    assert {0.2, 0.4, 0.6, 0.8, 1.0} <= set(seeds.MIN_CUT_BUDGETS)
+    m, x = small_gpt_block()
+    joint, n_out = capture(m, (x,), loss=MEAN, decompose=True)
+    merged = cse(joint)
+    keeps = seeds.min_cut_keeps(merged, None, num_fwd_outputs=n_out)
+    for b in (0.2, 0.4, 0.6, 0.8, 1.0):
+        keep = seeds.representable(merged, seeds.min_cut_saved(merged, None, b,
+                                                               num_fwd_outputs=n_out))
+        labels = [lab for lab, k in keeps.items() if k == keep]
+        assert len(labels) == 1 and float(labels[0].split()[-1]) <= b
