@@ -233,21 +233,36 @@ def run_model(name, scale, runs, torch_budgets=TORCH_BUDGETS, budgets=HGRAPH_BUD
 
 def list_front(name, scale, min_cut_budgets=None) -> int:
     """hgraph's whole front of ``name``'s step as Inductor hands it over (one compile): index,
-    source, solver, replayed step peak, planner recompute FLOPs; the candidates the first call
-    of ``pt.compile`` chooses its trials from."""
+    source, solver, replayed step peak, planner recompute FLOPs (the front's figure), and of
+    the candidate's partition split again: its recompute FLOPs and those of them in the ops
+    torch's partitioner calls compute-intensive (matmuls, convolutions: what Inductor does not
+    fuse away; the rest is pointwise work it fuses into the backward's kernels). The
+    candidates the first call of ``pt.compile`` chooses its trials from."""
     import realistic_models
+    from torch._functorch.partitioners import get_default_op_list
     from torch_bench import compiled_step
 
+    from planner.torch import front, measure
     from planner.torch.compiled import HGraphPartitioner
+
+    class Listing(HGraphPartitioner):
+        def __call__(self, gm, joint_inputs, **kwargs):
+            self.n_out = kwargs["num_fwd_outputs"]
+            return super().__call__(gm, joint_inputs, **kwargs)
 
     model, inputs, loss = realistic_models.spec(name, scale)
     fronts = {}
     extra = {} if min_cut_budgets is None else dict(min_cut_budgets=min_cut_budgets)
-    part = HGraphPartitioner("100%", fronts=fronts, whole_front=True, progress="off", **extra)
+    part = Listing("100%", fronts=fronts, whole_front=True, progress="off", **extra)
     compiled_step(model, loss, part)(*inputs)
-    print(f"== {name}: #k, source, solver, replayed step peak B, recompute FLOPs")
+    heavy = get_default_op_list().is_compute_intensive
+    print(f"== {name}: #k, source, solver, replayed step peak B, recompute FLOPs, "
+          f"split again: recompute FLOPs, of them compute-intensive")
     for k, c in enumerate(next(iter(fronts.values()))[0]):
-        print(k, c.source, c.plan.solver, c.step_peak, c.recompute_flops, flush=True)
+        bw = front.split(c, part.n_out)[1]
+        print(k, c.source, c.plan.solver, c.step_peak, c.recompute_flops,
+              measure.recompute_flops(c.joint, bw),
+              measure.recompute_flops(c.joint, bw, ops=heavy), flush=True)
     return 0
 
 

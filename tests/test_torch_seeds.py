@@ -178,3 +178,20 @@ def test_torchs_own_budget_grid_is_on_the_front():
                                                                num_fwd_outputs=n_out))
         labels = [lab for lab, k in keeps.items() if k == keep]
         assert len(labels) == 1 and float(labels[0].split()[-1]) <= b
+
+
+def test_recompute_flops_split_by_op_kind_adds_up():
+    """``measure.recompute_flops(..., ops=)`` (the realistic bench's matmul / pointwise split of
+    a front): the compute-intensive part and the rest add up to the whole; a low budget's
+    min-cut partition of the block recomputes both kinds."""
+    from torch._functorch.partitioners import get_default_op_list
+
+    heavy = get_default_op_list().is_compute_intensive
+    m, x = small_gpt_block()
+    joint, n_out = capture(m, (x,), loss=MEAN, decompose=True)
+    merged = cse(joint)
+    bw = seeds.min_cut_partition(merged, None, 0.0, num_fwd_outputs=n_out)[2]
+    total = measure.recompute_flops(merged, bw)
+    mm = measure.recompute_flops(merged, bw, ops=heavy)
+    rest = measure.recompute_flops(merged, bw, ops=lambda n: not heavy(n))
+    assert mm + rest == total and mm > 0 and rest > 0

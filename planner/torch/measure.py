@@ -156,8 +156,10 @@ def allocator_peak(step, inputs) -> tuple:
     return int(peak), "torch.profiler memory events (CPU allocator)"
 
 
-def recompute_flops(joint, backward) -> int:
-    """FLOPs of the forward ops a partitioned backward module runs again (views are free).
+def recompute_flops(joint, backward, ops=None) -> int:
+    """FLOPs of the forward ops a partitioned backward module runs again (views are free);
+    ``ops``: a predicate on the joint node, to count only those (a bench splits matmuls from
+    the pointwise ops Inductor fuses).
 
     The backward module keeps the joint graph's node names, so a forward node's name in it
     is a recomputation (a copy for a later episode names it in ``meta["recompute_of"]``); its
@@ -171,7 +173,8 @@ def recompute_flops(joint, backward) -> int:
     total = 0
     for n in backward.graph.nodes:
         j = fwd.get(n.meta.get("recompute_of", n.name)) if n.op == "call_function" else None
-        if j is not None and j.target is not operator.getitem and not is_view(j):
+        if (j is not None and j.target is not operator.getitem and not is_view(j)
+                and (ops is None or ops(j))):
             total += node_flops(j)
     return total
 
