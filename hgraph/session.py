@@ -61,6 +61,9 @@ class Session:
         _check(self.engine)
         self.runtime = None          # started by the first run
         self.kept: dict[str, Kept] = {}
+        #: what callers bind to this session's workers by name (sharded graphs, say): dropped
+        #: at :meth:`close`, with the kept columns
+        self.graphs: dict = {}
         self.runs = 0
 
     def __enter__(self) -> Session:
@@ -116,12 +119,15 @@ class Session:
                       failures=master.failures, switches=switcher.switches if switcher else 0,
                       checkpoint_dir=None if directory is None else master.checkpoint_dir)
 
-    def load(self, source: ShardedSource, *, timeout=_SESSION) -> ShardedGraph:
+    def load(self, source: ShardedSource, *, reverse: bool = False,
+             timeout=_SESSION) -> ShardedGraph:
         """``source`` read by this session's workers, each a shard (:mod:`hgraph.shards`): the
         :class:`hgraph.shards.ShardedGraph` later runs take as their graph. The driver gets
         the pieces' handles and summaries only (no text, no array as long as the graph); the
         pieces stay in the workers' object store while the returned object lives. Its tasks
-        and blocks are the session's (cut to what the runtime and the graph can use)."""
+        and blocks are the session's (cut to what the runtime and the graph can use);
+        ``reverse``: also cut every edge by its other end, for
+        :meth:`hgraph.shards.ShardedGraph.reversed` (the pieces' edges twice)."""
         e = self.engine
         wait = e.timeout if timeout is _SESSION else timeout
         limit = task_limit(e.runtime, address=e.address)
@@ -134,8 +140,10 @@ class Session:
         if not hasattr(self.runtime, "read"):
             raise HGraphError(f"runtime {e.runtime!r} cannot read a sharded graph")
         pieces, summaries = self.runtime.read(source, bounds[::blocks].copy(), bounds,
-                                              tasks=tasks, timeout=wait)
-        return ShardedGraph(source, tasks, blocks, pieces, summaries)
+                                              tasks=tasks, timeout=wait, reverse=reverse)
+        back = [row[tasks:] for row in pieces] if reverse else None
+        return ShardedGraph(source, tasks, blocks, [row[:tasks] for row in pieces], summaries,
+                            back)
 
     def gather(self, name: str, index=None) -> np.ndarray:
         """The kept column ``name`` on the driver, in vertex order; with ``index``, only
@@ -154,6 +162,21 @@ class Session:
         parts = self.runtime.gather_rows(kept.handles, local)
         return np.concatenate(parts, axis=0)
 
+    def put(self, name: str, values, bounds) -> None:
+        """Keep the driver's array ``values`` on the workers as the column ``name``, cut at
+        ``bounds`` (a task's rows each; a later run reads it as ``inputs=``, as a column a
+        run kept)."""
+        values = np.asarray(values)
+        bounds = np.asarray(bounds, np.int64)
+        if int(bounds[-1]) != len(values):
+            raise HGraphError(f"column {name!r} has {len(values):,} rows, its bounds "
+                              f"{int(bounds[-1]):,}")
+        if self.runtime is None:
+            self.runtime = create(self.engine.runtime, None, None, address=self.engine.address,
+                                  timeout=self.engine.timeout)
+        handles = [self.runtime.store(values[a:b]) for a, b in zip(bounds[:-1], bounds[1:])]
+        self.kept[name] = Kept(handles, bounds.copy(), values.shape[1:], values.dtype)
+
     def drop(self, name: str) -> None:
         """Forget the kept column ``name`` (its handles go; Ray frees what no one holds)."""
         self.kept.pop(name, None)
@@ -161,6 +184,7 @@ class Session:
     def close(self) -> None:
         """End the workers this session started and drop every kept column."""
         self.kept.clear()
+        self.graphs.clear()
         if self.runtime is not None:
             runtime, self.runtime = self.runtime, None
             runtime.close()

@@ -250,9 +250,11 @@ def assemble_slice(meta: dict, pieces) -> TaskSlice:
                      in_degree=in_degree, columns=columns)
 
 
-def read_split(source: ShardedSource, k: int, task_bounds, block_bounds) -> list:
-    """Shard ``k`` read and cut by owner: the pieces for each task, then the summary (what a
-    worker returns from reading a shard)."""
+def read_split(source: ShardedSource, k: int, task_bounds, block_bounds,
+               reverse: bool = False) -> list:
+    """Shard ``k`` read and cut by owner: the pieces for each task, with ``reverse`` then
+    those of the reversed graph (every edge turned round, the same rows), then the summary
+    (what a worker returns from reading a shard)."""
     piece = source.load(k)
     for what in ("ids", "src", "dst"):
         ids = np.asarray(getattr(piece, what), np.int64)
@@ -261,7 +263,12 @@ def read_split(source: ShardedSource, k: int, task_bounds, block_bounds) -> list
                               f"names vertex ids outside 0..{source.n - 1}")
         setattr(piece, what, ids)
     summary = piece_summary(piece, np.asarray(block_bounds, np.int64))
-    return [*split_piece(piece, np.asarray(task_bounds, np.int64)), summary]
+    task_bounds = np.asarray(task_bounds, np.int64)
+    out = split_piece(piece, task_bounds)
+    if reverse:
+        out += split_piece(Piece(ids=piece.ids, columns=piece.columns, src=piece.dst,
+                                 dst=piece.src, weights=piece.weights), task_bounds)
+    return [*out, summary]
 
 
 class ShardedGraph(Partition):
@@ -273,7 +280,8 @@ class ShardedGraph(Partition):
     dtype) of the vertex columns the pieces give; ``extras``: what each shard's loader sent
     the driver (:attr:`Piece.extra`)."""
 
-    def __init__(self, source: ShardedSource, tasks: int, blocks: int, pieces, summaries):
+    def __init__(self, source: ShardedSource, tasks: int, blocks: int, pieces, summaries,
+                 reversed_pieces=None):
         self.requested = (int(tasks), int(blocks))
         self.tasks, self.blocks = int(tasks), int(blocks)
         self.graph = None
@@ -289,6 +297,21 @@ class ShardedGraph(Partition):
         self.num_edges = int(sum(s["edges"] for s in summaries))
         #: each shard's :attr:`Piece.extra`, in shard order (the driver's to drop)
         self.extras = [s["extra"] for s in summaries]
+        self._reversed = reversed_pieces
+
+    def reversed(self) -> "ShardedGraph":
+        """The same graph with every edge turned round (read with ``reverse=True``: its
+        pieces were cut by the other end's owner when the shards were read)."""
+        if self._reversed is None:
+            raise HGraphError("this sharded graph was loaded without its reversed edges "
+                              "(Session.load(source, reverse=True))")
+        other = object.__new__(ShardedGraph)
+        other.__dict__.update(self.__dict__)
+        other.pieces, other._reversed = self._reversed, None
+        other.pair_edges = self.pair_edges.T.copy()
+        other.dependency = other.pair_edges > 0
+        other.extras = None
+        return other
 
     def meta(self, task: int) -> dict:
         """The small dict task ``task`` needs besides its pieces to build its slice."""

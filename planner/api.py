@@ -298,9 +298,11 @@ def analyse(g, opts: EngineOptions, sharded=None) -> Analysis:
     ir = ActivationGraph.from_cg(g)
     with stages.stage("levels (engine)"):
         if sharded is not None:
+            from planner.analyses.engine import bind_var_graph
             from planner.analyses.levels import var_levels
 
             level, supersteps = var_levels(sharded, ir.var, opts)
+            bind_var_graph(opts, sharded, ir.var)     # the separators run on it too
         else:
             level, supersteps = levels(ir, opts=opts, with_supersteps=True)
     base_sched = base_tl = None

@@ -159,7 +159,7 @@ def read(session, path):
     head, src = header(path), source(path, session.engine.tasks)
     if src is None:
         return None
-    sharded = session.load(src)
+    sharded = session.load(src, reverse=True)       # the separators read it reversed
     extras, sharded.extras = sharded.extras, None
     made = _assemble(str(path), head, extras)
     if made is None:

@@ -4,7 +4,8 @@ The graph the driver assembles from the shards must be :func:`planner.cg.read`'s
 column, the costs, lazily the names and details), the levels from the variable graph the
 shards leave on the workers the activation graph's, and ``planner.plan`` on a path past
 ``SEGMENTED_LIMIT`` the plan of the graph read whole — for 1, 2 and 4 workers, in-process and
-on Ray, with a worker lost — without the driver ever reading the file whole.
+on Ray, with a worker lost — without the driver ever reading the file whole, its levels and
+separators' successor positions computed on the variable graph the shards left there.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import planner
 from hgraph.common.errors import InputError
 from planner import api, cg, cg_shards, report, synth
 from planner.activation_graph import ActivationGraph
-from planner.analyses import engine
+from planner.analyses import engine, segments
 from planner.analyses.levels import levels, var_levels
 from planner.dp import scale
 from tests.conftest import RAY_TIMEOUT, data_path
@@ -105,11 +106,13 @@ def test_plan_from_shards_is_the_whole_reads_for_1_2_4_workers_local_and_ray(
     cg.write(synth.build(layers=110, heads=4), path)             # ~2,600: the scale path
     want = _plan_hash(planner.plan(cg.read(path), budget="50%", certify="off",
                                    engine=planner.EngineOptions(tasks=2)))
-    reads, sharded = [], []
-    whole_read, sharded_read = cg.read, cg_shards.read
+    reads, sharded, separators = [], [], []
+    whole_read, sharded_read, max_succ = cg.read, cg_shards.read, segments._max_succ_vars
     monkeypatch.setattr(cg, "read", lambda *a, **k: (reads.append(a), whole_read(*a, **k))[1])
     monkeypatch.setattr(cg_shards, "read",
                         lambda *a, **k: (sharded.append(1), sharded_read(*a, **k))[1])
+    monkeypatch.setattr(segments, "_max_succ_vars",
+                        lambda *a, **k: (separators.append(1), max_succ(*a, **k))[1])
     runs = [dict(tasks=1), dict(tasks=2), dict(tasks=4),
             dict(tasks=4, runtime="ray", timeout=RAY_TIMEOUT),
             dict(tasks=2, runtime="ray", timeout=RAY_TIMEOUT, checkpoint_every=1,
@@ -119,4 +122,5 @@ def test_plan_from_shards_is_the_whole_reads_for_1_2_4_workers_local_and_ray(
                          engine=planner.EngineOptions(**options))
         assert p.report["dp_segmented"]["segments"] > 1
         assert _plan_hash(p) == want, options
-    assert len(sharded) == len(runs) and reads == []
+    # read in shards, levels and separators on the workers' variable graph, no whole read
+    assert len(sharded) == len(separators) == len(runs) and reads == []

@@ -13,7 +13,7 @@ import pytest
 import hgraph
 from hgraph import io, shards
 from hgraph.algorithms import SSSP, MinLabel
-from hgraph.common.errors import InputError
+from hgraph.common.errors import HGraphError, InputError
 from hgraph.partition import Partition
 from tests.conftest import RAY_TIMEOUT
 
@@ -163,3 +163,26 @@ def test_on_ray_sharded_reads_runs_and_recovery(ray_session, tmp_path):
     with hgraph.Session(failing) as s:
         got = s.run(SSSP(0), io.edgelist_source(path, whole.n, 4))
     assert got.failures and np.array_equal(got.values, local.values)
+
+
+def test_reversed_view_and_driver_columns(tmp_path):
+    """``reverse=True`` cuts every edge by its other end too: the reversed view's slices are
+    those of the reversed whole graph; a driver array put on the workers reads as a column."""
+    path, whole = _edges(tmp_path)
+    back = hgraph.Graph.from_edges(whole.dst, whole.src, weights=whole.weights, n=whole.n)
+    with hgraph.Session(hgraph.EngineOptions(tasks=3, blocks=2)) as s:
+        g = s.load(io.edgelist_source(path, whole.n, 4), reverse=True)
+        _same_slices(g, whole, 3, 2)
+        _same_slices(g.reversed(), back, 3, 2)
+        start = np.arange(whole.n)[::-1].copy()
+        s.put("start", start, g.task_bounds)
+        assert np.array_equal(s.gather("start"), start)
+        got = s.run(MinLabel(), g.reversed(), keep="label", inputs=("start",))
+        assert np.array_equal(s.gather_rows("label", [0, 7, whole.n - 1]),
+                              got.values[[0, 7, whole.n - 1]])
+    with hgraph.Session(hgraph.EngineOptions(tasks=3, blocks=2)) as s:
+        want = s.run(MinLabel(), back)
+    assert np.array_equal(got.values, want.values)
+    with hgraph.Session(hgraph.EngineOptions(tasks=2)) as s:
+        with pytest.raises(HGraphError, match="without its reversed edges"):
+            s.load(io.edgelist_source(path, whole.n, 2)).reversed()

@@ -29,14 +29,15 @@ class LocalRuntime:
         if program is not None:
             self.load(program, partition, inputs)
 
-    def read(self, source, task_bounds, block_bounds, **_options):
+    def read(self, source, task_bounds, block_bounds, reverse: bool = False, **_options):
         """Every shard of ``source`` (:class:`hgraph.shards.ShardedSource`) read and cut by
-        owner here: ``(pieces[k][t], summaries[k])``."""
+        owner here: ``(pieces[k][t], summaries[k])`` (``reverse``: a task's pieces, then its
+        reversed ones)."""
         from hgraph.shards import read_split
 
         pieces, summaries = [], []
         for k in range(len(source.ranges)):
-            *parts, summary = read_split(source, k, task_bounds, block_bounds)
+            *parts, summary = read_split(source, k, task_bounds, block_bounds, reverse)
             pieces.append(parts)
             summaries.append(summary)
         return pieces, summaries
@@ -109,6 +110,10 @@ class LocalRuntime:
     def gather(self, handles, index=None):
         """The arrays behind ``handles``, each cut to ``values[:, index]`` when given."""
         return [h if index is None else h[:, index] for h in handles]
+
+    def store(self, values):
+        """A handle for a driver array kept for later runs (here: the array itself)."""
+        return values
 
     def gather_rows(self, handles, rows):
         """The rows ``rows[t]`` (local indices) of each array behind ``handles``."""

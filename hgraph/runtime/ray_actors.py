@@ -60,12 +60,13 @@ def _actor_class():
             self.worker = Worker(program, assemble(part, spec, arrays[count:]))
             return True
 
-        def read(self, source, k, task_bounds, block_bounds):
-            """Shard ``k`` of ``source`` read here and cut by owner: one piece a task, then
-            the summary (what the driver gets)."""
+        def read(self, source, k, task_bounds, block_bounds, reverse):
+            """Shard ``k`` of ``source`` read here and cut by owner: one piece a task (and
+            one of the reversed graph with ``reverse``), then the summary (what the driver
+            gets)."""
             from hgraph.shards import read_split
 
-            return read_split(source, k, task_bounds, block_bounds)
+            return read_split(source, k, task_bounds, block_bounds, reverse)
 
         def unload(self):
             """Drop the run's worker and hand its freed heap back to the system: the actor
@@ -137,9 +138,11 @@ class RayRuntime:
     #: Times a shard is read again on a fresh actor when its reader died.
     READ_RETRIES = 3
 
-    def read(self, source, task_bounds, block_bounds, tasks: int, timeout=None):
+    def read(self, source, task_bounds, block_bounds, tasks: int, timeout=None,
+             reverse: bool = False):
         """Every shard of ``source`` read by the actors (shard ``k`` by actor ``k % tasks``)
-        and cut by owner: ``(pieces[k][t], summaries[k])``, the pieces driver-owned refs left
+        and cut by owner: ``(pieces[k][t], summaries[k])`` (``reverse``: a task's pieces,
+        then its reversed ones), the pieces driver-owned refs left
         in the object store (they outlive their reader), the summaries here. A shard whose
         reader died is read again on a replacement."""
         ray = self.ray
@@ -151,8 +154,9 @@ class RayRuntime:
         pieces, summaries = [None] * shards, [None] * shards
         todo = list(range(shards))
         for attempt in range(self.READ_RETRIES + 1):
-            calls = {k: self.actors[k % tasks].read.options(num_returns=tasks + 1).remote(
-                source, k, task_bounds, block_bounds) for k in todo}
+            returns = tasks * (2 if reverse else 1) + 1
+            calls = {k: self.actors[k % tasks].read.options(num_returns=returns).remote(
+                source, k, task_bounds, block_bounds, reverse) for k in todo}
             failed = []
             for k, refs in calls.items():
                 try:
@@ -364,6 +368,10 @@ class RayRuntime:
                              "a kept column")
         except (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError):
             return [v[:, index] for v in self._get(list(handles), "a kept column")]
+
+    def store(self, values):
+        """A driver-owned object-store reference to a driver array (a kept column's piece)."""
+        return self.ray.put(values)
 
     def gather_rows(self, handles, rows):
         """Rows ``rows[t]`` (local indices) of each kept array behind ``handles``, cut by an

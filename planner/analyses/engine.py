@@ -32,7 +32,8 @@ import dataclasses
 import hgraph
 from hgraph.common.progress import current as current_progress
 
-__all__ = ["EngineOptions", "options", "run_program", "session", "current_session"]
+__all__ = ["EngineOptions", "options", "run_program", "session", "current_session",
+           "bind_var_graph", "var_graph"]
 
 #: The engine's options record (the planner takes only the engine's public API).
 EngineOptions = hgraph.EngineOptions
@@ -67,6 +68,32 @@ def current_session(opts: EngineOptions):
     open_one = _OPEN.get()
     return open_one if open_one is not None and _place(open_one.engine) == _place(opts) \
         else None
+
+
+#: Where an open session holds the variable graph of the cg.txt being planned, read in shards
+#: (:mod:`planner.cg_shards`), with the activations' variable ids it was bound for.
+_VAR_GRAPH = "planner.cg_vars"
+
+
+def bind_var_graph(opts: EngineOptions, sharded, var) -> None:
+    """Leave ``sharded`` (the variable graph on the workers) with the open session for the
+    analyses of the activation graph whose nodes are the variables ``var`` (the array object
+    itself names that graph: its views share it)."""
+    s = current_session(opts)
+    if s is not None:
+        s.graphs[_VAR_GRAPH] = (sharded, var)
+
+
+def var_graph(opts: EngineOptions, g, release: bool = False):
+    """The variable graph bound for the activation graph ``g`` in the open session, or None;
+    ``release``: unbound as well (its pieces leave the workers once no one holds them)."""
+    s = current_session(opts)
+    entry = None if s is None else s.graphs.get(_VAR_GRAPH)
+    if entry is None or entry[1] is not getattr(g, "var", None):
+        return None
+    if release:
+        s.graphs.pop(_VAR_GRAPH)
+    return entry[0]
 
 
 def run_program(opts: EngineOptions, program, graph, *, keep: str | None = None,

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 import numpy as np
 
 import hgraph
-from planner.analyses.engine import EngineOptions, options, run_program
+from planner.analyses.engine import EngineOptions, options, run_program, session, var_graph
 from planner.analyses.levels import levels
 
 __all__ = ["Segments", "segments"]
@@ -72,6 +72,27 @@ class Segments:
     supersteps: int = 0
 
 
+#: Kept columns of :func:`_max_succ_vars` (dropped once read).
+_POS, _MAXSUCC = "segments.pos", "segments.maxsucc"
+
+
+def _max_succ_vars(sharded, pos: np.ndarray, var: np.ndarray, o: EngineOptions):
+    """``(maxsucc, supersteps)``: :class:`_MaxSuccPos` on a cg.txt's variable graph on the
+    workers (reversed), the positions handed to them as a column by variable (parameters
+    and inputs: -1; no activation is their successor), only the activations' rows back."""
+    with session(o) as s:
+        by_var = np.full(sharded.n, -1, np.int64)
+        by_var[var] = pos
+        s.put(_POS, by_var, sharded.task_bounds)
+        del by_var
+        res = run_program(o, _MaxSuccPos(), sharded.reversed(), keep=_MAXSUCC,
+                          inputs={"pos": _POS}, gather=False)
+        maxsucc = np.asarray(s.gather_rows(_MAXSUCC, var), np.int64)
+        s.drop(_POS)
+        s.drop(_MAXSUCC)
+    return maxsucc, res.supersteps
+
+
 def segments(g, *, opts: EngineOptions | None = None, level=None, **engine) -> Segments:
     """Topological positions and strict separators (engine: levels, then successor positions)."""
     o = options(opts, engine)
@@ -82,9 +103,14 @@ def segments(g, *, opts: EngineOptions | None = None, level=None, **engine) -> S
     node_at = np.lexsort((np.arange(n), level))
     pos = np.empty(n, np.int64)
     pos[node_at] = np.arange(n)
-    res = run_program(o, _MaxSuccPos(), hgraph.Graph.from_edges(g.dst, g.src, n=n, columns={"pos": pos}))
-    steps += res.supersteps
-    maxsucc = np.asarray(res.values, np.int64)            # by node; -1 without successors
+    sharded = var_graph(o, g, release=True)
+    if sharded is not None:      # on the variable graph the workers read (planner.cg_shards)
+        maxsucc, more = _max_succ_vars(sharded, pos, g.var, o)
+    else:
+        res = run_program(o, _MaxSuccPos(), hgraph.Graph.from_edges(g.dst, g.src, n=n,
+                                                                    columns={"pos": pos}))
+        maxsucc, more = np.asarray(res.values, np.int64), res.supersteps
+    steps += more                                         # maxsucc by node; -1: no successor
     # separator at position p: no edge from before p lands after p, and no source after p
     ms_by_pos = maxsucc[node_at]
     reach_before = np.r_[-1, np.maximum.accumulate(ms_by_pos)[:-1]]   # max over positions < p
