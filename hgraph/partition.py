@@ -87,6 +87,10 @@ class TaskSlice:
     out_weights: np.ndarray
     in_degree: np.ndarray         # of the local vertices
     columns: dict = field(default_factory=dict)
+    #: a sharded view's edges: the part of the view each came from, and each part's weight
+    #: rule (:func:`hgraph.shards.weigh`); None and () for a partitioned graph's slice
+    edge_group: np.ndarray | None = None
+    weight_rules: tuple = ()
 
     @property
     def start(self) -> int:

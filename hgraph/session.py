@@ -152,14 +152,15 @@ class Session:
         parts = self.runtime.gather(kept.handles, index)
         return np.concatenate(parts, axis=0)
 
-    def gather_rows(self, name: str, rows) -> np.ndarray:
-        """Rows ``rows`` (ascending vertex ids) of the kept column ``name`` on the driver, each
-        worker's share cut beside it first: only those rows travel."""
+    def gather_rows(self, name: str, rows, index=None) -> np.ndarray:
+        """Rows ``rows`` (ascending vertex ids) of the kept column ``name`` on the driver (with
+        ``index``: ``[:, index]`` of them), each worker's share cut beside it first: only
+        those rows travel."""
         kept = self._kept(name)
         rows = np.asarray(rows, np.int64)
         cuts = np.searchsorted(rows, kept.bounds)
         local = [rows[a:b] - int(lo) for a, b, lo in zip(cuts[:-1], cuts[1:], kept.bounds)]
-        parts = self.runtime.gather_rows(kept.handles, local)
+        parts = self.runtime.gather_rows(kept.handles, local, index)
         return np.concatenate(parts, axis=0)
 
     def put(self, name: str, values, bounds) -> None:

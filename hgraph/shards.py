@@ -37,7 +37,7 @@ from hgraph.graph import _stable_order
 from hgraph.partition import Partition, TaskSlice, block_index, even_bounds
 
 __all__ = ["Piece", "ShardedSource", "ShardedGraph", "find_line", "cut_lines", "split_piece",
-           "piece_summary", "assemble_slice", "read_split"]
+           "piece_summary", "assemble_slice", "read_split", "weigh"]
 
 #: Bytes read at a time by the streaming scans (the most the driver holds of the file).
 SCAN_CHUNK = 1 << 22
@@ -217,6 +217,7 @@ def assemble_slice(meta: dict, pieces) -> TaskSlice:
     :class:`hgraph.Graph`), in-degrees from every edge into its range, columns filled with
     their fill where no row names a vertex and padded to their full width."""
     task, tasks, blocks = meta["task"], meta["tasks"], meta["blocks"]
+    groups = meta.get("groups", ())
     bounds = np.asarray(meta["block_bounds"], np.int64)
     task_bounds = bounds[::blocks]
     lo, hi = int(task_bounds[task]), int(task_bounds[task + 1])
@@ -228,6 +229,10 @@ def assemble_slice(meta: dict, pieces) -> TaskSlice:
     weights = (cat([np.ones(p.src.size) if p.weights is None else p.weights for p in pieces],
                    np.float64) if weighted else np.ones(src.size))
     order = _stable_order(src - lo)
+    group = None
+    if groups:
+        per_piece = np.repeat(np.arange(len(groups)), [count for count, _ in groups])
+        group = np.repeat(per_piece, [p.src.size for p in pieces])[order].astype(np.int8)
     indptr = np.zeros(size + 1, np.int64)
     np.cumsum(np.bincount(src - lo, minlength=size), out=indptr[1:])
     mine = dst[(dst >= lo) & (dst < hi)]
@@ -247,7 +252,31 @@ def assemble_slice(meta: dict, pieces) -> TaskSlice:
                      block_bounds=bounds[task * blocks:(task + 1) * blocks + 1].copy(),
                      task_bounds=task_bounds.copy(), all_block_bounds=bounds.copy(),
                      out_indptr=indptr, out_indices=dst[order], out_weights=weights[order],
-                     in_degree=in_degree, columns=columns)
+                     in_degree=in_degree, columns=columns, edge_group=group,
+                     weight_rules=tuple(rule for _, rule in groups))
+
+
+def weigh(part: TaskSlice) -> TaskSlice:
+    """``part`` with its edges weighed by its view's rules, once every column is in (the
+    kept ones too): part ``j``'s rule ``(column, table)`` gives an edge the weight
+    ``table[column[its source]]`` (a column of small ints or bools), ``(None, w)`` the weight
+    ``w``, None the file's. Its sources are local, so no worker needs another's values."""
+    if not part.weight_rules:
+        return part
+    weights = part.out_weights.copy()
+    source = np.repeat(np.arange(part.stop - part.start), np.diff(part.out_indptr))
+    for j, rule in enumerate(part.weight_rules):
+        if rule is None:
+            continue
+        mask = part.edge_group == j
+        column, table = rule
+        if column is None:
+            weights[mask] = table
+        else:
+            key = np.asarray(part.columns[column])[source[mask]].astype(np.int64)
+            weights[mask] = np.asarray(table, np.float64)[key]
+    part.out_weights = weights
+    return part
 
 
 def read_split(source: ShardedSource, k: int, task_bounds, block_bounds,
@@ -302,31 +331,49 @@ class ShardedGraph(Partition):
     def reversed(self) -> "ShardedGraph":
         """The same graph with every edge turned round (read with ``reverse=True``: its
         pieces were cut by the other end's owner when the shards were read)."""
-        if self._reversed is None:
-            raise HGraphError("this sharded graph was loaded without its reversed edges "
-                              "(Session.load(source, reverse=True))")
-        other = object.__new__(ShardedGraph)
-        other.__dict__.update(self.__dict__)
-        other.pieces, other._reversed = self._reversed, None
-        other.pair_edges = self.pair_edges.T.copy()
-        other.dependency = other.pair_edges > 0
-        other.extras = None
-        return other
+        return self.view([("reversed", None)])
 
     def meta(self, task: int) -> dict:
         """The small dict task ``task`` needs besides its pieces to build its slice."""
         return {"task": task, "tasks": self.tasks, "blocks": self.blocks, "n": self.n,
                 "block_bounds": self.block_bounds, "columns": self.columns,
-                "fills": tuple(sorted(self.fills.items()))}
+                "fills": tuple(sorted(self.fills.items())),
+                "groups": tuple((len(rows), rule) for rows, rule in self._groups())}
+
+    def _groups(self) -> list:
+        """``[(pieces, rule)]``: this graph's edges as parts, each with its weight rule."""
+        return getattr(self, "groups", None) or [(self.pieces, None)]
 
     def pieces_for(self, task: int) -> list:
-        """Task ``task``'s pieces, in shard order (handles, resolved where it runs)."""
-        return [row[task] for row in self.pieces]
+        """Task ``task``'s pieces, part by part and in shard order within a part (handles,
+        resolved where it runs)."""
+        return [row[task] for rows, _ in self._groups() for row in rows]
 
     def task_slice(self, task: int) -> TaskSlice:
         """Task ``task``'s slice built here (in-process pieces only: on Ray the worker builds
         it from :meth:`pieces_for`)."""
         return assemble_slice(self.meta(task), self.pieces_for(task))
+
+    def view(self, parts) -> "ShardedGraph":
+        """A graph of the same vertices whose edges are ``parts``: ``("forward", rule)`` or
+        ``("reversed", rule)`` each (the reversed needs ``reverse=True`` at load), with its
+        weight rule (:func:`weigh`: None, ``(None, w)`` or ``(column, table)``); one part
+        ``("reversed", None)`` is :meth:`reversed`. Nothing is read or moved: each worker
+        builds its slice of the view from the pieces it is handed."""
+        groups, pair = [], np.zeros_like(self.pair_edges)
+        for direction, rule in parts:
+            if direction == "reversed" and self._reversed is None:
+                raise HGraphError("this sharded graph was loaded without its reversed edges "
+                                  "(Session.load(source, reverse=True))")
+            rows = self._reversed if direction == "reversed" else self.pieces
+            groups.append((rows, rule))
+            pair = pair + (self.pair_edges.T if direction == "reversed" else self.pair_edges)
+        other = object.__new__(ShardedGraph)
+        other.__dict__.update(self.__dict__)
+        other.groups, other._reversed, other.extras = groups, None, None
+        other.pair_edges, other.dependency = pair, pair > 0
+        other.num_edges = self.num_edges * len(groups)
+        return other
 
     def __repr__(self) -> str:
         return (f"ShardedGraph(n={self.n}, num_edges={self.num_edges}, shards="

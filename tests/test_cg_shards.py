@@ -4,8 +4,8 @@ The graph the driver assembles from the shards must be :func:`planner.cg.read`'s
 column, the costs, lazily the names and details), the levels from the variable graph the
 shards leave on the workers the activation graph's, and ``planner.plan`` on a path past
 ``SEGMENTED_LIMIT`` the plan of the graph read whole — for 1, 2 and 4 workers, in-process and
-on Ray, with a worker lost — without the driver ever reading the file whole, its levels and
-separators' successor positions computed on the variable graph the shards left there.
+on Ray, with a worker lost — without the driver ever reading the file whole, its levels,
+separators and lower-set statistics computed on the variable graph the shards left there.
 """
 
 from __future__ import annotations
@@ -21,7 +21,9 @@ from hgraph.common.errors import InputError
 from planner import api, cg, cg_shards, report, synth
 from planner.activation_graph import ActivationGraph
 from planner.analyses import engine, segments
+from planner.analyses import local_stats as local_stats_mod
 from planner.analyses.levels import levels, var_levels
+from planner.analyses.local_stats import local_stats
 from planner.dp import scale
 from tests.conftest import RAY_TIMEOUT, data_path
 
@@ -53,18 +55,27 @@ def files(tmp_path_factory):
 @pytest.mark.parametrize("tasks,shard_bytes", [(1, 1 << 24), (2, 5000), (4, 777)])
 def test_sharded_read_is_the_whole_read(files, monkeypatch, name, tasks, shard_bytes):
     """Any shards (small ones cut at odd places) give the whole read's graph, and the
-    levels of the variable graph left on the workers are the activation graph's."""
+    levels, separators and lower-set statistics computed on the variable graph left on the
+    workers are the activation graph's."""
     monkeypatch.setattr(cg_shards, "SHARD_BYTES", shard_bytes)
     path = files[name]
     want = cg.read(path)
     ir = ActivationGraph.from_cg(want)
     opts = hgraph.EngineOptions(tasks=tasks, blocks=2)
+    whole = local_stats(ir, tasks=1)
     with engine.session(opts) as s:
         got, sharded = cg_shards.read(s, path)
         assert len(sharded.pieces) >= 3 * (1 if shard_bytes > 1 << 20 else tasks)
         _same_graph(got, want)
         level, _ = var_levels(sharded, ir.var, opts)
+        engine.bind_var_graph(opts, sharded, ir.var)
+        stats = local_stats(ir, opts=opts, level=level)    # separators and statistics there
+        assert engine.var_graph(opts, ir) is None and s.kept == {}      # released, dropped
     assert np.array_equal(level, levels(ir, tasks=1))
+    for key in ("lloc", "bndloc", "size", "mL", "tL", "t_bnd", "m_bnd", "mAB"):
+        assert np.array_equal(getattr(stats, key), getattr(whole, key)), key
+    for key in ("pos", "sep", "sstart", "loc"):
+        assert np.array_equal(getattr(stats.seg, key), getattr(whole.seg, key)), key
     assert got.var_names == want.var_names                  # read from the file when asked
     assert list(got.columns.details) == list(want.columns.details)
 
@@ -106,8 +117,11 @@ def test_plan_from_shards_is_the_whole_reads_for_1_2_4_workers_local_and_ray(
     cg.write(synth.build(layers=110, heads=4), path)             # ~2,600: the scale path
     want = _plan_hash(planner.plan(cg.read(path), budget="50%", certify="off",
                                    engine=planner.EngineOptions(tasks=2)))
-    reads, sharded, separators = [], [], []
+    reads, sharded, separators, stats = [], [], [], []
     whole_read, sharded_read, max_succ = cg.read, cg_shards.read, segments._max_succ_vars
+    on_vars = local_stats_mod._on_variables
+    monkeypatch.setattr(local_stats_mod, "_on_variables",
+                        lambda *a, **k: (stats.append(1), on_vars(*a, **k))[1])
     monkeypatch.setattr(cg, "read", lambda *a, **k: (reads.append(a), whole_read(*a, **k))[1])
     monkeypatch.setattr(cg_shards, "read",
                         lambda *a, **k: (sharded.append(1), sharded_read(*a, **k))[1])
@@ -122,5 +136,6 @@ def test_plan_from_shards_is_the_whole_reads_for_1_2_4_workers_local_and_ray(
                          engine=planner.EngineOptions(**options))
         assert p.report["dp_segmented"]["segments"] > 1
         assert _plan_hash(p) == want, options
-    # read in shards, levels and separators on the workers' variable graph, no whole read
-    assert len(sharded) == len(separators) == len(runs) and reads == []
+    # read in shards; levels, separators, statistics on the workers' variable graph; no
+    # whole read
+    assert len(sharded) == len(separators) == len(stats) == len(runs) and reads == []

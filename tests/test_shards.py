@@ -186,3 +186,31 @@ def test_reversed_view_and_driver_columns(tmp_path):
     with hgraph.Session(hgraph.EngineOptions(tasks=2)) as s:
         with pytest.raises(HGraphError, match="without its reversed edges"):
             s.load(io.edgelist_source(path, whole.n, 2)).reversed()
+
+
+def test_views_join_directions_and_weigh_edges_by_their_source(tmp_path):
+    """A view of both directions, the reversed edges weighed by a column of their source
+    (a driver column put on the workers) and the forward ones by a constant, is the whole
+    graph built with those edges and weights, slice by slice."""
+    path, whole = _edges(tmp_path)
+    flag = (np.arange(whole.n) % 3 == 0)
+    src = np.concatenate([whole.dst, whole.src])
+    dst = np.concatenate([whole.src, whole.dst])
+    w = np.concatenate([np.where(flag[whole.dst], 5.0, 1.0), np.full(whole.num_edges, 2.0)])
+    want = hgraph.Graph.from_edges(src, dst, weights=w, n=whole.n)
+    with hgraph.Session(hgraph.EngineOptions(tasks=3, blocks=2)) as s:
+        g = s.load(io.edgelist_source(path, whole.n, 4), reverse=True)
+        both = g.view([("reversed", ("flag", (1.0, 5.0))), ("forward", (None, 2.0))])
+        p = Partition(want, tasks=3, blocks=2)
+        assert np.array_equal(both.pair_edges, p.pair_edges)
+        for t in range(3):
+            lo, hi = int(p.task_bounds[t]), int(p.task_bounds[t + 1])
+            part = both.task_slice(t)
+            part.columns["flag"] = flag[lo:hi]
+            a, b = shards.weigh(part), p.task_slice(t)
+            for key in ("out_indptr", "out_indices", "out_weights", "in_degree"):
+                assert np.array_equal(getattr(a, key), getattr(b, key)), (t, key)
+        s.put("flag", flag, g.task_bounds)
+        got = s.run(SSSP(0), both, inputs=("flag",))
+    assert np.array_equal(got.values, hgraph.run(SSSP(0), want,
+                                                 hgraph.EngineOptions(tasks=3)).values)

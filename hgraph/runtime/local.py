@@ -53,7 +53,12 @@ class LocalRuntime:
     def _worker(self, t: int) -> Worker:
         part = self.partition.task_slice(t)
         spec, handles = task_pieces(self.inputs, part.start, part.stop)
-        return Worker(self.program, assemble(part, spec, handles))
+        part = assemble(part, spec, handles)
+        if part.weight_rules:                  # a sharded view's weights, columns all in
+            from hgraph.shards import weigh
+
+            part = weigh(part)
+        return Worker(self.program, part)
 
     def unload(self):
         """Drop the run's workers (their slices and values) and the run (program, partition
@@ -115,9 +120,10 @@ class LocalRuntime:
         """A handle for a driver array kept for later runs (here: the array itself)."""
         return values
 
-    def gather_rows(self, handles, rows):
-        """The rows ``rows[t]`` (local indices) of each array behind ``handles``."""
-        return [h[r] for h, r in zip(handles, rows)]
+    def gather_rows(self, handles, rows, index=None):
+        """The rows ``rows[t]`` (local indices) of each array behind ``handles`` (``[:, index]``
+        of them when given)."""
+        return [h[r] if index is None else h[r][:, index] for h, r in zip(handles, rows)]
 
     def close(self):
         self.workers = []

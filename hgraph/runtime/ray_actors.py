@@ -54,10 +54,10 @@ def _actor_class():
         def load_sharded(self, program, meta, count, spec, *arrays):
             """A run on a sharded graph: this task's slice built here from its ``count``
             pieces (the first ``arrays``), then the kept columns (the rest) added."""
-            from hgraph.shards import assemble_slice
+            from hgraph.shards import assemble_slice, weigh
 
             part = assemble_slice(meta, arrays[:count])
-            self.worker = Worker(program, assemble(part, spec, arrays[count:]))
+            self.worker = Worker(program, weigh(assemble(part, spec, arrays[count:])))
             return True
 
         def read(self, source, k, task_bounds, block_bounds, reverse):
@@ -95,8 +95,8 @@ def _actor_class():
         def take(self, values, index):
             return values[:, index]
 
-        def take_rows(self, values, rows):
-            return values[rows]
+        def take_rows(self, values, rows, index=None):
+            return values[rows] if index is None else values[rows][:, index]
 
         def pid(self):
             import os
@@ -373,16 +373,18 @@ class RayRuntime:
         """A driver-owned object-store reference to a driver array (a kept column's piece)."""
         return self.ray.put(values)
 
-    def gather_rows(self, handles, rows):
-        """Rows ``rows[t]`` (local indices) of each kept array behind ``handles``, cut by an
-        actor beside it (the driver's own cut if that actor is gone)."""
+    def gather_rows(self, handles, rows, index=None):
+        """Rows ``rows[t]`` (local indices) of each kept array behind ``handles`` (``[:,
+        index]`` of them when given), cut by an actor beside it (the driver's own cut if that
+        actor is gone)."""
         ray = self.ray
         actors = self.actors[:len(handles)]
         try:
-            return self._get([a.take_rows.remote(h, r) for a, h, r in zip(actors, handles, rows)],
-                             "a kept column's rows")
+            return self._get([a.take_rows.remote(h, r, index)
+                              for a, h, r in zip(actors, handles, rows)], "a kept column's rows")
         except (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError):
-            return [v[r] for v, r in zip(self._get(list(handles), "a kept column"), rows)]
+            got = self._get(list(handles), "a kept column")
+            return [v[r] if index is None else v[r][:, index] for v, r in zip(got, rows)]
 
     def close(self):
         """End the actors this runtime started (by handle), none other, and wait until they

@@ -36,7 +36,7 @@ from dataclasses import dataclass
 import numpy as np
 
 import hgraph
-from planner.analyses.engine import EngineOptions, options, run_program, session
+from planner.analyses.engine import EngineOptions, options, run_program, session, var_graph
 from planner.analyses.segments import Segments, segments
 from planner.bitsets import pack, unpack, words_for
 
@@ -113,8 +113,9 @@ class _LocalSetStats(hgraph.VertexProgram):
     def init(self, block):
         w = self.words
         vals = np.zeros((block.size, 6 * w), np.uint64)
-        d = block.columns["desc"]
         valid = block.columns["valid"]
+        d = block.columns["desc"] & valid    # as it is: a node's bits lie in its segment;
+        # a variable with no valid bit (a parameter of planner.cg_shards' graph) holds none
         vals[:, :w] = d
         vals[:, w:2 * w] = ~d & valid
         vals[:, 2 * w:3 * w] = d
@@ -241,9 +242,8 @@ def _transpose_local(cols: np.ndarray, seg: Segments, words: int) -> np.ndarray:
 _DESC, _SETS = "local_stats.desc", "local_stats.sets"
 
 
-def _stats_graph(g, seg: Segments, cross: np.ndarray) -> hgraph.Graph:
-    """The bidirectional graph :class:`_LocalSetStats` runs on: its edge kinds as weights and
-    the per-vertex columns it reads but ``desc`` (kept on the workers by the run before)."""
+def _stats_columns(g, seg: Segments) -> dict:
+    """The per-vertex columns :class:`_LocalSetStats` reads but ``desc``, by node."""
     n, W = g.n, seg.words
     sep_pos = np.flatnonzero(seg.sep[seg.node_at])
     nxt = np.r_[sep_pos, n]
@@ -252,12 +252,58 @@ def _stats_graph(g, seg: Segments, cross: np.ndarray) -> hgraph.Graph:
     valid = pack(np.arange(64 * W)[None, :] < width[:, None], W)
     prev_start = np.r_[0, sep_pos][np.maximum(np.searchsorted(sep_pos, seg.sstart), 0)]
     abase = np.where(seg.sep, prev_start, seg.sstart)
+    return {"valid": valid, "sep": seg.sep, "m": g.m, "t": g.t, "base": seg.sstart,
+            "abase": abase}
+
+
+def _stats_graph(g, seg: Segments, cross: np.ndarray) -> hgraph.Graph:
+    """The bidirectional graph :class:`_LocalSetStats` runs on: its edge kinds as weights and
+    the per-vertex columns it reads but ``desc`` (kept on the workers by the run before)."""
     both_src = np.concatenate([g.dst, g.src])
     both_dst = np.concatenate([g.src, g.dst])
     both_w = np.concatenate([np.where(cross, _REV_X, _REV), np.where(cross, _FWD_X, _FWD)])
-    return hgraph.Graph.from_edges(both_src, both_dst, weights=both_w, n=n, columns={
-        "valid": valid, "sep": seg.sep, "m": g.m, "t": g.t, "base": seg.sstart,
-        "abase": abase})
+    return hgraph.Graph.from_edges(both_src, both_dst, weights=both_w, n=g.n,
+                                   columns=_stats_columns(g, seg))
+
+
+#: Columns :func:`_on_variables` hands the workers (dropped once read).
+_PUT = "local_stats.put."
+
+
+def _on_variables(sharded, g, seg: Segments, o: EngineOptions, s):
+    """``(desc, bnd, aggregates, supersteps)`` of the two runs on a cg.txt's variable graph
+    on the workers (:mod:`planner.cg_shards`): the columns go to them by variable (0 for
+    parameters and inputs: no valid bit, so they hold and send nothing), an edge into a
+    separator is weighed by its source there (its predecessors all lie in the segment before:
+    such an edge always crosses), and only the activations' rows come back."""
+    W, var, bounds = seg.words, g.var, sharded.task_bounds
+    names = []
+
+    def put(name, values):
+        by_var = np.zeros((sharded.n, *values.shape[1:]), values.dtype)
+        by_var[var] = values
+        s.put(_PUT + name, by_var, bounds)
+        names.append(_PUT + name)
+
+    put("loc", seg.loc)
+    put("sep", seg.sep)
+    rev = sharded.view([("reversed", ("sep", (1.0, 0.0)))])
+    r1 = run_program(o, _LocalDescendants(W), rev, keep=_DESC, gather=False,
+                     inputs={"loc": _PUT + "loc", "sep": _PUT + "sep"})
+    desc = np.asarray(s.gather_rows(_DESC, var), np.uint64).reshape(g.n, W)
+    for name, values in _stats_columns(g, seg).items():
+        if name != "sep":
+            put(name, values)
+    both = sharded.view([("reversed", ("sep", (_REV, _REV_X))), ("forward", (None, _FWD))])
+    r2 = run_program(o, _LocalSetStats(W, g.n), both, keep=_SETS, gather=False,
+                     inputs={"desc": _DESC, **{n[len(_PUT):]: n for n in names if
+                                               not n.endswith(".loc")}})
+    agg = {k: np.asarray(r2.aggregates[k], dtype=np.int64)[seg.pos]
+           for k in _LocalSetStats.aggregators}
+    bnd = np.asarray(s.gather_rows(_SETS, var, slice(_BND * W, (_BND + 1) * W)), np.uint64)
+    for name in names:
+        s.drop(name)
+    return desc, bnd, agg, r1.supersteps + r2.supersteps
 
 
 def local_stats(g, *, opts: EngineOptions | None = None, seg: Segments | None = None,
@@ -275,6 +321,13 @@ def local_stats(g, *, opts: EngineOptions | None = None, seg: Segments | None = 
         seg = segments(g, opts=o, level=level)
     W = seg.words
     steps = seg.supersteps
+    sharded = var_graph(o, g, release=True)
+    if sharded is not None:          # on the variable graph the workers read
+        with session(o) as s:
+            desc, bnd, agg, more = _on_variables(sharded, g, seg, o, s)
+            s.drop(_DESC)
+            s.drop(_SETS)
+        return _finish(g, seg, desc, bnd, agg, steps + more)
     # an edge into a separator from its predecessors crosses into the next segment
     cross = seg.sep[g.dst] & (seg.sstart[g.dst] != seg.sstart[g.src])
     rev = hgraph.Graph.from_edges(g.dst, g.src, weights=np.where(cross, 0.0, 1.0), n=n,
@@ -299,6 +352,12 @@ def local_stats(g, *, opts: EngineOptions | None = None, seg: Segments | None = 
         bnd = np.asarray(s.gather(_SETS, slice(_BND * W, (_BND + 1) * W)), np.uint64)
         s.drop(_DESC)
         s.drop(_SETS)
+    return _finish(g, seg, desc, bnd, agg, steps)
+
+
+def _finish(g, seg: Segments, desc, bnd, agg, steps) -> LocalStats:
+    """The :class:`LocalStats` of the runs' descendants, boundaries and sums (by node)."""
+    W = seg.words
     bndloc = _transpose_local(bnd, seg, W)
     del bnd
     lloc = _transpose_local(desc, seg, W)

@@ -103,7 +103,7 @@ def segments(g, *, opts: EngineOptions | None = None, level=None, **engine) -> S
     node_at = np.lexsort((np.arange(n), level))
     pos = np.empty(n, np.int64)
     pos[node_at] = np.arange(n)
-    sharded = var_graph(o, g, release=True)
+    sharded = var_graph(o, g)        # kept bound: the statistics run on it next
     if sharded is not None:      # on the variable graph the workers read (planner.cg_shards)
         maxsucc, more = _max_succ_vars(sharded, pos, g.var, o)
     else:
