@@ -17,7 +17,9 @@ Run::
 
 ``--whole-schedule`` (this script's own flag, taken out of the job's arguments) makes the
 schedule stage whole at every size, as before :mod:`planner.sliced`: the baseline for the
-sliced stage in the same tree.
+sliced stage in the same tree. ``--whole-read`` (likewise) reads the graph whole on the
+driver at every size, as before :mod:`planner.cg_shards`, and the engine analyses then run
+on graphs the driver builds: the baseline for the sharded read in the same tree.
 
 Each line: ``MEM <stage> start <MiB>`` / ``MEM <stage> end <MiB> peak <MiB>`` (nested stages,
 such as starting Ray inside the first engine stage, print their own pair).
@@ -79,6 +81,13 @@ def main(argv=None) -> int:
         from planner import sliced
 
         sliced.applies = lambda n, decision: False
+    if "--whole-read" in argv:
+        # the baseline in the same tree: the graph read whole on the driver and the engine
+        # analyses on graphs it builds, as before planner/cg_shards.py (issue 37)
+        argv.remove("--whole-read")
+        from planner import api
+
+        api._read_sharded = lambda path, opts: None
     progress.StageProgress.stage = _wrap(progress.StageProgress.stage)
     threading.Thread(target=_sample, daemon=True).start()
     return cli(argv)
