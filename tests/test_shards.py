@@ -214,3 +214,44 @@ def test_views_join_directions_and_weigh_edges_by_their_source(tmp_path):
         got = s.run(SSSP(0), both, inputs=("flag",))
     assert np.array_equal(got.values, hgraph.run(SSSP(0), want,
                                                  hgraph.EngineOptions(tasks=3)).values)
+
+
+def _dies_once(path, start, stop, line, n, flag):
+    """An edge-list loader whose first call (across processes: a flag file) kills its
+    process, as a worker lost while reading its shard."""
+    import os
+
+    if not os.path.exists(flag):
+        open(flag, "w").close()
+        os._exit(1)
+    return io.edgelist_piece(path, start, stop, line, n)
+
+
+def test_on_ray_a_worker_lost_while_reading_is_replaced(ray_session, tmp_path):
+    """A reader that dies mid-shard: its shards are read again on a replacement actor and
+    the slices are the whole graph's (the loader pickled by value: the actors need not
+    import the tests)."""
+    import sys
+
+    from ray import cloudpickle
+
+    path, whole = _edges(tmp_path)
+    base = io.edgelist_source(path, whole.n, 4)
+    source = shards.ShardedSource(base.path, base.n, base.ranges, _dies_once,
+                                  args=(("n", whole.n), ("flag", str(tmp_path / "died"))))
+    cloudpickle.register_pickle_by_value(sys.modules[__name__])
+    try:
+        opts = hgraph.EngineOptions(tasks=2, blocks=2, runtime="ray", timeout=RAY_TIMEOUT)
+        with hgraph.Session(opts) as s:
+            g = s.load(source)
+            got = s.run(SSSP(0), g)
+            p = Partition(whole, tasks=2, blocks=2)
+            for t in range(2):
+                a = shards.assemble_slice(g.meta(t), ray_session.get(g.pieces_for(t),
+                                                                     timeout=RAY_TIMEOUT))
+                assert np.array_equal(a.out_indices, p.task_slice(t).out_indices)
+    finally:
+        cloudpickle.unregister_pickle_by_value(sys.modules[__name__])
+    assert (tmp_path / "died").exists()                  # a reader did die
+    assert np.array_equal(got.values, hgraph.run(SSSP(0), whole,
+                                                 hgraph.EngineOptions(tasks=2)).values)
