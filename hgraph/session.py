@@ -11,6 +11,13 @@ hand the driver only what it asks for (``gather=False``: the aggregates and stat
 later run reads a kept column as a vertex column of its own (``inputs=("name",)``): each task
 is handed the pieces of it that overlap its range, resolved where the task runs.
 
+A session's workers can also read a graph themselves (:meth:`Session.load` of a
+:class:`hgraph.shards.ShardedSource`: a byte range of a file each, the driver holding only
+the cuts and each piece's summary) and keep it for later runs, which take the
+:class:`hgraph.shards.ShardedGraph` (or a view of it: reversed, both directions, edges
+weighed by a column) as their graph; :meth:`Session.put` hands the workers a driver array as
+a kept column and :meth:`Session.gather_rows` brings back only the rows asked for.
+
 The result of a session run is :func:`hgraph.run`'s, bit for bit, for any tasks, blocks, mode
 and runtime; recovery is unchanged (a replacement worker is loaded with the run's slice and its
 pieces of the kept columns, then restored from the checkpoint). ``checkpoint_dir``, when
