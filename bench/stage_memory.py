@@ -22,7 +22,9 @@ driver at every size, as before :mod:`planner.cg_shards`, and the engine analyse
 on graphs the driver builds: the baseline for the sharded read in the same tree.
 
 Each line: ``MEM <stage> start <MiB>`` / ``MEM <stage> end <MiB> peak <MiB>`` (nested stages,
-such as starting Ray inside the first engine stage, print their own pair).
+such as starting Ray inside the first engine stage, print their own pair). ``--traced`` (this
+script's own) also prints ``TRACED <stage> end <MiB> peak <MiB>`` at each stage's end: what
+Python has allocated and alive then, and tracemalloc's peak since the start.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ import contextlib
 import sys
 import threading
 import time
+import tracemalloc
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -67,6 +70,10 @@ def _wrap(stage):
             print(f"MEM {name} end {rss_mib():.0f} peak {peak:.0f}", file=sys.stderr,
                   flush=True)
             _peak[0] = max(outer, peak)
+            if tracemalloc.is_tracing():
+                now, top = (x / 2**20 for x in tracemalloc.get_traced_memory())
+                print(f"TRACED {name} end {now:.1f} peak {top:.1f}", file=sys.stderr,
+                      flush=True)
     return metered
 
 
@@ -81,6 +88,11 @@ def main(argv=None) -> int:
         from planner import sliced
 
         sliced.applies = lambda n, decision: False
+    if "--traced" in argv:
+        # Python's own allocations besides the resident pages: what is alive at each stage's
+        # end and the peak so far (tracemalloc; slower, and blind to Ray's mapped pages)
+        argv.remove("--traced")
+        tracemalloc.start()
     if "--whole-read" in argv:
         # the baseline in the same tree: the graph read whole on the driver and the engine
         # analyses on graphs it builds, as before planner/cg_shards.py (issue 37)
