@@ -24,7 +24,7 @@ on graphs the driver builds: the baseline for the sharded read in the same tree.
 Each line: ``MEM <stage> start <MiB>`` / ``MEM <stage> end <MiB> peak <MiB>`` (nested stages,
 such as starting Ray inside the first engine stage, print their own pair). ``--traced`` (this
 script's own) also prints ``TRACED <stage> end <MiB> peak <MiB>`` at each stage's end: what
-Python has allocated and alive then, and tracemalloc's peak since the start.
+Python has allocated and alive then, and tracemalloc's peak during the stage.
 """
 
 from __future__ import annotations
@@ -61,6 +61,7 @@ def _wrap(stage):
     def metered(self, name, **kw):
         outer = _peak[0]
         _peak[0] = now = rss_mib()
+        traced_outer = _traced_start()
         print(f"MEM {name} start {now:.0f}", file=sys.stderr, flush=True)
         try:
             with stage(self, name, **kw):
@@ -70,11 +71,33 @@ def _wrap(stage):
             print(f"MEM {name} end {rss_mib():.0f} peak {peak:.0f}", file=sys.stderr,
                   flush=True)
             _peak[0] = max(outer, peak)
-            if tracemalloc.is_tracing():
-                now, top = (x / 2**20 for x in tracemalloc.get_traced_memory())
-                print(f"TRACED {name} end {now:.1f} peak {top:.1f}", file=sys.stderr,
-                      flush=True)
+            _traced_end(name, traced_outer)
     return metered
+
+
+_traced_peak = [0]
+
+
+def _traced_start() -> int:
+    """At a stage's start (with ``--traced``): the enclosing stage's traced peak so far,
+    and tracemalloc's peak reset for this stage."""
+    if not tracemalloc.is_tracing():
+        return 0
+    outer = max(_traced_peak[0], tracemalloc.get_traced_memory()[1])
+    _traced_peak[0] = 0
+    tracemalloc.reset_peak()
+    return outer
+
+
+def _traced_end(name: str, outer: int) -> None:
+    """At a stage's end: its live and peak traced MiB (nested stages' peaks included)."""
+    if not tracemalloc.is_tracing():
+        return
+    now, top = tracemalloc.get_traced_memory()
+    top = max(top, _traced_peak[0])
+    print(f"TRACED {name} end {now / 2**20:.1f} peak {top / 2**20:.1f}", file=sys.stderr,
+          flush=True)
+    _traced_peak[0] = max(outer, top)
 
 
 def main(argv=None) -> int:
