@@ -21,8 +21,9 @@ sliced stage in the same tree. ``--whole-read`` (likewise) reads the graph whole
 driver at every size, as before :mod:`planner.cg_shards`, and the engine analyses then run
 on graphs the driver builds: the baseline for the sharded read in the same tree.
 
-Each line: ``MEM <stage> start <MiB>`` / ``MEM <stage> end <MiB> peak <MiB>`` (nested stages,
-such as starting Ray inside the first engine stage, print their own pair). ``--traced`` (this
+Each line: ``MEM <stage> start <MiB>`` / ``MEM <stage> end <MiB> peak <MiB> private <MiB>``
+(nested stages, such as starting Ray inside the first engine stage, print their own pair;
+``private``: resident less shared pages at the stage's end, see :func:`private_mib`). ``--traced`` (this
 script's own) also prints ``TRACED <stage> end <MiB> peak <MiB>`` at each stage's end: what
 Python has allocated and alive then, and tracemalloc's peak during the stage.
 """
@@ -50,6 +51,15 @@ def rss_mib() -> float:
         return int(fh.read().split()[1]) * _PAGE / 2**20
 
 
+def private_mib() -> float:
+    """This process's resident MiB less its shared pages (the kernel's count of resident
+    file-backed and shared pages: the libraries, and Ray's object store where the driver
+    wrote or read an object)."""
+    with open("/proc/self/statm") as fh:
+        fields = fh.read().split()
+    return (int(fields[1]) - int(fields[2])) * _PAGE / 2**20
+
+
 def _sample(period: float = 0.05) -> None:
     while True:
         _peak[0] = max(_peak[0], rss_mib())
@@ -68,8 +78,8 @@ def _wrap(stage):
                 yield
         finally:
             peak = max(_peak[0], rss_mib())
-            print(f"MEM {name} end {rss_mib():.0f} peak {peak:.0f}", file=sys.stderr,
-                  flush=True)
+            print(f"MEM {name} end {rss_mib():.0f} peak {peak:.0f} private "
+                  f"{private_mib():.0f}", file=sys.stderr, flush=True)
             _peak[0] = max(outer, peak)
             _traced_end(name, traced_outer)
     return metered
