@@ -73,3 +73,38 @@ def test_best_per_saved_packed_sort_is_the_three_key_sort(ascending):
     first = np.flatnonzero(np.r_[True, s[1:] != s[:-1]])
     for a, b in zip(got, (s[first], c[first], ee[first])):
         assert a.tolist() == b.tolist()
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_exact_family_ascending_budgets_take_at_most_two_passes_each(seed, monkeypatch):
+    """The exact family's time-centric solves with a ceiling (an optimum at a smaller budget)
+    run one pass at the start and one at the ceiling at most (:func:`planner.dp.solve.
+    _time_fronts`; the search's own deepening climbed from the start by 1, 2, 4, ... units:
+    15-20 passes on FLOP costs), and each plan is still what a fresh family gives."""
+    from planner.dp import exact_search
+    from planner.dp_families import exact_family
+
+    g = _graph(seed, n=30)
+    total = int(g.m.sum())
+    budgets = sorted({int(total * f) for f in np.linspace(0.2, 2.5, 10)})
+    fresh = {b: _key(solve_family(exact_family(g), g, b)) for b in budgets}
+    assert sum(k[0] == "OK" for k in fresh.values()) >= 3
+    passes = []
+    real = exact_search.ExactSearch.pareto
+    monkeypatch.setattr(exact_search.ExactSearch, "pareto",
+                        lambda self, bound: passes.append(bound) or real(self, bound))
+    fam = exact_family(g)
+    ceiled = 0
+    for b in budgets:                       # ascending: from the first plan on, a ceiling
+        had = any(k[0] == "OK" for x, k in fresh.items() if x < b)
+        passes.clear()
+        assert _key(solve_family(fam, g, b)) == fresh[b], b
+        if had:
+            ceiled += 1
+            assert len(passes) <= 2, (b, passes)
+        r = solve_family(fam, g, b)
+        if r.status == "OK":                # a fit's re-solve under the plan's peak
+            x = r.model_peak_bytes - 1
+            passes.clear()
+            assert _key(solve_family(fam, g, x)) == _key(solve_family(exact_family(g), g, x))
+    assert ceiled >= 2

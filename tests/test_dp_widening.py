@@ -112,3 +112,37 @@ def test_the_torch_fronts_picks_are_monotone_on_the_capped_path(monkeypatch):
         picked.append((c.step_peak, c.recompute_flops))
     assert len(set(picked)) >= 3
     assert all(p2 <= p1 and f2 >= f1 for (p1, f1), (p2, f2) in zip(picked, picked[1:]))
+
+
+@pytest.mark.parametrize("dense", [True, False])
+def test_a_window_that_failed_is_not_tried_again_at_less_budget(dense, monkeypatch):
+    """:func:`planner.dp.solve._widened` skips a window that had no plan at a budget at least
+    the one asked (reachability does not depend on the cap and falls with the budget), and
+    every plan is still the one a fresh family gives, at budgets descending (a fit's
+    re-solves) and ascending."""
+    from planner.dp import solve
+
+    g = _many_sources()
+    floor = min_budget(approx_family(g), g)
+    top = 5 * int(g.m.sum())
+    budgets = sorted({int(b) for b in np.linspace(floor, top, 7)})
+
+    def key(r):
+        return r.status, None if r.groups is None else r.groups.tolist(), r.saved, r.window
+
+    fresh = {b: key(solve_family(approx_family(g, dense=dense), g, b, window=8, front_cap=4))
+             for b in budgets}
+    tried = []
+    real = solve._scale_passes
+    monkeypatch.setattr(solve, "_scale_passes",
+                        lambda fam, g, b, s, w, *a: tried.append((b, w)) or real(fam, g, b, s, w, *a))
+    for order in (budgets[::-1], budgets):
+        fam = approx_family(g, dense=dense)
+        tried.clear()
+        for b in order:
+            assert key(solve_family(fam, g, b, window=8, front_cap=4)) == fresh[b], b
+        eights = [b for b, w in tried if w == 8]
+        if order[0] > order[-1]:          # descending: window 8 failed at the first budget
+            assert eights == [order[0]], tried
+        else:
+            assert eights == order, tried

@@ -184,13 +184,34 @@ def _widened(fam, g, budget: int, strategy: str, window, front_cap, stacked: boo
         return None, None, window
     fronts = entry = None
     floored = floor is not None or fam.sets is not None or g.n <= EXACT_LIMIT
+    failed = _failed_windows(fam, g)
     for k, w in enumerate(widening(window, fam.num_sets) if floored else [window]):
         if k == 1 and budget < feasible_floor(fam, g):
             break
+        if failed.get(w, -1) >= budget:          # no plan there at a budget at least this
+            continue
         fronts, entry = _scale_passes(fam, g, budget, strategy, w, front_cap, stacked)
         if entry is not None:
             return fronts, entry, w
+        failed[w] = max(failed.get(w, -1), budget)
     return fronts, None, window
+
+
+def _failed_windows(fam, g) -> dict:
+    """``{window: the largest budget (DP units) at which it had no plan}`` of the capped solves
+    on ``fam`` and ``g`` so far, kept on the family (keyed by ``g.m``): :func:`_widened` does
+    not try a window again at a budget no larger.
+
+    Why that keeps every plan: whether a capped pass reaches V does not depend on the cap
+    (a thinned front keeps its least-ckpt entry, which alone decides the peak test, and an
+    entry the stacked walk prunes cannot reach V), so it is the windowed DP's reachability,
+    and less budget only removes transitions. A fit's re-solves (a little under a budget whose
+    window 8, 16 and 32 failed: a Hugging Face GPT-2's sources, issue 36) skip those passes."""
+    key = g.m.tobytes()
+    cached = fam.cache.get("failed_windows")
+    if cached is None or cached[0] != key:
+        cached = fam.cache["failed_windows"] = (key, {})
+    return cached[1]
 
 
 def feasible_floor(fam, g) -> int | None:
@@ -287,7 +308,7 @@ def bounded_fronts(fam, g, b_units: int, strategy: str) -> Fronts:
         search = ExactSearch(fam, g, b_units)
         if strategy == "time":
             start, ceiling = _known_bounds(fam, g, b_units) if fam.kind == "exact" else (None, None)
-            fronts = search.time_fronts(start=start, ceiling=ceiling)
+            fronts = _time_fronts(search, start, ceiling)
             if fam.kind == "exact" and has_end(fronts):
                 _known_optima(fam, g)[b_units] = int(g.t.sum()) - int(
                     fronts.s[end_entry(fronts, "time")])
@@ -295,6 +316,26 @@ def bounded_fronts(fam, g, b_units: int, strategy: str) -> Fronts:
         upper = _approx_memory_upper(fam, g, b_units) if fam.kind == "exact" else None
         return search.memory_fronts(upper)
     return objective_bounded(fam, g, b_units, strategy)
+
+
+def _time_fronts(search, start: int | None, ceiling: int | None) -> Fronts:
+    """The exact search's time-centric fronts, at most two passes where a ceiling is known:
+    one at ``start`` (when below the ceiling) and, if it does not reach V, one at the ceiling.
+
+    Why: a pass whose bound is at least the optimum returns the unpruned DP's plan, and a
+    ceiling (an optimum at a smaller budget) is one, so its pass reaches V. The search's own
+    deepening (:meth:`~planner.dp.exact_search.ExactSearch.time_fronts`) climbs from ``start``
+    by steps of 1, 2, 4, ... units; on FLOP-costed PyTorch graphs an optimum of ~10^6 a few
+    per cent above ``start`` took 15-20 passes where the ceiling's one pass cost about two of
+    them (``bench/NOTES_torch.md``, issue 36, 2026-11-29 "issue 36"). Without a ceiling the
+    deepening runs as before (it also settles an impossible budget)."""
+    if ceiling is None:
+        return search.time_fronts(start=start)
+    if start is not None and start < ceiling:
+        fronts = search.time_fronts(start=start, ceiling=start)      # one pass at start
+        if has_end(fronts):
+            return fronts
+    return search.time_fronts(start=ceiling, ceiling=ceiling)
 
 
 def _approx_memory_upper(exact, g, b_units: int) -> int | None:
