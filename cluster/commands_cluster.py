@@ -376,6 +376,25 @@ def _env(host: str) -> dict:
     return env
 
 
+def _exec_info(pid: int, wait_s: float = 5.0) -> dict:
+    """:func:`_proc_info` of a child ``Popen`` just started, once its command line shows.
+
+    Popen returns when the child's close-on-exec pipe closes, which the kernel does before
+    the new program's argument pages are mapped: on a loaded machine ``/proc/PID/cmdline``
+    can still read empty then (CI saw it), and a node recorded without its command line
+    could never be identified again. So read until it shows, the process ends, or
+    ``wait_s`` passes."""
+    import time
+
+    deadline = time.monotonic() + wait_s
+    while True:
+        info = _proc_info(pid) or {}
+        if info.get("cmdline") or info.get("zombie") or not info \
+                or time.monotonic() > deadline:
+            return info
+        time.sleep(0.01)
+
+
 def _spawn(argv: list[str], log: Path, env: dict) -> dict:
     """Start ``argv`` in a new session, output to ``log``; its record, with what identifies the
     process later (start time, boot id, command line: :func:`_identify`)."""
@@ -387,8 +406,7 @@ def _spawn(argv: list[str], log: Path, env: dict) -> dict:
                                 env=env, start_new_session=True)
     finally:
         os.close(fd)
-    # Popen returns once the child has exec'd: /proc shows the node's own command line.
-    info = _proc_info(proc.pid) or {}
+    info = _exec_info(proc.pid)
     return {"pid": proc.pid, "sid": proc.pid, "argv": argv, "log": str(log),
             "create_time": info.get("create_time"), "boot_id": info.get("boot_id"),
             "cmdline": info.get("cmdline")}
