@@ -198,63 +198,17 @@ def _copies(fr: list) -> list:
 
 def _front(tg, solvers, points, exact_max_lower_sets, seeds, plan_kwargs) -> list:
     stages = current_progress()
-    plans = [p for _, fresh in _planned(tg, solvers, points, exact_max_lower_sets, plan_kwargs)
-             for p in fresh]
-    with stages.stage(f"step front: pricing {len(plans)} plans"):
-        found = _undominated(tg, plans)
-    seen = {frozenset(keep_names(p.graph, p.schedule)) for p in plans}
+    found = []
+    for solver, fresh in _planned(tg, solvers, points, exact_max_lower_sets, plan_kwargs):
+        with stages.stage(f"step front: pricing {len(fresh)} {solver} plans"):
+            for k, p in enumerate(fresh):
+                stages.position(k, len(fresh))
+                found.append(measured_candidate(tg, p))
+    seen = {c.keep for c in found}
     with stages.stage("step front: min-cut partitions"):
         seeded = [seeded_candidate(tg, keep, label) for label, keep in (seeds or {}).items()
                   if frozenset(keep) not in seen]
     return union([found, seeded])
-
-
-def _undominated(tg, plans) -> list:
-    """The priced candidates (:func:`measured_candidate`) of ``plans``, in their order, less
-    plans whose lower bounds (:class:`planner.torch.bounds.JointIndex`) show a priced one
-    dominates them: those are never partitioned.
-
-    Why :func:`union` of what is returned is :func:`union` of every plan priced: union keeps a
-    plan when its FLOPs are below those of every plan sorted before it by (step peak, FLOPs,
-    order). Plan ``j`` is skipped when a priced ``k`` has a price at most ``j``'s peak bound
-    (plus the graph's slack, which every price holds) and FLOPs at most ``j``'s FLOPs bound,
-    strictly below one of them or listed first: then ``k`` sorts before ``j`` and recomputes
-    no more, so union drops ``j``, and any plan sorted after ``j`` already has ``k`` before
-    it. Plans are priced by ascending bounds, so a plan's dominators are priced before it.
-    On examples/torch/gpt.py half the plans of a front are dropped by union; the bound of
-    their peak is the price there (bounds.py), so most are not partitioned."""
-    if len(plans) < 2:
-        return [measured_candidate(tg, p) for p in plans]
-    index = _joint_index(tg)
-    lb = np.array([index.bounds(frozenset(keep_names(p.graph, p.schedule))) for p in plans],
-                  dtype=np.int64).reshape(-1, 2)
-    stages = current_progress()
-    got, slack = {}, 0
-    peaks, flops, order = (np.zeros(len(plans), np.int64) for _ in range(3))
-    for n, j in enumerate(np.lexsort((np.arange(len(plans)), lb[:, 1], lb[:, 0]))):
-        stages.position(n, len(plans))
-        k = len(got)
-        peak, fl = lb[j, 0] + slack, lb[j, 1]
-        if k and ((peaks[:k] <= peak) & (flops[:k] <= fl)
-                  & ((order[:k] < j) | (peaks[:k] < peak) | (flops[:k] < fl))).any():
-            continue
-        c = got[int(j)] = measured_candidate(tg, plans[j])
-        slack = int(getattr(tg, "step_slack", 0))         # measured by the first price
-        peaks[k], flops[k], order[k] = c.step_peak, c.recompute_flops, j
-    return [got[j] for j in sorted(got)]
-
-
-def _joint_index(tg):
-    """:class:`planner.torch.bounds.JointIndex` of ``tg``'s joint graph, built once per graph
-    (kept on ``tg.fronts`` where the graph has one)."""
-    from planner.torch.bounds import JointIndex
-
-    cache = getattr(tg, "fronts", None)
-    if cache is None:
-        return JointIndex(tg.joint, tg.num_fwd_outputs)
-    if "joint_index" not in cache:
-        cache["joint_index"] = JointIndex(tg.joint, tg.num_fwd_outputs)
-    return cache["joint_index"]
 
 
 def _planned(tg, solvers, points, exact_max_lower_sets, plan_kwargs) -> list:
@@ -406,8 +360,10 @@ class _Shortlist:
     where the whole front partitions every plan."""
 
     def __init__(self, tg, plans):
+        from planner.torch.bounds import JointIndex
+
         self.tg, self.plans = tg, plans
-        index = _joint_index(tg)
+        index = JointIndex(tg.joint, tg.num_fwd_outputs)
         keeps = [frozenset(keep_names(p.graph, p.schedule)) for p in plans]
         got = np.array([index.bounds(k) for k in keeps], dtype=np.int64).reshape(-1, 2)
         self.peak_lb, self.flops_lb = got[:, 0], got[:, 1]
