@@ -113,8 +113,8 @@ def _matches(chunk: bytes, marker: bytes | None) -> np.ndarray:
     with NumPy (a block-structured file has a marker line every few lines)."""
     buf = np.frombuffer(chunk, np.uint8)
     newlines = np.flatnonzero(buf == 10)
-    starts = np.r_[0, newlines[:-1] + 1] if newlines.size else np.zeros(1, np.int64)
-    starts = starts[starts < len(chunk)].astype(np.int64)
+    starts = np.r_[0, newlines + 1].astype(np.int64)
+    starts = starts[starts < len(chunk)]        # (a chunk ends at a newline but the file's last)
     if marker is None:
         return starts
     ends = np.r_[newlines, len(chunk)][:starts.size]       # each line's newline (or the end)

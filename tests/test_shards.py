@@ -77,6 +77,11 @@ def test_cuts_fall_on_line_starts_and_count_lines(tmp_path, monkeypatch):
         assert all(o == 0 or text[o - 1:o] == b"\n" for o, _ in every)
         assert all(text[:o].count(b"\n") + 1 == ln for o, ln in every[:-1])
     assert shards.find_line(path, b"none") == (len(text), text.count(b"\n") + 1)
+    tail = tmp_path / "tail.txt"                  # a last line without its newline
+    tail.write_bytes(b"x\nF\nyy\nF")
+    assert shards.find_line(tail, b"F", 2, 2) == (2, 2)
+    assert shards.find_line(tail, b"F", 4, 3) == (7, 4)
+    assert [c for c, _ in shards.cut_lines(tail, None, 0, 8, 4)] == [0, 4, 7, 8]
 
 
 def test_a_bad_line_in_a_shard_names_the_files_line(tmp_path):
