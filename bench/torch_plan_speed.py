@@ -1,6 +1,6 @@
 """How long a PyTorch model takes to plan, and whether a faster planner still picks the same plans.
 
-Three commands, each rerunnable:
+Four commands, each rerunnable:
 
 ``picks``: for each examples/torch model, ``pt.graph``, then the pick at each budget as
 ``pt.plan_for_step`` makes it (:func:`planner.torch.front.for_budget`, each budget on its own:
@@ -22,6 +22,12 @@ before any partition) in the same process, so the ratio is taken under one load.
 
     python3 bench/torch_plan_speed.py gpt --budgets 100% 60% min
     python3 bench/torch_plan_speed.py gpt --hf --dp-window 0 --dp-front-cap 0   # exact DP forced
+
+``planning``: the front's DP planning alone (both solvers at the front's budgets, no pricing),
+CPU seconds per solver and a digest of the plans' schedules (same digest: same plans), on
+each examples/torch model; run beside an older tree to compare.
+
+    python3 bench/torch_plan_speed.py planning --models gpt,resnet,mobilenet
 
 ``scale``: plan time (``pt.plan_for_step`` at ``--budget``, a fresh graph each, front not
 cached) against joint-graph size, GPT models of growing depth (``--layers 0``: embedding and
@@ -265,6 +271,32 @@ def scale(args) -> int:
     return 0
 
 
+def planning(args) -> int:
+    """The front's DP planning alone (:func:`planner.torch.front._planned`: both solvers at the
+    front's budgets, the fits' re-solves, no partition priced) on each model, CPU seconds per
+    solver (one process, a fresh graph each, the slack not measured), the plans kept and a
+    digest of their schedules' text: two trees run side by side print the same digest when
+    their plans are the same."""
+    import hashlib
+
+    import planner.torch as pt
+    from planner.torch import front
+
+    print("model | activations | solver | plans kept | plan CPU s | schedules' sha1")
+    for name in args.models.split(","):
+        model, inputs, loss = load(name)
+        tg = pt.graph(model, *inputs, loss=loss, progress="off", measure_slack=False)
+        for solver in front.SOLVERS:
+            c0 = time.process_time()
+            got = front._planned(tg, (solver,), front.POINTS, front.EXACT_MAX_LOWER_SETS, {})
+            cpu = time.process_time() - c0
+            plans = [p for _, fresh in got for p in fresh]
+            digest = hashlib.sha1("".join(p.schedule.dumps() for p in plans).encode())
+            print(f"{name} | {tg.info['activations']} | {solver} | {len(plans)} | {cpu:.2f} | "
+                  f"{digest.hexdigest()[:12]}   (load {os.getloadavg()[0]:.1f})", flush=True)
+    return 0
+
+
 def _timed_pick(tg, budget, extra) -> tuple:
     """((wall, CPU) seconds of ``plan_for_step(tg, budget)``, its pick's (solver, step peak,
     recompute FLOPs, the DP window its plan was solved with), or the refusal's smallest step
@@ -289,6 +321,8 @@ def main(argv=None) -> int:
     p.add_argument("--budgets", nargs="+", default=list(BUDGETS))
     p.add_argument("--out")
     p.add_argument("--check")
+    p = sub.add_parser("planning")
+    p.add_argument("--models", default=",".join(MODELS))
     p = sub.add_parser("gpt")
     p.add_argument("--layers", type=int, default=12)
     p.add_argument("--d", type=int, default=256)
@@ -314,7 +348,7 @@ def main(argv=None) -> int:
     import torch
 
     torch.set_num_threads(1)
-    return {"picks": picks, "gpt": gpt, "scale": scale}[args.cmd](args)
+    return {"picks": picks, "gpt": gpt, "scale": scale, "planning": planning}[args.cmd](args)
 
 
 if __name__ == "__main__":
