@@ -15,8 +15,9 @@ stays on the workers (:class:`hgraph.shards.ShardedGraph`) for the analyses that
 The graph :func:`read` returns is :func:`planner.cg.read`'s: the same columns, the same
 checks (:func:`planner.cg._check_structure` on the driver); its details and names are read
 from the file when first asked (never on the scale path). A shard the fast reader doubts (a
-non-canonical spelling, a bad line) makes :func:`read` return None, and the caller reads the
-file whole: the authority for every error message.
+non-canonical spelling, a bad line, a worker that cannot open the file: on a cluster the path
+must name the same file on every node) makes :func:`read` return None, and the caller reads
+the file whole: the authority for every error message.
 """
 
 from __future__ import annotations
@@ -85,10 +86,13 @@ def piece(path, start: int, stop: int, line: int, n: int):
     patterns: variable lines -> their bytes; function blocks -> their columns, and forward
     blocks also the variable graph's rows and edges (the module docstring). A range the fast
     reader doubts gives a piece whose ``extra`` says so (the driver then reads whole)."""
-    with open(path, "rb") as fh:
-        fh.seek(start)
-        raw = fh.read(stop - start)
-    if not raw.isascii() or b"\r" in raw or not raw.endswith(b"\n"):
+    try:
+        with open(path, "rb") as fh:
+            fh.seek(start)
+            raw = fh.read(stop - start)
+    except OSError as err:      # a worker on a node that does not see the driver's file
+        return _doubt(f"cannot read {path} on a worker: {err.strerror}")
+    if len(raw) != stop - start or not raw.isascii() or b"\r" in raw or not raw.endswith(b"\n"):
         return _doubt(f"line {line}: not plain ASCII lines")
     text = raw.decode("ascii")
     if text.startswith(("forward\n", "backward\n")):

@@ -91,6 +91,8 @@ def test_a_doubted_shard_falls_back_to_the_whole_reads_error(files, tmp_path, mo
     bad.write_text("\n".join(text))
     with engine.session(hgraph.EngineOptions(tasks=2)) as s:
         assert cg_shards.read(s, bad) is None
+    # a worker that cannot open the file (a node without the driver's file system) doubts
+    assert cg_shards.piece(str(tmp_path / "gone.txt"), 0, 10, 1, 5).extra["kind"] == "doubt"
     with pytest.raises(InputError) as whole:
         cg.read(bad)
     monkeypatch.setattr(scale, "SEGMENTED_LIMIT", 10)
