@@ -327,8 +327,8 @@ def _time_fronts(search, start: int | None, ceiling: int | None) -> Fronts:
     deepening (:meth:`~planner.dp.exact_search.ExactSearch.time_fronts`) climbs from ``start``
     by steps of 1, 2, 4, ... units; on FLOP-costed PyTorch graphs an optimum of ~10^6 a few
     per cent above ``start`` took 15-20 passes where the ceiling's one pass cost about two of
-    them (``bench/NOTES_torch.md``, issue 36, 2026-11-29 "issue 36"). Without a ceiling the
-    deepening runs as before (it also settles an impossible budget)."""
+    them (``bench/NOTES_torch.md``, "Issue 36: the front's DP planning inside ``compile``").
+    Without a ceiling the deepening runs as before (it also settles an impossible budget)."""
     if ceiling is None:
         return search.time_fronts(start=start)
     if start is not None and start < ceiling:
