@@ -171,6 +171,17 @@ def _graph(path, src, dst, weights, n):
 def load_edgelist(path, n: int | None = None) -> Graph:
     """An edge-list file (``src dst [weight]`` per line, ``#`` comments)."""
     tokens = _Tokens(path, _strip_comments(_read(path)), b"")
+    used, first, src, dst, weights, _ = _edge_lines(tokens)
+    if n is None:
+        _check_id_space(tokens, np.concatenate((first, first + 1)), np.concatenate((src, dst)))
+    return _graph(path, src, dst, weights, n)
+
+
+def _edge_lines(tokens):
+    """``(used, first, src, dst, weights, weighted)`` of an edge list's tokens: the lines that
+    hold an edge, their first token, the ids, the weights (1 where a line names none) and
+    which lines name one. A line of other than 2 or 3 fields, a bad id or weight, is refused
+    naming its line (the whole file's reader and a shard's share it)."""
     count = tokens.count
     bad = (count != 0) & (count != 2) & (count != 3)
     if bad.any():
@@ -180,13 +191,11 @@ def load_edgelist(path, n: int | None = None) -> Graph:
     first = tokens.first[used]
     src = _check_ids(tokens, first, "source id")
     dst = _check_ids(tokens, first + 1, "destination id")
-    if n is None:
-        _check_id_space(tokens, np.concatenate((first, first + 1)), np.concatenate((src, dst)))
     weighted = count[used] == 3
     weights = np.ones(len(used))
     if weighted.any():
         weights[weighted] = _check_weights(tokens, first[weighted] + 2)
-    return _graph(path, src, dst, weights, n)
+    return used, first, src, dst, weights, weighted
 
 
 def _looks_weighted(data: bytes) -> bool:
@@ -275,19 +284,7 @@ def edgelist_piece(path, start: int, stop: int, line: int, n: int):
         data = fh.read(stop - start)
     try:
         tokens = _Tokens(path, _strip_comments(data), b"")
-        count = tokens.count
-        bad = (count != 0) & (count != 2) & (count != 3)
-        if bad.any():
-            at = int(np.argmax(bad))
-            tokens.fail_line(at, f"expected 'src dst [weight]', got {int(count[at])} fields")
-        used = np.flatnonzero(count)
-        first = tokens.first[used]
-        src = _check_ids(tokens, first, "source id")
-        dst = _check_ids(tokens, first + 1, "destination id")
-        weighted = count[used] == 3
-        weights = np.ones(len(used))
-        if weighted.any():
-            weights[weighted] = _check_weights(tokens, first[weighted] + 2)
+        used, _, src, dst, weights, weighted = _edge_lines(tokens)
         top = int(max(src.max(initial=-1), dst.max(initial=-1)))
         if top >= n:
             at = int(np.argmax(np.maximum(src, dst) >= n))
