@@ -18,10 +18,11 @@ names a vertex), so a run on a sharded graph is a run on the whole graph, bit fo
 number of shards and tasks (tests/test_shards.py).
 
     >>> import os, tempfile
-    >>> path = os.path.join(tempfile.mkdtemp(), "g.txt")
-    >>> _ = open(path, "wb").write(b"head\\nE 0 1\\nE 1 2\\nE 2 0\\n")
-    >>> [cut[0] for cut in cut_lines(path, b"E", 5, 23, 2)]
-    [5, 15, 23]
+    >>> with tempfile.TemporaryDirectory() as folder:       # the edges after a 5-byte head,
+    ...     path = os.path.join(folder, "g.txt")            # in 2 ranges: (offset, line) cuts
+    ...     _ = open(path, "wb").write(b"head\\nE 0 1\\nE 1 2\\nE 2 0\\n")
+    ...     cut_lines(path, None, 5, 23, 2, line=2)
+    [(5, 2), (17, 4), (23, 5)]
 """
 
 from __future__ import annotations
