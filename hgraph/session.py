@@ -142,8 +142,7 @@ class Session:
         if limit and tasks > limit[0]:
             tasks = limit[0]
         bounds = even_bounds(int(source.n), tasks * blocks)
-        if self.runtime is None:
-            self.runtime = create(e.runtime, None, None, address=e.address, timeout=wait)
+        self._started(wait)
         if not hasattr(self.runtime, "read"):
             raise HGraphError(f"runtime {e.runtime!r} cannot read a sharded graph")
         pieces, summaries = self.runtime.read(source, bounds[::blocks].copy(), bounds,
@@ -179,9 +178,7 @@ class Session:
         if int(bounds[-1]) != len(values):
             raise HGraphError(f"column {name!r} has {len(values):,} rows, its bounds "
                               f"{int(bounds[-1]):,}")
-        if self.runtime is None:
-            self.runtime = create(self.engine.runtime, None, None, address=self.engine.address,
-                                  timeout=self.engine.timeout)
+        self._started(self.engine.timeout)
         handles = [self.runtime.store(values[a:b]) for a, b in zip(bounds[:-1], bounds[1:])]
         self.kept[name] = Kept(handles, bounds.copy(), values.shape[1:], values.dtype)
 
@@ -234,6 +231,13 @@ class Session:
             raise HGraphError(f"runtime {e.runtime!r} cannot keep workers across runs, so it "
                               f"cannot read kept columns")
         self.runtime = create(e.runtime, program, partition, address=e.address, timeout=wait)
+
+    def _started(self, wait) -> None:
+        """The session's workers started with no run bound yet (a graph read or a column put
+        before the first run), unless they are already."""
+        if self.runtime is None:
+            e = self.engine
+            self.runtime = create(e.runtime, None, None, address=e.address, timeout=wait)
 
     def _close_runtime(self) -> None:
         """End the workers but keep the kept columns' handles (a runtime that cannot reload)."""

@@ -29,11 +29,13 @@ import contextlib
 import contextvars
 import dataclasses
 
+import numpy as np
+
 import hgraph
 from hgraph.common.progress import current as current_progress
 
 __all__ = ["EngineOptions", "options", "run_program", "session", "current_session",
-           "bind_var_graph", "var_graph"]
+           "bind_var_graph", "var_graph", "put_by_var"]
 
 #: The engine's options record (the planner takes only the engine's public API).
 EngineOptions = hgraph.EngineOptions
@@ -94,6 +96,16 @@ def var_graph(opts: EngineOptions, g, release: bool = False):
     if release:
         s.graphs.pop(_VAR_GRAPH)
     return entry[0]
+
+
+def put_by_var(s, name: str, values, sharded, var, fill=0) -> None:
+    """Keep ``values`` (a row an activation) on the workers holding ``sharded`` (a cg.txt's
+    variable graph) as the column ``name`` by variable id: row ``var[i]`` is ``values[i]``,
+    ``fill`` for the parameters and inputs, which no analysis reads."""
+    values = np.asarray(values)
+    by_var = np.full((sharded.n, *values.shape[1:]), fill, values.dtype)
+    by_var[var] = values
+    s.put(name, by_var, sharded.task_bounds)
 
 
 def run_program(opts: EngineOptions, program, graph, *, keep: str | None = None,

@@ -36,7 +36,8 @@ from dataclasses import dataclass
 import numpy as np
 
 import hgraph
-from planner.analyses.engine import EngineOptions, options, run_program, session, var_graph
+from planner.analyses.engine import (EngineOptions, options, put_by_var, run_program, session,
+                                     var_graph)
 from planner.analyses.segments import Segments, segments
 from planner.bitsets import pack, unpack, words_for
 
@@ -276,13 +277,11 @@ def _on_variables(sharded, g, seg: Segments, o: EngineOptions, s):
     parameters and inputs: no valid bit, so they hold and send nothing), an edge into a
     separator is weighed by its source there (its predecessors all lie in the segment before:
     such an edge always crosses), and only the activations' rows come back."""
-    W, var, bounds = seg.words, g.var, sharded.task_bounds
+    W, var = seg.words, g.var
     names = []
 
     def put(name, values):
-        by_var = np.zeros((sharded.n, *values.shape[1:]), values.dtype)
-        by_var[var] = values
-        s.put(_PUT + name, by_var, bounds)
+        put_by_var(s, _PUT + name, values, sharded, var)
         names.append(_PUT + name)
 
     put("loc", seg.loc)

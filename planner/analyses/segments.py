@@ -25,7 +25,8 @@ from dataclasses import dataclass
 import numpy as np
 
 import hgraph
-from planner.analyses.engine import EngineOptions, options, run_program, session, var_graph
+from planner.analyses.engine import (EngineOptions, options, put_by_var, run_program, session,
+                                     var_graph)
 from planner.analyses.levels import levels
 
 __all__ = ["Segments", "segments"]
@@ -81,10 +82,7 @@ def _max_succ_vars(sharded, pos: np.ndarray, var: np.ndarray, o: EngineOptions):
     workers (reversed), the positions handed to them as a column by variable (parameters
     and inputs: -1; no activation is their successor), only the activations' rows back."""
     with session(o) as s:
-        by_var = np.full(sharded.n, -1, np.int64)
-        by_var[var] = pos
-        s.put(_POS, by_var, sharded.task_bounds)
-        del by_var
+        put_by_var(s, _POS, pos, sharded, var, fill=-1)
         res = run_program(o, _MaxSuccPos(), sharded.reversed(), keep=_MAXSUCC,
                           inputs={"pos": _POS}, gather=False)
         maxsucc = np.asarray(s.gather_rows(_MAXSUCC, var), np.int64)

@@ -52,8 +52,8 @@ from planner.analyses.engine import EngineOptions, options, run_program
 from planner.dp import scale, segmented as S
 from planner.dp.stacked import _best_end
 
-__all__ = ["SegmentedDP", "EngineRun", "chain_graph", "solve_on_engine", "solve_result", "applies", "MODES",
-]
+__all__ = ["SegmentedDP", "EngineRun", "chain_graph", "solve_on_engine", "solve_result", "applies",
+           "MODES"]
 
 
 #: Seconds a worker may take per state it walks in superstep 0 before the run counts it as
@@ -341,8 +341,9 @@ def _walk_timeout(o: EngineOptions, segs) -> EngineOptions:
 
 def applies(fam, n: int, window, front_cap, strategy: str) -> bool:
     """Whether a solve of ``fam`` (``n`` activations) runs segmented: at least
-    :data:`planner.dp.scale.SEGMENTED_LIMIT` activations (read when asked), the segment-local family and the stacked walk's
-    options (a window and a front cap, time-centric)."""
+    :data:`planner.dp.scale.SEGMENTED_LIMIT` activations (read when asked), the
+    segment-local family and the stacked walk's options (a window and a front cap,
+    time-centric)."""
     from planner.dp.stacked import STACKED_MAX_WINDOW
 
     return (n >= scale.SEGMENTED_LIMIT and fam.local is not None and fam.node is not None
