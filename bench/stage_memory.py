@@ -25,7 +25,12 @@ Each line: ``MEM <stage> start <MiB>`` / ``MEM <stage> end <MiB> peak <MiB> priv
 (nested stages, such as starting Ray inside the first engine stage, print their own pair;
 ``private``: resident less shared pages at the stage's end, see :func:`private_mib`). ``--traced`` (this
 script's own) also prints ``TRACED <stage> end <MiB> peak <MiB>`` at each stage's end: what
-Python has allocated and alive then, and tracemalloc's peak during the stage.
+Python has allocated and alive then, and tracemalloc's peak during the stage. ``--top N``
+(this script's own; implies ``--traced``) also prints, at each stage's end, the N source lines
+whose allocations are alive then, largest first (``TOP <stage> <MiB> <count> <file>:<line>``):
+which of the driver's objects are the n-length ones, named by the line that made them.
+``--calls mod:name,...`` (this script's own; ``mod:Class.method`` for a class's) meters each named function as a stage of its own
+(patched where its callers look it up), to split a stage's peak by the calls inside it.
 """
 
 from __future__ import annotations
@@ -66,23 +71,51 @@ def _sample(period: float = 0.05) -> None:
         time.sleep(period)
 
 
+@contextlib.contextmanager
+def _metering(name):
+    """One stage's MEM (and TRACED, TOP) lines around the ``with`` body."""
+    outer = _peak[0]
+    _peak[0] = now = rss_mib()
+    traced_outer = _traced_start()
+    print(f"MEM {name} start {now:.0f}", file=sys.stderr, flush=True)
+    try:
+        yield
+    finally:
+        peak = max(_peak[0], rss_mib())
+        print(f"MEM {name} end {rss_mib():.0f} peak {peak:.0f} private "
+              f"{private_mib():.0f}", file=sys.stderr, flush=True)
+        _peak[0] = max(outer, peak)
+        _traced_end(name, traced_outer)
+
+
 def _wrap(stage):
     @contextlib.contextmanager
     def metered(self, name, **kw):
-        outer = _peak[0]
-        _peak[0] = now = rss_mib()
-        traced_outer = _traced_start()
-        print(f"MEM {name} start {now:.0f}", file=sys.stderr, flush=True)
-        try:
-            with stage(self, name, **kw):
-                yield
-        finally:
-            peak = max(_peak[0], rss_mib())
-            print(f"MEM {name} end {rss_mib():.0f} peak {peak:.0f} private "
-                  f"{private_mib():.0f}", file=sys.stderr, flush=True)
-            _peak[0] = max(outer, peak)
-            _traced_end(name, traced_outer)
+        with _metering(name), stage(self, name, **kw):
+            yield
     return metered
+
+
+def _wrap_calls(spec: str) -> None:
+    """``--calls mod:name,...``: each function ``name`` of module ``mod`` (where its callers
+    find it: a name imported into another module is patched there) metered as a stage of its
+    own, so a stage's peak can be split by the calls inside it."""
+    import functools
+    import importlib
+
+    for item in filter(None, spec.split(",")):
+        mod_name, _, path = item.partition(":")
+        owner = importlib.import_module(mod_name)
+        *outer, attr = path.split(".")          # "Class.method": a class's method
+        for name in outer:
+            owner = getattr(owner, name)
+        fn = getattr(owner, attr)               # a classmethod comes bound
+
+        def metered(*a, _fn=fn, _name=f"call {path}", **kw):
+            with _metering(_name):
+                return _fn(*a, **kw)
+        wrapped = functools.wraps(fn)(metered)
+        setattr(owner, attr, staticmethod(wrapped) if isinstance(owner, type) else wrapped)
 
 
 _traced_peak = [0]
@@ -107,7 +140,24 @@ def _traced_end(name: str, outer: int) -> None:
     top = max(top, _traced_peak[0])
     print(f"TRACED {name} end {now / 2**20:.1f} peak {top / 2**20:.1f}", file=sys.stderr,
           flush=True)
+    _top_lines(name)
     _traced_peak[0] = max(outer, top)
+
+
+_top = [0]
+
+
+def _top_lines(name: str) -> None:
+    """With ``--top N``: the N source lines holding the most live traced bytes now (a line in
+    NumPy's or Ray's own code is where they allocated; the frames are tracemalloc's)."""
+    if not _top[0]:
+        return
+    stats = tracemalloc.take_snapshot().filter_traces(
+        [tracemalloc.Filter(False, tracemalloc.__file__)]).statistics("lineno")
+    for st in stats[:_top[0]]:
+        frame = st.traceback[0]
+        print(f"TOP {name} {st.size / 2**20:.1f} {st.count} {frame.filename}:{frame.lineno}",
+              file=sys.stderr, flush=True)
 
 
 def main(argv=None) -> int:
@@ -121,6 +171,12 @@ def main(argv=None) -> int:
         from planner import sliced
 
         sliced.applies = lambda n, decision: False
+    if "--top" in argv:
+        # the largest live allocation sites at each stage's end (tracemalloc, by source line)
+        i = argv.index("--top")
+        _top[0] = int(argv[i + 1])
+        del argv[i:i + 2]
+        argv.append("--traced")
     if "--traced" in argv:
         # Python's own allocations besides the resident pages: what is alive at each stage's
         # end and the peak so far (tracemalloc; slower, and blind to Ray's mapped pages)
@@ -133,6 +189,10 @@ def main(argv=None) -> int:
         from planner import api
 
         api._read_sharded = lambda path, opts: None
+    if "--calls" in argv:
+        i = argv.index("--calls")
+        _wrap_calls(argv[i + 1])
+        del argv[i:i + 2]
     progress.StageProgress.stage = _wrap(progress.StageProgress.stage)
     threading.Thread(target=_sample, daemon=True).start()
     return cli(argv)

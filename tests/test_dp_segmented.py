@@ -146,3 +146,28 @@ def test_impossible_budget_gives_no_chain():
     assert S.solve_handover(fam, g, B, cuts) is None
     assert S.solve_composed(fam, g, B, cuts) is None
     assert S.to_result(None, fam, g, B).status == "IMPOSSIBLE"
+
+
+@pytest.mark.parametrize("kind", ["tf", "cnn"])
+@pytest.mark.parametrize("segments", [1, 3, 16])
+def test_a_segment_makes_its_own_tables_equal_to_the_whole_familys(kind, segments):
+    """TableRows (what a worker is sent) give each segment the very tables sliced from the
+    whole family's window tables, masked the same way; the rows travel, the tables do not."""
+    _, g, fam = _graph(kind)
+    B = int(0.4 * g.m.sum())
+    cuts = S.choose_cuts(fam, segments)
+    whole = S.segment_dps(fam, g, B, cuts)
+    local = S.segment_dps(fam, g, B, cuts, local_tables=True)
+    for w, seg in zip(whole, local):
+        sent = pickle.loads(pickle.dumps(seg))
+        assert sent._tables is None and sent.rows is not None
+        for a, b in zip((w.sub, w.dt, w.dm), (sent.sub, sent.dt, sent.dm)):
+            assert a.shape == b.shape and a.dtype == b.dtype
+            assert np.array_equal(a, b)
+        # what travels is O(the segment): its rows' node arrays, not the whole graph's
+        assert sent.rows.lloc.shape[0] <= seg.num_states + 8
+        assert sent.rows.t.size < g.n or segments == 1
+    # and the same plan both ways (the hand-over reads every segment's tables)
+    a = S.solve_handover(fam, g, B, cuts, segs=whole)
+    b = S.solve_handover(fam, g, B, cuts, segs=local)
+    assert _chain(a.fronts, a.entry) == _chain(b.fronts, b.entry)

@@ -134,14 +134,32 @@ def test_segmented_plan_is_the_same_for_1_2_4_workers_local_and_ray(monkeypatch,
     monkeypatch.setattr(ray_actors.RayRuntime, "__init__",
                         lambda rt, *a, **k: (started.append(1), start(rt, *a, **k))[1])
     monkeypatch.setattr(Session, "run", lambda s, *a, **k: (runs.append(1), run(s, *a, **k))[1])
+    made = []                   # window tables made in this process: how many states each
+    tables = S.window_transitions
+    monkeypatch.setattr(S, "window_transitions",
+                        lambda fam, *a, **k: (made.append(fam.num_sets), tables(fam, *a, **k))[1])
     hashes = {}
     for tasks, runtime in ((1, "local"), (2, "local"), (4, "local"), (4, "ray")):
         runs.clear()
+        made.clear()
         p = planner.plan(cg, budget="40%", certify="off",
                          engine=planner.EngineOptions(tasks=tasks, runtime=runtime))
         assert p.report["dp_segmented"]["segments"] > 1
         hashes[(tasks, runtime)] = _plan_hash(p)
+        # each segment makes its own tables where it is walked (on Ray: the workers, so
+        # none here); never the whole family's on the driver
+        states = p.report["n_lower_sets"]
+        assert (made == []) if runtime == "ray" else (made and max(made) < states), made
     assert len(set(hashes.values())) == 1, hashes
+    # the same plan as the segments' tables sliced from the whole family's (as before the
+    # segments made their own)
+    whole = S.segment_dps
+    monkeypatch.setattr(S, "segment_dps",
+                        lambda *a, **k: whole(*a, **dict(k, local_tables=False)))
+    p = planner.plan(cg, budget="40%", certify="off",
+                     engine=planner.EngineOptions(tasks=2, runtime="local"))
+    assert _plan_hash(p) == hashes[(1, "local")]
+    monkeypatch.setattr(S, "segment_dps", whole)
     # the plan's engine stages (levels, separators, statistics' two runs, the DP) ran on one
     # session: its actors started once
     assert len(runs) >= 5 and len(started) == 1, (len(runs), len(started))

@@ -48,6 +48,7 @@ Example::
 from __future__ import annotations
 
 import time
+from types import SimpleNamespace
 
 import numpy as np
 
@@ -57,8 +58,8 @@ from planner.dp.scale import DEFAULT_FRONT_CAP, DEFAULT_WINDOW, pass_lambdas, th
 from planner.dp.stacked import WalkInput, _best_end, _chain_fronts, walk
 from planner.dp.subsets import window_transitions
 
-__all__ = ["SegmentDP", "Stitched", "choose_cuts", "separator_states", "segment_dps",
-           "solve_handover", "solve_composed", "solve_forced", "compose", "merge_front",
+__all__ = ["SegmentDP", "TableRows", "Stitched", "choose_cuts", "separator_states",
+           "segment_dps", "solve_handover", "solve_composed", "solve_forced", "compose", "merge_front",
            "scale_family", "to_result", "DEFAULT_SEGMENTS"]
 
 #: Segments a plan is cut into by default: the measured gap to the uncut DP stayed within
@@ -109,10 +110,56 @@ def choose_cuts(fam, segments: int) -> np.ndarray:
     return cuts
 
 
+class TableRows:
+    """What one segment's window tables are made from, and nothing else: the family's rows
+    of its states (and the ``W`` before its first, which its first rows' windows reach) and
+    the segment-local statistics of their nodes, renumbered ``0 … |nodes| − 1``, with the
+    topological positions they read cut to the span they reach. O(the segment's states);
+    :meth:`tables` makes the same ``(sub, dt, dm)`` rows as
+    :func:`~planner.dp.subsets.window_transitions` over the whole family gives them (every
+    entry is a function of its pair of states alone), so the worker that walks a segment
+    builds its tables itself and the driver never holds the whole family's ``(L, W)``
+    tables nor their transient (the driver's largest at 10^5: bench/NOTES_scale.md, issue
+    37 fifth session)."""
+
+    def __init__(self, fam, t, m, a: int, z: int, window: int):
+        st, W = fam.local, int(window)
+        seg = st.seg
+        lo = max(0, int(a) - W)
+        node = fam.node[lo:z + 1]
+        nodes = np.unique(node[node >= 0])
+        self.node = np.where(node >= 0, np.searchsorted(nodes, np.maximum(node, 0)), -1)
+        self.t_bnd, self.m_bnd = fam.t_bnd[lo:z + 1], fam.m_bnd[lo:z + 1]
+        sstart = seg.sstart[nodes]
+        # the positions a held sum reads, shifted by p0: from the first segment start to the
+        # last node (the bits of L_v are v's ancestors and v, none after pos(v))
+        p0 = int(sstart.min()) if nodes.size else 0
+        p1 = int(seg.pos[nodes].max()) + 1 if nodes.size else 0
+        self.pos, self.sstart, self.loc = seg.pos[nodes] - p0, sstart - p0, seg.loc[nodes]
+        self.lloc, self.bndloc = st.lloc[nodes], st.bndloc[nodes]
+        at = seg.node_at[p0:p1]
+        self.t, self.m = np.asarray(t)[at], np.asarray(m)[at]
+        self.skip, self.window = int(a) - lo, W
+
+    def tables(self):
+        """``(sub, dt, dm)``: the whole family's window-table rows of the segment's states,
+        sources before its first state not yet masked."""
+        view = SimpleNamespace
+        seg = view(pos=self.pos, sstart=self.sstart, loc=self.loc,
+                   node_at=np.arange(self.t.size))
+        fam = view(num_sets=int(self.node.size), sets=None, node=self.node, t_bnd=self.t_bnd,
+                   m_bnd=self.m_bnd, local=view(seg=seg, lloc=self.lloc, bndloc=self.bndloc))
+        sub, dt, dm = window_transitions(fam, self.t, self.m, self.window)
+        k = self.skip
+        return sub[k:], dt[k:], dm[k:]
+
+
 class SegmentDP:
     """The walk of one segment: states ``lo … hi`` of the family (global ids; ``lo`` its
     first separator's, ``hi`` the last one's), its window tables and ``m(L)``,
     ``m(A) + m(B)`` — everything it needs, nothing of the other segments (a worker holds it).
+    The tables are given, or made from their :class:`TableRows` (``rows``) when first read:
+    on the worker that walks the segment, which is sent the rows, not the tables.
 
     :meth:`solve` walks it from a seed (None: the empty front ``(0, 0)``); :meth:`headroom`
     says what each end entry of the free walk needs behind it; :meth:`chain` reads a chain
@@ -122,10 +169,12 @@ class SegmentDP:
     """
 
     def __init__(self, index: int, lo: int, mL, mAB, sub, dt, dm, budget: int,
-                 front_cap: int, lams: list, span: int, span_s: int, prune: bool = True):
+                 front_cap: int, lams: list, span: int, span_s: int, prune: bool = True,
+                 rows: TableRows | None = None):
         self.index, self.lo = int(index), int(lo)
         self.mL, self.mAB = np.asarray(mL, np.int64), np.asarray(mAB, np.int64)
-        self.sub, self.dt, self.dm = sub, dt, dm
+        self._tables = None if rows is not None else (sub, dt, dm)
+        self.rows = rows
         self.budget, self.front_cap, self.lams = int(budget), int(front_cap), list(lams)
         self.span, self.span_s, self.prune = int(span), int(span_s), bool(prune)
         self.walks: dict = {}
@@ -143,7 +192,30 @@ class SegmentDP:
     def __getstate__(self):             # what travels to a worker: the inputs, no walk
         state = dict(self.__dict__)
         state["walks"], state["heads"] = {}, {}
+        if self.rows is not None:        # the rows, not the tables made from them
+            state["_tables"] = None
         return state
+
+    @property
+    def sub(self) -> np.ndarray:
+        return self._made()[0]
+
+    @property
+    def dt(self) -> np.ndarray:
+        return self._made()[1]
+
+    @property
+    def dm(self) -> np.ndarray:
+        return self._made()[2]
+
+    def _made(self) -> tuple:
+        """The window tables, made from :attr:`rows` on first use, the sources before the
+        segment's first state masked (as :func:`segment_dps` masks sliced ones)."""
+        if self._tables is None:
+            sub, dt, dm = self.rows.tables()
+            _mask_before(sub)
+            self._tables = sub, dt, dm
+        return self._tables
 
     def solve(self, seed=None, kind: str | None = None):
         """The end front ``(saved, ckpt, pass)`` of the walk from ``seed`` (``(saved, ckpt,
@@ -207,23 +279,38 @@ class SegmentDP:
                 int(entries[0]))
 
 
+def _mask_before(sub: np.ndarray) -> None:
+    """Drop, in place, a segment's transitions from states before its first (row ``r``,
+    column ``w``: the source ``r − W + w`` of the segment)."""
+    W = sub.shape[1]
+    sub &= (np.arange(sub.shape[0])[:, None] - W + np.arange(W)[None, :]) >= 0
+
+
 def segment_dps(fam, g, budget: int, cuts, window: int = DEFAULT_WINDOW,
                 front_cap: int = DEFAULT_FRONT_CAP, strategy: str = "time",
-                prune: bool = True, tables=None) -> list:
+                prune: bool = True, tables=None, local_tables: bool = False) -> list:
     """One :class:`SegmentDP` per pair of consecutive cuts, its tables sliced from the whole
     family's window tables (``tables``, else built here) with the transitions from before
     its first cut removed; the passes and sort spans are the whole graph's, so every segment
-    thins and sorts as the one walk does."""
+    thins and sorts as the one walk does. ``local_tables``: each segment carries its
+    :class:`TableRows` instead and makes its own tables when first walked (the same tables;
+    the segmented DP on the engine's workers, so the driver never builds the whole ones)."""
     W = int(window)
-    sub, dt, dm = tables if tables is not None else window_transitions(fam, g.t, g.m, W)
+    if local_tables:
+        sub = dt = dm = None
+    else:
+        sub, dt, dm = tables if tables is not None else window_transitions(fam, g.t, g.m, W)
     lams = pass_lambdas(g.t, g.m, front_cap, strategy)
     span, span_s = int(g.m.sum()) + 1, int(g.t.sum()) + 1
     out = []
     for k, (a, z) in enumerate(zip(cuts[:-1].tolist(), cuts[1:].tolist())):
-        s = sub[a:z + 1].copy()
-        s &= (np.arange(z + 1 - a)[:, None] - W + np.arange(W)[None, :]) >= 0
-        out.append(SegmentDP(k, a, fam.mL[a:z + 1], fam.mAB[a:z + 1], s, dt[a:z + 1].copy(),
-                             dm[a:z + 1].copy(), budget, front_cap, lams, span, span_s, prune))
+        if local_tables:
+            part, rows = (None, None, None), TableRows(fam, g.t, g.m, a, z, W)
+        else:
+            part, rows = (sub[a:z + 1].copy(), dt[a:z + 1].copy(), dm[a:z + 1].copy()), None
+            _mask_before(part[0])
+        out.append(SegmentDP(k, a, fam.mL[a:z + 1], fam.mAB[a:z + 1], *part, budget,
+                             front_cap, lams, span, span_s, prune, rows=rows))
     return out
 
 

@@ -297,11 +297,14 @@ def solve_on_engine(fam, g, budget: int, cuts, window: int = S.DEFAULT_WINDOW,
     """The segmented DP over ``cuts`` on the engine (``opts`` or engine keywords: tasks,
     runtime, …): the same chain as :func:`~planner.dp.segmented.solve_composed`
     (``mode="composed"``) or :func:`~planner.dp.segmented.solve_handover` (``"handover"``)
-    in this process, for any tasks, blocks, message mode and runtime."""
+    in this process, for any tasks, blocks, message mode and runtime. Each segment travels
+    with its :class:`~planner.dp.segmented.TableRows` and its worker makes its window
+    tables: the driver never builds the whole family's."""
     t0 = time.perf_counter()
     o = options(opts, engine)
     segs = segs if segs is not None else S.segment_dps(fam, g, budget, cuts, window,
-                                                      front_cap, strategy, prune)
+                                                      front_cap, strategy, prune,
+                                                      local_tables=True)
     n = len(segs)
     program = SegmentedDP(segs[0].passes * int(front_cap),
                           max(sg.num_states for sg in segs), strategy, mode)
