@@ -159,16 +159,17 @@ def front(tg, solvers=SOLVERS, points: int = POINTS,
     every later budget is a point picked from it at no cost (each call gets its own copies of
     the plans, whose reports :func:`pick` writes to). Per solver, the graph is analysed and
     the solver's family built once for all its budgets (:func:`planner.api.plans`), and a kept
-    set met before is not partitioned again.
+    set met before is not partitioned again. The candidates are priced when the list is first
+    read (:class:`_LazyFront`), or, read by :func:`union` first, only those that can be on
+    the union's front.
     """
     key = _front_key(solvers, points, exact_max_lower_sets, seeds, plan_kwargs)
     cache = getattr(tg, "fronts", None)
     if cache is not None and key is not None and key in cache:
-        return _copies(cache[key])
+        return _LazyFront(cache[key])
     fr = _front(tg, solvers, points, exact_max_lower_sets, seeds, plan_kwargs)
     if cache is not None and key is not None:
-        cache[key] = fr
-        return _copies(fr)
+        cache[key] = fr.pricing
     return fr
 
 
@@ -197,18 +198,112 @@ def _copies(fr: list) -> list:
 
 
 def _front(tg, solvers, points, exact_max_lower_sets, seeds, plan_kwargs) -> list:
-    stages = current_progress()
-    found = []
-    for solver, fresh in _planned(tg, solvers, points, exact_max_lower_sets, plan_kwargs):
-        with stages.stage(f"step front: pricing {len(fresh)} {solver} plans"):
-            for k, p in enumerate(fresh):
-                stages.position(k, len(fresh))
-                found.append(measured_candidate(tg, p))
-    seen = {c.keep for c in found}
-    with stages.stage("step front: min-cut partitions"):
-        seeded = [seeded_candidate(tg, keep, label) for label, keep in (seeds or {}).items()
-                  if frozenset(keep) not in seen]
-    return union([found, seeded])
+    """The front of ``tg``'s plans and ``seeds``, planned now and priced when first read
+    (:class:`_LazyFront`)."""
+    plans = [p for _, fresh in _planned(tg, solvers, points, exact_max_lower_sets, plan_kwargs)
+             for p in fresh]
+    return _LazyFront(_Pricing(tg, plans, seeds))
+
+
+class _Pricing:
+    """One graph's front before pricing: the plans the DP made and the seeds (label -> keep
+    set), each priced (partitioned and replayed: :func:`measured_candidate`,
+    :func:`seeded_candidate`) once, when asked. Entries are the plans in planning order, then
+    the seeds whose keep set no plan keeps (the min-cut partition of a plan's keep set is that
+    plan's): :func:`union`'s order."""
+
+    def __init__(self, tg, plans, seeds):
+        self.tg, self.plans = tg, plans
+        self.keeps = [frozenset(keep_names(p.graph, p.schedule)) for p in plans]
+        seen = set(self.keeps)
+        self.seeds = [(label, frozenset(keep)) for label, keep in (seeds or {}).items()
+                      if frozenset(keep) not in seen]
+        self.priced, self._bounds, self._whole = {}, None, None
+
+    def __len__(self) -> int:
+        return len(self.plans) + len(self.seeds)
+
+    def is_plan(self, i: int) -> bool:
+        return i < len(self.plans)
+
+    def price(self, i: int) -> Candidate:
+        """Entry ``i`` partitioned and replayed (once)."""
+        if i not in self.priced:
+            n = len(self.plans)
+            self.priced[i] = (measured_candidate(self.tg, self.plans[i]) if i < n else
+                              seeded_candidate(self.tg, self.seeds[i - n][1],
+                                               self.seeds[i - n][0]))
+        return self.priced[i]
+
+    def bounds(self, i: int) -> tuple:
+        """(step peak, recomputed FLOPs) plan ``i``'s price is at least
+        (:class:`planner.torch.bounds.JointIndex` on the graph's joint; the replay's, without
+        the graph's allocator slack, which only adds to the price)."""
+        if self._bounds is None:
+            from planner.torch.bounds import JointIndex
+
+            index = JointIndex(self.tg.joint, self.tg.num_fwd_outputs)
+            self._bounds = [index.bounds(k) for k in self.keeps]
+        return self._bounds[i]
+
+    def whole(self) -> list:
+        """The front with every entry priced (:func:`union`)."""
+        if self._whole is None:
+            stages, n = current_progress(), len(self.plans)
+            with stages.stage(f"step front: pricing {n} plans"):
+                for i in range(n):
+                    stages.position(i, n)
+                    self.price(i)
+            with stages.stage("step front: min-cut partitions"):
+                for i in range(n, len(self)):
+                    self.price(i)
+            self._whole = union([[self.price(i) for i in range(len(self))]])
+        return self._whole
+
+
+class _LazyFront(list):
+    """:func:`front`'s answer: the list of the front's candidates, priced in full the first
+    time anything reads it (:meth:`_read`), so to every reader it is the whole front.
+
+    Why lazy: ``compile`` plans two fronts of each graph (as traced, and with subexpressions
+    merged) and keeps their :func:`union`; a plan of one that a plan of the other dominates is
+    dropped there, and pricing it (a partition into fx modules and a replay) is most of a
+    front's pricing. :func:`union` reads an unread front's plans unpriced instead and prices only
+    those that bounds cannot rule out (:func:`_union_pricing`), giving the same candidates."""
+
+    def __init__(self, pricing: _Pricing):
+        super().__init__()
+        self.pricing, self.read = pricing, False
+
+    def _read(self) -> list:
+        if not self.read:
+            self.read = True
+            list.extend(self, _copies(self.pricing.whole()))
+        return self
+
+    def __reduce_ex__(self, protocol):
+        return list, (list(self._read()),)
+
+
+def _reading(name: str):
+    method = getattr(list, name)
+
+    def read_first(self, *args, **kwargs):      # another front as an argument is read too
+        args = [a._read() if isinstance(a, _LazyFront) else a for a in args]
+        return method(self._read(), *args, **kwargs)
+
+    read_first.__name__ = name
+    return read_first
+
+
+for _name in ("__iter__", "__len__", "__getitem__", "__contains__", "__reversed__", "__eq__",
+              "__ne__", "__lt__", "__le__", "__gt__", "__ge__", "__add__", "__mul__",
+              "__rmul__", "__iadd__", "__imul__", "__setitem__", "__delitem__", "__repr__",
+              "__sizeof__", "append", "extend", "insert", "pop", "remove", "index", "count",
+              "copy", "reverse", "sort", "clear"):
+    setattr(_LazyFront, _name, _reading(_name))
+_LazyFront.__radd__ = lambda self, other: list(other) + list(self._read())
+_LazyFront.__hash__ = None
 
 
 def _planned(tg, solvers, points, exact_max_lower_sets, plan_kwargs) -> list:
@@ -473,6 +568,8 @@ def union(fronts: list) -> list:
     the few min-cut partitions (one per distinct budget's set) all stay. A front of plans alone
     is strictly monotone.
     """
+    if any(isinstance(fr, _LazyFront) and not fr.read for fr in fronts):
+        return _union_pricing(fronts)
     found = [c for fr in fronts for c in fr]
     order = sorted(range(len(found)), key=lambda i: (found[i].step_peak,
                                                      found[i].recompute_flops, i))
@@ -486,6 +583,48 @@ def union(fronts: list) -> list:
             out.append(c)
             best = c.recompute_flops
     return out
+
+
+def _union_pricing(fronts: list) -> list:
+    """:func:`union` of ``fronts``, where an unread :class:`_LazyFront` is priced only as far
+    as the union needs: the same candidates, in the same order.
+
+    Why the same: the union of fronts is the union of their entries listed one after the other
+    (a front is the union of its own entries, and a plan one front drops is dropped by an
+    earlier entry of the same front, with a recompute at most its own). A plan is dropped when
+    a plan before it in (step peak, FLOPs, position) order recomputes at most as much. So a
+    plan whose lower bounds (:meth:`_Pricing.bounds`) are at least a priced plan's step peak
+    and FLOPs, strictly in one of them or listed after it, is dropped, priced or not, and is
+    not priced. Min-cut partitions are never dropped by a plan (:func:`union`), so all are
+    priced. Plans are tried by ascending bound, so the ones that drop others are priced first.
+    """
+    entries = []
+    for fr in fronts:
+        lazy = isinstance(fr, _LazyFront) and not fr.read
+        entries += ([(fr.pricing, i) for i in range(len(fr.pricing))] if lazy
+                    else [(None, c) for c in fr])
+    stages = current_progress()
+    priced, pending = {}, []
+    with stages.stage("step front: min-cut partitions"):
+        for k, (pricing, i) in enumerate(entries):
+            if pricing is None:
+                priced[k] = i
+            elif not pricing.is_plan(i):
+                priced[k] = _copies([pricing.price(i)])[0]
+    with stages.stage("step front: bounds"):
+        pending = [(*pricing.bounds(i), k) for k, (pricing, i) in enumerate(entries)
+                   if pricing is not None and pricing.is_plan(i)]
+    plans = [(c.step_peak, c.recompute_flops, k) for k, c in priced.items() if c.source == "plan"]
+    with stages.stage(f"step front: pricing the plans of {len(pending)} that can be on it"):
+        for n, (peak, flops, k) in enumerate(sorted(pending)):
+            stages.position(n, len(pending))
+            if any(p <= peak and f <= flops and (p < peak or f < flops or j < k)
+                   for p, f, j in plans):
+                continue
+            pricing, i = entries[k]
+            priced[k] = c = _copies([pricing.price(i)])[0]
+            plans.append((c.step_peak, c.recompute_flops, k))
+    return union([[priced[k] for k in sorted(priced)]])
 
 
 #: The budget that asks for the lowest step peak the front reaches.

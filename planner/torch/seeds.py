@@ -18,13 +18,14 @@ candidate reports like every other.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import time
 
 import numpy as np
 
 __all__ = ["MIN_CUT_BUDGETS", "min_cut_partition", "saved_names", "min_cut_saved",
-           "representable", "base_of", "keep_plan", "min_cut_keeps"]
+           "representable", "base_of", "keep_plan", "min_cut_keeps", "shared_solves"]
 
 #: ``activation_memory_budget`` values at which the min-cut's partition is offered. Torch's
 #: grid in steps of 0.2 (1.0 is its default; 0.2-0.8 the points the realistic bench and
@@ -147,11 +148,56 @@ def keep_plan(tg, names, label: str):
 
 def min_cut_keeps(joint, joint_inputs, budgets=MIN_CUT_BUDGETS, **kwargs) -> dict:
     """label -> keep set (:func:`representable`) of the min-cut's partition of ``joint`` at each
-    of ``budgets``, distinct sets only (the first budget giving a set names it)."""
+    of ``budgets``, distinct sets only (the first budget giving a set names it). The budgets
+    share torch's min-cut solves (:func:`shared_solves`)."""
     out, seen = {}, set()
-    for b in budgets:
-        keep = representable(joint, min_cut_saved(joint, joint_inputs, b, **kwargs))
-        if keep not in seen:
-            seen.add(keep)
-            out[f"min-cut {b:g}"] = keep
+    with shared_solves():
+        for b in budgets:
+            keep = representable(joint, min_cut_saved(joint, joint_inputs, b, **kwargs))
+            if keep not in seen:
+                seen.add(keep)
+                out[f"min-cut {b:g}"] = keep
     return out
+
+
+@contextlib.contextmanager
+def shared_solves():
+    """torch's min-cut solves (``partitioners.solve_min_cut``) made once per graph, options and
+    nodes not banned, for every partition made inside.
+
+    Why: below ``activation_memory_budget`` 1.0 torch's partitioner solves up to four min-cuts
+    (its default options, two more aggressive ones, then one with the knapsack's choice not
+    banned); only the last depends on the budget. The seeds partition copies of one joint graph
+    at seven budgets, so the first three are the same solves each time (same graph, same
+    classification, same options): solved once, they are handed to the later budgets as the
+    nodes of that budget's own copy, by name. A solve is a function of the graph (its nodes,
+    targets, inputs and the partitioner's tags), the options and the nodes not banned, which
+    the key holds; it changes nothing in the graph."""
+    import torch._functorch.partitioners as parts
+    from torch.utils._ordered_set import OrderedSet
+
+    real, memo = parts.solve_min_cut, {}
+
+    def solve(joint_graph, node_info, min_cut_options, dont_ban=None):
+        key = (_graph_key(joint_graph), dataclasses.astuple(min_cut_options),
+               frozenset(n.name for n in (dont_ban or ())))
+        if key not in memo:
+            saved, banned = real(joint_graph, node_info, min_cut_options, dont_ban)
+            memo[key] = ([n.name for n in saved], [n.name for n in banned])
+        by_name = {n.name: n for n in joint_graph.nodes}
+        saved, banned = memo[key]
+        return [by_name[n] for n in saved], OrderedSet(by_name[n] for n in banned)
+
+    parts.solve_min_cut = solve
+    try:
+        yield
+    finally:
+        parts.solve_min_cut = real
+
+
+def _graph_key(graph) -> tuple:
+    """What a min-cut solve reads of ``graph`` besides the values' metadata: each node's name,
+    op, target, inputs, tag and distance from the backward (set by the partitioner)."""
+    return tuple((n.name, n.op, str(n.target), tuple(a.name for a in n.all_input_nodes),
+                  n.meta.get("partitioner_tag", ""), getattr(n, "dist_from_bw", None))
+                 for n in graph.nodes)
