@@ -15,7 +15,10 @@ is priced only when read (``front._LazyFront``) they are its DP planning, and th
 in the union. ``--check FILE``: the fronts against another revision's file (a ``git worktree``
 of it running this script, ``PYTHONPATH`` at it): exit 1 on any candidate that differs (source,
 solver, keep set, replayed step peak, recompute FLOPs). ``--profile N``: cProfile with a CPU
-timer, the N functions of most cumulative time.
+timer, the N functions of most cumulative time. ``--bounds``: every plan of both fronts priced
+inside the call against its :class:`planner.torch.bounds.JointIndex` bounds. ``--after``: the
+compile goes on (torch's default partition) and both fronts are priced again on the same graphs
+once the call has returned, what differs listed.
 
     python3 bench/compile_plan_stages.py --models gpt,hf-gpt2 --out new.json --check old.json
 """
@@ -95,7 +98,8 @@ def bound_misses(tg, fr) -> list:
     return out
 
 
-def plan_inside(name: str, profile: int = 0, bounds: bool = False, fronts: bool = False) -> dict:
+def plan_inside(name: str, profile: int = 0, bounds: bool = False, fronts: bool = False,
+                after: bool = False) -> dict:
     """Compile model ``name``'s step once; inside the partitioner call, plan the front as
     ``_plan_front`` does, stage by stage."""
     import torch
@@ -166,7 +170,13 @@ def plan_inside(name: str, profile: int = 0, bounds: bool = False, fronts: bool 
                 s = io.StringIO()
                 pstats.Stats(prof, stream=s).sort_stats("cumulative").print_stats(profile)
                 got["profile"] = s.getvalue()
-            raise _Stop()
+            if not after:
+                raise _Stop()
+            got["graphs"] = (tg, merged)            # priced again once the compile is done
+            got["inside"] = [[_row(c) for c in front_mod.front(g)] for g in (tg, merged)]
+            from planner.torch.seeds import min_cut_partition
+
+            return min_cut_partition(gm, joint_inputs, **kwargs)[1:]
 
         def uuid(self):
             return None
@@ -183,6 +193,14 @@ def plan_inside(name: str, profile: int = 0, bounds: bool = False, fronts: bool 
             if "front" not in got:
                 raise
             del err
+    if after:       # every plan of both fronts priced again, after the call returned
+        got["after_differs"] = []
+        for part, g, inside in zip(("traced", "merged"), got.pop("graphs"), got.pop("inside")):
+            g.fronts.clear()
+            again = [_row(c) for c in front_mod.front(g)]
+            got["after_differs"] += [(part, a, b) for a, b in zip(inside, again) if a != b]
+            if len(inside) != len(again):
+                got["after_differs"].append((part, len(inside), len(again)))
     torch._dynamo.reset()
     return got
 
@@ -199,6 +217,9 @@ def main(argv=None) -> int:
                          "their JointIndex bounds")
     ap.add_argument("--fronts", action="store_true",
                     help="also write each of the two fronts in full (priced after the timing)")
+    ap.add_argument("--after", action="store_true",
+                    help="let the compile finish (torch's default partition) and price both "
+                         "fronts again on the same graphs after the call: list what differs")
     args = ap.parse_args(argv)
     import torch
 
@@ -206,7 +227,7 @@ def main(argv=None) -> int:
     print(f"torch {torch.__version__}, load {os.getloadavg()[0]:.1f}", flush=True)
     out = {}
     for name in [s for s in args.models.split(",") if s]:
-        g = plan_inside(name, args.profile, args.bounds, args.fronts)
+        g = plan_inside(name, args.profile, args.bounds, args.fronts, args.after)
         out[name] = g
         stages = ", ".join(f"{k} {v:.2f}" + (f" ({g['calls'][k]} calls)" if "pricing" in k
                                               else "") for k, v in g["seconds"].items())
@@ -216,6 +237,8 @@ def main(argv=None) -> int:
               f"candidates", flush=True)
         if args.profile:
             print(g["profile"])
+        if "after_differs" in g:
+            print(f"  priced after the call, differing from inside it: {g['after_differs']}")
         for part in ("traced", "merged"):
             if f"bound_misses_{part}" in g:
                 print(f"  {part}: plans priced below their bounds (solver, peak, bound, FLOPs, "

@@ -29,7 +29,6 @@ replayed peak fits: :func:`front` builds the Pareto front, :func:`choose` picks 
 from __future__ import annotations
 
 import dataclasses
-from contextlib import contextmanager
 from dataclasses import dataclass
 
 import numpy as np
@@ -38,7 +37,7 @@ from hgraph.common.progress import current as current_progress
 from planner import search
 from planner.options import SolverLimits
 from planner.torch import measure
-from planner.torch.partition import keep_names, partition
+from planner.torch.partition import graphs_only, keep_names, partition
 
 __all__ = ["Candidate", "front", "for_budget", "covers", "keep_all", "keeps_everything", "choose", "measured_candidate",
            "seeded_candidate", "split", "union", "resolve_step_budget",
@@ -114,33 +113,13 @@ def _measured(c: Candidate, num_fwd_outputs: int, slack: int = 0) -> Candidate:
     slack, :func:`planner.torch.slack.measured_slack`) and recomputed FLOPs.
 
     Pricing reads the partition's graphs only, so they are built without their Python code
-    (:func:`_graphs_only`); the candidate picked is split again, for real, by whoever runs it
+    (:func:`planner.torch.partition.graphs_only`); the candidate picked is split again, for
+    real, by whoever runs it
     (:func:`split`)."""
-    with _graphs_only():
+    with graphs_only():
         fw, bw = split(c, num_fwd_outputs)
     return dataclasses.replace(c, step_peak=measure.predict_step_peak(fw, bw) + int(slack),
                                recompute_flops=measure.recompute_flops(c.joint, bw))
-
-
-@contextmanager
-def _graphs_only():
-    """fx graph modules made inside have graphs but no generated code: lazy graph modules
-    (``_use_lazy_graph_module``, what torch's own partitioner builds), and the plain
-    ``GraphModule`` that ``reordering_to_mimic_autograd_engine`` makes skips its
-    ``recompile``. Generating and compiling a module's Python code is about a sixth of a
-    partition of a 2,000-node joint graph, three modules per candidate, and a priced
-    candidate is never run; calling one made here fails (it has no ``forward``), never runs
-    stale code."""
-    from torch.fx._lazy_graph_module import _use_lazy_graph_module
-    from torch.fx.graph_module import GraphModule
-
-    real = GraphModule.recompile
-    GraphModule.recompile = lambda self: None
-    try:
-        with _use_lazy_graph_module(True):
-            yield
-    finally:
-        GraphModule.recompile = real
 
 
 def front(tg, solvers=SOLVERS, points: int = POINTS,

@@ -21,6 +21,7 @@ Two ways in:
 from __future__ import annotations
 
 import json
+from contextlib import contextmanager
 
 import torch
 from torch._functorch.partitioners import (_extract_fwd_bwd_modules,
@@ -33,7 +34,7 @@ from planner.torch.model_graph import is_random, is_view
 from planner.walk import ScheduleWalker
 
 __all__ = ["kept_vars", "saved_nodes", "partition", "apply_plan", "apply_keep", "plan_capture",
-           "keep_names", "functionalize_rng", "rng_state_bytes", "replay_under"]
+           "keep_names", "functionalize_rng", "rng_state_bytes", "replay_under", "graphs_only"]
 
 
 def kept_vars(g, schedule) -> set:
@@ -269,6 +270,28 @@ def partition(joint, num_fwd_outputs: int, keep: set, snapshot=(), plan=None):
         follow_episodes(bw, joint, plan.graph, plan.schedule)
     functionalize_rng(fw, bw)
     return fw, bw
+
+
+@contextmanager
+def graphs_only():
+    """fx graph modules made inside have graphs but no generated code: lazy graph modules
+    (``_use_lazy_graph_module``, what torch's own partitioner builds), and the plain
+    ``GraphModule`` that ``reordering_to_mimic_autograd_engine`` makes skips its
+    ``recompile``. Generating and compiling a module's Python code is about a sixth of a
+    partition of a 2,000-node joint graph, three modules per candidate, and a priced
+    candidate is never run (nor a min-cut partition whose saved names are all that is read,
+    :func:`planner.torch.seeds.min_cut_keeps`); calling one made here fails (it has no
+    ``forward``), never runs stale code."""
+    from torch.fx._lazy_graph_module import _use_lazy_graph_module
+    from torch.fx.graph_module import GraphModule
+
+    real = GraphModule.recompile
+    GraphModule.recompile = lambda self: None
+    try:
+        with _use_lazy_graph_module(True):
+            yield
+    finally:
+        GraphModule.recompile = real
 
 
 def keep_names(g, schedule) -> set:

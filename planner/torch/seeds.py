@@ -149,9 +149,13 @@ def keep_plan(tg, names, label: str):
 def min_cut_keeps(joint, joint_inputs, budgets=MIN_CUT_BUDGETS, **kwargs) -> dict:
     """label -> keep set (:func:`representable`) of the min-cut's partition of ``joint`` at each
     of ``budgets``, distinct sets only (the first budget giving a set names it). The budgets
-    share torch's min-cut solves (:func:`shared_solves`)."""
+    share torch's min-cut solves (:func:`shared_solves`), and the partitions are graphs only
+    (:func:`planner.torch.partition.graphs_only`: only the names the backward receives are
+    read, and torch's partitioner generates each module's Python code eight times a budget)."""
+    from planner.torch.partition import graphs_only
+
     out, seen = {}, set()
-    with shared_solves():
+    with shared_solves(), graphs_only():
         for b in budgets:
             keep = representable(joint, min_cut_saved(joint, joint_inputs, b, **kwargs))
             if keep not in seen:
