@@ -31,8 +31,10 @@ the first call accepted (source, replayed step peak) and what it measured.
 Verdicts per model (the issue's acceptance): hgraph's front dominates torch's five points
 (for each, an hgraph row at peak <= and CPU seconds <= 1.05x), hgraph's lowest peak is below
 torch's lowest, and hgraph's measured peaks are monotone in the budget. A torch point the
-percent rows leave undominated gets ``hgraph @torch B``: ``pt.compile`` at that point's
-measured peak in bytes (what a user asking for it gets), timed interleaved with it.
+percent rows leave undominated gets ``hgraph @torch B (torch:B)``: ``pt.compile`` at
+``budget="torch:B"`` (a step no larger than torch.compile's at B, measured: what a user moving
+from ``activation_memory_budget=B`` asks for), timed interleaved with it. ``--measure-front``
+instead compiles and measures every candidate of hgraph's front beside torch's points.
 
     python3 bench/realistic_bench.py --models gpt,resnet50,vit --out out/realistic
     python3 bench/torch_bench.py --realistic --scale full
@@ -89,7 +91,7 @@ def torch_row(model, inputs, loss, amb) -> dict:
     t0 = time.perf_counter()
     step(*inputs)
     return dict(method=f"torch {amb}", budget=None, step=step, model=m, label="min-cut",
-                compile_s=time.perf_counter() - t0)
+                compile_s=time.perf_counter() - t0, amb=amb)
 
 
 def hgraph_row(model, inputs, loss, budget, fronts) -> dict:
@@ -198,13 +200,14 @@ def undominated(rows) -> list:
 
 
 def at_torch_rows(rows, model, inputs, loss, fronts, runs) -> list:
-    """For each torch point the percent rows do not dominate, ``hgraph @torch B``: what
-    ``pt.compile`` gives a user asking for that point's measured peak in bytes (the budget
-    grid 100/80/60/40% may fall either side of it), timed interleaved with that torch row."""
+    """For each torch point the percent rows do not dominate, ``hgraph torch:B``: what
+    ``pt.compile`` gives a user asking for a step no larger than torch.compile's at
+    ``activation_memory_budget`` B (the budget grid 100/80/60/40% may fall either side of it;
+    ``planner.torch.compiled.torch_point``), timed interleaved with that torch row."""
     out = []
     for t in undominated(rows):
-        r = hgraph_row(model, inputs, loss, int(t["peak"]), fronts)
-        r["method"] = f"hgraph @{t['method']}"
+        r = hgraph_row(model, inputs, loss, f"torch:{t['amb']}", fronts)
+        r["method"] = f"hgraph @{t['method']} (torch:{t['amb']})"
         print(f"  hgraph @{t['method']}: {r.get('tried', r.get('refused'))}", flush=True)
         if "step" in r:
             measure_rows([t, r], inputs, runs)
@@ -266,6 +269,65 @@ def list_front(name, scale, min_cut_budgets=None) -> int:
     return 0
 
 
+def _saved_bytes(bw) -> int:
+    """Bytes a partition's backward receives from its forward, parameters left out: the
+    activations it saves (fx metadata of the backward's placeholders)."""
+    import torch
+
+    total = 0
+    for n in bw.graph.nodes:
+        v = n.meta.get("val")
+        if (n.op == "placeholder" and not n.name.startswith(("tangents", "primals"))
+                and isinstance(v, torch.Tensor)):
+            total += v.numel() * v.element_size()
+    return total
+
+
+def measure_front(name, scale, runs, torch_budgets=TORCH_BUDGETS) -> str:
+    """Every front candidate compiled by Inductor and measured (allocator peak, CPU seconds
+    interleaved), beside torch's points: how the replay, the saved bytes and the measured step
+    relate on ``name`` (what the first call's trial rule must predict). One compile per row."""
+    import realistic_models
+
+    from planner.torch.compiled import TORCH_DEFAULT, HGraphPartitioner
+    from torch_bench import _recording_min_cut, compiled_step
+
+    model, inputs, loss = realistic_models.spec(name, scale)
+    rows, fronts = [], {}
+    for amb in torch_budgets:
+        part = _recording_min_cut()
+        m = copy.deepcopy(model)
+        step = compiled_step(m, loss, part, budget=amb)
+        step(*inputs)
+        rows.append(dict(method=f"torch {amb}", step=step, model=m, budget=None, replayed=None,
+                         flops=None, saved=sum(_saved_bytes(bw) for _, _, bw in part.parts)))
+        print(f"  torch {amb} compiled", flush=True)
+    first = HGraphPartitioner("100%", fronts=fronts, progress="off")
+    first.trial, first.need_front = TORCH_DEFAULT, True
+    compiled_step(copy.deepcopy(model), loss, first)(*inputs)
+    key = first.keys[0]
+    for k, c in enumerate(fronts[key][0]):
+        part = HGraphPartitioner("100%", fronts=fronts, progress="off")
+        part.trial = {key: k}
+        m = copy.deepcopy(model)
+        step = compiled_step(m, loss, part)
+        step(*inputs)
+        rows.append(dict(method=f"#{k} {c.source} {c.plan.solver}", step=step, model=m,
+                         budget=None, replayed=c.step_peak, flops=c.recompute_flops,
+                         saved=sum(_saved_bytes(bw) for _, _, bw in part.parts)))
+        print(f"  #{k} compiled", flush=True)
+    measure_rows(rows, inputs, runs)
+    out = [f"### {name}: the front measured", "",
+           "| row | replayed B | recompute FLOPs | saved B | measured peak B | CPU s |",
+           "|---|---:|---:|---:|---:|---:|"]
+    for r in rows:
+        rep = "" if r["replayed"] is None else f"{r['replayed']:,}"
+        fl = "" if r["flops"] is None else f"{r['flops']:,}"
+        out.append(f"| {r['method']} | {rep} | {fl} | {r['saved']:,} | {r['peak']:,} | "
+                   f"{r['cpu_s']:.2f} |")
+    return "\n".join(out + [""])
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--models", default="gpt,resnet50,vit")
@@ -278,6 +340,8 @@ def main(argv=None) -> int:
     ap.add_argument("--budgets", default=",".join(HGRAPH_BUDGETS),
                     help="pt.compile's budgets (percent of torch.compile's default step, "
                          "bytes, or min)")
+    ap.add_argument("--measure-front", action="store_true",
+                    help="compile and measure every front candidate beside torch's points")
     ap.add_argument("--list-front", action="store_true",
                     help="only print each model's front (one compile and a front each)")
     ap.add_argument("--min-cut-budgets", default=None,
@@ -297,6 +361,13 @@ def main(argv=None) -> int:
 
     torch.set_num_threads(args.threads)
     os.makedirs(args.out, exist_ok=True)
+    if args.measure_front:
+        for name in args.models.split(","):
+            text = measure_front(name, args.scale, args.runs,
+                                 [float(b) for b in args.torch_budgets.split(",")])
+            print(text, flush=True)
+            write_text(os.path.join(args.out, f"front_{name}_{args.scale}.md"), text + "\n")
+        return 0
     parts = [f"CPU float32, scale {args.scale}, {args.threads} thread(s), load average at "
              f"start {os.getloadavg()[0]:.1f}; peaks above what existed before the step "
              f"(parameters, buffers, inputs, labels); seconds: median of {args.runs} "

@@ -11,7 +11,7 @@ torch = pytest.importorskip("torch", reason="the torch extra is not installed")
 nn = torch.nn
 
 import planner.torch as pt  # noqa: E402
-from hgraph.common.errors import InfeasibleError  # noqa: E402
+from hgraph.common.errors import HGraphError, InfeasibleError  # noqa: E402
 from planner.torch.capture import LossError  # noqa: E402
 from planner.torch.compiled import TORCH_DEFAULT  # noqa: E402
 from planner.torch.measure import allocator_peak  # noqa: E402
@@ -223,3 +223,45 @@ def test_a_miss_lowers_the_offset_the_next_trials_reach_by():
     over = GPT_DEFAULT[1] - GPT_DEFAULT_MEASURED
     assert _choice(TORCH_06_MEASURED, first=True, over=over)[1].source == "min-cut"
     assert _choice(TORCH_06_MEASURED, first=True, over=over - 1_000_000)[1].source == "plan"
+
+
+def test_a_torch_point_budget_is_torchs_own_step_there_or_better():
+    """``"torch:0.5"``: the budget is torch.compile's own step at activation_memory_budget 0.5
+    as plain torch.compile runs it (measured here, apart), and the step returned measures
+    within it and recomputes no more than torch's partition there, gradients of one step."""
+    import torch._functorch.config as functorch_config
+
+    m, x, loss = activation_mlp()
+    ours, theirs, ref = copy.deepcopy(m), copy.deepcopy(m), copy.deepcopy(m)
+    step = pt.compile(ours, budget="torch:0.5", loss=loss, progress="off")
+    step(x)
+    plan = step.partitioner.plans[-1]
+    r = plan.report
+    assert r["torch_point"] == 0.5 and r["within_budget"]
+    assert r["measured_peak_bytes"] <= r["step_budget_bytes"]
+    own = r["candidates_measured"][1]
+    assert own == ("torch.compile 0.5", r["step_budget_bytes"])
+    assert r["candidates_measured"][0][0] == TORCH_DEFAULT
+    assert r["step_recompute_flops"] <= step.partitioner.points[
+        step.partitioner.keys[0]].recompute_flops
+    compiled = torch.compile(lambda v: loss(theirs(v)), dynamic=False)
+
+    def ref_step(v):
+        compiled(v).backward()
+
+    with functorch_config.patch(activation_memory_budget=0.5):
+        ref_step(x)
+        for p in theirs.parameters():
+            p.grad = None
+        peak, _ = allocator_peak(ref_step, (x,))
+    assert r["step_budget_bytes"] == peak
+    loss(ref(x)).backward()
+    for a, b in zip(ours.parameters(), ref.parameters()):
+        assert torch.allclose(a.grad, b.grad, rtol=1e-4, atol=1e-6)
+
+
+def test_a_bad_torch_point_is_refused_in_one_line_before_any_compile():
+    m, x, loss = activation_mlp()
+    for bad in ("torch:1.5", "torch:0", "torch:abc"):
+        with pytest.raises(HGraphError, match=r"activation_memory_budget B, a number in \(0, 1\]"):
+            pt.compile(copy.deepcopy(m), budget=bad, loss=loss)

@@ -24,7 +24,7 @@ from planner.torch.seeds import (MIN_CUT_BUDGETS, min_cut_keeps, min_cut_partiti
                                  representable, saved_names)
 
 __all__ = ["HGraphPartitioner", "CompiledStep", "compile_model", "fresh_function",
-           "TORCH_DEFAULT", "TRIALS"]
+           "TORCH_DEFAULT", "TORCH_POINT", "TRIALS", "torch_point"]
 
 _compiles = itertools.count()
 #: ``fronts`` key prefix of a graph's keep-everything plans alone (:meth:`HGraphPartitioner._keep_all`).
@@ -41,6 +41,37 @@ TRIALS = 3
 #: offset model's error on gpt's measured candidates (realistic bench, issue 35) was -2.2% to
 #: +1.3% of the measured peak; vit's min-cut 0.6 at torch 0.6's own peak needed 1.1%.
 SEED_REACH = 0.02
+#: Prefix of a budget that is torch.compile's own step at an ``activation_memory_budget``:
+#: ``"torch:0.4"`` asks for a step no larger than torch.compile's at 0.4, measured the same way.
+TORCH_POINT = "torch:"
+
+
+def torch_point(budget) -> float | None:
+    """The ``activation_memory_budget`` of a ``"torch:B"`` budget (0 < B <= 1), None for any
+    other budget; a malformed one is refused in one line.
+
+    Why a budget of this kind: a user moving from ``torch.compile`` with
+    ``activation_memory_budget=B`` wants a step no larger and no slower than the one torch
+    runs there, and no byte count says that before both are measured: the replay ranks
+    Inductor's steps only roughly (ResNet-50 at 160 px: torch's 0.4 partition replays 2.4 %
+    above its measured peak, torch's default 8.5 % below, bench/NOTES_torch.md), so a budget
+    in bytes at torch's peak takes whichever candidate the calibration expects to fit, often
+    one recomputing more than torch's own.
+
+    >>> torch_point("torch:0.4"), torch_point("60%"), torch_point(1000)
+    (0.4, None, None)
+    """
+    if not (isinstance(budget, str) and budget.strip().lower().startswith(TORCH_POINT)):
+        return None
+    text = budget.strip()[len(TORCH_POINT):].strip()
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not 0 < value <= 1:
+        raise HGraphError(f"bad budget {budget!r}: {TORCH_POINT}B takes torch.compile's "
+                          f"activation_memory_budget B, a number in (0, 1]")
+    return value
 
 
 def fresh_function(fn):
@@ -107,6 +138,11 @@ class HGraphPartitioner(torch._inductor.custom_graph_pass.CustomPartitionerFn):
         self.need_front = True
         #: graph key -> the :class:`Candidate` of torch.compile's default partition of it.
         self.defaults = {}
+        #: The ``activation_memory_budget`` of torch's partitions this partitioner makes where
+        #: a trial says :data:`TORCH_DEFAULT` (None: the one configured, torch.compile's default
+        #: step); another value makes torch's step at that point, kept in :attr:`points`.
+        self.torch_budget = None
+        self.points = {}
         #: Graphs this partitioner was handed (one per Dynamo graph; a graph break makes more,
         #: a cached compile none) and their keys.
         self.calls, self.keys = 0, []
@@ -178,18 +214,21 @@ class HGraphPartitioner(torch._inductor.custom_graph_pass.CustomPartitionerFn):
 
     def _torch_default(self, tg, key, gm, joint_inputs, **kwargs):
         """torch.compile's own partition of ``gm`` (the min-cut as Inductor calls it, at the
-        ``activation_memory_budget`` configured: torch.compile's default step), its candidate
-        kept in :attr:`defaults` (the replay a measured step calibrates), and the whole front
-        when :attr:`need_front`."""
+        ``activation_memory_budget`` configured: torch.compile's default step, or at
+        :attr:`torch_budget`), its candidate kept in :attr:`defaults` (the replay a measured
+        step calibrates; :attr:`points` for another ``torch_budget``), and the whole front when
+        :attr:`need_front`."""
         n_out = kwargs["num_fwd_outputs"]
         merged_gm = cap.cse(gm)
         merged = from_joint(merged_gm, n_out, decompose=True)
         if self.need_front:
             self._plan_front(tg, key, gm, merged_gm, merged, joint_inputs, **kwargs)
-        work, fw, bw = min_cut_partition(gm, joint_inputs, **kwargs)
+        point = self.torch_budget
+        work, fw, bw = min_cut_partition(gm, joint_inputs, point, **kwargs)
+        label = TORCH_DEFAULT if point is None else f"torch.compile {point:g}"
         c = front_mod.seeded_candidate(merged, representable(merged_gm, saved_names(bw)),
-                                       TORCH_DEFAULT)
-        self.defaults[key] = c
+                                       label)
+        (self.defaults if point is None else self.points)[key] = c
         self.plans.append(c.plan)
         self.parts.append((work, fw, bw))
         return fw, bw
@@ -308,6 +347,10 @@ class CompiledStep:
     3. accepts the first candidate measured within the budget (``"min"``: the lowest
        measured, torch's default included), else torch's default where it fits, else raises
        :class:`hgraph.common.errors.InfeasibleError` naming the smallest step measured.
+
+    A ``"torch:B"`` budget (:func:`torch_point`) compiles and measures torch.compile's own
+    step at ``activation_memory_budget`` B after its default step: that peak is the budget,
+    and that step is accepted unless a candidate recomputing less measures within it.
 
     Trials run from the same state (:class:`_StepState`), so after the first call the
     gradients, running statistics and RNG are those of one step. The accepted plan's report
@@ -448,11 +491,20 @@ class CompiledStep:
         return out
 
     @staticmethod
-    def _metered(tried, lowest):
+    def _metered(tried, lowest, point=None):
         """The meter of the compiled kind (:mod:`planner.search`) on trial ``i``: its step
         measured by the allocator; among those that fit, ``"min"`` the first lowest, any other
-        budget the first trial measured within it, torch's default (``tried[0]``) last."""
-        return lambda i: (tried[i]["peak"], (tried[i]["peak"], i) if lowest else (i == 0, i))
+        budget the first trial measured within it, torch's default (``tried[0]``) last; under
+        a ``"torch:B"`` budget (``point``) torch's step at B (``tried[1]``, the budget itself)
+        just before it, as the candidates tried after it recompute less.
+
+        >>> tried = [dict(peak=9), dict(peak=6), dict(peak=5), dict(peak=6)]
+        >>> sorted(range(4), key=lambda i: CompiledStep._metered(tried, False, 0.4)(i)[1])
+        [2, 3, 1, 0]
+        """
+        if lowest:
+            return lambda i: (tried[i]["peak"], (tried[i]["peak"], i))
+        return lambda i: (tried[i]["peak"], (i == 0, point is not None and i == 1, i))
 
     @staticmethod
     def _refusal(parsed, target, m0, measured, how):
@@ -461,7 +513,7 @@ class CompiledStep:
 
         def line(small, _):
             of = (f" ({parsed.text} of torch.compile's default step, {format_bytes(m0)})"
-                  if parsed.is_relative else "")
+                  if parsed is not None and parsed.is_relative else "")
             return (f"step budget {format_bytes(target)}{of} is below every step measured on the "
                     f"first call ({measured}): the smallest, {format_bytes(small)} "
                     f"({100 * small / m0:.1f}% of torch.compile's default step) by {how}; "
@@ -473,16 +525,18 @@ class CompiledStep:
 
         part, budget = self.partitioner, self.budget
         lowest = isinstance(budget, str) and budget.strip().lower() == front_mod.LOWEST
-        parsed = None if lowest else Budget.parse(budget)
-        part.need_front = lowest or parsed.percent != 100
+        point = torch_point(budget)
+        parsed = None if lowest or point is not None else Budget.parse(budget)
+        part.need_front = parsed is None or parsed.percent != 100
+        part.torch_budget = None
         state = _StepState(self.model, xs)
         try:
-            return self._settle(state, xs, lowest, parsed)
+            return self._settle(state, xs, lowest, parsed, point)
         except BaseException:
             state.original()            # a refusal, or an error in a trial: no trace left
             raise
 
-    def _search(self, state, xs, tried, graphs, target, lowest):
+    def _search(self, state, xs, tried, graphs, target, lowest, fewer=None):
         """Compile and measure up to :attr:`trials` choices of the front candidates of
         ``graphs`` (one per graph Dynamo made of the step), appended to ``tried``; stop at the
         first within ``target`` (not for ``"min"``).
@@ -493,11 +547,14 @@ class CompiledStep:
         lowers ``r`` by the miss (the choice's largest share times ``target`` / measured),
         as for one graph, where this is the measured / replayed ratio seen so far; the bytes
         the replay overstates the step by (``over``, :meth:`_caps`) fall to the miss's. What
-        counts is the whole step measured, graphs and the code between them together."""
+        counts is the whole step measured, graphs and the code between them together.
+        ``fewer`` (graph key -> FLOPs): only candidates recomputing less are tried (a
+        ``"torch:B"`` budget, whose own step, torch's at B, is measured already)."""
         part, dflt = self.partitioner, tried[0]
         m0, d = dflt["peak"], dflt["cand"]
         left = {k: [(i, c) for i, c in enumerate(part.fronts[k][0])
-                    if not (c.source == "min-cut" and c.keep == d[k].keep)] for k in graphs}
+                    if not (c.source == "min-cut" and c.keep == d[k].keep)
+                    and (fewer is None or c.recompute_flops < fewer[k])] for k in graphs}
         r = 1.0 if lowest else target / max(m0, 1)
         over = sum(d[k].step_peak for k in graphs) - m0
         for n in range(self.trials):
@@ -523,15 +580,23 @@ class CompiledStep:
                 r = min(r, rho * target / max(t["peak"], 1))
                 over = min(over, sum(c.step_peak for c in t["cand"].values()) - t["peak"])
 
-    def _settle(self, state, xs, lowest, parsed):
+    def _settle(self, state, xs, lowest, parsed, point=None):
         part = self.partitioner
         self.frames.reset_all()         # frames compiled before, elsewhere: converted afresh
         dflt = self._trial(state, xs, TORCH_DEFAULT, TORCH_DEFAULT, None)
         tried, m0 = [dflt], dflt["peak"]
         calls, keys = dflt["made"][2], dflt["made"][3]
-        target = None if lowest else parsed.resolve(m0)
+        target = None if lowest or point is not None else parsed.resolve(m0)
         graphs = list(dict.fromkeys(keys))         # a graph Dynamo made twice is one key
         dflt["cand"] = {k: part.defaults[k] for k in graphs}
+        fewer = None
+        if point is not None:           # torch's own step at the point: the budget, measured
+            part.torch_budget = point
+            own = self._trial(state, xs, TORCH_DEFAULT, f"torch.compile {point:g}", None)
+            own["cand"] = {k: part.points[k] for k in graphs}
+            tried.append(own)
+            target = own["peak"]
+            fewer = {k: c.recompute_flops for k, c in own["cand"].items()}
         if calls == 0:
             self._say("torch.compile reused a compile of this step from its cache: no graph "
                       "reached the partitioner, so torch's earlier partition runs, unplanned")
@@ -541,11 +606,14 @@ class CompiledStep:
                          "and the whole step measured" if part.need_front else
                          "each runs torch.compile's default partition, the whole step measured"))
         if calls and part.need_front:
-            self._search(state, xs, tried, graphs, target, lowest)
+            self._search(state, xs, tried, graphs, target, lowest, fewer)
         if lowest:
             target = min(t["peak"] for t in tried)
-        chosen = tried[search.pick(range(len(tried)), target, self._metered(tried, lowest),
+        chosen = tried[search.pick(range(len(tried)), target,
+                                   self._metered(tried, lowest, point),
                                    self._refusal(parsed, target, m0, len(tried), dflt["how"]))]
+        if chosen is dflt:              # recompiles (a new frame, the rerun below) make it
+            part.torch_budget = None
         if isinstance(chosen["trial"], dict):
             self.accepted.update(chosen["trial"])
         part.trial = dict(self.accepted)      # should Dynamo recompile a step it keeps
@@ -569,7 +637,7 @@ class CompiledStep:
                 graphs_in_step=calls, budget_covers_step=calls > 0,
                 step_budget_bytes=int(target), measured_peak_bytes=int(chosen["peak"]),
                 peak_measured_by=chosen["how"], within_budget=chosen["peak"] <= target,
-                torch_default_peak_bytes=int(m0),
+                torch_default_peak_bytes=int(m0), torch_point=point,
                 candidates_measured=[(t["label"], int(t["peak"])) for t in tried])
         return chosen["compiled"], out
 
@@ -581,8 +649,10 @@ def compile_model(model, budget="100%", loss=None, trials: int = TRIALS, **plan_
     steps accepted).
 
     ``budget``: the step's peak by the allocator, in bytes, percent of torch.compile's own
-    default step (``"100%"``: that step), or ``"min"`` (see :class:`CompiledStep`, which
-    checks it on the first call; ``trials``: candidates it may compile and measure).
+    default step (``"100%"``: that step), ``"torch:B"`` (torch.compile's own step at
+    ``activation_memory_budget`` B, measured: the step returned is no larger and recomputes
+    no more, :func:`torch_point`), or ``"min"`` (see :class:`CompiledStep`, which checks it on
+    the first call; ``trials``: candidates it may compile and measure).
     The partitioner is set in ``torch._inductor.config`` for the calls that compile only.
     Recurrent layers (``nn.LSTM``/``GRU``/``RNN``) are traced into the graph (Dynamo's
     ``allow_rnn``): by default Dynamo runs them eagerly, outside any partition, so their
@@ -590,7 +660,8 @@ def compile_model(model, budget="100%", loss=None, trials: int = TRIALS, **plan_
     """
     from planner.budget import Budget
 
-    if not (isinstance(budget, str) and budget.strip().lower() == front_mod.LOWEST):
+    lowest = isinstance(budget, str) and budget.strip().lower() == front_mod.LOWEST
+    if not lowest and torch_point(budget) is None:
         Budget.parse(budget)            # a bad budget is refused here, before any compile
     part = HGraphPartitioner(budget, **plan_kwargs)
     step = CompiledStep(model, budget, loss or cap.default_loss, part, trials)
