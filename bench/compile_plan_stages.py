@@ -12,13 +12,17 @@ partitioner call (the same graphs and context as ``compile``), times each stage 
 every candidate of the front, and then stops the compile (no Inductor code generation: it is not
 the planning). The "front as traced / merged" seconds are each ``front`` call's; where a front
 is priced only when read (``front._LazyFront``) they are its DP planning, and the pricing falls
-in the union. ``--check FILE``: the fronts against another revision's file (a ``git worktree``
-of it running this script, ``PYTHONPATH`` at it): exit 1 on any candidate that differs (source,
+in the union. ``--check FILE``: the fronts against another revision's file (a copy of this script
+in a ``git worktree`` of it, run from there: it imports the planner of the tree it sits in,
+as ``compile_time_bench`` does): exit 1 on any candidate that differs (source,
 solver, keep set, replayed step peak, recompute FLOPs). ``--profile N``: cProfile with a CPU
 timer, the N functions of most cumulative time. ``--bounds``: every plan of both fronts priced
 inside the call against its :class:`planner.torch.bounds.JointIndex` bounds. ``--after``: the
 compile goes on (torch's default partition) and both fronts are priced again on the same graphs
-once the call has returned, what differs listed.
+once the call has returned, what differs listed, and again under a ``TracingContext`` (what
+AOTAutograd's call holds: ``fx.Graph.eliminate_dead_code`` then takes seeded-random ops as pure,
+``inductor.config.fallback_random``, so a dead recomputation of one is removed; without it the
+copy stays in the backward and its FLOPs count).
 
     python3 bench/compile_plan_stages.py --models gpt,hf-gpt2 --out new.json --check old.json
 """
@@ -35,8 +39,7 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-if not os.environ.get("PYTHONPATH"):          # a worktree's run imports its own planner
-    sys.path.insert(0, os.path.join(HERE, ".."))
+sys.path.insert(0, os.path.join(HERE, ".."))    # the planner of the tree this script sits in
 
 MODELS = ("gpt", "resnet", "unet", "bert", "mobilenet", "lstm", "hf-gpt2")
 
@@ -194,13 +197,19 @@ def plan_inside(name: str, profile: int = 0, bounds: bool = False, fronts: bool 
                 raise
             del err
     if after:       # every plan of both fronts priced again, after the call returned
-        got["after_differs"] = []
-        for part, g, inside in zip(("traced", "merged"), got.pop("graphs"), got.pop("inside")):
-            g.fronts.clear()
-            again = [_row(c) for c in front_mod.front(g)]
-            got["after_differs"] += [(part, a, b) for a, b in zip(inside, again) if a != b]
-            if len(inside) != len(again):
-                got["after_differs"].append((part, len(inside), len(again)))
+        import torch._guards
+
+        for how in ("after_differs", "after_traced_differs"):
+            got[how] = []
+            for part, g, inside in zip(("traced", "merged"), got["graphs"], got["inside"]):
+                g.fronts.clear()
+                with (torch._guards.tracing(torch._guards.TracingContext(None))
+                      if how == "after_traced_differs" else contextlib.nullcontext()):
+                    again = [_row(c) for c in front_mod.front(g)]
+                got[how] += [(part, a, b) for a, b in zip(inside, again) if a != b]
+                if len(inside) != len(again):
+                    got[how].append((part, len(inside), len(again)))
+        del got["graphs"], got["inside"]
     torch._dynamo.reset()
     return got
 
@@ -239,6 +248,8 @@ def main(argv=None) -> int:
             print(g["profile"])
         if "after_differs" in g:
             print(f"  priced after the call, differing from inside it: {g['after_differs']}")
+            print(f"  priced after the call under a TracingContext, differing from inside it: "
+                  f"{g['after_traced_differs']}")
         for part in ("traced", "merged"):
             if f"bound_misses_{part}" in g:
                 print(f"  {part}: plans priced below their bounds (solver, peak, bound, FLOPs, "
