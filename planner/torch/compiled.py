@@ -439,14 +439,24 @@ class CompiledStep:
                     out=box[0], trial=trial)
 
     @staticmethod
-    def _next(left, dflt, cap, seed_cap, target, m0, lowest):
+    def _next(left, dflt, cap, seed_cap, target, m0, lowest, fallback=True):
         """The (front index, candidate) of ``left`` to try next, or None: ``"min"``, the lowest
         replayed; else the least recompute among those whose replayed peak is at most ``cap``
         (the replayed bytes the calibration so far expects to measure within ``target``; at or
         above torch's default peak, only those recomputing less than it), and where none is
         (and torch's default does not fit either), the lowest replayed. A min-cut partition
         replayed at most ``seed_cap`` (:meth:`_caps`: the first trial's wider reach for torch's
-        own partitions) that recomputes less than that choice goes first."""
+        own partitions) that recomputes less than that choice goes first. ``fallback=False``
+        (a ``"torch:B"`` budget, whose own step already fits): no lowest-replayed fallback.
+
+        >>> from types import SimpleNamespace as C
+        >>> d = C(step_peak=100, recompute_flops=0, source="min-cut")
+        >>> left = [(0, C(step_peak=80, recompute_flops=5, source="plan"))]
+        >>> CompiledStep._next(left, d, 70, 70, 60, 100, False)[0]
+        0
+        >>> CompiledStep._next(left, d, 70, 70, 60, 100, False, fallback=False) is None
+        True
+        """
         if not left:
             return None
         by_peak = min(left, key=lambda ic: (ic[1].step_peak, ic[1].recompute_flops))
@@ -455,7 +465,7 @@ class CompiledStep:
         cost = (lambda ic: (ic[1].step_peak, (ic[1].recompute_flops, ic[1].step_peak)))
         ok = [ic for ic in left if m0 > target or ic[1].recompute_flops < dflt.recompute_flops]
         fit = search.cheapest(ok, cap, cost)
-        if fit is None and m0 > target:
+        if fit is None and m0 > target and fallback:
             fit = by_peak
         seed = search.cheapest([ic for ic in ok if ic[1].source == "min-cut"], seed_cap, cost)
         if seed is not None and (fit is None or cost(seed)[1] < cost(fit)[1]):
@@ -562,7 +572,8 @@ class CompiledStep:
             caps = self._caps(d, graphs, r, over, target, n == 0) if not lowest else {}
             for k in graphs:
                 cap, seed_cap = caps.get(k, (0, 0))
-                nxt = self._next(left[k], d[k], cap, seed_cap, target, m0, lowest)
+                nxt = self._next(left[k], d[k], cap, seed_cap, target, m0, lowest,
+                                 fallback=fewer is None)
                 if nxt is not None:
                     left[k].remove(nxt)
                     pick[k] = nxt
