@@ -102,7 +102,7 @@ def picks(args) -> int:
             seconds[b] = round(time.process_time() - c0, 2)
         tg.fronts.clear()
         t2 = time.perf_counter()
-        fr = front.front(tg)
+        fr = list(front.front(tg))        # read: priced in full (front() prices when read)
         t3 = time.perf_counter()
         out[name] = dict(picks=chosen, front=[_row(c, tg.step_slack) for c in fr],
                          step_slack=int(tg.step_slack), pick_cpu_s=seconds,
