@@ -29,8 +29,9 @@ Python has allocated and alive then, and tracemalloc's peak during the stage. ``
 (this script's own; implies ``--traced``) also prints, at each stage's end, the N source lines
 whose allocations are alive then, largest first (``TOP <stage> <MiB> <count> <file>:<line>``):
 which of the driver's objects are the n-length ones, named by the line that made them.
-``--calls mod:name,...`` (this script's own; ``mod:Class.method`` for a class's) meters each named function as a stage of its own
-(patched where its callers look it up), to split a stage's peak by the calls inside it.
+``--calls mod:name,...`` (this script's own; ``mod:Class.method`` for a class's) meters each
+named function as a stage of its own (patched where its callers look it up), to split a
+stage's peak by the calls inside it.
 """
 
 from __future__ import annotations

@@ -59,8 +59,8 @@ from planner.dp.stacked import WalkInput, _best_end, _chain_fronts, walk
 from planner.dp.subsets import window_transitions
 
 __all__ = ["SegmentDP", "TableRows", "Stitched", "choose_cuts", "separator_states",
-           "segment_dps", "solve_handover", "solve_composed", "solve_forced", "compose", "merge_front",
-           "scale_family", "to_result", "DEFAULT_SEGMENTS"]
+           "segment_dps", "solve_handover", "solve_composed", "solve_forced", "compose",
+           "merge_front", "scale_family", "to_result", "DEFAULT_SEGMENTS"]
 
 #: Segments a plan is cut into by default: the measured gap to the uncut DP stayed within
 #: a fraction of a percent up to 255 cuts on the synthetic graphs (issue 37), and 64
