@@ -256,11 +256,10 @@ def main(argv=None) -> int:
                       f"bound): {g[f'bound_misses_{part}']}", flush=True)
     print(f"load {os.getloadavg()[0]:.1f}")
     if args.out:
-        tmp = args.out + ".tmp"
-        with open(tmp, "w") as f:
-            json.dump({k: {kk: vv for kk, vv in v.items() if kk != "profile"}
-                       for k, v in out.items()}, f, indent=1, sort_keys=True)
-        os.replace(tmp, args.out)
+        from hgraph.common.fileio import write_text
+
+        write_text(args.out, json.dumps({k: {kk: vv for kk, vv in v.items() if kk != "profile"}
+                                         for k, v in out.items()}, indent=1, sort_keys=True))
     if not args.check:
         return 0
     with open(args.check) as f:

@@ -112,11 +112,10 @@ def picks(args) -> int:
         for b, r in chosen.items():
             print(f"  {b:>5}: {seconds[b]:5.1f} s CPU  {r}", flush=True)
     if args.out:
+        from hgraph.common.fileio import write_text
+
         os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
-        tmp = args.out + ".tmp"
-        with open(tmp, "w") as f:
-            json.dump(out, f, indent=1, sort_keys=True)
-        os.replace(tmp, args.out)
+        write_text(args.out, json.dumps(out, indent=1, sort_keys=True))
     if not args.check:
         return 0
     with open(args.check) as f:
