@@ -74,6 +74,19 @@ def torch_point(budget) -> float | None:
     return value
 
 
+def _budget_kinds(budget) -> tuple:
+    """(lowest, point, parsed) of a ``compile`` budget: ``"min"``, ``"torch:B"``'s B
+    (:func:`torch_point`), else the :class:`planner.budget.Budget` (bytes or a percent); a bad
+    one is refused in one line. One reading for the check before any compile and the first
+    call of each shape."""
+    from planner.budget import Budget
+
+    lowest = isinstance(budget, str) and budget.strip().lower() == front_mod.LOWEST
+    point = None if lowest else torch_point(budget)
+    parsed = None if lowest or point is not None else Budget.parse(budget)
+    return lowest, point, parsed
+
+
 def fresh_function(fn):
     """``fn`` with a code object of its own. Dynamo caches compiled code per code object, and
     with modules inlined its guards accept another model of the same structure: a second
@@ -531,12 +544,8 @@ class CompiledStep:
         return line
 
     def _first_call(self, xs):
-        from planner.budget import Budget
-
-        part, budget = self.partitioner, self.budget
-        lowest = isinstance(budget, str) and budget.strip().lower() == front_mod.LOWEST
-        point = torch_point(budget)
-        parsed = None if lowest or point is not None else Budget.parse(budget)
+        part = self.partitioner
+        lowest, point, parsed = _budget_kinds(self.budget)
         part.need_front = parsed is None or parsed.percent != 100
         part.torch_budget = None
         state = _StepState(self.model, xs)
@@ -669,11 +678,7 @@ def compile_model(model, budget="100%", loss=None, trials: int = TRIALS, **plan_
     ``allow_rnn``): by default Dynamo runs them eagerly, outside any partition, so their
     activations, usually most of such a model's, would go unplanned.
     """
-    from planner.budget import Budget
-
-    lowest = isinstance(budget, str) and budget.strip().lower() == front_mod.LOWEST
-    if not lowest and torch_point(budget) is None:
-        Budget.parse(budget)            # a bad budget is refused here, before any compile
+    _budget_kinds(budget)               # a bad budget is refused here, before any compile
     part = HGraphPartitioner(budget, **plan_kwargs)
     step = CompiledStep(model, budget, loss or cap.default_loss, part, trials)
     return step
