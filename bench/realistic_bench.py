@@ -86,12 +86,12 @@ def torch_row(model, inputs, loss, amb) -> dict:
     """torch.compile's step at ``activation_memory_budget`` ``amb``, compiled by its first run."""
     from torch_bench import _recording_min_cut, compiled_step
 
-    m = copy.deepcopy(model)
-    step = compiled_step(m, loss, _recording_min_cut(), budget=amb)
+    m, part = copy.deepcopy(model), _recording_min_cut()
+    step = compiled_step(m, loss, part, budget=amb)
     t0 = time.perf_counter()
     step(*inputs)
     return dict(method=f"torch {amb}", budget=None, step=step, model=m, label="min-cut",
-                compile_s=time.perf_counter() - t0, amb=amb)
+                compile_s=time.perf_counter() - t0, amb=amb, parts=part.parts)
 
 
 def hgraph_row(model, inputs, loss, budget, fronts) -> dict:
@@ -290,17 +290,14 @@ def measure_front(name, scale, runs, torch_budgets=TORCH_BUDGETS) -> str:
     import realistic_models
 
     from planner.torch.compiled import TORCH_DEFAULT, HGraphPartitioner
-    from torch_bench import _recording_min_cut, compiled_step
+    from torch_bench import compiled_step
 
     model, inputs, loss = realistic_models.spec(name, scale)
     rows, fronts = [], {}
     for amb in torch_budgets:
-        part = _recording_min_cut()
-        m = copy.deepcopy(model)
-        step = compiled_step(m, loss, part, budget=amb)
-        step(*inputs)
-        rows.append(dict(method=f"torch {amb}", step=step, model=m, budget=None, replayed=None,
-                         flops=None, saved=sum(_saved_bytes(bw) for _, _, bw in part.parts)))
+        r = torch_row(model, inputs, loss, amb)
+        rows.append(dict(r, replayed=None, flops=None,
+                         saved=sum(_saved_bytes(bw) for _, _, bw in r["parts"])))
         print(f"  torch {amb} compiled", flush=True)
     first = HGraphPartitioner("100%", fronts=fronts, progress="off")
     first.trial, first.need_front = TORCH_DEFAULT, True
