@@ -24,6 +24,12 @@ pieces of the kept columns, then restored from the checkpoint). ``checkpoint_dir
 given, holds the first run's checkpoints, and ``run-NNN`` under it each later run's, so a run
 never resumes from another's.
 
+Each worker slot also keeps a *stash* across the session's runs (``block.stash`` in a program,
+:class:`hgraph.worker.Worker`): a program run again on the same graph — a solve re-run at a
+slightly different parameter — can find there what it computed per vertex in an earlier run
+and skip the work. A cache only: a replacement worker after a failure starts with an empty
+one, and it is dropped when the session closes (its workers end).
+
     >>> import numpy as np, hgraph
     >>> from hgraph.algorithms import SSSP
     >>> g = hgraph.Graph.from_edges([0, 0, 1], [1, 2, 2], weights=[4.0, 1.0, 2.0])

@@ -121,15 +121,19 @@ def frontier_edges(indptr: np.ndarray, vertices: np.ndarray) -> tuple[np.ndarray
 
 class BlockView:
     """What a program sees of one VBlock: ``ids`` (global, contiguous), ``start``, ``stop``,
-    ``size``, ``columns`` (graph columns sliced to the block), ``out_degree``, ``in_degree``."""
+    ``size``, ``columns`` (graph columns sliced to the block), ``out_degree``, ``in_degree``,
+    and ``stash``: its worker's cache (see :class:`Worker`), the same dict for every block of
+    the worker."""
 
-    def __init__(self, index: int, start: int, stop: int, columns, out_degree, in_degree):
+    def __init__(self, index: int, start: int, stop: int, columns, out_degree, in_degree,
+                 stash: dict | None = None):
         self.index, self.start, self.stop = index, start, stop
         self.size = stop - start
         self.ids = np.arange(start, stop, dtype=np.int64)
         self.columns = columns
         self.out_degree = out_degree
         self.in_degree = in_degree
+        self.stash = {} if stash is None else stash
 
     def __repr__(self) -> str:
         return f"BlockView({self.index}, ids {self.start}..{self.stop - 1})"
@@ -147,10 +151,20 @@ class Context:
 
 
 class Worker:
-    """Task ``part.task`` of a job: holds its VBlocks and runs supersteps (see the module doc)."""
+    """Task ``part.task`` of a job: holds its VBlocks and runs supersteps (see the module doc).
 
-    def __init__(self, program, part):
+    ``stash``: a dict its blocks see as ``block.stash``, which the runtime keeps per worker
+    slot across the runs of a :class:`hgraph.session.Session` (None: a fresh one). Why: a
+    program run again on the same graph — a solve re-run at a slightly different parameter —
+    can reuse expensive per-vertex work it did in an earlier run on this worker instead of
+    redoing it. It is a cache and never required for correctness: a replacement worker after
+    a failure starts with an empty one, it is in no checkpoint, it is dropped when the
+    session closes, and a program must give the same values with or without its contents.
+    """
+
+    def __init__(self, program, part, stash: dict | None = None):
         self.program = program
+        self.stash = {} if stash is None else stash
         self.part = part
         self.task, self.tasks, self.n = part.task, part.tasks, part.n
         self.lo, self.hi = part.start, part.stop
@@ -175,7 +189,7 @@ class Worker:
             self.blocks.append(BlockView(
                 self.task * (len(part.block_bounds) - 1) + i, a + self.lo, b + self.lo,
                 {name: col[a:b] for name, col in part.columns.items()},
-                out_degree[a:b], part.in_degree[a:b]))
+                out_degree[a:b], part.in_degree[a:b], self.stash))
         self.out_degree = out_degree
         self.values = np.zeros((size, *self.vshape), self.vdtype)
         self.active = np.zeros(size, bool)

@@ -6,6 +6,11 @@ A worker "failure" (``inject_failure``) discards the worker object and its state
 then recovers it from the last checkpoint as it would a dead actor. Kept columns
 (:class:`hgraph.session.Session`) are the arrays themselves: they live in this process, as the
 workers do, so a discarded worker loses nothing of them.
+
+Each task slot keeps one stash (:class:`hgraph.worker.Worker`'s ``stash``, a program's cache)
+across the runs loaded into this runtime, as a Ray actor keeps its own; a discarded worker's
+goes with it (its replacement starts with an empty one, as a replacement actor does), and
+:meth:`LocalRuntime.close` drops them all.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ class LocalRuntime:
         """``_options`` (a Ray address, a timeout) mean nothing in-process and are ignored;
         ``program`` None: no run bound yet (a session that reads a sharded graph first)."""
         self.workers: list[Worker | None] = []
+        self.stashes: list[dict] = []    # one a task slot, kept across loads (a cache)
         self.program = self.partition = None
         self.inputs = {}
         if program is not None:
@@ -58,7 +64,14 @@ class LocalRuntime:
             from hgraph.shards import weigh
 
             part = weigh(part)
-        return Worker(self.program, part)
+        return Worker(self.program, part, stash=self._stash(t))
+
+    def _stash(self, t: int) -> dict:
+        """Task slot ``t``'s stash, the one its earlier workers had (a new one the first
+        time)."""
+        while len(self.stashes) <= t:
+            self.stashes.append({})
+        return self.stashes[t]
 
     def unload(self):
         """Drop the run's workers (their slices and values) and the run (program, partition
@@ -96,11 +109,15 @@ class LocalRuntime:
             self.workers[t].restore(states[t])
 
     def reset(self):
-        """Fresh workers (recovery with no checkpoint: replay from superstep 0)."""
+        """Fresh workers (recovery with no checkpoint: replay from superstep 0), with empty
+        stashes, as Ray's replacement actors have."""
+        self.stashes = []
         self.workers = [self._worker(t) for t in range(self.tasks)]
 
     def kill(self, task: int):
         self.workers[task] = None
+        if task < len(self.stashes):
+            self.stashes[task] = {}      # the replacement starts with an empty stash
 
     def values(self):
         lost = [t for t, w in enumerate(self.workers) if w is None]
@@ -127,3 +144,4 @@ class LocalRuntime:
 
     def close(self):
         self.workers = []
+        self.stashes = []

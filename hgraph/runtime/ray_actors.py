@@ -42,13 +42,17 @@ def _actor_class():
     @ray.remote(max_restarts=0, num_cpus=0)
     class WorkerActor:
         """A :class:`hgraph.worker.Worker` inside a Ray actor, loaded with one run at a time
-        (a :class:`hgraph.session.Session` reuses the actor for the next run)."""
+        (a :class:`hgraph.session.Session` reuses the actor for the next run). ``stash``:
+        the workers' cache (:class:`hgraph.worker.Worker`), kept across the runs it is
+        loaded with; a replacement actor starts with an empty one, and it ends with the
+        actor."""
 
         def __init__(self):
             self.worker = None
+            self.stash = {}
 
         def load(self, program, part, spec, *arrays):
-            self.worker = Worker(program, assemble(part, spec, arrays))
+            self.worker = Worker(program, assemble(part, spec, arrays), stash=self.stash)
             return True
 
         def load_sharded(self, program, meta, count, spec, *arrays):
@@ -57,7 +61,8 @@ def _actor_class():
             from hgraph.shards import assemble_slice, weigh
 
             part = assemble_slice(meta, arrays[:count])
-            self.worker = Worker(program, weigh(assemble(part, spec, arrays[count:])))
+            self.worker = Worker(program, weigh(assemble(part, spec, arrays[count:])),
+                                 stash=self.stash)
             return True
 
         def read(self, source, k, task_bounds, block_bounds, reverse):
