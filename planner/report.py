@@ -21,7 +21,9 @@ bound computed, the model cost and budget certified: :mod:`planner.certificate`;
 activations: the DP cut into ``segments`` on the engine, ``mode``, ``handed_over``, the
 composed front's ``composed_recompute_cost`` / ``composed_ckpt_bytes``),
 ``milp`` (``--solver milp``: optimal, dual bound, stages, seconds),
-``engine`` (tasks, blocks, mode, runtime, supersteps) and ``decisions``: one
+``engine`` (tasks, blocks, mode, runtime, supersteps; with ``dp_segmented`` also
+``walks_reused``: segments whose free walk the final solve took from the workers' stashes,
+an earlier solve's of the session) and ``decisions``: one
 object per activation (``var``, ``function``, ``bytes``, ``block``, ``decision`` keep|recompute,
 ``computes``, ``reason``); in the dict a :class:`Decisions` sequence, not a list — write the
 report with :func:`write_json` / :func:`dumps` (``json.dumps`` of the raw dict refuses it).
@@ -165,16 +167,26 @@ def build(p) -> dict:
         "fell_back": m.fell_back,
         **({"dp_window": m.dp_window, "dp_front_cap": m.dp_front_cap, "dp_exact": m.dp_exact}
            if m.on_scale_path else {}),
-        **({"dp_segmented": dict(m.dp_segmented)} if m.dp_segmented else {}),
+        **({"dp_segmented": _segmented(m)[0]} if m.dp_segmented else {}),
         **({"milp": dict(m.milp)} if m.milp else {}),
         **({"recompute_lower_bound": p.recompute_certificate.bound, "gap": p.recompute_certificate.gap,
             "certificate": p.recompute_certificate.report()} if p.recompute_certificate is not None else {}),
         "accounting": (p.step or {}).get("accounting", "activations"),
         **{k: v for k, v in (p.step or {}).items() if k != "accounting"},
         **({"workspace_bytes": None} if p.step and not _convolves(p.graph) else {}),
-        "engine": dict(p.engine),
+        "engine": {**p.engine, **(_segmented(m)[1] if m.dp_segmented else {})},
         "decisions": p.decisions,
     }
+
+
+def _segmented(m) -> tuple[dict, dict]:
+    """The segmented DP's account split in two: what the plan is (the report's
+    ``dp_segmented``) and how the session ran it (``walks_reused``: free walks the workers
+    took from their stashes, which depends on the session's earlier solves and on failures,
+    so it goes to the ``engine`` line, beside the supersteps)."""
+    seg = dict(m.dp_segmented)
+    reused = seg.pop("walks_reused", None)
+    return seg, ({} if reused is None else {"walks_reused": int(reused)})
 
 
 def _convolves(g) -> bool:

@@ -47,6 +47,7 @@ Example::
 
 from __future__ import annotations
 
+import hashlib
 import time
 from types import SimpleNamespace
 
@@ -55,7 +56,8 @@ import numpy as np
 from hgraph.common.errors import HGraphError
 from planner.dp.fronts import Fronts, best_per_saved, pareto_mask, path
 from planner.dp.scale import DEFAULT_FRONT_CAP, DEFAULT_WINDOW, pass_lambdas, thin
-from planner.dp.stacked import WalkInput, _best_end, _chain_fronts, walk
+from planner.dp.stacked import (WalkInput, WalkTrace, _best_end, _chain_fronts, reusable,
+                                walk, walk_limits)
 from planner.dp.subsets import window_transitions
 
 __all__ = ["SegmentDP", "TableRows", "Stitched", "choose_cuts", "separator_states",
@@ -165,7 +167,8 @@ class SegmentDP:
     says what each end entry of the free walk needs behind it; :meth:`chain` reads a chain
     back from an end entry. Walks are kept by kind (``"free"``, ``"seeded"``) for the
     read-back; a worker that lost them (a replacement after a failure) walks again with
-    the same seed, which gives the same store.
+    the same seed, which gives the same store. :meth:`free_walk` takes the free walk from a
+    worker's cache when an earlier run's holds at this budget (the fit's re-solves).
     """
 
     def __init__(self, index: int, lo: int, mL, mAB, sub, dt, dm, budget: int,
@@ -217,15 +220,18 @@ class SegmentDP:
             self._tables = sub, dt, dm
         return self._tables
 
-    def solve(self, seed=None, kind: str | None = None):
+    def _input(self) -> WalkInput:
+        return WalkInput(self.mL, self.mAB, self.sub, self.dt, self.dm, self.budget,
+                         self.front_cap, self.lams, self.span, self.span_s, self.prune)
+
+    def solve(self, seed=None, kind: str | None = None, trace: WalkTrace | None = None):
         """The end front ``(saved, ckpt, pass)`` of the walk from ``seed`` (``(saved, ckpt,
         pass)`` arrays in pass, then saved, order; None: ``(0, 0)`` in every pass), kept as
-        ``kind`` (default ``"free"`` without a seed, ``"seeded"`` with one)."""
+        ``kind`` (default ``"free"`` without a seed, ``"seeded"`` with one); ``trace``: what
+        the walk records for :func:`~planner.dp.stacked.reusable`."""
         kind = kind or ("free" if seed is None else "seeded")
         t0 = time.perf_counter()
-        store, last = walk(WalkInput(self.mL, self.mAB, self.sub, self.dt, self.dm, self.budget,
-                                     self.front_cap, self.lams, self.span, self.span_s,
-                                     self.prune), seed=seed)
+        store, last = walk(self._input(), seed=seed, trace=trace)
         self.seconds += time.perf_counter() - t0
         if last is None:
             z = np.zeros(0, np.int64)
@@ -233,6 +239,41 @@ class SegmentDP:
         self.walks[kind] = (seed, store, last)
         self.heads.pop(kind, None)
         return last[0], last[1], last[2]
+
+    def digest(self) -> bytes:
+        """What identifies the segment's walk but its budget: a hash of every other input
+        (its rows or tables, ``m(L)``, ``m(A) + m(B)``, first state, front cap, passes,
+        spans, pruning). Equal digests and one budget give the same walk."""
+        tables = vars(self.rows) if self.rows is not None else \
+            dict(zip(("sub", "dt", "dm"), self._tables))
+        return _digest(self.lo, self.mL, self.mAB, self.front_cap, self.lams, self.span,
+                       self.span_s, self.prune, *sorted(tables.items(), key=lambda kv: kv[0]))
+
+    def free_walk(self, cache: dict | None = None) -> bool:
+        """The free walk (:meth:`solve` from ∅) and its :meth:`headroom`, taken from
+        ``cache`` (a worker's stash, :class:`hgraph.worker.Worker`) when it holds this
+        segment's free walk (same :meth:`digest`) at a budget whose result
+        :func:`~planner.dp.stacked.reusable` says is this budget's too; else walked (traced)
+        and put there, replacing the segment's entry (one a segment: the memory stays
+        bounded). Returns whether it was reused.
+
+        Why: the plan's fit re-solves a few MB lower (:func:`planner.api._fit`) and every
+        free walk would be walked again, the same; only the scan, which reads the budget
+        itself, has to re-run. The result is the same with or without the cache."""
+        key, digest = ("planner.dp.segmented.free", self.index), self.digest()
+        got = None if cache is None else cache.get(key)
+        if got is not None and got[0] == digest and reusable(got[1], walk_limits(self._input())):
+            _, _, store, last, heads = got
+            self.walks["free"] = (None, store, last)
+            self.heads["free"] = heads
+            return True
+        trace = WalkTrace() if cache is not None else None
+        self.solve(None, trace=trace)
+        heads = self.headroom("free")
+        if cache is not None:
+            _, store, last = self.walks["free"]
+            cache[key] = (digest, trace, store, last, heads)
+        return False
 
     def end(self, kind: str):
         """The kept walk's end front ``(saved, ckpt, pass, store id)``."""
@@ -277,6 +318,25 @@ class SegmentDP:
         w = state[:-1] - (state[1:] - self.sub.shape[1])
         return (state + self.lo, self.dt[state[1:], w], self.dm[state[1:], w],
                 int(entries[0]))
+
+
+def _digest(*parts) -> bytes:
+    """A blake2b digest of ``parts`` (arrays by dtype, shape and bytes; pairs and other
+    values by their ``repr``; nested one level in pairs)."""
+    h = hashlib.blake2b(digest_size=20)
+
+    def add(x):
+        if isinstance(x, np.ndarray):
+            h.update(f"a{x.dtype.str}{x.shape}".encode())
+            h.update(np.ascontiguousarray(x).view(np.uint8).reshape(-1).data)
+        else:
+            h.update(f"v{x!r}".encode())
+        h.update(b"|")
+
+    for part in parts:
+        for x in (part if isinstance(part, tuple) else (part,)):
+            add(x)
+    return h.digest()
 
 
 def _mask_before(sub: np.ndarray) -> None:

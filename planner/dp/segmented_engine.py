@@ -8,7 +8,11 @@ vertex column, so each worker receives only its own segments' (the engine slices
 by task), and runs their walks:
 
 * superstep 0 (``init``): with ``mode="composed"`` every segment's free walk, on every
-  worker at once — the DP's work, in parallel; vertex 0 takes its scan step from ∅;
+  worker at once — the DP's work, in parallel; vertex 0 takes its scan step from ∅. A
+  worker keeps each free walk in its stash (``block.stash``: kept across the runs of an
+  engine session), and a later run of the same segment at another budget — the plan's fit
+  re-solving a few MB lower — takes it from there when it is that budget's walk too
+  (:meth:`~planner.dp.segmented.SegmentDP.free_walk`): only the scan re-runs;
 * then the push scan: vertex ``k`` gets the front of ``k − 1`` (the message carries its
   entries: saved, ckpt, pass), takes its scan step (:func:`~planner.dp.segmented.scan_step`;
   ``mode="handover"``: its walk seeded with it) and pushes its own front on — within a
@@ -85,12 +89,12 @@ class SegmentedDP(hgraph.VertexProgram):
         self.msg = 2 + 3 * C
         r = self.msg
         # after the message prefix: kind (0 free, 1 seeded), chosen incoming entry, chosen
-        # outgoing entry, incoming size, back sizes, chain length; then the incoming front
-        # (saved, ckpt, pass), how each outgoing entry was made (a, b), the chain's states,
-        # dt and dm
-        self.KIND, self.IN_IDX, self.OUT_IDX, self.NIN, self.NA, self.NB, self.NCH = \
-            range(r, r + 7)
-        self.IN = r + 7
+        # outgoing entry, incoming size, back sizes, chain length, free walk reused (1) or
+        # walked (0); then the incoming front (saved, ckpt, pass), how each outgoing entry
+        # was made (a, b), the chain's states, dt and dm
+        self.KIND, self.IN_IDX, self.OUT_IDX, self.NIN, self.NA, self.NB, self.NCH, \
+            self.REUSED = range(r, r + 8)
+        self.IN = r + 8
         self.BACK = self.IN + 3 * C
         self.CHAIN = self.BACK + 2 * C
         self.value_shape = (self.CHAIN + 3 * self.width,)
@@ -143,14 +147,15 @@ class SegmentedDP(hgraph.VertexProgram):
         self._front_out(row, s, c, np.full(s.size, -1))
         return True
 
-    def _rewalk(self, seg, row, first: bool):
+    def _rewalk(self, seg, row, first: bool, stash=None):
         """Walk the segment again where this worker has not kept the walk (a replacement):
-        from the incoming front in the value, as the first time."""
+        from the incoming front in the value, as the first time (a free walk through the
+        worker's ``stash``, so the next run finds it there)."""
         kind = "free" if row[self.KIND] == 0 else "seeded"
         if kind in seg.walks:
             return kind
         if kind == "free":
-            seg.solve(None)
+            seg.free_walk(stash)
             return kind
         s_in, c_in, p_in = (None, None, None) if first else self._incoming(row)
         if self.mode == "handover":
@@ -162,10 +167,10 @@ class SegmentedDP(hgraph.VertexProgram):
             seg.solve(seed, kind="seeded")
         return kind
 
-    def _back(self, seg, row, f: int, first: bool):
+    def _back(self, seg, row, f: int, first: bool, stash=None):
         """Read back outgoing entry ``f``: the chain into the value, the incoming entry it
         started from into ``IN_IDX``."""
-        kind = self._rewalk(seg, row, first)
+        kind = self._rewalk(seg, row, first, stash)
         if self.mode == "handover":
             states, dts, dms, idx = seg.chain(f, "seeded")
         else:
@@ -194,9 +199,9 @@ class SegmentedDP(hgraph.VertexProgram):
         values = np.zeros((block.size, *self.value_shape), np.int64)
         segs = block.columns["seg"]
         if self.mode == "composed":
-            for seg in segs:
-                seg.solve(None)                       # every free walk, in parallel,
-                seg.headroom("free")                  # and what its end entries need
+            for r, seg in enumerate(segs):            # every free walk, in parallel, and
+                # what its end entries need (the stash's when an earlier run's holds)
+                values[r, self.REUSED] = seg.free_walk(block.stash)
         first = {r: None for r, seg in enumerate(segs) if seg.index == 0}
         return values, self._run(block, values, first, {})
 
@@ -239,7 +244,7 @@ class SegmentedDP(hgraph.VertexProgram):
             f = bwd[r]
             while True:
                 seg, row = segs[r], values[r]
-                self._back(seg, row, f, seg.index == 0)
+                self._back(seg, row, f, seg.index == 0, block.stash)
                 if seg.index == 0:
                     break
                 if r == 0:
@@ -278,7 +283,9 @@ def chain_graph(segs) -> hgraph.Graph:
 class EngineRun:
     """What :func:`solve_on_engine` returns: the ``stitched`` chain (None: no chain reaches
     V), the end entry taken (``saved``, ``ckpt``: the composed front's), how many segments
-    were walked seeded (``handed_over``), the engine's ``supersteps`` and ``stats``."""
+    were walked seeded (``handed_over``), the engine's ``supersteps`` and ``stats``, and how
+    many segments' free walks superstep 0 took from the workers' stashes (``reused``: an
+    earlier run's of the session at another budget)."""
 
     stitched: object
     saved: int
@@ -288,6 +295,7 @@ class EngineRun:
     supersteps: int
     stats: list
     seconds: float
+    reused: int = 0
 
 
 def solve_on_engine(fam, g, budget: int, cuts, window: int = S.DEFAULT_WINDOW,
@@ -311,9 +319,10 @@ def solve_on_engine(fam, g, budget: int, cuts, window: int = S.DEFAULT_WINDOW,
     res = run_program(_walk_timeout(o, segs), program, chain_graph(segs))
     vals = np.asarray(res.values)
     done = vals[:, _PHASE] == 2
+    reused = int(vals[:, program.REUSED].sum())
     if not done.all():
         return EngineRun(None, 0, 0, n, 0, res.supersteps, res.stats,
-                         time.perf_counter() - t0)
+                         time.perf_counter() - t0, reused)
     pr, w = program, program.width
     pieces = []
     for row in vals:
@@ -325,7 +334,7 @@ def solve_on_engine(fam, g, budget: int, cuts, window: int = S.DEFAULT_WINDOW,
     saved, ckpt = int(last[_OUT + f]), int(last[_OUT + pr.cap + f])
     stitched = S.Stitched.from_pieces(pieces, n, handed, time.perf_counter() - t0)
     return EngineRun(stitched, saved, ckpt, n, handed, res.supersteps, res.stats,
-                     stitched.seconds)
+                     stitched.seconds, reused)
 
 
 def _walk_timeout(o: EngineOptions, segs) -> EngineOptions:
@@ -361,13 +370,16 @@ def solve_result(fam, g, budget_units: int, strategy: str = "time", comp_ratio: 
     """``(DPResult, info, supersteps)``: the segmented DP's plan as
     :func:`planner.dp.solve.solve_family` reports one, what the report says of it (``info``:
     segments, mode, segments walked seeded, the composed front's entry taken — its recompute
-    and ckpt in bytes: nothing that depends on where it ran) and the engine's supersteps."""
+    and ckpt in bytes: nothing that depends on where it ran — and ``walks_reused``, the
+    segments whose free walk came from the workers' stashes, which does: on the session's
+    earlier runs and on failures) and the engine's supersteps."""
     cuts = S.choose_cuts(fam, segments)
     run = solve_on_engine(fam, g, budget_units, cuts, window, front_cap, strategy, mode,
                           opts=opts if opts is not None else EngineOptions())
     res = S.to_result(run.stitched, fam, g, budget_units, strategy, comp_ratio, units,
                       window, front_cap)
-    info = dict(segments=int(cuts.size - 1), mode=mode, handed_over=int(run.handed_over))
+    info = dict(segments=int(cuts.size - 1), mode=mode, handed_over=int(run.handed_over),
+                walks_reused=int(run.reused))
     if run.stitched is not None:
         info.update(composed_recompute_cost=int(g.t.sum()) - run.saved,
                     composed_ckpt_bytes=run.ckpt * int(comp_ratio))

@@ -59,7 +59,8 @@ from planner.dp.reach import reach_limits
 from planner.dp.scale import thin_lagrange
 from planner.dp.subsets import window_transitions
 
-__all__ = ["run_stacked", "walk", "WalkInput", "STACKED_MAX_WINDOW"]
+__all__ = ["run_stacked", "walk", "walk_limits", "WalkInput", "WalkTrace", "reusable",
+           "STACKED_MAX_WINDOW"]
 
 #: Widest window the stacked loop takes: its tables hold ``L·W`` transitions.
 STACKED_MAX_WINDOW = 64
@@ -114,7 +115,60 @@ class WalkInput:
     prune: bool = True
 
 
-def walk(w: WalkInput, seed=None, ends=None):
+@dataclasses.dataclass
+class WalkTrace:
+    """What a walk records, when asked, to tell whether its result holds at another budget
+    (:func:`reusable`): its ``limit`` table (:func:`walk_limits`) and its ``slack``, the least
+    ``limit − ckpt`` over every candidate that passed the limit test (``None``: none did).
+
+    Why: the plan job's fit re-solves at budgets a few MB lower (:func:`planner.api._fit`),
+    and a segment's free walk (:mod:`planner.dp.segmented`) rarely depends on so small a
+    change; the trace says exactly when it does not."""
+
+    limit: np.ndarray | None = None
+    slack: int | None = None
+
+    def note(self, gaps: np.ndarray) -> None:
+        """Take a batch's passing candidates' ``limit − ckpt`` into the slack."""
+        least = int(gaps.min())
+        self.slack = least if self.slack is None else min(self.slack, least)
+
+
+def walk_limits(w: WalkInput, ends=None) -> np.ndarray:
+    """The ``(L, W)`` limit table :func:`walk` tests candidates against (:func:`_limits`): the
+    only thing of the walk that depends on ``w.budget``."""
+    return _limits(w.mL, w.mAB, w.budget, w.sub, w.dm, w.prune, ends)
+
+
+def reusable(trace: WalkTrace, limit: np.ndarray) -> bool:
+    """Whether a walk traced in ``trace`` gives the same result, bit for bit, with the limit
+    table ``limit`` (another budget's :func:`walk_limits`, the other inputs the same).
+
+    Why it is exact. The budget enters :func:`walk` only through its limit table, and that in
+    three places: the candidates (``ckpt ≤ limit``), the batches (:func:`_batches`: the pattern
+    ``limit ≥ 0``) and the batches' sort radices (:func:`_batch_plan`). With ``d = limit_old −
+    limit ≥ 0`` everywhere and ``max d ≤ slack``: a candidate that passed (``c ≤ limit_old``)
+    still passes, since ``limit = limit_old − d ≥ limit_old − slack ≥ c``; one that failed
+    (``c > limit_old ≥ limit``) still fails. So the first batch keeps the same candidates,
+    hence the same fronts, and by induction over the batches every ring, store entry and end
+    front is the same. The same pattern gives the same batches. A radix only orders the
+    candidates by ``ps·r − nc``, which for any ``r`` above every candidate's ``nc`` (what
+    :func:`_batch_plan` makes it: a candidate's ckpt passed its limit and ``nc`` adds the
+    transition's ``dm``) is (``ps`` ascending, ``nc`` descending), ties kept in arrival
+    order by the stable sort — as the two-key ``np.lexsort`` (radix 0, also stable) orders
+    them: the same order for any valid radix, so a different one changes nothing. The
+    criterion is sufficient, not necessary (a smaller ``d`` away from the tight candidate
+    would do too)."""
+    old = trace.limit
+    if old is None or old.shape != limit.shape or not np.array_equal(old >= 0, limit >= 0):
+        return False
+    d = old - limit
+    if d.size and d.min() < 0:
+        return False
+    return trace.slack is None or not d.size or int(d.max()) <= trace.slack
+
+
+def walk(w: WalkInput, seed=None, ends=None, trace: WalkTrace | None = None):
     """The walk of :func:`run_stacked` over the states of ``w``.
 
     Why separate: a segment of the family between two strict separators is walked on its own
@@ -122,7 +176,9 @@ def walk(w: WalkInput, seed=None, ends=None):
     ``seed`` — ``(saved, ckpt, pass)`` arrays, each pass's entries in saved order (at most
     ``front_cap`` a pass): the front that segment's walk handed over — instead of ∅'s
     ``(0, 0)``. ``ends``: states whose reach (:mod:`planner.dp.reach`) is unbounded, as the
-    last state's is (a segment's end seen from inside it).
+    last state's is (a segment's end seen from inside it). ``trace``: a :class:`WalkTrace` to
+    fill (the limit table and the slack), so that the walk can be reused at another budget
+    (:func:`reusable`); None (the default) records nothing and costs nothing.
 
     Returns ``(store, last)``: every kept entry's predecessor (:class:`_Store`; a seed entry's
     is −1, its id its index in ``seed``) and the last state's front, ``(saved, ckpt, pass,
@@ -138,7 +194,10 @@ def walk(w: WalkInput, seed=None, ends=None):
     PK, PS = P * K, P * span_s
     ring = _seeded_ring(store, seed, W, P, K, span_s)
     rs, rc, re = (ring[f].reshape(-1) for f in range(3))     # flat views
-    limit = _limits(w.mL, w.mAB, w.budget, w.sub, dm, w.prune, ends)
+    limit = walk_limits(w, ends)
+    if trace is not None:
+        trace.limit, trace.slack = limit, None
+        ceiling = limit + dm                       # a candidate passes iff nc ≤ it
     report, every = current_progress().position, max(1, L // 200)   # the DP position, ~0.5 %
     starts, stops, radices = _batch_plan(limit, dm, B_key=P * span_s)
     # windows[s0, b]: the ring slots of the window of batch member b when the batch starts
@@ -161,6 +220,8 @@ def walk(w: WalkInput, seed=None, ends=None):
             continue
         ps = (ring[0][slots] + (dt[a:z] + lifts[:B])[:, :, None]).ravel()[at]
         nc = (ckpt + dm[a:z, :, None]).ravel()[at]
+        if trace is not None:                      # the passing candidates' margins:
+            trace.note(ceiling[a:z].ravel()[at // PK] - nc)   # = limit − ckpt
         ps, nc, seg, at, cnt = _select(ps, nc, at, r, B * P, K, span, span_s, thinning)
         per = cnt.reshape(B, P).sum(axis=1)        # entries per member
         bw = at // PK                              # at: (member, source, position)
