@@ -137,6 +137,7 @@ def build(p) -> dict:
     """The report dict of a plan (a :class:`planner.api.Plan`; see the module docstring for the
     keys), read off its fields in this order: the JSON report's own."""
     m = p.model
+    segmented, ran = _segmented(m)
     return {
         "graph": p.graph.name,
         "nodes": p.nodes,
@@ -167,23 +168,26 @@ def build(p) -> dict:
         "fell_back": m.fell_back,
         **({"dp_window": m.dp_window, "dp_front_cap": m.dp_front_cap, "dp_exact": m.dp_exact}
            if m.on_scale_path else {}),
-        **({"dp_segmented": _segmented(m)[0]} if m.dp_segmented else {}),
+        **({"dp_segmented": segmented} if segmented is not None else {}),
         **({"milp": dict(m.milp)} if m.milp else {}),
         **({"recompute_lower_bound": p.recompute_certificate.bound, "gap": p.recompute_certificate.gap,
             "certificate": p.recompute_certificate.report()} if p.recompute_certificate is not None else {}),
         "accounting": (p.step or {}).get("accounting", "activations"),
         **{k: v for k, v in (p.step or {}).items() if k != "accounting"},
         **({"workspace_bytes": None} if p.step and not _convolves(p.graph) else {}),
-        "engine": {**p.engine, **(_segmented(m)[1] if m.dp_segmented else {})},
+        "engine": {**p.engine, **ran},
         "decisions": p.decisions,
     }
 
 
-def _segmented(m) -> tuple[dict, dict]:
+def _segmented(m) -> tuple[dict | None, dict]:
     """The segmented DP's account split in two: what the plan is (the report's
-    ``dp_segmented``) and how the session ran it (``walks_reused``: free walks the workers
-    took from their stashes, which depends on the session's earlier solves and on failures,
-    so it goes to the ``engine`` line, beside the supersteps)."""
+    ``dp_segmented``; None for a DP walked whole) and how the session ran it
+    (``walks_reused``: free walks the workers took from their stashes, which depends on the
+    session's earlier solves and on failures, so it goes to the ``engine`` line, beside the
+    supersteps)."""
+    if not m.dp_segmented:
+        return None, {}
     seg = dict(m.dp_segmented)
     reused = seg.pop("walks_reused", None)
     return seg, ({} if reused is None else {"walks_reused": int(reused)})
