@@ -35,6 +35,7 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
 
     from hgraph import EngineOptions
+    from hgraph.common.errors import HGraphError
     from planner import api
     from planner.dp import scale
 
@@ -57,8 +58,12 @@ def main(argv=None) -> int:
 
     api._solve_and_replay = traced
     t0 = time.perf_counter()
-    p = api.plan(args.graph, args.budget,
-                 engine=EngineOptions(tasks=args.tasks, runtime=args.runtime))
+    try:
+        p = api.plan(args.graph, args.budget,
+                     engine=EngineOptions(tasks=args.tasks, runtime=args.runtime))
+    except HGraphError as err:             # a bad graph or budget: one line, no traceback
+        print(f"fit_trace: {err}", file=sys.stderr)
+        return 2
     print(f"budget {p.budget_bytes:,} B: peak {p.peak_bytes:,}, recompute "
           f"{p.recompute_cost:,}, {time.perf_counter() - t0:.1f} s in all")
     return 0
