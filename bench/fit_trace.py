@@ -9,9 +9,18 @@ budget asked, the chain's model peak, its replayed peak, the excess (replay − 
 replayed recompute and the seconds of the solve with its emission and replay. It wraps
 ``planner.api._solve_and_replay``: a diagnostic, nothing of the plan changes.
 
+``--parts`` also says what the excess is made of (:func:`parts`): the schedule is walked
+again to the replay's peak, and what is live there is set against the DP's model term of the
+block whose op it is (FORMAT.md §4.2: ``ckpt + 2·m(V_i) + m(A(L_i)) + m(B(L_i))``). Why: the
+fit would solve once if the excess were known before the first solve; what it is made of
+says whether it is a quantity of the graph (bench/NOTES_scale.md, issue 37, seventh session:
+it is not; it is the gradients the peak block writes outside itself and the parameters'
+gradients accumulated above it, which the chain's cut decides).
+
 Run (``--single``: the segmented DP off, the single-process walk)::
 
     python3 bench/fit_trace.py --graph W/cg_transformer_100000.txt --budget 50% --tasks 4
+    python3 bench/fit_trace.py --graph W/cg_transformer_20000.txt --parts
 """
 
 from __future__ import annotations
@@ -21,7 +30,63 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+
+def parts(a, found) -> str:
+    """What is live at the replay's peak of ``found`` (decision, model, schedule, replay) on the
+    analysis ``a``, against the model term of the peak op's block ``i``: values of earlier
+    blocks less the checkpoints the model counts, the block's values and gradients less
+    ``2·m(V_i)``, later blocks' values and gradients less ``m(A) + m(B)``, gradients of
+    earlier blocks' activations (the block's inputs: the model has none), the parameters' and
+    inputs' gradients (never freed: the model has none), and the block's term less the
+    chain's model peak. They add up to the excess."""
+    from planner.walk import ScheduleWalker
+
+    decision, model, schedule, sim = found
+    g, ag, stage = a.g, a.ir, decision.stage
+
+    class AtPeak(ScheduleWalker):
+        def visit(self, s, op):
+            if s == sim.peak_step:
+                self.snap = (np.fromiter(self.value_of, np.int64),
+                             np.fromiter(self.grad_of, np.int64), op.index)
+
+        def finish(self, n):
+            return self.snap
+
+    vals, grads, f = AtPeak(g, False).walk(schedule.ops)
+    nf = g.num_forward
+    i = int(stage[ag.node_of_var[g.forward_output[f % nf]]])
+    k = int(stage.max()) + 1
+    later = np.zeros(ag.n, bool)                   # checkpoints: a successor in a later block
+    later[ag.src[stage[ag.dst] > stage[ag.src]]] = True
+    ckpt = int(np.bincount(stage[later], weights=ag.bytes[later], minlength=k)[:i].sum())
+    L = stage <= i
+    block = int(ag.bytes[stage == i].sum())
+    mab = int(ag.bytes[ag.to_mask(ag.above(L))].sum() + ag.bytes[ag.to_mask(ag.below(L))].sum())
+    term = ckpt + 2 * block + mab
+
+    def by_block(v):                               # bytes of earlier, the block, later
+        node = ag.node_of_var[v]
+        node = node[node >= 0]
+        w = np.sign(stage[node] - i) + 1
+        return np.bincount(w, weights=ag.bytes[node], minlength=3).astype(np.int64)
+
+    fv, gv = by_block(vals), by_block(grads)
+    act = np.asarray(g.is_activation, bool)
+    pg = int(np.asarray(g.var_bytes, np.int64)[grads[~act[grads]]].sum())
+    terms = dict(values_earlier_over_ckpt=int(fv[0]) - ckpt,
+                 block_over_2m=int(fv[1] + gv[1]) - 2 * block,
+                 later_over_mA_mB=int(fv[2] + gv[2]) - mab,
+                 input_grads=int(gv[0]), param_input_grads=pg,
+                 block_term_under_model=term - int(model.model_peak_bytes))
+    assert sum(terms.values()) == sim.peak_bytes - model.model_peak_bytes, terms
+    kind = "backward" if f >= nf else "forward"
+    return (f"  at the peak, op {sim.peak_step:,} ({kind} {f}, block {i:,} of {k:,}, "
+            f"m(V_i) {block:,}): " + ", ".join(f"{n} {v:+,}" for n, v in terms.items()))
 
 
 def main(argv=None) -> int:
@@ -32,6 +97,8 @@ def main(argv=None) -> int:
     ap.add_argument("--runtime", default="ray", choices=("local", "ray"))
     ap.add_argument("--single", action="store_true",
                     help="plan with the segmented DP off (the single-process walk)")
+    ap.add_argument("--parts", action="store_true",
+                    help="also what the excess is made of at each replay's peak (a second walk)")
     args = ap.parse_args(argv)
 
     from hgraph import EngineOptions
@@ -54,6 +121,8 @@ def main(argv=None) -> int:
         print(f"DP budget {dp_budget:,} B: model peak {model.model_peak_bytes:,}, replayed "
               f"{sim.peak_bytes:,} (excess {sim.peak_bytes - model.model_peak_bytes:,}), "
               f"recompute {sim.recompute_cost:,}, {took:.1f} s", flush=True)
+        if args.parts:
+            print(parts(a, found), flush=True)
         return found
 
     api._solve_and_replay = traced
