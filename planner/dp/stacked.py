@@ -55,12 +55,12 @@ import numpy as np
 from hgraph.common.errors import HGraphError
 from hgraph.common.progress import current as current_progress
 from planner.dp.fronts import INF, Fronts, pareto_mask
-from planner.dp.reach import reach_limits
+from planner.dp.reach import reach_at, reach_limits
 from planner.dp.scale import thin_lagrange
 from planner.dp.subsets import window_transitions
 
-__all__ = ["run_stacked", "walk", "walk_limits", "WalkInput", "WalkTrace", "reusable",
-           "STACKED_MAX_WINDOW"]
+__all__ = ["run_stacked", "walk", "walk_limits", "room_offsets", "WalkInput", "WalkTrace",
+           "reusable", "STACKED_MAX_WINDOW"]
 
 #: Widest window the stacked loop takes: its tables hold ``L·W`` transitions.
 STACKED_MAX_WINDOW = 64
@@ -97,7 +97,9 @@ class WalkInput:
     ``mAB`` (``m(A) + m(B)``); the passes: ``budget``, ``front_cap``, ``lams`` (one a pass:
     None for a :func:`~planner.dp.scale.thin` pass, else a multiplier), ``span``/``span_s``
     (above any ckpt / saved: the whole graph's ``m(V) + 1`` / ``T(V) + 1``, so segments sort
-    alike) and ``prune`` (drop entries that can no longer reach V).
+    alike) and ``prune`` (drop entries that can no longer reach V); ``offsets``, when the
+    caller holds them: the tables' budget-free reach (:func:`planner.dp.reach.reach_offsets`
+    of :func:`room_offsets`, no ``ends``), so the limits at any budget need no reach pass.
 
     Why a record: a segment of the scale path (:class:`planner.dp.segmented.SegmentDP`) holds
     the same and walks it again and again."""
@@ -113,6 +115,7 @@ class WalkInput:
     span: int
     span_s: int
     prune: bool = True
+    offsets: np.ndarray | None = None
 
 
 @dataclasses.dataclass
@@ -137,7 +140,21 @@ class WalkTrace:
 def walk_limits(w: WalkInput, ends=None) -> np.ndarray:
     """The ``(L, W)`` limit table :func:`walk` tests candidates against (:func:`_limits`): the
     only thing of the walk that depends on ``w.budget``."""
-    return _limits(w.mL, w.mAB, w.budget, w.sub, w.dm, w.prune, ends)
+    if w.offsets is not None and ends is not None:
+        raise HGraphError("reach offsets are a walk's without ends; pass one or the other")
+    return _limits(w.mL, w.mAB, w.budget, w.sub, w.dm, w.prune, ends,
+                   w.offsets if w.prune else None)
+
+
+def room_offsets(mL: np.ndarray, mAB: np.ndarray, W: int) -> np.ndarray:
+    """``(L, W)``: the peak test's room of each window transition at budget 0 — at budget
+    ``b`` it is ``b +`` this (the target's ``2·m(L) + m(A) + m(B)`` against the source's
+    ``2·m(L)``; a missing source, before state 0, reads state 0's). Apart so that a segment
+    walked at several budgets computes its reach once (:mod:`planner.dp.reach`)."""
+    L = int(mL.size)
+    two_mL = 2 * mL
+    src = np.arange(L)[:, None] - W + np.arange(W)[None, :]
+    return (-two_mL - mAB)[:, None] + two_mL[np.maximum(src, 0)]
 
 
 def reusable(trace: WalkTrace, limit: np.ndarray) -> bool:
@@ -302,16 +319,17 @@ def _select(ps, nc, at, r: int, segments: int, K: int, span: int, span_s: int, t
     return ps, nc, seg, at, cnt
 
 
-def _limits(mL, mAB, budget: int, sub, dm, prune: bool, ends=None) -> np.ndarray:
+def _limits(mL, mAB, budget: int, sub, dm, prune: bool, ends=None,
+            offsets=None) -> np.ndarray:
     """``(L, W)``: the largest source ckpt each window transition takes (``-1``: none) — the
     peak test's room and, with ``prune``, what still reaches V (or a state of ``ends``)
-    after it."""
-    L, W = sub.shape
-    two_mL = 2 * mL
-    src = np.arange(L)[:, None] - W + np.arange(W)[None, :]
-    room = (budget - two_mL - mAB)[:, None] + two_mL[np.maximum(src, 0)]
+    after it: from the budget-free ``offsets`` when given (no ``ends`` then), else one
+    :func:`~planner.dp.reach.reach_limits` pass at this budget (the same array)."""
+    room = int(budget) + room_offsets(mL, mAB, sub.shape[1])
     if prune:
-        room = np.minimum(room, reach_limits(sub, room, dm, ends=ends)[:, None] - dm)
+        reach = reach_at(offsets, budget) if offsets is not None else \
+            reach_limits(sub, room, dm, ends=ends)
+        room = np.minimum(room, reach[:, None] - dm)
     return np.where(sub, room, -1)
 
 
