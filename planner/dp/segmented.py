@@ -56,12 +56,13 @@ import numpy as np
 from hgraph.common.errors import HGraphError
 from planner.dp.fronts import Fronts, best_per_saved, pareto_mask, path
 from planner.dp.scale import DEFAULT_FRONT_CAP, DEFAULT_WINDOW, pass_lambdas, thin
+from planner.dp.reach import reach_offsets
 from planner.dp.stacked import (WalkInput, WalkTrace, _best_end, _chain_fronts, reusable,
-                                walk, walk_limits)
+                                room_offsets, walk, walk_limits)
 from planner.dp.subsets import window_transitions
 
 __all__ = ["SegmentDP", "TableRows", "Stitched", "choose_cuts", "separator_states",
-           "segment_dps", "solve_handover", "solve_composed", "solve_forced", "compose",
+           "segment_dps", "prepare", "solve_handover", "solve_composed", "solve_forced", "compose",
            "merge_front", "scale_family", "to_result", "DEFAULT_SEGMENTS"]
 
 #: Segments a plan is cut into by default: the measured gap to the uncut DP stayed within
@@ -168,7 +169,8 @@ class SegmentDP:
     back from an end entry. Walks are kept by kind (``"free"``, ``"seeded"``) for the
     read-back; a worker that lost them (a replacement after a failure) walks again with
     the same seed, which gives the same store. :meth:`free_walk` takes the free walk from a
-    worker's cache when an earlier run's holds at this budget (the fit's re-solves).
+    worker's cache when an earlier run's holds at this budget (the fit's re-solves), and
+    :func:`prepare` the tables and the budget-free reach (``offsets``) likewise.
     """
 
     def __init__(self, index: int, lo: int, mL, mAB, sub, dt, dm, budget: int,
@@ -183,6 +185,9 @@ class SegmentDP:
         self.walks: dict = {}
         self.heads: dict = {}            # headroom of each kept walk's end entries
         self.seconds = 0.0
+        self.offsets = None              # the budget-free reach (prepare), None: not made
+        self.tables_built = False        # whether this object made its tables from its rows
+        self._rows_key = None            # the digest of the rows (or given tables), once
 
     @property
     def num_states(self) -> int:
@@ -196,7 +201,7 @@ class SegmentDP:
         state = dict(self.__dict__)
         state["walks"], state["heads"] = {}, {}
         if self.rows is not None:        # the rows, not the tables made from them
-            state["_tables"] = None
+            state["_tables"], state["offsets"], state["tables_built"] = None, None, False
         return state
 
     @property
@@ -218,11 +223,13 @@ class SegmentDP:
             sub, dt, dm = self.rows.tables()
             _mask_before(sub)
             self._tables = sub, dt, dm
+            self.tables_built = True
         return self._tables
 
     def _input(self) -> WalkInput:
         return WalkInput(self.mL, self.mAB, self.sub, self.dt, self.dm, self.budget,
-                         self.front_cap, self.lams, self.span, self.span_s, self.prune)
+                         self.front_cap, self.lams, self.span, self.span_s, self.prune,
+                         self.offsets)
 
     def solve(self, seed=None, kind: str | None = None, trace: WalkTrace | None = None):
         """The end front ``(saved, ckpt, pass)`` of the walk from ``seed`` (``(saved, ckpt,
@@ -244,10 +251,22 @@ class SegmentDP:
         """What identifies the segment's walk but its budget: a hash of every other input
         (its rows or tables, ``m(L)``, ``m(A) + m(B)``, first state, front cap, passes,
         spans, pruning). Equal digests and one budget give the same walk."""
-        tables = vars(self.rows) if self.rows is not None else \
-            dict(zip(("sub", "dt", "dm"), self._tables))
         return _digest(self.lo, self.mL, self.mAB, self.front_cap, self.lams, self.span,
-                       self.span_s, self.prune, *sorted(tables.items(), key=lambda kv: kv[0]))
+                       self.span_s, self.prune, self._rows_digest())
+
+    def _rows_digest(self) -> bytes:
+        """A digest of what the tables are made of (the rows, or the given tables), hashed
+        once per object: :meth:`digest` and :meth:`tables_digest` both read it."""
+        if self._rows_key is None:
+            tables = vars(self.rows) if self.rows is not None else \
+                dict(zip(("sub", "dt", "dm"), self._tables))
+            self._rows_key = _digest(*sorted(tables.items(), key=lambda kv: kv[0]))
+        return self._rows_key
+
+    def tables_digest(self) -> bytes:
+        """What identifies the segment's tables and reach offsets (:func:`prepare`): its rows,
+        ``m(L)``, ``m(A) + m(B)`` (the rooms' offsets) and pruning — not the budget."""
+        return _digest("tables", self.mL, self.mAB, self.prune, self._rows_digest())
 
     def free_walk(self, cache: dict | None = None) -> bool:
         """The free walk (:meth:`solve` from ∅) and its :meth:`headroom`, taken from
@@ -339,6 +358,47 @@ def _digest(*parts) -> bytes:
     return h.digest()
 
 
+#: The stash key prefix of a segment's tables and reach offsets (:func:`prepare`).
+TABLES_KEY = "planner.dp.segmented.tables"
+
+
+def prepare(segs, stash: dict | None = None) -> None:
+    """Give each segment of ``segs`` its window tables and, when it prunes, its budget-free
+    reach (:attr:`SegmentDP.offsets`, :func:`~planner.dp.reach.reach_offsets`): taken from
+    ``stash`` (a worker's, :class:`hgraph.worker.Worker`) where it holds the segment's under
+    the same :meth:`~SegmentDP.tables_digest`, else made — the tables from the segment's
+    rows, the reach of all made ones in one stacked pass — and put there (one entry a
+    segment, replacing: the memory stays bounded). Segments that have them already are
+    left as they are.
+
+    Why: only the budget changes between the fit's re-solves (:func:`planner.api._fit`), and
+    the tables and the reach are the rows' alone (the reach up to a shift by the budget), so
+    a re-solve on the same workers makes neither (counted: :attr:`SegmentDP.tables_built`).
+    A cache only: a replacement worker or a new session starts empty and makes the same."""
+    todo = []
+    for seg in segs:
+        if seg._tables is not None and (seg.offsets is not None or not seg.prune):
+            continue
+        key = digest = None
+        if stash is not None and seg.rows is not None:
+            key, digest = (TABLES_KEY, seg.index), seg.tables_digest()
+            got = stash.get(key)
+            if got is not None and got[0] == digest:
+                seg._tables, seg.offsets = got[1], got[2]
+                continue
+        todo.append((seg, key, digest))
+    need = [seg for seg, _, _ in todo if seg.prune and seg.offsets is None
+            and not (seg.dm.size and int(seg.dm.min()) < 0)]    # (reach_offsets needs dm ≥ 0)
+    W = need[0].sub.shape[1] if need else 0
+    made = reach_offsets([(seg.sub, room_offsets(seg.mL, seg.mAB, W), seg.dm, None)
+                          for seg in need])
+    for seg, offsets in zip(need, made):
+        seg.offsets = offsets
+    for seg, key, digest in todo:
+        if key is not None:
+            stash[key] = (digest, seg._made(), seg.offsets)
+
+
 def _mask_before(sub: np.ndarray) -> None:
     """Drop, in place, a segment's transitions from states before its first (row ``r``,
     column ``w``: the source ``r − W + w`` of the segment)."""
@@ -424,6 +484,7 @@ def solve_handover(fam, g, budget: int, cuts, window: int = DEFAULT_WINDOW,
     t0 = time.perf_counter()
     segs = segs if segs is not None else segment_dps(fam, g, budget, cuts, window, front_cap,
                                                     strategy, prune)
+    prepare(segs)
     seed = None
     for seg in segs:
         seed = seg.solve(seed, kind="seeded")
@@ -508,6 +569,7 @@ def solve_composed(fam, g, budget: int, cuts, window: int = DEFAULT_WINDOW,
     t0 = time.perf_counter()
     segs = segs if segs is not None else segment_dps(fam, g, budget, cuts, window, front_cap,
                                                     strategy, prune)
+    prepare(segs)
     cap = segs[0].passes * int(front_cap)
     s_in, c_in = np.zeros(1, np.int64), np.zeros(1, np.int64)
     backs = []

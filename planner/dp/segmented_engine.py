@@ -12,7 +12,10 @@ by task), and runs their walks:
   worker keeps each free walk in its stash (``block.stash``: kept across the runs of an
   engine session), and a later run of the same segment at another budget — the plan's fit
   re-solving a few MB lower — takes it from there when it is that budget's walk too
-  (:meth:`~planner.dp.segmented.SegmentDP.free_walk`): only the scan re-runs;
+  (:meth:`~planner.dp.segmented.SegmentDP.free_walk`): only the scan re-runs. Before the
+  walks, every mode: the worker's segments' window tables and reach (the rows' alone; the
+  reach of all it makes in one stacked pass) from the stash likewise, else made
+  (:func:`~planner.dp.segmented.prepare`);
 * then the push scan: vertex ``k`` gets the front of ``k − 1`` (the message carries its
   entries: saved, ckpt, pass), takes its scan step (:func:`~planner.dp.segmented.scan_step`;
   ``mode="handover"``: its walk seeded with it) and pushes its own front on — within a
@@ -90,11 +93,12 @@ class SegmentedDP(hgraph.VertexProgram):
         r = self.msg
         # after the message prefix: kind (0 free, 1 seeded), chosen incoming entry, chosen
         # outgoing entry, incoming size, back sizes, chain length, free walk reused (1) or
-        # walked (0); then the incoming front (saved, ckpt, pass), how each outgoing entry
-        # was made (a, b), the chain's states, dt and dm
+        # walked (0), tables made in this run (1) or taken from the stash (0); then the
+        # incoming front (saved, ckpt, pass), how each outgoing entry was made (a, b), the
+        # chain's states, dt and dm
         self.KIND, self.IN_IDX, self.OUT_IDX, self.NIN, self.NA, self.NB, self.NCH, \
-            self.REUSED = range(r, r + 8)
-        self.IN = r + 8
+            self.REUSED, self.BUILT = range(r, r + 9)
+        self.IN = r + 9
         self.BACK = self.IN + 3 * C
         self.CHAIN = self.BACK + 2 * C
         self.value_shape = (self.CHAIN + 3 * self.width,)
@@ -149,11 +153,13 @@ class SegmentedDP(hgraph.VertexProgram):
 
     def _rewalk(self, seg, row, first: bool, stash=None):
         """Walk the segment again where this worker has not kept the walk (a replacement):
-        from the incoming front in the value, as the first time (a free walk through the
-        worker's ``stash``, so the next run finds it there)."""
+        from the incoming front in the value, as the first time (tables and a free walk
+        through the worker's ``stash``, so the next run finds them there)."""
         kind = "free" if row[self.KIND] == 0 else "seeded"
         if kind in seg.walks:
             return kind
+        S.prepare([seg], stash)
+        row[self.BUILT] |= seg.tables_built
         if kind == "free":
             seg.free_walk(stash)
             return kind
@@ -198,6 +204,8 @@ class SegmentedDP(hgraph.VertexProgram):
     def init(self, block):
         values = np.zeros((block.size, *self.value_shape), np.int64)
         segs = block.columns["seg"]
+        S.prepare(segs, block.stash)                  # tables and reach: the stash's or made
+        values[:, self.BUILT] = [seg.tables_built for seg in segs]
         if self.mode == "composed":
             for r, seg in enumerate(segs):            # every free walk, in parallel, and
                 # what its end entries need (the stash's when an earlier run's holds)
@@ -285,7 +293,8 @@ class EngineRun:
     V), the end entry taken (``saved``, ``ckpt``: the composed front's), how many segments
     were walked seeded (``handed_over``), the engine's ``supersteps`` and ``stats``, and how
     many segments' free walks superstep 0 took from the workers' stashes (``reused``: an
-    earlier run's of the session at another budget)."""
+    earlier run's of the session at another budget) and how many segments' window tables
+    the run made (``tables_built``; the others came from the stashes)."""
 
     stitched: object
     saved: int
@@ -296,6 +305,7 @@ class EngineRun:
     stats: list
     seconds: float
     reused: int = 0
+    tables_built: int = 0
 
 
 def solve_on_engine(fam, g, budget: int, cuts, window: int = S.DEFAULT_WINDOW,
@@ -320,9 +330,10 @@ def solve_on_engine(fam, g, budget: int, cuts, window: int = S.DEFAULT_WINDOW,
     vals = np.asarray(res.values)
     done = vals[:, _PHASE] == 2
     reused = int(vals[:, program.REUSED].sum())
+    built = int(vals[:, program.BUILT].sum())
     if not done.all():
         return EngineRun(None, 0, 0, n, 0, res.supersteps, res.stats,
-                         time.perf_counter() - t0, reused)
+                         time.perf_counter() - t0, reused, built)
     pr, w = program, program.width
     pieces = []
     for row in vals:
@@ -334,7 +345,7 @@ def solve_on_engine(fam, g, budget: int, cuts, window: int = S.DEFAULT_WINDOW,
     saved, ckpt = int(last[_OUT + f]), int(last[_OUT + pr.cap + f])
     stitched = S.Stitched.from_pieces(pieces, n, handed, time.perf_counter() - t0)
     return EngineRun(stitched, saved, ckpt, n, handed, res.supersteps, res.stats,
-                     stitched.seconds, reused)
+                     stitched.seconds, reused, built)
 
 
 def _walk_timeout(o: EngineOptions, segs) -> EngineOptions:
