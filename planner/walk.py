@@ -109,6 +109,13 @@ class ScheduleWalker(Walker):
         self._out_var = int_array(cols.out_var)
         self._fwd_out = int_array(g.forward_output)
         self._is_act = byte_array(g.is_activation)
+        # each forward function's activation inputs (what a forward compute reads), gathered
+        # once: the walk's check reads them without testing every input per compute
+        fin = cols.in_var[:cols.in_ptr[self.nf]]
+        act = g.is_activation[fin]
+        blk = np.repeat(np.arange(self.nf), np.diff(cols.in_ptr[:self.nf + 1]))[act]
+        self._fwd_act = int_array(fin[act])
+        self._fa_ptr = int_array(np.r_[0, np.cumsum(np.bincount(blk, minlength=self.nf))])
         self._bw_out = cols.out_var[cols.out_ptr[self.nf]:]
         self._parts = int_array(np.bincount(self._bw_out, minlength=self.n))
         self._done_parts = array("q", bytes(8 * self.n))
@@ -167,43 +174,53 @@ class ScheduleWalker(Walker):
         self._free_hook = self.free if mine.free is not Walker.free else None
         visit = self.visit if mine.visit is not Walker.visit else None
         curve = self.curve = array("q", bytes(8 * len(ops)))    # 8 bytes an op
+        value_of, grad_of, free, forward, backward = \
+            self.value_of, self.grad_of, self._free, self._forward, self._backward
+        # an op is unpacked once (any 4-tuple of its fields: an Op or the sliced stream's
+        # rows) and its fields handed on: attribute reads per op were a share of the walk
         for s, op in enumerate(ops):
             self.s = s
-            if op.kind == "compute":
-                f = op.index
-                if 0 <= f < nf:
-                    self._forward(s, op, f)
-                elif nf <= f < 2 * nf:
-                    self._backward(s, op, f)
+            kind, index, grads, which = op
+            if kind == "compute":
+                if 0 <= index < nf:
+                    forward(s, index, grads)
+                elif nf <= index < 2 * nf:
+                    backward(s, index, grads)
                 else:
-                    self.bad(s, f"compute {f}: no such function (M={2 * nf})")
+                    self.bad(s, f"compute {index}: no such function (M={2 * nf})")
                     self.reads, self.grad_in, self.writes = [], None, []
-            elif not 0 <= op.index < n:
-                self.bad(s, f"forget {op.index}: no such variable (N={n})")
-            else:
-                b = (self.value_of if op.which == "forward" else self.grad_of).pop(op.index, None)
-                if b is not None:
-                    self._free(b)
-            if visit is not None:
-                visit(s, op)
-            if op.kind == "compute":         # the peak after a compute, as the reference's
+                if visit is not None:
+                    visit(s, op)
+                # the peak after a compute, as the reference's
                 if self.live > self.peak or self.peak_step < 0:
                     self.peak, self.peak_step = self.live, s
                 if self.live_act > self.peak_act:
                     self.peak_act = self.live_act
+            else:
+                if not 0 <= index < n:
+                    self.bad(s, f"forget {index}: no such variable (N={n})")
+                else:
+                    b = (value_of if which == "forward" else grad_of).pop(index, None)
+                    if b is not None:
+                        free(b)
+                if visit is not None:
+                    visit(s, op)
             curve[s] = self.live
         self._complete(len(ops))
         return self.finish(len(ops))
 
-    def _forward(self, s, op, f) -> None:
-        if op.grads:
+    def _forward(self, s, f, grads) -> None:
+        if grads:
             self.bad(s, f"forward compute {f} lists gradient indices")
-        value_of, is_act = self.value_of, self._is_act
-        self.reads = []
-        if self.check:
-            for a in self._in_var[self._ip[f]:self._ip[f + 1]]:
-                if is_act[a]:
-                    self._read_value(s, f, a)
+        value_of = self.value_of
+        self.reads = reads = []
+        if self.check:                   # the activation inputs' values are live
+            for a in self._fwd_act[self._fa_ptr[f]:self._fa_ptr[f + 1]]:
+                b = value_of.get(a)
+                if b is None:
+                    self.bad(s, f"compute {f} reads var {a} (forward), which is not live")
+                else:
+                    reads.append(b)
         self.computes[f] += 1
         y = self._fwd_out[f]
         old = value_of.pop(y, None)
@@ -212,22 +229,23 @@ class ScheduleWalker(Walker):
         b = value_of[y] = len(self.buf_var)          # a new buffer (_new, inlined: hot)
         self.buf_var.append(y)
         self.buf_grad.append(False)
-        self.live += self._vbytes[y]
-        self.live_act += self._vbytes[y]             # a forward output is an activation
+        nbytes = self._vbytes[y]
+        self.live += nbytes
+        self.live_act += nbytes                      # a forward output is an activation
         if self._alloc is not None:
             self._alloc(b)
         self.grad_in, self.writes = None, [(-1, b, False)]
 
-    def _backward(self, s, op, f) -> None:
+    def _backward(self, s, f, grads) -> None:
         self.reads, self.grad_in = reads, _ = [], None
         if self.check:
             self._backward_reads(s, f)
-        if not op.grads:
+        if not grads:
             self.bad(s, f"backward compute {f} lists no gradient indices")
         base, count = self._op[f], self._op[f + 1] - self._op[f]
         grad_of, produced, out_var = self.grad_of, self.produced, self._out_var
         self.writes = writes = []
-        for j in op.grads:
+        for j in grads:
             if j >= count:
                 self.bad(s, f"compute {f}: gradient index {j} out of range ({count} outputs)")
                 continue
@@ -248,8 +266,8 @@ class ScheduleWalker(Walker):
     def _backward_reads(self, s, f) -> None:
         """The buffers backward block ``f`` reads, each checked live (and a gradient complete)."""
         ip, value_of, grad_of, is_act = self._ip, self.value_of, self.grad_of, self._is_act
-        reads = self.reads
-        for a, tag in zip(self._in_var[ip[f]:ip[f + 1]], self._in_tag[ip[f]:ip[f + 1]]):
+        reads, lo, hi = self.reads, ip[f], ip[f + 1]
+        for a, tag in zip(self._in_var[lo:hi], self._in_tag[lo:hi]):
             if tag == GRADIENT:
                 if a in self.sinks:
                     if a not in value_of and self.computes[f - self.nf] == 0 and \
@@ -268,15 +286,11 @@ class ScheduleWalker(Walker):
                 self.grad_in = b
                 reads.append(b)
             elif is_act[a]:
-                self._read_value(s, f, a)
-
-    def _read_value(self, s, f, a) -> None:
-        """Function ``f`` at op ``s`` reads var ``a``'s live value."""
-        b = self.value_of.get(a)
-        if b is None:
-            self.bad(s, f"compute {f} reads var {a} (forward), which is not live")
-        else:
-            self.reads.append(b)
+                b = value_of.get(a)
+                if b is None:
+                    self.bad(s, f"compute {f} reads var {a} (forward), which is not live")
+                else:
+                    reads.append(b)
 
     def loss_available(self, a: int) -> bool:
         """Whether the loss gradient of sink ``a`` is held though its value is not (the
