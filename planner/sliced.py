@@ -23,6 +23,8 @@ and CNN graphs, slices of a few blocks up), and the replay's figures equal.
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import os
 import pickle
 import tempfile
@@ -74,20 +76,21 @@ def emit_and_replay(g, groups: np.ndarray, ag, check: bool = True, nodes: int | 
     :data:`SLICE_NODES` unless given."""
     nodes = SLICE_NODES if nodes is None else nodes
     fd, spool_path = tempfile.mkstemp(prefix="hgraph-pieces-")
-    try:
-        with os.fdopen(fd, "wb") as spool:
-            moved, total = _spool(g, emit_pieces(g, groups, ag, slices(groups, nodes)), spool)
-        fd, path = tempfile.mkstemp(prefix="hgraph-schedule-", suffix=".txt")
-        os.close(fd)
-        schedule = ScheduleFile(path, total)
-        weakref.finalize(schedule, _unlink, path)
-        stream = _Merged(g, spool_path, moved, total, path)
-        sim = simulate.replay(g, stream, mode=mode, check=check)
-        if stream.written != total:
-            raise RuntimeError(f"sliced schedule: {stream.written} lines written of {total}")
-        return schedule, sim
-    finally:
-        _unlink(spool_path)
+    with _cycles_paused():
+        try:
+            with os.fdopen(fd, "wb") as spool:
+                moved, total = _spool(g, emit_pieces(g, groups, ag, slices(groups, nodes)), spool)
+            fd, path = tempfile.mkstemp(prefix="hgraph-schedule-", suffix=".txt")
+            os.close(fd)
+            schedule = ScheduleFile(path, total)
+            weakref.finalize(schedule, _unlink, path)
+            stream = _Merged(g, spool_path, moved, total, path)
+            sim = simulate.replay(g, stream, mode=mode, check=check)
+            if stream.written != total:
+                raise RuntimeError(f"sliced schedule: {stream.written} lines written of {total}")
+            return schedule, sim
+        finally:
+            _unlink(spool_path)
 
 
 def _spool(g, pieces, spool):
@@ -163,6 +166,22 @@ class _Merged:
 
 def _forget(key: int, n: int) -> Op:
     return Op("forget", key - n, (), "backward") if key >= n else Op("forget", key, (), "forward")
+
+
+@contextlib.contextmanager
+def _cycles_paused():
+    """Python's cycle collector off for the stage (on again after it, if it was on). Why: the
+    stage makes and drops a few tuples per op (~5·10^6 ops at 10^6 activations), none of them
+    in a cycle, and each 700 allocations started a collection; those of the oldest generation
+    walk every object the driver holds (the graph, the DP's tables): ~1/4 of the stage's CPU
+    at 10^5 (bench/NOTES_scale.md). Reference counting frees everything here as before."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
 
 
 def _unlink(path) -> None:
