@@ -57,6 +57,7 @@ from planner.activation_graph import ActivationGraph
 from planner.arrays import byte_array, int_array, ranges
 from planner.cg import TAGS
 from planner.schedule import Op, Schedule
+from planner.slice_state import SliceStarts
 
 __all__ = ["normalize_chain", "groups_of_chain", "emit", "emit_groups", "emit_pieces", "topsor",
            "hoist_forgets", "hoist_piece"]
@@ -163,12 +164,21 @@ class _Emitter:
         node_of_var = ag.node_of_var
         self.ag = ag
         src, dst = ag.src, ag.dst
-        # per node: the latest block among successors, the earliest among predecessors
+        # per node: the latest block among successors
         max_succ = np.full(n, -1, np.int64)
         np.maximum.at(max_succ, src, grp[dst])
-        min_pred = np.full(n, k, np.int64)
-        np.minimum.at(min_pred, dst, grp[src])
         ckpt = max_succ > grp                                   # ∂L_i ∩ V_i
+        # the backward step at which each node's value (d) and gradient (e) is forgotten:
+        # a node of block j stays in B(L_{i-1}) / A(L_{i-1}) for the steps i ≤ j above its
+        # interval's low end (planner.slice_state), so each is forgotten at one known step,
+        # and step i's forgets are the nodes due then, in id order: a slice of an array
+        # where a scan of every live value and gradient (and a value's successors) per
+        # block was the emitter's largest cost (bench/NOTES_scale.md)
+        st = SliceStarts.of(g, ag, grp)
+        due_f, due_g = np.minimum(grp, st.upper_lo), np.minimum(grp, st.glive_lo)
+        by_f, by_g = np.argsort(due_f, kind="stable"), np.argsort(due_g, kind="stable")
+        self.fdue, self.fdue_ptr = by_f, np.searchsorted(due_f[by_f], np.arange(k + 1))
+        self.gdue, self.gdue_ptr = by_g, np.searchsorted(due_g[by_g], np.arange(k + 1))
         order = topsor(g)
         topo_pos = np.empty(nf, dtype=np.int64)
         topo_pos[order] = np.arange(nf)
@@ -182,7 +192,6 @@ class _Emitter:
         self.by_src = np.argsort(grp[src], kind="stable")
         self.eb = np.searchsorted(grp[src][self.by_src], np.arange(k + 1))
         self.edge_func = ag.func[dst]
-        self.succ_ptr, self.succ_idx = ag.succ_indptr, ag.succ_indices
         self.staged = keep is not None
         cols = g.columns
         has_output_tag = np.bincount(cols.in_block[cols.in_tag == TAGS.index("output")],
@@ -195,7 +204,7 @@ class _Emitter:
             self.kept_l = kept.tolist()
         # the per-node and per-function tables the loops read, as compact arrays read like
         # lists (8 bytes an entry, 1 a flag; lists of ints were ~40: bench/NOTES_scale.md)
-        for name, arr in dict(var=ag.var, grp_l=grp, min_pred_l=min_pred, nfunc=node_of_func,
+        for name, arr in dict(var=ag.var, grp_l=grp, nfunc=node_of_func,
                               nvar=node_of_var, tpos=topo_pos, out_ptr=cols.out_ptr,
                               out_var=cols.out_var).items():
             setattr(self, name, int_array(arr))
@@ -303,36 +312,29 @@ class _Emitter:
     def forget(self, i, keep_next):
         """(c) Block ``i``'s gradients live; (d) forward values of blocks ≥ i forgotten unless
         in B(L_{i-1}) (staged: values of blocks still to do not in ``keep_next`` too); (e)
-        gradients not in A(L_{i-1}) forgotten."""
+        gradients not in A(L_{i-1}) forgotten. The values and gradients leaving at step
+        ``i`` are those due then (:meth:`__init__`); ``upper`` and ``glive`` are what is
+        live of them (what a slice hands the next: planner.slice_state)."""
         append, live, var, upper, glive = self.ops.append, self.live, self.var, self.upper, self.glive
-        grp_l, min_pred_l, succ_ptr, succ_idx = self.grp_l, self.min_pred_l, self.succ_ptr, self.succ_idx
         block = self.by_node[self.nb[i]:self.nb[i + 1]].tolist()
         glive.update(block)
         upper.update(v for v in block if v in live)
-        for v in sorted(upper):
-            if v not in live:
-                upper.discard(v)
-                continue
-            in_b = False
-            if i > 0:
-                for w in succ_idx[succ_ptr[v]:succ_ptr[v + 1]].tolist():
-                    if grp_l[w] >= i and min_pred_l[w] <= i - 1:
-                        in_b = True
-                        break
-            if not in_b:
+        for v in self.fdue[self.fdue_ptr[i]:self.fdue_ptr[i + 1]].tolist():
+            if v in upper:                   # upper ⊆ live: each path out of live leaves it
                 append(Op("forget", var[v], (), "forward"))
                 live.discard(v)
                 upper.discard(v)
         if keep_next is not None:     # values of blocks still to do the next stage does not keep
             keep_next = set(np.asarray(keep_next, np.int64).tolist())
             for v in sorted(live):
-                if grp_l[v] < i and v not in keep_next:
+                if self.grp_l[v] < i and v not in keep_next:
                     append(Op("forget", var[v], (), "forward"))
                     live.discard(v)
-        for v in sorted(glive):
-            if not (i > 0 and min_pred_l[v] <= i - 1):
-                append(Op("forget", var[v], (), "backward"))
-                glive.discard(v)
+                    upper.discard(v)
+        gone = self.gdue[self.gdue_ptr[i]:self.gdue_ptr[i + 1]].tolist()
+        glive.difference_update(gone)
+        for v in gone:
+            append(Op("forget", var[v], (), "backward"))
 
 
 # ---- the reference's order and optimizer ------------------------------------------------------
