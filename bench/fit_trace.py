@@ -35,14 +35,15 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 
-def parts(a, found) -> str:
-    """What is live at the replay's peak of ``found`` (decision, model, schedule, replay) on the
-    analysis ``a``, against the model term of the peak op's block ``i``: values of earlier
-    blocks less the checkpoints the model counts, the block's values and gradients less
-    ``2·m(V_i)``, later blocks' values and gradients less ``m(A) + m(B)``, gradients of
-    earlier blocks' activations (the block's inputs: the model has none), the parameters' and
-    inputs' gradients (never freed: the model has none), and the block's term less the
-    chain's model peak. They add up to the excess."""
+def parts(a, found) -> tuple[dict, dict]:
+    """``(where, terms)``: what is live at the replay's peak of ``found`` (decision, model,
+    schedule, replay) on the analysis ``a``, against the model term of the peak op's block
+    ``i``. ``where``: the op, its kind and function, the block, the blocks, ``m(V_i)``.
+    ``terms`` (bytes, adding up to the excess): values of earlier blocks less the checkpoints
+    the model counts, the block's values and gradients less ``2·m(V_i)``, later blocks' values
+    and gradients less ``m(A) + m(B)``, gradients of earlier blocks' activations (the block's
+    inputs: the model has none), the parameters' and inputs' gradients (never freed: the model
+    has none), and the block's term less the chain's model peak."""
     from planner.walk import ScheduleWalker
 
     decision, model, schedule, sim = found
@@ -84,9 +85,16 @@ def parts(a, found) -> str:
                  input_grads=int(gv[0]), param_input_grads=pg,
                  block_term_under_model=term - int(model.model_peak_bytes))
     assert sum(terms.values()) == sim.peak_bytes - model.model_peak_bytes, terms
-    kind = "backward" if f >= nf else "forward"
-    return (f"  at the peak, op {sim.peak_step:,} ({kind} {f}, block {i:,} of {k:,}, "
-            f"m(V_i) {block:,}): " + ", ".join(f"{n} {v:+,}" for n, v in terms.items()))
+    where = dict(op=int(sim.peak_step), kind="backward" if f >= nf else "forward",
+                 function=int(f), block=i, blocks=k, block_bytes=block)
+    return where, terms
+
+
+def parts_line(where: dict, terms: dict) -> str:
+    """:func:`parts` as the trace prints it."""
+    return (f"  at the peak, op {where['op']:,} ({where['kind']} {where['function']}, block "
+            f"{where['block']:,} of {where['blocks']:,}, m(V_i) {where['block_bytes']:,}): "
+            + ", ".join(f"{n} {v:+,}" for n, v in terms.items()))
 
 
 def main(argv=None) -> int:
@@ -122,7 +130,7 @@ def main(argv=None) -> int:
               f"{sim.peak_bytes:,} (excess {sim.peak_bytes - model.model_peak_bytes:,}), "
               f"recompute {sim.recompute_cost:,}, {took:.1f} s", flush=True)
         if args.parts:
-            print(parts(a, found), flush=True)
+            print(parts_line(*parts(a, found)), flush=True)
         return found
 
     api._solve_and_replay = traced
