@@ -56,7 +56,7 @@ import numpy as np
 from planner.activation_graph import ActivationGraph
 from planner.arrays import byte_array, int_array, ranges
 from planner.cg import TAGS
-from planner.schedule import Op, Schedule
+from planner.schedule import COMPUTE, FORGET_BACKWARD, FORGET_FORWARD, Op, Schedule
 from planner.slice_state import SliceStarts
 
 __all__ = ["normalize_chain", "groups_of_chain", "emit", "emit_groups", "emit_pieces", "topsor",
@@ -396,17 +396,18 @@ def hoist_forgets(g, ops: list) -> list:
 
 def hoist_piece(g, ops: list, last_touch: np.ndarray, line0: int):
     """:func:`hoist_forgets` of one piece of a schedule whose earlier pieces are written:
-    ``(ops, moved)``. A forget whose anchor is in the piece lands as there; one whose value
-    was last touched in an earlier piece leaves it: ``moved`` holds those, as three arrays
-    (anchor line, position in the piece, key: var, + N for a gradient), the anchor line read
-    from ``last_touch``
+    ``(columns, moved)``, the piece's hoisted ops as columns (``code, index, glen, gflat``:
+    :func:`planner.schedule.columns_text`). A forget whose anchor is in the piece lands as
+    there; one whose value was last touched in an earlier piece leaves it: ``moved`` holds
+    those, as three arrays (anchor line, position in the piece, key: var, + N for a
+    gradient), the anchor line read from ``last_touch``
     (per key, the output line of its last touching compute so far; −1: the front), which
     is then updated with this piece's computes (their lines from ``line0``). The pieces'
     lines with the moved forgets put back after their anchors, each anchor's latest first,
     are :func:`hoist_forgets` of the whole (planner/sliced.py; tests/test_sliced.py)."""
     empty = np.zeros(0, np.int64)
     if not ops:
-        return [], (empty, empty, empty)
+        return (np.zeros(0, np.int8), empty, empty, empty), (empty, empty, empty)
     h = _anchors(g, ops)
     order = h.order(h.hit | h.is_c)
     cross = h.fpos[~h.hit[h.fpos]]
@@ -416,7 +417,7 @@ def hoist_piece(g, ops: list, last_touch: np.ndarray, line0: int):
     if h.touch.size:
         last = np.r_[h.touch[1:] // h.span != h.touch[:-1] // h.span, True]
         last_touch[h.touch[last] // h.span] = line[h.touch[last] % h.span]
-    return [ops[i] for i in order.tolist()], moved
+    return h.columns(order), moved
 
 
 class _anchors:
@@ -449,6 +450,8 @@ class _anchors:
         self.touch = touch = np.sort(np.concatenate(t_key) * span + np.concatenate(t_pos))
         which_bwd = np.fromiter((ops[i].which == "backward" for i in fpos.tolist()), bool,
                                 fpos.size)
+        self.index, self.bpos, self.glen, self.gflat = index, bpos, glen, j
+        self.which_bwd = which_bwd
         self.key = key = np.zeros(nops, np.int64)
         key[fpos] = index[fpos] + np.where(which_bwd, n, 0)
         at = np.searchsorted(touch, key[fpos] * span + fpos) - 1
@@ -459,6 +462,18 @@ class _anchors:
         self.group = group = np.empty(nops, np.int64)
         group[cpos] = ordinal[cpos] + 1
         group[fpos] = np.where(hit, ordinal[touch[np.maximum(at, 0)] % span] + 1, 0)
+
+    def columns(self, order: np.ndarray) -> tuple:
+        """The ops at positions ``order`` as columns (``code, index, glen, gflat``:
+        :func:`planner.schedule.columns_text`)."""
+        nops = self.is_c.size
+        code = np.full(nops, COMPUTE, np.int8)
+        code[self.fpos] = np.where(self.which_bwd, FORGET_BACKWARD, FORGET_FORWARD)
+        glen = np.zeros(nops, np.int64)
+        glen[self.bpos] = self.glen
+        start = np.cumsum(glen) - glen
+        return code[order], self.index[order], glen[order], \
+            self.gflat[ranges(start[order], glen[order])]
 
     def order(self, keep: np.ndarray) -> np.ndarray:
         """The positions of the ops ``keep`` selects, hoisted: each group its compute, then

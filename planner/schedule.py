@@ -20,12 +20,16 @@ Example::
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from itertools import repeat
 from typing import NamedTuple
+
+import numpy as np
 
 from hgraph.common.errors import InputError
 from hgraph.common.fileio import write_text
 
-__all__ = ["Op", "Schedule", "ScheduleFile", "compute", "forget"]
+__all__ = ["Op", "Schedule", "ScheduleFile", "compute", "forget", "COMPUTE", "FORGET_FORWARD",
+           "FORGET_BACKWARD", "columns_text", "columns_ops"]
 
 
 class Op(NamedTuple):
@@ -46,6 +50,56 @@ class Op(NamedTuple):
         if self.kind == "compute":
             return " ".join(["compute", str(self.index), *map(str, self.grads)])
         return f"forget {self.index} {self.which}"
+
+
+# ---- ops as columns ---------------------------------------------------------------------------
+# A piece of a schedule as four arrays: ``code`` (per op: COMPUTE, FORGET_FORWARD or
+# FORGET_BACKWARD), ``index`` (the function or var), ``glen`` (how many gradient indices a
+# compute lists) and ``gflat`` (those indices, op after op). Why: the sliced emission
+# (planner/sliced.py) spools, merges and writes ~5·10^6 ops at 10^6 activations; as columns
+# that is NumPy per piece, where an Op at a time (pickled, rebuilt, formatted by Op.line) was
+# ~1/3 of the stage's CPU (bench/NOTES_scale.md). The text and the ops are Op.line's and
+# Op's, line for line (tests/test_sliced.py: byte-identical schedules).
+
+COMPUTE, FORGET_FORWARD, FORGET_BACKWARD = 0, 1, 2
+_KIND = np.array(["compute", "forget", "forget"], object)
+_WHICH = np.array(["forward", "forward", "backward"], object)
+_FORGET_LINES = ["forget %d forward\n", "forget %d backward\n"]
+
+
+def columns_text(code: np.ndarray, index: np.ndarray, glen: np.ndarray,
+                 gflat: np.ndarray) -> str:
+    """The ops' lines (each ``Op.line()`` and a newline): one ``%`` of a format string per
+    line (by kind and gradient count) joined, over the ops' numbers in line order — the
+    formatting in C, not a Python call per op."""
+    if not code.size:
+        return ""
+    glen = np.asarray(glen, np.int64)
+    most = int(glen.max())
+    formats = np.array(_FORGET_LINES + ["compute %d" + " %d" * j + "\n" for j in range(most + 1)],
+                       object)
+    which = np.where(code == COMPUTE, 2 + glen, code - 1)
+    ends = np.cumsum(glen)
+    first = np.arange(code.size) + ends - glen          # where each op's numbers begin
+    nums = np.empty(code.size + int(ends[-1]), np.int64)
+    nums[first] = index
+    grads = np.ones(nums.size, bool)
+    grads[first] = False
+    nums[grads] = gflat
+    return "".join(formats[which].tolist()) % tuple(nums.tolist())
+
+
+def columns_ops(code: np.ndarray, index: np.ndarray, glen: np.ndarray, gflat: np.ndarray):
+    """The ops as :class:`Op` (an iterator; each built in C from its fields, a compute's
+    gradient indices a tuple of ``gflat``'s)."""
+    grads = [()] * code.size
+    ends = np.cumsum(glen)
+    some = np.flatnonzero(glen)
+    flat = gflat.tolist()
+    for r, a, b in zip(some.tolist(), (ends - glen)[some].tolist(), ends[some].tolist()):
+        grads[r] = tuple(flat[a:b])
+    fields = zip(_KIND[code].tolist(), index.tolist(), grads, _WHICH[code].tolist())
+    return map(tuple.__new__, repeat(Op), fields)
 
 
 def compute(index: int, grads=()) -> Op:

@@ -11,11 +11,11 @@ tables and the hoisting's arrays over all ops: ~1.9 KB an activation on the driv
 2. each piece is hoisted alone (:func:`planner.emit.hoist_piece`); a forget whose value was
    last touched in an earlier piece is set aside with the line of that touch (an array of the
    last touching line per value and gradient, 16 bytes a var, is the hand-over);
-3. the pieces go to a spool file (their ops as plain tuples); one pass then reads them back
-   in order, puts each set-aside forget after its anchor line (the anchor's latest forget
-   first, as the whole hoisting does), writes the schedule's text to its file and feeds the
-   same ops to the replay (the one schedule walk, :class:`planner.walk.ScheduleWalker`),
-   whose peak is over the whole.
+3. the pieces go to a spool file (their ops as columns: :func:`planner.schedule.columns_text`);
+   one pass then reads them back in order, puts each set-aside forget after its anchor line
+   (the anchor's latest forget first, as the whole hoisting does; ``np.insert`` per piece),
+   writes the piece's text to the schedule's file and feeds the same ops to the replay (the
+   one schedule walk, :class:`planner.walk.ScheduleWalker`), whose peak is over the whole.
 
 The schedule is byte-identical to the whole emission's (tests/test_sliced.py on transformer
 and CNN graphs, slices of a few blocks up), and the replay's figures equal.
@@ -29,20 +29,20 @@ import os
 import pickle
 import tempfile
 import weakref
+from itertools import chain
 
 import numpy as np
 
 from planner import simulate
 from planner.emit import emit_pieces, hoist_piece
-from planner.schedule import Op, ScheduleFile
+from planner.schedule import (FORGET_BACKWARD, FORGET_FORWARD, ScheduleFile, columns_ops,
+                              columns_text)
 
 __all__ = ["SLICE_NODES", "applies", "slices", "emit_and_replay"]
 
 #: Activations a slice holds at most (unless one block is larger): a piece's ops and tables
 #: are ~2-3 KB an activation while it is made, so ~16k activations are ~40 MB.
 SLICE_NODES = 1 << 14
-#: Lines of text written at a time.
-CHUNK_LINES = 1 << 16
 
 
 def applies(n: int, decision) -> bool:
@@ -94,19 +94,18 @@ def emit_and_replay(g, groups: np.ndarray, ag, check: bool = True, nodes: int | 
 
 
 def _spool(g, pieces, spool):
-    """Hoist each piece of ops (:func:`planner.emit.hoist_piece`) into ``spool`` (a pickled
-    list of each op's fields): ``(moved, ops)``, the set-aside forgets as two arrays (anchor
-    line, key) sorted as they go back (by anchor; an anchor's latest forget first), and the
-    ops in all."""
+    """Hoist each piece of ops (:func:`planner.emit.hoist_piece`) into ``spool`` (its
+    columns, pickled): ``(moved, ops)``, the set-aside forgets as two arrays (anchor line,
+    key) sorted as they go back (by anchor; an anchor's latest forget first), and the ops
+    in all."""
     last_touch = np.full(2 * g.num_vars, -1, np.int64)
     parts, pos0, line0 = [], 0, 0
     for ops in pieces:
         kept, (anchor, pos, key) = hoist_piece(g, ops, last_touch, line0)
-        # plain tuples: pickled and read back in ~0.45 of the time of the named ones
-        pickle.dump(list(map(tuple, kept)), spool, protocol=pickle.HIGHEST_PROTOCOL)
+        pickle.dump(kept, spool, protocol=pickle.HIGHEST_PROTOCOL)
         parts.append((anchor, pos + pos0, key))
         pos0 += len(ops)
-        line0 += len(kept)
+        line0 += kept[0].size
     empty = np.zeros(0, np.int64)
     anchor, pos, key = (np.concatenate(c) for c in zip(*parts)) if parts else (empty,) * 3
     order = np.lexsort((-pos, anchor))
@@ -115,9 +114,10 @@ def _spool(g, pieces, spool):
 
 class _Merged:
     """The hoisted schedule, read back once: the spooled pieces' ops with the set-aside
-    forgets after their anchors (those with none at the front), each written to ``path`` as
-    it passes. A sized iterable, so that the replay walks it as a list (its curve is sized
-    by ``len``)."""
+    forgets after their anchors (those with none at the front), each piece's text written
+    to ``path`` as it passes. A sized iterable, so that the replay walks it as a list (its
+    curve is sized by ``len``); its ops are :class:`Op` made in C from each piece's columns
+    (:func:`planner.schedule.columns_ops`), the walk's only Python per op."""
 
     def __init__(self, g, spool_path, moved, total: int, path):
         self.n, self.spool_path, self.path, self.total = g.num_vars, spool_path, path, total
@@ -128,44 +128,34 @@ class _Merged:
         return self.total
 
     def __iter__(self):
+        return chain.from_iterable(self._pieces())
+
+    def _pieces(self):
+        """Each piece's ops, after its text is written."""
         with open(self.spool_path, "rb") as spool, open(self.path, "w", encoding="utf-8") as out:
-            text = []
-            for op in self._ops(spool):
-                text.append(op.line())
-                if len(text) == CHUNK_LINES:
-                    self._flush(out, text)
-                yield op
-            self._flush(out, text)
+            for cols in self._columns(spool):
+                out.write(columns_text(*cols))
+                self.written += cols[0].size
+                yield columns_ops(*cols)
 
-    def _flush(self, out, text: list) -> None:
-        if text:
-            out.write("\n".join(text) + "\n")
-            self.written += len(text)
-            text.clear()
-
-    def _ops(self, spool):
-        """The ops in their hoisted order."""
-        anchor, key, n = self.anchor.tolist(), self.key.tolist(), self.n
-        make = tuple.__new__                     # an Op of its fields, as Op(*fields) makes it
-        j, line = 0, -1
-        while j < len(anchor) and anchor[j] == line:
-            yield _forget(key[j], n)
-            j += 1
+    def _columns(self, spool):
+        """Each spooled piece's columns with the set-aside forgets anchored in it (or at the
+        front) put after their lines."""
+        anchor, key, n = self.anchor, self.key, self.n
+        code = np.where(key >= n, FORGET_BACKWARD, FORGET_FORWARD).astype(np.int8)
+        index = np.where(key >= n, key - n, key)
+        j, line0 = 0, 0
         while True:
             try:
-                piece = pickle.load(spool)
+                cols = pickle.load(spool)
             except EOFError:
                 return
-            for fields in piece:
-                line += 1
-                yield make(Op, fields)
-                while j < len(anchor) and anchor[j] == line:
-                    yield _forget(key[j], n)
-                    j += 1
-
-
-def _forget(key: int, n: int) -> Op:
-    return Op("forget", key - n, (), "backward") if key >= n else Op("forget", key, (), "forward")
+            size = cols[0].size
+            hi = int(np.searchsorted(anchor, line0 + size, "left"))
+            at = anchor[j:hi] - line0 + 1                      # the piece's lines before each
+            yield (np.insert(cols[0], at, code[j:hi]), np.insert(cols[1], at, index[j:hi]),
+                   np.insert(cols[2], at, 0), cols[3])
+            j, line0 = hi, line0 + size
 
 
 @contextlib.contextmanager

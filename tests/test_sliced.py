@@ -91,7 +91,7 @@ def test_hoisting_in_pieces_is_the_whole_hoisting():
     import io
 
     from planner.emit import hoist_forgets
-    from planner.schedule import Op
+    from planner.schedule import Op, columns_ops
 
     g = synth.build_cnn(blocks=synth.cnn_blocks_for_nodes(2000))
     ag = ActivationGraph.from_cg(g)
@@ -106,4 +106,5 @@ def test_hoisting_in_pieces_is_the_whole_hoisting():
     assert total == len(ops) and (moved[0] >= 0).sum() > 10 and (moved[0] < 0).sum() >= 1
     spool.seek(0)
     merged = sliced._Merged(g, None, moved, total, None)
-    assert list(merged._ops(spool)) == hoist_forgets(g, ops)
+    got = [op for cols in merged._columns(spool) for op in columns_ops(*cols)]
+    assert got == hoist_forgets(g, ops) and all(type(op) is Op for op in got)
