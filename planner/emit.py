@@ -50,6 +50,7 @@ Example::
 from __future__ import annotations
 
 from array import array
+from itertools import repeat
 
 import numpy as np
 
@@ -121,11 +122,12 @@ def emit_groups(g, groups: np.ndarray, ag: ActivationGraph | None = None,
         e.backwards(i)
         e.forget(i, retain[i] if e.staged and i > 0 else None)
     ops = hoist_forgets(g, e.ops) if optimize else e.ops
-    return Schedule(ops)
+    return Schedule(list(map(tuple.__new__, repeat(Op), ops)))     # each an Op, made in C
 
 
 def emit_pieces(g, groups: np.ndarray, ag: ActivationGraph, slices):
-    """:func:`emit_groups`'s ops before the hoisting, in pieces (lists of ops): the forward
+    """:func:`emit_groups`'s ops before the hoisting, in pieces (lists of ops, each a
+    tuple of an Op's fields: :class:`_Emitter`): the forward
     phase of each slice of blocks ``(b0, b1)`` in order, then the backward phase of each in
     reverse — concatenated, the whole emission's ops. Why: a piece needs only what crosses
     into it (the live values and gradients, the backward blocks already run: the emitter's
@@ -150,7 +152,9 @@ class _Emitter:
     """One emission of :func:`emit_groups`: the per-node numbers of the chain (computed once,
     as compact arrays the loops read like lists) and what is live, then the forward pass and
     each backward block's three steps, in the order the reference prints them (the ops in
-    :attr:`ops`). ``sliced``: ``cand`` is made a slice of blocks at a time
+    :attr:`ops`, each a plain tuple of an :class:`Op`'s four fields: made ~7x cheaper than
+    an ``Op(...)``, whose defaults go through a Python ``__new__``; :func:`emit_groups`
+    makes them Ops in C at the end, the sliced emission never). ``sliced``: ``cand`` is made a slice of blocks at a time
     (:meth:`tables`, :func:`emit_pieces`); the live sets (``live``, ``upper``, ``glive``)
     and ``ran`` are what one slice hands the next.
 
@@ -251,16 +255,16 @@ class _Emitter:
         sorted_f, fb, by_node, nb = self.sorted_f, self.fb, self.by_node, self.nb
         for i in range(b0, b1):
             for f in sorted_f[fb[i]:fb[i + 1]].tolist():
-                append(Op("compute", f))
+                append(("compute", f, (), "forward"))
                 live.add(nfunc[f])
             for v in by_node[nb[i]:nb[i + 1]].tolist():
                 if not keeps[v] and v in live:
-                    append(Op("forget", var[v], (), "forward"))
+                    append(("forget", var[v], (), "forward"))
                     live.discard(v)
         if self.staged and b1 == self.k:   # checkpoints the stages do not keep: freed after it
             for v in sorted(live):
                 if not self.kept_l[v]:
-                    append(Op("forget", var[v], (), "forward"))
+                    append(("forget", var[v], (), "forward"))
                     live.discard(v)
 
     def recompute(self, i, todo):
@@ -278,7 +282,7 @@ class _Emitter:
             f = int(f)
             v = nfunc[f]
             if v not in live:
-                self.ops.append(Op("compute", f))
+                self.ops.append(("compute", f, (), "forward"))
                 live.add(v)
 
     def backwards(self, i):
@@ -303,11 +307,11 @@ class _Emitter:
                 continue
             exception = self.has_output_tag[f] and y not in live
             if exception:
-                append(Op("compute", f))
-            append(Op("compute", f + nf, tuple(idx)))
+                append(("compute", f, (), "forward"))
+            append(("compute", f + nf, tuple(idx), "forward"))
             ran[f] = True
             if exception:
-                append(Op("forget", self.var[y], (), "forward"))
+                append(("forget", self.var[y], (), "forward"))
 
     def forget(self, i, keep_next):
         """(c) Block ``i``'s gradients live; (d) forward values of blocks ≥ i forgotten unless
@@ -321,20 +325,20 @@ class _Emitter:
         upper.update(v for v in block if v in live)
         for v in self.fdue[self.fdue_ptr[i]:self.fdue_ptr[i + 1]].tolist():
             if v in upper:                   # upper ⊆ live: each path out of live leaves it
-                append(Op("forget", var[v], (), "forward"))
+                append(("forget", var[v], (), "forward"))
                 live.discard(v)
                 upper.discard(v)
         if keep_next is not None:     # values of blocks still to do the next stage does not keep
             keep_next = set(np.asarray(keep_next, np.int64).tolist())
             for v in sorted(live):
                 if self.grp_l[v] < i and v not in keep_next:
-                    append(Op("forget", var[v], (), "forward"))
+                    append(("forget", var[v], (), "forward"))
                     live.discard(v)
                     upper.discard(v)
         gone = self.gdue[self.gdue_ptr[i]:self.gdue_ptr[i + 1]].tolist()
         glive.difference_update(gone)
         for v in gone:
-            append(Op("forget", var[v], (), "backward"))
+            append(("forget", var[v], (), "backward"))
 
 
 # ---- the reference's order and optimizer ------------------------------------------------------
@@ -429,8 +433,9 @@ class _anchors:
     def __init__(self, g, ops: list):
         nf, n, cols = g.num_forward, g.num_vars, g.columns
         nops = len(ops)
-        self.is_c = is_c = np.fromiter((op.kind == "compute" for op in ops), bool, nops)
-        index = np.fromiter((op.index for op in ops), np.int64, nops)
+        # an op's fields by position: an Op or the emitter's plain tuple of them
+        self.is_c = is_c = np.fromiter((op[0] == "compute" for op in ops), bool, nops)
+        index = np.fromiter((op[1] for op in ops), np.int64, nops)
         cpos = np.flatnonzero(is_c)
         self.fpos = fpos = np.flatnonzero(~is_c)
         f = index[cpos]
@@ -441,14 +446,14 @@ class _anchors:
         t_key = [keys[first], cols.out_var[cols.out_ptr[f[f < nf]]]]
         t_pos = [np.repeat(cpos, cnt), cpos[f < nf]]
         bpos = cpos[f >= nf]
-        grads = [ops[i].grads for i in bpos.tolist()]
+        grads = [ops[i][2] for i in bpos.tolist()]
         glen = np.fromiter(map(len, grads), np.int64, len(grads))
         j = np.fromiter((x for gr in grads for x in gr), np.int64, int(glen.sum()))
         t_key.append(cols.out_var[np.repeat(cols.out_ptr[index[bpos]], glen) + j] + n)
         t_pos.append(np.repeat(bpos, glen))
         self.span = span = nops + 1
         self.touch = touch = np.sort(np.concatenate(t_key) * span + np.concatenate(t_pos))
-        which_bwd = np.fromiter((ops[i].which == "backward" for i in fpos.tolist()), bool,
+        which_bwd = np.fromiter((ops[i][3] == "backward" for i in fpos.tolist()), bool,
                                 fpos.size)
         self.index, self.bpos, self.glen, self.gflat = index, bpos, glen, j
         self.which_bwd = which_bwd
