@@ -14,8 +14,9 @@ again to the replay's peak, and what is live there is set against the DP's model
 block whose op it is (FORMAT.md §4.2: ``ckpt + 2·m(V_i) + m(A(L_i)) + m(B(L_i))``). Why: the
 fit would solve once if the excess were known before the first solve; what it is made of
 says whether it is a quantity of the graph (bench/NOTES_scale.md, issue 37, seventh session:
-it is not; it is the gradients the peak block writes outside itself and the parameters'
-gradients accumulated above it, which the chain's cut decides).
+it is not; it is the parameters' gradients accumulated above the peak and later blocks'
+values and gradients beyond ``m(A) + m(B)``, less the peak block's slack, which the chain's
+cut decides).
 
 Run (``--single``: the segmented DP off, the single-process walk)::
 
@@ -41,9 +42,10 @@ def parts(a, found) -> tuple[dict, dict]:
     ``i``. ``where``: the op, its kind and function, the block, the blocks, ``m(V_i)``.
     ``terms`` (bytes, adding up to the excess): values of earlier blocks less the checkpoints
     the model counts, the block's values and gradients less ``2·m(V_i)``, later blocks' values
-    and gradients less ``m(A) + m(B)``, gradients of earlier blocks' activations (the block's
-    inputs: the model has none), the parameters' and inputs' gradients (never freed: the model
-    has none), and the block's term less the chain's model peak."""
+    and gradients less ``m(A) + m(B)``, gradients of earlier blocks' activations (the model
+    has none; none were live in any trace: a backward op runs in the block of the gradients
+    it writes), the parameters' and inputs' gradients (never freed: the model has none), and
+    the block's term less the chain's model peak."""
     from planner.walk import ScheduleWalker
 
     decision, model, schedule, sim = found
@@ -53,14 +55,19 @@ def parts(a, found) -> tuple[dict, dict]:
         def visit(self, s, op):
             if s == sim.peak_step:
                 self.snap = (np.fromiter(self.value_of, np.int64),
-                             np.fromiter(self.grad_of, np.int64), op.index)
+                             np.fromiter(self.grad_of, np.int64), op.index, op.grads)
 
         def finish(self, n):
             return self.snap
 
-    vals, grads, f = AtPeak(g, False).walk(schedule.ops)
-    nf = g.num_forward
-    i = int(stage[ag.node_of_var[g.forward_output[f % nf]]])
+    vals, grads, f, listed = AtPeak(g, False).walk(schedule.ops)
+    nf, cols = g.num_forward, g.columns
+    # the block being processed: a backward op runs in the block of the activations whose
+    # gradients it lists (FORMAT.md §4.7 (b)), else in its output's; a forward op in its output's
+    outs = cols.out_var[cols.out_ptr[f]:cols.out_ptr[f + 1]][list(listed)] if f >= nf else []
+    node = ag.node_of_var[np.asarray(outs, np.int64)]
+    node = node[node >= 0]
+    i = int(stage[node].min() if node.size else stage[ag.node_of_var[g.forward_output[f % nf]]])
     k = int(stage.max()) + 1
     later = np.zeros(ag.n, bool)                   # checkpoints: a successor in a later block
     later[ag.src[stage[ag.dst] > stage[ag.src]]] = True

@@ -72,13 +72,15 @@ def _fit_trace():
 def test_the_replay_exceeds_the_model_only_by_what_the_model_leaves_out(monkeypatch, budget,
                                                                         cap):
     """Why the fit re-solves on the scale path (issue 37, bench/NOTES_scale.md, seventh
-    session): at every replay's peak the values and gradients the DP's model counts (the
-    checkpoints before the block, ``2·m(V_i)``, ``m(A) + m(B)``) are within it, and the
-    excess is at most what it leaves out — the gradients the block writes into earlier
-    blocks' activations and the parameters' gradients accumulated above it. Those depend on
-    where the chain's peak block lies and how it is cut, so no quantity of the graph known
-    before the solve is the excess. Checked with ``bench/fit_trace.py``'s decomposition on a
-    transformer on the scale path, at two chains whose excesses differ."""
+    session): at every replay's peak the values and gradients the DP's model term of the
+    block being processed counts (the checkpoints before it, ``2·m(V_i)``) are within it, no
+    gradient of an earlier block is live, and the excess over the model peak is at most what
+    the term leaves out — later blocks' values and gradients beyond ``m(A) + m(B)`` and the
+    parameters' and inputs' gradients accumulated so far (never freed). How much of those is
+    live at the peak, less the term's slack below the model peak, depends on which block of
+    the chain holds the peak. Checked with ``bench/fit_trace.py``'s decomposition on a
+    transformer on the scale path, at two chains whose excesses differ (5,229,472 and
+    1,231,772 B)."""
     import planner
     from planner import synth
     from planner.options import SolverLimits
@@ -97,8 +99,8 @@ def test_the_replay_exceeds_the_model_only_by_what_the_model_leaves_out(monkeypa
     assert seen
     for model, sim, t in seen:
         assert model.on_scale_path
-        assert max(t["values_earlier_over_ckpt"], t["block_over_2m"],
-                   t["later_over_mA_mB"], t["block_term_under_model"]) <= 0, t
-        assert t["input_grads"] > 0 and t["param_input_grads"] > 0, t
-        assert 0 < sim.peak_bytes - model.model_peak_bytes <= \
-            t["input_grads"] + t["param_input_grads"], t
+        assert max(t["values_earlier_over_ckpt"], t["block_over_2m"], t["input_grads"],
+                   t["block_term_under_model"]) <= 0, t
+        assert t["param_input_grads"] > 0, t
+        left_out = max(t["later_over_mA_mB"], 0) + t["param_input_grads"]
+        assert 0 < sim.peak_bytes - model.model_peak_bytes <= left_out, t
