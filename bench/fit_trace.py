@@ -22,6 +22,7 @@ Run (``--single``: the segmented DP off, the single-process walk)::
 
     python3 bench/fit_trace.py --graph W/cg_transformer_100000.txt --budget 50% --tasks 4
     python3 bench/fit_trace.py --graph W/cg_transformer_20000.txt --parts
+    python3 bench/fit_trace.py --graph W/t5k.txt --budget 40% --window 32 --parts
 """
 
 from __future__ import annotations
@@ -112,6 +113,10 @@ def main(argv=None) -> int:
     ap.add_argument("--runtime", default="ray", choices=("local", "ray"))
     ap.add_argument("--single", action="store_true",
                     help="plan with the segmented DP off (the single-process walk)")
+    ap.add_argument("--window", type=int, default=None,
+                    help="the approximate DP's window (SolverLimits.dp_window; 0: none)")
+    ap.add_argument("--front-cap", type=int, default=None,
+                    help="the approximate DP's front cap (SolverLimits.dp_front_cap; 0: none)")
     ap.add_argument("--parts", action="store_true",
                     help="also what the excess is made of at each replay's peak (a second walk)")
     args = ap.parse_args(argv)
@@ -120,6 +125,7 @@ def main(argv=None) -> int:
     from hgraph.common.errors import HGraphError
     from planner import api
     from planner.dp import scale
+    from planner.options import SolverLimits
 
     if args.single:
         scale.SEGMENTED_LIMIT = sys.maxsize
@@ -144,7 +150,8 @@ def main(argv=None) -> int:
     t0 = time.perf_counter()
     try:
         p = api.plan(args.graph, args.budget,
-                     engine=EngineOptions(tasks=args.tasks, runtime=args.runtime))
+                     engine=EngineOptions(tasks=args.tasks, runtime=args.runtime),
+                     limits=SolverLimits(dp_window=args.window, dp_front_cap=args.front_cap))
     except HGraphError as err:             # a bad graph or budget: one line, no traceback
         print(f"fit_trace: {err}", file=sys.stderr)
         return 2
