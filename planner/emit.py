@@ -208,12 +208,15 @@ class _Emitter:
             self.kept_l = kept.tolist()
         # the per-node and per-function tables the loops read, as compact arrays read like
         # lists (8 bytes an entry, 1 a flag; lists of ints were ~40: bench/NOTES_scale.md)
-        for name, arr in dict(var=ag.var, grp_l=grp, nfunc=node_of_func,
-                              nvar=node_of_var, tpos=topo_pos, out_ptr=cols.out_ptr,
-                              out_var=cols.out_var).items():
+        # per function output: its node's block (-1: not an activation), what backwards reads
+        out_act = g.is_activation[cols.out_var]
+        out_grp = np.full(cols.out_var.size, -1, np.int64)
+        out_grp[out_act] = grp[node_of_var[cols.out_var[out_act]]]
+        self.topo_pos = topo_pos
+        for name, arr in dict(var=ag.var, grp_l=grp, nfunc=node_of_func, tpos=topo_pos,
+                              out_ptr=cols.out_ptr, out_grp=out_grp).items():
             setattr(self, name, int_array(arr))
-        for name, arr in dict(act=g.is_activation, keeps=fwd_keep,
-                              has_output_tag=has_output_tag).items():
+        for name, arr in dict(keeps=fwd_keep, has_output_tag=has_output_tag).items():
             setattr(self, name, byte_array(arr))
         self.grp = grp
         if not sliced:
@@ -226,25 +229,26 @@ class _Emitter:
 
     def tables(self, b0: int = 0, b1: int | None = None) -> None:
         """``cand`` for blocks ``b0 … b1 − 1`` (all by default): the backward blocks that may
-        run in each (consumers and producers of its nodes), made for a slice at a time in
-        the sliced emission."""
+        run in each (consumers and producers of its nodes), each block's distinct ones in
+        the order they run (reverse topological): one sort of the slice's (block,
+        function) pairs, not a set and a sort per block. Made for a slice at a time in the
+        sliced emission."""
         b1 = self.k if b1 is None else b1
-        self.cand = cand = {i: set() for i in range(b0, b1)}
         fs = self.sorted_f[self.fb[b0]:self.fb[b1]]
-        for i, f in zip(self.fgrp[fs].tolist(), fs.tolist()):
-            cand[i].add(f)
         es = self.by_src[self.eb[b0]:self.eb[b1]]
-        for i, y in zip(self.grp_of_src(es), self.edge_func[es].tolist()):
-            cand[i].add(y)
+        blk = np.concatenate((self.fgrp[fs], self.grp[self.ag.src[es]]))
+        fun = np.concatenate((fs, self.edge_func[es]))
+        order = np.lexsort((-self.topo_pos[fun], blk))
+        blk, fun = blk[order], fun[order]
+        first = np.r_[True, (blk[1:] != blk[:-1]) | (fun[1:] != fun[:-1])]
+        blk, fun = blk[first], fun[first].tolist()
+        ends = np.searchsorted(blk, np.arange(b0, b1 + 1)).tolist()
+        self.cand = {i: fun[ends[i - b0]:ends[i - b0 + 1]] for i in range(b0, b1)}
 
     def take(self) -> list:
         """The ops emitted since the last take (a piece of the schedule)."""
         ops, self.ops = self.ops, []
         return ops
-
-    def grp_of_src(self, es) -> list:
-        """The block of the source of each edge in ``es``."""
-        return self.grp[self.ag.src[es]].tolist()
 
     def forward(self, b0: int = 0, b1: int | None = None):
         """The forward phase of blocks ``b0 … b1 − 1`` (all by default): each block's
@@ -288,22 +292,21 @@ class _Emitter:
     def backwards(self, i):
         """(b) The backward blocks of group ``i`` in reverse topological order, with the ReLU
         exception."""
-        append, live, nf, nfunc, nvar = self.ops.append, self.live, self.nf, self.nfunc, self.nvar
-        out_var, out_ptr, act, grp_l, ran = self.out_var, self.out_ptr, self.act, self.grp_l, self.ran
-        for f in sorted(self.cand[i], key=self.tpos.__getitem__, reverse=True):
-            outs = out_var[out_ptr[f + nf]:out_ptr[f + nf + 1]]
+        append, live, nf, nfunc = self.ops.append, self.live, self.nf, self.nfunc
+        out_grp, out_ptr, grp_l, ran = self.out_grp, self.out_ptr, self.grp_l, self.ran
+        for f in self.cand[i]:
+            lo, hi = out_ptr[f + nf], out_ptr[f + nf + 1]
             idx = []
             some_in = False
             first = not ran[f]
-            for j, v in enumerate(outs):
-                if act[v]:
-                    if grp_l[nvar[v]] == i:
-                        idx.append(j)
-                        some_in = True
-                elif first:
+            for j, b in enumerate(out_grp[lo:hi]):
+                if b == i:                       # an activation of block i
+                    idx.append(j)
+                    some_in = True
+                elif b < 0 and first:            # a parameter's or input's, on the first run
                     idx.append(j)
             y = nfunc[f]
-            if not (some_in or (len(idx) == len(outs) and grp_l[y] == i)):
+            if not (some_in or (len(idx) == hi - lo and grp_l[y] == i)):
                 continue
             exception = self.has_output_tag[f] and y not in live
             if exception:
