@@ -144,19 +144,6 @@ class ScheduleWalker(Walker):
         if len(self.problems) < MAX_PROBLEMS:
             self.problems.append(f"op {s + 1}: {msg}")
 
-    def _new(self, v: int, grad: bool) -> int:
-        """A new buffer for var ``v``'s value or gradient, allocated."""
-        b = len(self.buf_var)
-        self.buf_var.append(v)
-        self.buf_grad.append(grad)
-        nbytes = self._vbytes[v]
-        self.live += nbytes
-        if self._is_act[v]:
-            self.live_act += nbytes
-        if self._alloc is not None:
-            self._alloc(b)
-        return b
-
     def _free(self, b: int) -> None:
         v = self.buf_var[b]
         nbytes = self._vbytes[v]
@@ -174,8 +161,9 @@ class ScheduleWalker(Walker):
         self._free_hook = self.free if mine.free is not Walker.free else None
         visit = self.visit if mine.visit is not Walker.visit else None
         curve = self.curve = array("q", bytes(8 * len(ops)))    # 8 bytes an op
-        value_of, grad_of, free, forward, backward = \
-            self.value_of, self.grad_of, self._free, self._forward, self._backward
+        value_of, grad_of, forward, backward = \
+            self.value_of, self.grad_of, self._forward, self._backward
+        vbytes, is_act, free_hook = self._vbytes, self._is_act, self._free_hook
         # an op is unpacked once (any 4-tuple of its fields: an Op or the sliced stream's
         # rows) and its fields handed on: attribute reads per op were a share of the walk
         for s, op in enumerate(ops):
@@ -201,8 +189,13 @@ class ScheduleWalker(Walker):
                     self.bad(s, f"forget {index}: no such variable (N={n})")
                 else:
                     b = (value_of if which == "forward" else grad_of).pop(index, None)
-                    if b is not None:
-                        free(b)
+                    if b is not None:            # _free, inlined (a forget is a third of ops)
+                        nbytes = vbytes[index]
+                        self.live -= nbytes
+                        if is_act[index]:
+                            self.live_act -= nbytes
+                        if free_hook is not None:
+                            free_hook(b)
                 if visit is not None:
                     visit(s, op)
             curve[s] = self.live
@@ -260,7 +253,15 @@ class ScheduleWalker(Walker):
                 writes.append((j, b, True))
                 reads.append(b)
             else:
-                b = grad_of[v] = self._new(v, True)
+                b = grad_of[v] = len(self.buf_var)      # a new buffer (_new, inlined: hot)
+                self.buf_var.append(v)
+                self.buf_grad.append(True)
+                nbytes = self._vbytes[v]
+                self.live += nbytes
+                if self._is_act[v]:
+                    self.live_act += nbytes
+                if self._alloc is not None:
+                    self._alloc(b)
                 writes.append((j, b, False))
 
     def _backward_reads(self, s, f) -> None:
