@@ -12,6 +12,12 @@ Meters: ``--meter tracemalloc`` (each way's traced peak above what was allocated
 Python's own allocations, numpy's included), ``--meter cpu`` (each way's CPU seconds,
 ``time.process_time``, no tracing; ``--repeat`` runs, alternating).
 
+``--against DIR``: instead, the sliced stage of this tree against the sliced stage of the
+tree at ``DIR`` (an older checkout, e.g. ``git worktree add /tmp/old HEAD~5``), both in this
+process, alternating: ``DIR``'s ``planner`` is loaded as ``planner_old`` (its own imports of
+``planner`` read as ``planner_old``), so the ratio is free of the machine's load between runs
+as the whole/sliced one is. The schedules must hash the same and the replays agree.
+
 Run (the chain from a plan's report, ``decisions[i].block`` is activation i's block + 1)::
 
     python3 bench/schedule_slices.py --graph W/cg_transformer_100000.txt \\
@@ -56,6 +62,45 @@ def sliced(g, groups, ag):
     return sl.emit_and_replay(g, groups, ag)
 
 
+def older(root):
+    """The sliced stage of the tree at ``root``: its ``planner`` imported as ``planner_old``
+    (see the module docstring)."""
+    import importlib.abc
+    import importlib.util
+    import re
+
+    base = Path(root).resolve() / "planner"
+
+    class Finder(importlib.abc.MetaPathFinder, importlib.abc.SourceLoader):
+        def find_spec(self, name, path=None, target=None):
+            if name != "planner_old" and not name.startswith("planner_old."):
+                return None
+            rel = Path(*name.split(".")[1:])
+            pkg = (base / rel / "__init__.py").is_file()
+            file = base / rel / "__init__.py" if pkg else (base / rel).with_suffix(".py")
+            if not file.is_file():
+                return None
+            return importlib.util.spec_from_file_location(
+                name, file, loader=self, submodule_search_locations=[str(file.parent)] if pkg
+                else None)
+
+        def get_filename(self, fullname):
+            rel = Path(*fullname.split(".")[1:])
+            pkg = base / rel / "__init__.py"
+            return str(pkg if pkg.is_file() else (base / rel).with_suffix(".py"))
+
+        def get_data(self, path):
+            src = Path(path).read_text(encoding="utf-8")
+            return re.sub(r"\b(from|import) planner\b", r"\1 planner_old", src).encode()
+
+    sys.meta_path.insert(0, Finder())
+    import importlib
+
+    old = importlib.import_module("planner_old.sliced")
+    print(f"old: {old.__file__}")
+    return lambda g, groups, ag: old.emit_and_replay(g, groups, ag)
+
+
 def digest(schedule) -> str:
     h = hashlib.sha256()
     for chunk in schedule.chunks():
@@ -87,6 +132,8 @@ def main(argv=None) -> int:
     ap.add_argument("--report", required=True, help="a plan's JSON report (its chain)")
     ap.add_argument("--meter", choices=["tracemalloc", "cpu"], default="tracemalloc")
     ap.add_argument("--repeat", type=int, default=1)
+    ap.add_argument("--against", metavar="DIR",
+                    help="the sliced stage against that of an older tree (see above)")
     args = ap.parse_args(argv)
     from planner import cg
     from planner.activation_graph import ActivationGraph
@@ -95,18 +142,21 @@ def main(argv=None) -> int:
     ag = ActivationGraph.from_cg(g)
     groups = chain_of_report(args.report)
     print(f"{args.graph}: {ag.n:,} activations, {int(groups.max()) + 1:,} blocks")
-    rows = {"whole": [], "sliced": []}
+    ways = (("whole", whole), ("sliced", sliced)) if args.against is None else \
+        (("old", older(args.against)), ("sliced", sliced))
+    (a, _), (b, _) = ways
+    rows = {name: [] for name, _ in ways}
     for _ in range(args.repeat):
-        for name, way in (("whole", whole), ("sliced", sliced)):
+        for name, way in ways:
             rows[name].append(run(way, g, groups, ag, args.meter))
             print(name, rows[name][-1], flush=True)
-    same = {k: rows["whole"][0][k] == rows["sliced"][0][k]
+    same = {k: rows[a][0][k] == rows[b][0][k]
             for k in ("hash", "ops", "peak_bytes", "recompute_cost", "violations")}
     print("same:", same)
     key = "peak_mib" if args.meter == "tracemalloc" else "cpu_s"
-    w = np.median([r[key] for r in rows["whole"]])
-    s = np.median([r[key] for r in rows["sliced"]])
-    print(f"{key}: whole {w:.1f}, sliced {s:.1f}, sliced/whole {s / w:.3f}; "
+    w = np.median([r[key] for r in rows[a]])
+    s = np.median([r[key] for r in rows[b]])
+    print(f"{key}: {a} {w:.2f}, sliced {s:.2f}, sliced/{a} {s / w:.3f}; "
           f"per activation {2**20 * w / ag.n if key == 'peak_mib' else 1e6 * w / ag.n:.0f} -> "
           f"{2**20 * s / ag.n if key == 'peak_mib' else 1e6 * s / ag.n:.0f} "
           f"{'bytes' if key == 'peak_mib' else 'µs'}")
