@@ -10,18 +10,9 @@ import pytest
 
 from planner import sliced, synth
 from planner.activation_graph import ActivationGraph
-from planner.emit import _Emitter, topsor
+from planner.emit import _Emitter
 from planner.slice_state import SliceStarts
-
-
-def _chain(g, ag, blocks: int, seed: int) -> np.ndarray:
-    """``blocks`` blocks: the reference's topological order cut at random places."""
-    topo = ag.node_of_var[g.forward_output[topsor(g)]]
-    cuts = np.sort(np.random.default_rng(seed).choice(np.arange(1, ag.n), blocks - 1,
-                                                      replace=False))
-    groups = np.empty(ag.n, np.int64)
-    groups[topo] = np.searchsorted(cuts, np.arange(ag.n), side="right")
-    return groups
+from tests.chains import random_chain
 
 
 def _compare(g, ag, groups, nodes: int) -> int:
@@ -63,7 +54,7 @@ def test_entry_state_is_the_chains(kind):
     ag = ActivationGraph.from_cg(g)
     compared = 0
     for blocks, seed in ((ag.n // 4, 1), (ag.n // 40, 2), (ag.n // 3, 5)):
-        groups = _chain(g, ag, blocks, seed)
+        groups = random_chain(g, ag, blocks, seed)
         for nodes in (1, 9, 300):
             compared += _compare(g, ag, groups, nodes)
     assert compared > 1000          # many starts, most with something crossing them
@@ -74,7 +65,7 @@ def test_entries_cross_only_the_cut():
     order, whatever order the starts are asked in."""
     g = synth.build(layers=4, heads=2)
     ag = ActivationGraph.from_cg(g)
-    groups = _chain(g, ag, 12, 3)
+    groups = random_chain(g, ag, 12, 3)
     st = SliceStarts.of(g, ag, groups)
     starts = np.array([7, 2, 11, 5])
     e = st.entries(starts)

@@ -12,19 +12,7 @@ import pytest
 from planner import simulate, sliced, synth
 from planner.activation_graph import ActivationGraph
 from planner.emit import emit_groups
-
-
-def _chain(g, ag, blocks: int, seed: int) -> np.ndarray:
-    """A chain of ``blocks`` blocks: the reference's topological order cut at random places
-    (a prefix of a topological order is a lower set)."""
-    from planner.emit import topsor
-
-    topo = ag.node_of_var[g.forward_output[topsor(g)]]
-    cuts = np.sort(np.random.default_rng(seed).choice(np.arange(1, ag.n), blocks - 1,
-                                                      replace=False))
-    groups = np.empty(ag.n, np.int64)
-    groups[topo] = np.searchsorted(cuts, np.arange(ag.n), side="right")
-    return groups
+from tests.chains import random_chain
 
 
 def _same(g, ag, groups, nodes: int) -> None:
@@ -48,7 +36,7 @@ def test_sliced_schedule_is_the_whole_one(kind, nodes):
     ag = ActivationGraph.from_cg(g)
     small = nodes <= 2000
     for blocks, seed in ((ag.n // 4, 1), (ag.n // 40, 2)) if small else ((ag.n // 5, 3),):
-        groups = _chain(g, ag, blocks, seed)
+        groups = random_chain(g, ag, blocks, seed)
         for slice_nodes in ((1, 7, 300) if small else (40, 4096)):
             _same(g, ag, groups, slice_nodes)
 
@@ -95,7 +83,7 @@ def test_hoisting_in_pieces_is_the_whole_hoisting():
 
     g = synth.build_cnn(blocks=synth.cnn_blocks_for_nodes(2000))
     ag = ActivationGraph.from_cg(g)
-    ops = emit_groups(g, _chain(g, ag, ag.n // 4, 1), ag, optimize=False).ops
+    ops = emit_groups(g, random_chain(g, ag, ag.n // 4, 1), ag, optimize=False).ops
     params = np.flatnonzero(~g.is_activation)[:3].tolist()
     ops = [Op("forget", params[0], (), "backward")] + ops
     ops.insert(len(ops) // 2, Op("forget", params[1], (), "backward"))
