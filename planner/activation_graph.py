@@ -51,7 +51,14 @@ class ActivationGraph:
     * ``t`` -- cost (Conv = 10, else 1);
     * ``src``, ``dst`` -- the edges (deduplicated, sorted by (src, dst));
     * ``succ_indptr``/``succ_indices`` and ``pred_indptr``/``pred_indices`` -- CSR adjacency;
-    * ``pred_bits``, ``succ_bits`` -- list[int]: the same adjacency as bitsets (for enumeration).
+    * ``pred_bits``, ``succ_bits`` -- list[int]: the same adjacency as bitsets (for enumeration);
+    * ``reads_output`` -- bool [n]: the node's backward function reads the node's own output
+      (an ``output`` tag), so its value stays live until that backward runs;
+    * ``grad_writes`` -- ``(node, var, bytes)``, int64 [P] each: every gradient of a parameter
+      or model input (a non-activation) that a node's backward function writes, once per
+      (node, variable). Those gradients are never freed. Both are what the replay holds beyond
+      the DP's ``m(A) + m(B)`` (:mod:`planner.analyses.local_stats`, ``left_out``); a graph
+      without a cg file behind it (:class:`~planner.dp_families.DPGraph`) has none.
     """
 
     def __init__(self, var, func, nbytes, t, src, dst, ratio: int = 1, names=None):
@@ -75,6 +82,8 @@ class ActivationGraph:
         self._pred_bits = self._succ_bits = None
         self.node_of_var = np.full(int(self.var.max()) + 1 if n else 0, -1, dtype=np.int64)
         self.node_of_var[self.var] = np.arange(n)
+        self.reads_output = np.zeros(n, bool)
+        self.grad_writes = tuple(np.zeros(0, np.int64) for _ in range(3))
 
     @classmethod
     def from_cg(cls, g, ratio: int = 1) -> "ActivationGraph":
@@ -87,6 +96,7 @@ class ActivationGraph:
         a, y = (node_of_var[x] for x in g.forward_edges)
         ag = cls(var, func, g.var_bytes[var], t, a[a >= 0], y[a >= 0], ratio=ratio)
         ag.node_of_var = node_of_var
+        ag.reads_output, ag.grad_writes = _backward_terms(g, var, func)
         return ag
 
     def with_ratio(self, ratio: int) -> "ActivationGraph":
@@ -265,3 +275,26 @@ class ActivationGraph:
             prev = m
         return {"blocks": len(masks), "recompute_cost": rec, "peak": peak, "ckpt": ckpt,
                 "checkpoints": cks}
+
+
+def _backward_terms(g, var: np.ndarray, func: np.ndarray):
+    """``(reads_output, grad_writes)`` of :class:`ActivationGraph` from the backward function
+    of each node (``func + num_forward``, FORMAT.md §4.7): one pass over those functions'
+    input and output columns, no loop per node."""
+    from planner.arrays import ranges
+    from planner.cg import TAGS
+
+    n, c = var.size, g.columns
+    b = func + g.num_forward
+    cnt = c.in_ptr[b + 1] - c.in_ptr[b]
+    at = ranges(c.in_ptr[b], cnt)
+    row = np.repeat(np.arange(n), cnt)
+    reads = np.zeros(n, bool)
+    reads[row[(c.in_tag[at] == TAGS.index("output")) & (c.in_var[at] == var[row])]] = True
+    cnt = c.out_ptr[b + 1] - c.out_ptr[b]
+    out = c.out_var[ranges(c.out_ptr[b], cnt)].astype(np.int64)
+    row = np.repeat(np.arange(n), cnt)
+    keep = ~np.asarray(g.is_activation, bool)[out]
+    key = distinct(row[keep] * int(g.num_vars) + out[keep])   # (node, variable) once
+    node, gvar = key // int(g.num_vars), key % int(g.num_vars)
+    return reads, (node, gvar, np.asarray(g.var_bytes, np.int64)[gvar])

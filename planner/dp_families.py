@@ -90,6 +90,7 @@ class Family:
     local: object = None             # approx only: LocalStats behind segment-local sets
     covers: tuple | None = None      # exact only: (k, v, id of L_k ∪ {v}), every one-node step
     fell_back: bool = False
+    left_out: bool = False  # approx only: mAB holds LocalStats.left_out too (approx_family)
     supersteps: int = 0     # engine supersteps its statistics took (approx; 0 when given)
     cache: dict = field(default_factory=dict, repr=False, compare=False)   # budget-free tables
 
@@ -198,13 +199,30 @@ def _subset_matrix(size: np.ndarray, low: np.ndarray, tgt: np.ndarray) -> np.nda
     return sub.astype("<u8", copy=False).view(np.uint8)
 
 
-def approx_family(g: DPGraph, stats=None, dense: bool = True, opts=None, **engine) -> Family:
+def approx_family(g: DPGraph, stats=None, dense: bool = True, opts=None,
+                  left_out: bool = False, **engine) -> Family:
     """∅ plus every ``L_v``, numbered by (m(L), |L|, v) — the reference DP2 with a strict order.
 
     ``stats``: the engine's :class:`~planner.analyses.local_stats.LocalStats` (computed with
     ``opts``/``engine`` keywords when not given; the family's ``supersteps`` then says how
     many the engine ran). ``dense``: hold the sets as n-bit rows (the DP's one-bit subset
     test; n² bits) or segment-local (big graphs).
+
+    ``left_out``: ``mAB`` also holds what the replay holds beyond the model's ``m(A) + m(B)``
+    at a block ending at ``L_v`` (``LocalStats.left_out``: the parameters' and inputs'
+    gradients already written, the values of ``A(L_v)`` whose backward reads its output).
+    Both are functions of ``L_v`` alone, so the walks, segments and scans read them unchanged.
+    Why: without them the first chain of a fit on the scale path replayed up to ~5 MB over
+    the budget and the fit solved it again (bench/NOTES_scale.md, issue 37, seventh session).
+    The solver asks for it on the scale path with a window or front cap, in bytes units, both
+    strategies: the terms are what the replay holds, whatever the DP minimises, and a
+    memory-centric chain is re-fitted by the same replay (on a 2,644-activation transformer
+    at 30-70 % its chains recompute as little or less and peak lower). Not below
+    :data:`planner.dp.scale.EXACT_LIMIT` (the DP's plans there stay the reference's), nor on
+    the scale path with neither (whose plan is the dense DP's, tested), nor in the
+    reference's units (its own accounting). Still left out:
+    the gradients a block's own backward writes before the block's peak (a term of the step's
+    source state, which ``mAB`` of its target cannot hold), so the fit's re-solve stays.
     """
     sinks = np.flatnonzero(np.bincount(g.src, minlength=g.n) == 0)
     if sinks.size != 1:
@@ -220,14 +238,14 @@ def approx_family(g: DPGraph, stats=None, dense: bool = True, opts=None, **engin
     order = np.lexsort((np.arange(size.size), size, mL))
     cols = dict(size=size[order], mL=mL[order], tL=np.r_[z, stats.tL][order],
                 t_bnd=np.r_[z, stats.t_bnd][order], m_bnd=np.r_[z, stats.m_bnd][order],
-                mAB=np.r_[z, stats.mAB][order],
+                mAB=np.r_[z, stats.mAB + stats.left_out if left_out else stats.mAB][order],
                 node=np.arange(-1, g.n, dtype=np.int64)[order])
     if not dense:
-        return Family("approx", local=stats, supersteps=supersteps, **cols)
+        return Family("approx", local=stats, supersteps=supersteps, left_out=left_out, **cols)
     sets, bnd = stats.dense_sets()
     zw = np.zeros((1, sets.shape[1]), np.uint64)
     return Family("approx", sets=np.vstack([zw, sets])[order], bnd=np.vstack([zw, bnd])[order],
-                  supersteps=supersteps, **cols)
+                  supersteps=supersteps, left_out=left_out, **cols)
 
 
 def _lower_set_levels(g: DPGraph, limit: int):

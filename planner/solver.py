@@ -312,7 +312,9 @@ class ApproxDP(_DP):
     scales = True
 
     def _build_family(self, dg):
-        fam = approx_family(dg, dense=not self.scale, opts=self.opts, level=self.level)
+        capped = (self.window, self.front_cap) != (None, None)
+        fam = approx_family(dg, dense=not self.scale, opts=self.opts, level=self.level,
+                            left_out=self.scale and capped and self.units == "bytes")
         self.engine_supersteps += fam.supersteps
         return fam
 

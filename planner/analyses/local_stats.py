@@ -2,7 +2,11 @@
 
 For every node ``v``: ``|L_v|``, ``m(L_v)``, ``t(L_v)``, the boundary ``∂L_v`` with
 ``t(∂L_v)``/``m(∂L_v)`` and ``m(A(L_v)) + m(B(L_v))`` (FORMAT.md §4.2) — what the DP's family
-holds (:func:`planner.dp_families.approx_family` orders them).
+holds (:func:`planner.dp_families.approx_family` orders them) — and the two terms the replay
+holds beyond that model (``left_out``, bench/NOTES_scale.md, issue 37, seventh session): the
+gradients of parameters and inputs written by backward functions of nodes outside ``L_v``
+(run before the block ending at ``L_v``; never freed), and ``m`` of the nodes of ``A(L_v)``
+whose backward reads their own output (the model counts only their gradients).
 
 **Why descendants, not ancestors.** ``m(L_v)`` is not a combinable quantity (paths overlap), so
 sets are bitsets. Holding them *by column* makes every statistic local: vertex ``u`` carries
@@ -13,6 +17,10 @@ sets are bitsets. Holding them *by column* makes every statistic local: vertex `
 * ``u ∈ B(L_v)`` ⇔ ``v ∉ D_u`` and ``w ∈ A(L_v)`` for some successor ``w``: ``~D_u & OR_w A_w``;
 
 all with ``np.bitwise_or`` combiners; per-set sums are array aggregators (exact int64 sums).
+A parameter's gradient is live at ``L_v`` unless every function writing it lies in ``L_v``:
+for one writer ``u`` that is ``u ∈ L_v``, a sum over ``D_u`` like ``m(L_v)``'s; a gradient
+several functions write (tied weights; none in the synthetic or reference graphs) is counted
+once, on the intersection of their ``D_u`` (:func:`_shared_inside`).
 **Why segment-local.** Between two strict separators (:mod:`planner.analyses.segments`) every
 ``L_v`` is the prefix before its segment plus a local part, so the columns only span one
 segment: O(n · segment width) memory instead of O(n²), and supersteps bounded by the longest
@@ -101,7 +109,7 @@ class _LocalSetStats(hgraph.VertexProgram):
     always_update = True
     max_supersteps = 3
     aggregators = {"size": "sum", "mL": "sum", "tL": "sum", "t_bnd": "sum", "m_bnd": "sum",
-                   "mAB": "sum"}
+                   "mAB": "sum", "pgL": "sum", "mAo": "sum"}
 
     def __init__(self, words: int, n: int):
         self.words, self.n = words, n
@@ -155,7 +163,9 @@ class _LocalSetStats(hgraph.VertexProgram):
                     "tL": self._sums(d, base, t),
                     "t_bnd": self._sums(self._sec(new, _BND), base, t),
                     "m_bnd": self._sums(self._sec(new, _BND), base, m),
-                    "mAB": self._sums(self._sec(new, _A), abase, m) + self._sums(b, base, m)}
+                    "mAB": self._sums(self._sec(new, _A), abase, m) + self._sums(b, base, m),
+                    "pgL": self._sums(d, base, c["pg"]),
+                    "mAo": self._sums(self._sec(new, _A), abase, c["mo"])}
             return hgraph.Update(new, respond=np.zeros(block.size, bool), aggregates=aggs)
         return hgraph.Update(new, respond=np.ones(block.size, bool))
 
@@ -181,7 +191,10 @@ class LocalStats:
     ``L_v`` = the positions before ``seg.sstart[v]`` plus ``lloc[v]`` (bits over local positions
     of ``v``'s segment, the start separator at bit 0); ``bndloc[v]``: ``∂L_v`` likewise (it has
     nothing before the segment start). ``size``, ``mL``, ``tL``, ``t_bnd``, ``m_bnd``, ``mAB``:
-    int64 [n], per node.
+    int64 [n], per node. ``grads_out``: the parameters' and inputs' gradients written by the
+    backward functions of nodes outside ``L_v``, each gradient once; ``outputs_A``: ``m`` of
+    the nodes of ``A(L_v)`` whose backward reads their own output (``left_out``: both, what
+    the replay holds beyond the model's ``m(A) + m(B)``; all in the graph's units).
     """
 
     seg: Segments
@@ -193,7 +206,15 @@ class LocalStats:
     t_bnd: np.ndarray
     m_bnd: np.ndarray
     mAB: np.ndarray
+    grads_out: np.ndarray
+    outputs_A: np.ndarray
     supersteps: int = 0
+
+    @property
+    def left_out(self) -> np.ndarray:
+        """int64 [n]: ``grads_out + outputs_A``, what
+        :func:`planner.dp_families.approx_family` adds to ``mAB`` with ``left_out``."""
+        return self.grads_out + self.outputs_A
 
     def member(self, nodes, v) -> np.ndarray:
         """bool: ``nodes[k] ∈ L_{v[k]}`` (broadcast), from positions and local bits only."""
@@ -243,8 +264,56 @@ def _transpose_local(cols: np.ndarray, seg: Segments, words: int) -> np.ndarray:
 _DESC, _SETS = "local_stats.desc", "local_stats.sets"
 
 
-def _stats_columns(g, seg: Segments) -> dict:
-    """The per-vertex columns :class:`_LocalSetStats` reads but ``desc``, by node."""
+def _grad_writes(g):
+    """``(pg, shared, total)`` of the gradients of parameters and inputs the nodes' backward
+    functions write (:attr:`~planner.activation_graph.ActivationGraph.grad_writes`, in the
+    graph's units): ``pg`` int64 [n], per node the gradients it alone writes (summed on the
+    engine); ``shared`` ``(node, var, m)`` sorted by variable, the writes of gradients several
+    nodes write (:func:`_shared_inside`); ``total``: every gradient once."""
+    node, var, nbytes = g.grad_writes
+    w = nbytes // g.ratio
+    order = np.lexsort((node, var))
+    node, var, w = node[order], var[order], w[order]
+    starts = np.flatnonzero(np.r_[True, var[1:] != var[:-1]]) if var.size else var
+    counts = np.diff(np.r_[starts, var.size])
+    many = np.repeat(counts > 1, counts)
+    pg = np.bincount(node[~many], weights=w[~many], minlength=g.n).astype(np.int64)
+    return pg, (node[many], var[many], w[many]), int(w[starts].sum())
+
+
+def _shared_inside(seg: Segments, desc: np.ndarray, shared) -> np.ndarray:
+    """int64 [n] by node: the gradients several nodes write whose writers all lie in ``L_v``.
+
+    Why it needs no global sets: a node of an earlier segment is an ancestor of every node of a
+    later one (its start separator has every node before it as an ancestor), so for ``v`` in a
+    later segment than a gradient's last writers' all writers lie in ``L_v``, and for ``v``
+    in that segment the writers there must all be ancestors-or-self of ``v``: ``v``'s bit in
+    the AND of their descendant columns ``desc`` (by node, as the statistics' first run left
+    them). On the driver: such gradients are a handful (tied weights) or none."""
+    n = seg.pos.size
+    node, var, w = shared
+    inside = np.zeros(n + 1, np.int64)
+    if not var.size:
+        return inside[:n]
+    starts = np.flatnonzero(np.r_[True, var[1:] != var[:-1]])
+    counts = np.diff(np.r_[starts, var.size])
+    at = seg.sstart[node]
+    last = np.maximum.reduceat(at, starts)                 # the writers' latest segment
+    keep = at == np.repeat(last, counts)
+    both = np.bitwise_and.reduceat(desc[node[keep]], np.flatnonzero(
+        np.r_[True, var[keep][1:] != var[keep][:-1]]), axis=0)
+    np.add.at(inside, last + 1, w[starts])                 # v after that segment: all in
+    inside = np.cumsum(inside)[seg.sstart]
+    k, b = np.nonzero(unpack(both, 64 * desc.shape[1]))
+    local = np.zeros(n, np.int64)
+    np.add.at(local, last[k] + b, w[starts][k])           # v in it: the AND's bits
+    return inside + local[seg.pos]
+
+
+def _stats_columns(g, seg: Segments, pg: np.ndarray) -> dict:
+    """The per-vertex columns :class:`_LocalSetStats` reads but ``desc``, by node: ``pg`` the
+    gradients a node's backward alone writes, ``mo`` its ``m`` where its backward reads its
+    own output."""
     n, W = g.n, seg.words
     sep_pos = np.flatnonzero(seg.sep[seg.node_at])
     nxt = np.r_[sep_pos, n]
@@ -254,24 +323,24 @@ def _stats_columns(g, seg: Segments) -> dict:
     prev_start = np.r_[0, sep_pos][np.maximum(np.searchsorted(sep_pos, seg.sstart), 0)]
     abase = np.where(seg.sep, prev_start, seg.sstart)
     return {"valid": valid, "sep": seg.sep, "m": g.m, "t": g.t, "base": seg.sstart,
-            "abase": abase}
+            "abase": abase, "pg": pg, "mo": np.where(g.reads_output, g.m, 0)}
 
 
-def _stats_graph(g, seg: Segments, cross: np.ndarray) -> hgraph.Graph:
+def _stats_graph(g, seg: Segments, cross: np.ndarray, pg: np.ndarray) -> hgraph.Graph:
     """The bidirectional graph :class:`_LocalSetStats` runs on: its edge kinds as weights and
     the per-vertex columns it reads but ``desc`` (kept on the workers by the run before)."""
     both_src = np.concatenate([g.dst, g.src])
     both_dst = np.concatenate([g.src, g.dst])
     both_w = np.concatenate([np.where(cross, _REV_X, _REV), np.where(cross, _FWD_X, _FWD)])
     return hgraph.Graph.from_edges(both_src, both_dst, weights=both_w, n=g.n,
-                                   columns=_stats_columns(g, seg))
+                                   columns=_stats_columns(g, seg, pg))
 
 
 #: Columns :func:`_on_variables` hands the workers (dropped once read).
 _PUT = "local_stats.put."
 
 
-def _on_variables(sharded, g, seg: Segments, o: EngineOptions, s):
+def _on_variables(sharded, g, seg: Segments, o: EngineOptions, s, pg: np.ndarray):
     """``(desc, bnd, aggregates, supersteps)`` of the two runs on a cg.txt's variable graph
     on the workers (:mod:`planner.cg_shards`): the columns go to them by variable (0 for
     parameters and inputs: no valid bit, so they hold and send nothing), an edge into a
@@ -290,7 +359,7 @@ def _on_variables(sharded, g, seg: Segments, o: EngineOptions, s):
     r1 = run_program(o, _LocalDescendants(W), rev, keep=_DESC, gather=False,
                      inputs={"loc": _PUT + "loc", "sep": _PUT + "sep"})
     desc = np.asarray(s.gather_rows(_DESC, var), np.uint64).reshape(g.n, W)
-    for name, values in _stats_columns(g, seg).items():
+    for name, values in _stats_columns(g, seg, pg).items():
         if name != "sep":
             put(name, values)
     both = sharded.view([("reversed", ("sep", (_REV, _REV_X))), ("forward", (None, _FWD))])
@@ -320,13 +389,14 @@ def local_stats(g, *, opts: EngineOptions | None = None, seg: Segments | None = 
         seg = segments(g, opts=o, level=level)
     W = seg.words
     steps = seg.supersteps
+    pg, shared, total = _grad_writes(g)
     sharded = var_graph(o, g, release=True)
     if sharded is not None:          # on the variable graph the workers read
         with session(o) as s:
-            desc, bnd, agg, more = _on_variables(sharded, g, seg, o, s)
+            desc, bnd, agg, more = _on_variables(sharded, g, seg, o, s, pg)
             s.drop(_DESC)
             s.drop(_SETS)
-        return _finish(g, seg, desc, bnd, agg, steps + more)
+        return _finish(g, seg, desc, bnd, agg, steps + more, pg, shared, total)
     # an edge into a separator from its predecessors crosses into the next segment
     cross = seg.sep[g.dst] & (seg.sstart[g.dst] != seg.sstart[g.src])
     rev = hgraph.Graph.from_edges(g.dst, g.src, weights=np.where(cross, 0.0, 1.0), n=n,
@@ -340,7 +410,7 @@ def local_stats(g, *, opts: EngineOptions | None = None, seg: Segments | None = 
         desc = np.asarray(r1.values, dtype=np.uint64).reshape(n, W)
         del rev, r1        # each engine run's inputs and results go as soon as read: the
         # driver's peak is what is alive at once (bench/NOTES_scale.md)
-        both = _stats_graph(g, seg, cross)
+        both = _stats_graph(g, seg, cross, pg)
         r2 = run_program(o, _LocalSetStats(W, n), both, keep=_SETS, inputs={"desc": _DESC},
                          gather=False)
         del both
@@ -351,19 +421,24 @@ def local_stats(g, *, opts: EngineOptions | None = None, seg: Segments | None = 
         bnd = np.asarray(s.gather(_SETS, slice(_BND * W, (_BND + 1) * W)), np.uint64)
         s.drop(_DESC)
         s.drop(_SETS)
-    return _finish(g, seg, desc, bnd, agg, steps)
+    return _finish(g, seg, desc, bnd, agg, steps, pg, shared, total)
 
 
-def _finish(g, seg: Segments, desc, bnd, agg, steps) -> LocalStats:
-    """The :class:`LocalStats` of the runs' descendants, boundaries and sums (by node)."""
+def _finish(g, seg: Segments, desc, bnd, agg, steps, pg, shared, total) -> LocalStats:
+    """The :class:`LocalStats` of the runs' descendants, boundaries and sums (by node);
+    ``pg``, ``shared``, ``total``: :func:`_grad_writes`."""
     W = seg.words
     bndloc = _transpose_local(bnd, seg, W)
     del bnd
+    inside = _shared_inside(seg, desc, shared)
     lloc = _transpose_local(desc, seg, W)
     del desc
     pm = np.r_[0, np.cumsum(g.m[seg.node_at])]
     pt = np.r_[0, np.cumsum(g.t[seg.node_at])]
+    ppg = np.r_[0, np.cumsum(pg[seg.node_at])]
+    inside += ppg[seg.sstart] + agg["pgL"]
     return LocalStats(seg=seg, lloc=lloc, bndloc=bndloc,
                       size=seg.sstart + agg["size"], mL=pm[seg.sstart] + agg["mL"],
                       tL=pt[seg.sstart] + agg["tL"], t_bnd=agg["t_bnd"], m_bnd=agg["m_bnd"],
-                      mAB=agg["mAB"], supersteps=steps)
+                      mAB=agg["mAB"], grads_out=total - inside, outputs_A=agg["mAo"],
+                      supersteps=steps)

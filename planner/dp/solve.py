@@ -217,15 +217,16 @@ def _failed_windows(fam, g) -> dict:
 def feasible_floor(fam, g) -> int | None:
     """The smallest budget (DP units) at which the unpruned DP on ``fam`` has a plan
     (:func:`planner.dp.min_budget.min_budget`), kept on the family; computed on the family
-    itself when its sets are bits, else on a dense twin of it (same sets: the approximate
-    family of ``g``) when ``g`` has at most :data:`~planner.dp.scale.EXACT_LIMIT` nodes;
+    itself when its sets are bits, else on a dense twin of it (same sets and statistics: the
+    approximate family of ``g`` from ``fam``'s) when ``g`` has at most :data:`~planner.dp.scale.EXACT_LIMIT` nodes;
     None for a bigger graph held segment-locally (its sets as bits would be n² bits)."""
     known = _floor_known(fam, g)
     if known is not None or (fam.sets is None and g.n > EXACT_LIMIT):
         return known
     from planner.dp.min_budget import min_budget
 
-    dense = fam if fam.sets is not None else approx_family(g)
+    dense = fam if fam.sets is not None else approx_family(g, stats=fam.local,
+                                                            left_out=fam.left_out)
     fam.cache["floor"] = (g.m.tobytes(), int(min_budget(dense, g)))
     return fam.cache["floor"][1]
 
