@@ -23,12 +23,12 @@ Run (``--single``: the segmented DP off, the single-process walk)::
     python3 bench/fit_trace.py --graph W/cg_transformer_100000.txt --budget 50% --tasks 4
     python3 bench/fit_trace.py --graph W/cg_transformer_20000.txt --parts
     python3 bench/fit_trace.py --graph W/t5k.txt --budget 40% --window 32 --parts
-    python3 bench/fit_trace.py --graph W/cg_transformer_20000.txt --left-out-model
 
-``--left-out-model`` (an experiment, up to :data:`LEFT_OUT_LIMIT` activations) raises the DP's
-``m(A) + m(B)`` of every state ``L_v`` by :func:`left_out`, what the replay held beyond the
-model term in every trace; the fit then solves once where it solved twice, the model peak
-equal to the replayed one or above it.
+The terms ``--parts`` found (the parameters' and inputs' gradients written, the values of
+``A(L)`` whose backward reads its own output) are now in the DP's family
+(:attr:`planner.analyses.local_stats.LocalStats.left_out`), so on the scale path the excess
+is ~0 and the fit solves once; the dense experiment that found them is the tests' oracle
+(``tests/family_oracle.left_out_terms``).
 """
 
 from __future__ import annotations
@@ -111,54 +111,6 @@ def parts_line(where: dict, terms: dict) -> str:
             + ", ".join(f"{n} {v:+,}" for n, v in terms.items()))
 
 
-#: ``--left-out-model`` holds every ``L_v`` as an n-bit row: n²/8 bytes.
-LEFT_OUT_LIMIT = 30_000
-
-
-def left_out(g, ag, level) -> np.ndarray:
-    """Per node ``v``, what the replay holds beyond the DP's term of a block ending at ``L_v``
-    (``ckpt + 2·m(V_i) + m(A) + m(B)``) in the traces of bench/NOTES_scale.md (issue 37,
-    seventh session): the values of ``A(L_v)`` whose backward reads its own output (an
-    ``output`` tag: the model counts only their gradients), and the parameters' and inputs'
-    gradients written by the backward functions of the nodes outside ``L_v`` (run before
-    block ``i``; never freed). An experiment, not the planner's: the lower sets as dense bit
-    rows (:data:`LEFT_OUT_LIMIT`), their closure one topological level at a time."""
-    from planner.arrays import ranges
-    from planner.cg import TAGS
-
-    n, nf, c = ag.n, g.num_forward, g.columns
-    act = np.asarray(g.is_activation, bool)
-    vb = np.asarray(g.var_bytes, np.int64)
-    b = ag.func + nf                                       # each node's backward function
-    cnt = c.in_ptr[b + 1] - c.in_ptr[b]
-    at = ranges(c.in_ptr[b], cnt)
-    row = np.repeat(np.arange(n), cnt)
-    reads_out = np.zeros(n, bool)
-    reads_out[row[(c.in_tag[at] == TAGS.index("output")) & (c.in_var[at] == ag.var[row])]] = True
-    cnt = c.out_ptr[b + 1] - c.out_ptr[b]
-    out = c.out_var[ranges(c.out_ptr[b], cnt)]
-    row = np.repeat(np.arange(n), cnt)
-    pg = np.bincount(row[~act[out]], weights=vb[out[~act[out]]], minlength=n).astype(np.int64)
-    words = (n + 63) // 64
-    anc = np.zeros((n, words), np.uint64)                  # L_v, closed level by level
-    anc[np.arange(n), np.arange(n) // 64] = np.uint64(1) << (np.arange(n) % 64).astype(np.uint64)
-    by_level = np.argsort(level[ag.dst], kind="stable")
-    bounds = np.searchsorted(level[ag.dst][by_level], np.arange(int(level.max()) + 2))
-    for lo, hi in zip(bounds[1:-1].tolist(), bounds[2:].tolist()):
-        e = by_level[lo:hi]
-        np.bitwise_or.at(anc, ag.dst[e], anc[ag.src[e]])
-    extra = np.zeros(n, np.int64)
-    w_out = ag.bytes * reads_out
-    for lo in range(0, n, 512):
-        x = np.unpackbits(anc[lo:lo + 512].view(np.uint8), axis=1, bitorder="little")[:, :n]
-        x = x.astype(bool)
-        r, e = np.nonzero(x[:, ag.src] & ~x[:, ag.dst])   # edges leaving L_v: into A(L_v)
-        a = np.zeros_like(x)
-        a[r, ag.dst[e]] = True
-        extra[lo:lo + 512] = a @ w_out + (int(pg.sum()) - x @ pg)
-    return extra
-
-
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--graph", required=True)
@@ -171,9 +123,6 @@ def main(argv=None) -> int:
                     help="the approximate DP's window (SolverLimits.dp_window; 0: none)")
     ap.add_argument("--front-cap", type=int, default=None,
                     help="the approximate DP's front cap (SolverLimits.dp_front_cap; 0: none)")
-    ap.add_argument("--left-out-model", action="store_true",
-                    help=f"an experiment: the DP's m(A)+m(B) of every L_v raised by what the "
-                         f"model leaves out (left_out; up to {LEFT_OUT_LIMIT:,} activations)")
     ap.add_argument("--parts", action="store_true",
                     help="also what the excess is made of at each replay's peak (a second walk)")
     args = ap.parse_args(argv)
@@ -204,26 +153,6 @@ def main(argv=None) -> int:
         return found
 
     api._solve_and_replay = traced
-    if args.left_out_model:
-        from planner import solver
-
-        seen, analyse, approx_family = {}, api.analyse, solver.approx_family
-
-        def analysed(g, opts, sharded=None):
-            seen["a"] = a = analyse(g, opts, sharded)
-            if a.ir.n > LEFT_OUT_LIMIT:
-                raise SystemExit(f"fit_trace: --left-out-model holds every lower set as bits: "
-                                 f"{a.ir.n:,} activations is over {LEFT_OUT_LIMIT:,}")
-            return a
-
-        def raised(dg, **kw):
-            fam = approx_family(dg, **kw)
-            a = seen["a"]
-            extra = left_out(a.g, a.ir, a.level)
-            fam.mAB = fam.mAB + np.where(fam.node >= 0, extra[np.maximum(fam.node, 0)], 0)
-            return fam
-
-        api.analyse, solver.approx_family = analysed, raised
     t0 = time.perf_counter()
     try:
         p = api.plan(args.graph, args.budget,

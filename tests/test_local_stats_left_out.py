@@ -3,12 +3,10 @@
 session): the engine's segment-local sums against a brute-force sum per state, on graphs with
 many segments, for any engine layout, on the variable graph the shards leave on the workers,
 with gradients several functions write counted once, and against the dense experiment of
-``bench/fit_trace.py --left-out-model`` that found the two terms."""
+the dense experiment that found the two terms (:func:`tests.family_oracle.left_out_terms`)."""
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -20,7 +18,7 @@ from planner.analyses import engine
 from planner.analyses.levels import levels, var_levels
 from planner.analyses.local_stats import local_stats
 from planner.dp_families import DPGraph
-from tests.family_oracle import ancestor_sets
+from tests.family_oracle import ancestor_sets, left_out_terms
 
 MATRIX = [dict(tasks=1, blocks=1, mode="push"), dict(tasks=2, blocks=2, mode="pull"),
           dict(tasks=4, blocks=1, mode="hybrid")]
@@ -108,17 +106,14 @@ def test_a_gradient_several_nodes_write_is_counted_once_on_their_common_descenda
 
 
 def test_the_terms_are_the_dense_experiments():
-    """The engine's terms are what ``bench/fit_trace.left_out`` (the experiment that found
-    them, dense bits per state) computes, on a transformer and a CNN in bytes."""
-    path = Path(__file__).resolve().parents[1] / "bench" / "fit_trace.py"
-    spec = importlib.util.spec_from_file_location("fit_trace", path)
-    trace = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(trace)
+    """The engine's terms are what the dense experiment that found them computes
+    (:func:`tests.family_oracle.left_out_terms`: bit rows per state), on a transformer and
+    a CNN in bytes."""
     for cgraph in (synth.build(layers=6, heads=2), synth.build_cnn(blocks=2)):
         ag = ActivationGraph.from_cg(cgraph)
         level = levels(ag, tasks=1)
         ls = local_stats(ag, tasks=2, level=level)
-        assert np.array_equal(ls.left_out, trace.left_out(cgraph, ag, level))
+        assert np.array_equal(ls.left_out, left_out_terms(cgraph, ag))
         assert ls.grads_out.max() > 0 and ls.outputs_A.max() > 0
 
 
