@@ -13,28 +13,12 @@ import numpy as np
 import pytest
 
 from planner import synth
-from planner.activation_graph import ActivationGraph
 from planner.analyses.engine import EngineOptions, session
 from planner.dp import scale, segmented as S
 from planner.dp.segmented_engine import solve_on_engine
 from planner.dp.stacked import WalkTrace, reusable, walk, walk_limits
 from tests.conftest import RAY_TIMEOUT
-
-_G = {}
-
-
-def _setup(kind):
-    if kind not in _G:
-        cg = synth.build(layers=24, heads=4) if kind == "tf" else synth.build_cnn(blocks=12)
-        g = ActivationGraph.from_cg(cg)
-        fam = S.scale_family(g)
-        _G[kind] = (g, fam, S.choose_cuts(fam, 6))
-    return _G[kind]
-
-
-def _hash(stitched):
-    f = stitched.fronts
-    return hashlib.sha256(f.state.tobytes() + f.s.tobytes() + f.c.tobytes()).hexdigest()
+from tests.segmented_setup import front_hash, setup
 
 
 def _walked(w):
@@ -48,7 +32,7 @@ def test_a_walk_the_criterion_accepts_is_the_other_budget_walk_bit_for_bit(kind,
     """Every segment traced at B, then each lower budget: where :func:`reusable` says yes,
     the walk there is B's, store and end front to the byte; and it says yes to a small drop
     and no to some larger one (the test is not vacuous)."""
-    g, fam, cuts = _setup(kind)
+    g, fam, cuts = setup(kind)
     M = int(g.m.sum())
     B = int(frac * M)
     said = set()
@@ -74,20 +58,20 @@ def _engine_reuse(opts, hurt=None):
     graph at 40 % then 30 % of m(V) (some walked again); each plan the fresh one's. ``hurt``:
     the options of a second session whose runs lose a worker mid-run."""
     for kind, (hi, lo), every in (("tf", (0.45, 0.45), True), ("cnn", (0.4, 0.3), False)):
-        g, fam, cuts = _setup(kind)
+        g, fam, cuts = setup(kind)
         M = int(g.m.sum())
         B, B2 = int(hi * M), int(lo * M) - (2 ** 20 if hi == lo else 0)
-        want = _hash(S.solve_composed(fam, g, B2, cuts))
+        want = front_hash(S.solve_composed(fam, g, B2, cuts))
         for o in (opts, hurt) if hurt is not None else (opts,):
             with session(o):
                 first = solve_on_engine(fam, g, B, cuts, opts=o)
                 again = solve_on_engine(fam, g, B2, cuts, opts=o)
-            assert first.reused == 0 and _hash(first.stitched) == \
-                _hash(S.solve_composed(fam, g, B, cuts))
+            assert first.reused == 0 and front_hash(first.stitched) == \
+                front_hash(S.solve_composed(fam, g, B, cuts))
             if o is opts:
                 assert (again.reused == again.segments) if every else \
                     (0 < again.reused < again.segments), (kind, again.reused)
-            assert _hash(again.stitched) == want, (kind, o)
+            assert front_hash(again.stitched) == want, (kind, o)
             if o is hurt:
                 assert any("failure" in row for row in again.stats)
             assert again.handed_over == first.handed_over or not every

@@ -7,34 +7,16 @@ in a new session (a cache only); the limits from the kept reach are the per-budg
 from __future__ import annotations
 
 import copy
-import hashlib
 
 import numpy as np
 import pytest
 
-from planner import synth
-from planner.activation_graph import ActivationGraph
 from planner.analyses.engine import EngineOptions, session
 from planner.dp import segmented as S
 from planner.dp.segmented_engine import solve_on_engine
 from planner.dp.stacked import WalkTrace, walk, walk_limits
 from tests.conftest import RAY_TIMEOUT
-
-_G = {}
-
-
-def _setup(kind):
-    if kind not in _G:
-        cg = synth.build(layers=24, heads=4) if kind == "tf" else synth.build_cnn(blocks=12)
-        g = ActivationGraph.from_cg(cg)
-        fam = S.scale_family(g)
-        _G[kind] = (g, fam, S.choose_cuts(fam, 6))
-    return _G[kind]
-
-
-def _hash(stitched):
-    f = stitched.fronts
-    return hashlib.sha256(f.state.tobytes() + f.s.tobytes() + f.c.tobytes()).hexdigest()
+from tests.segmented_setup import front_hash, setup
 
 
 @pytest.mark.parametrize("kind", ["tf", "cnn"])
@@ -42,7 +24,7 @@ def test_kept_reach_gives_every_budget_limits_and_walk(kind):
     """For every segment: the limits from the prepared (budget-free) reach are the ones a
     reach pass at the budget gives, from budgets where the walk finds nothing to the whole
     m(V); the walk and its trace are the same bit for bit."""
-    g, fam, cuts = _setup(kind)
+    g, fam, cuts = setup(kind)
     M = int(g.m.sum())
     plain = S.segment_dps(fam, g, M // 2, cuts, local_tables=True)
     kept = copy.deepcopy(plain)
@@ -70,7 +52,7 @@ def test_kept_reach_gives_every_budget_limits_and_walk(kind):
 def test_prepare_takes_the_stash_and_refuses_other_rows():
     """A second prepare of the same rows takes the stashed arrays (no table made); a segment
     whose rows differ (another window) under the same index makes its own and replaces it."""
-    g, fam, cuts = _setup("tf")
+    g, fam, cuts = setup("tf")
     B = int(0.45 * g.m.sum())
     stash = {}
     first = S.segment_dps(fam, g, B, cuts, local_tables=True)
@@ -93,17 +75,17 @@ def _engine_tables(opts, hurt=None):
     session makes them all again. ``hurt``: a session losing a worker mid-run, whose
     replacement makes its segments' tables for the read-back; the plan is the same."""
     for kind, (hi, lo) in (("tf", (0.45, 0.45)), ("cnn", (0.4, 0.3))):
-        g, fam, cuts = _setup(kind)
+        g, fam, cuts = setup(kind)
         M = int(g.m.sum())
         B, B2 = int(hi * M), int(lo * M) - (2 ** 20 if hi == lo else 0)
-        want = _hash(S.solve_composed(fam, g, B2, cuts))
+        want = front_hash(S.solve_composed(fam, g, B2, cuts))
         for o in (opts, hurt) if hurt is not None else (opts,):
             for _ in range(2):                  # a new session starts empty
                 with session(o):
                     first = solve_on_engine(fam, g, B, cuts, opts=o)
                     again = solve_on_engine(fam, g, B2, cuts, opts=o)
                 assert first.tables_built == first.segments, (kind, first.tables_built)
-                assert _hash(again.stitched) == want, (kind, o)
+                assert front_hash(again.stitched) == want, (kind, o)
                 if o is opts:
                     assert again.tables_built == 0, (kind, again.tables_built)
                     assert again.reused > 0
