@@ -27,8 +27,8 @@ Run (``--single``: the segmented DP off, the single-process walk)::
 The terms ``--parts`` found (the parameters' and inputs' gradients written, the values of
 ``A(L)`` whose backward reads its own output) are now in the DP's family
 (:attr:`planner.analyses.local_stats.LocalStats.left_out`), so on the scale path the excess
-is ~0 and the fit solves once; the dense experiment that found them is the tests' oracle
-(``tests/family_oracle.left_out_terms``).
+is ~0 and the fit solves once (tests/test_local_stats_left_out.py checks the terms per
+state against a brute-force sum).
 """
 
 from __future__ import annotations

@@ -80,34 +80,3 @@ def random_single_sink_dag(rng, n: int, p: float):
             dst.append(n - 1)
     perm = rng.permutation(n)
     return perm[np.array(src)], perm[np.array(dst)], perm
-
-
-def left_out_terms(cgraph, ag) -> np.ndarray:
-    """Per node ``v``, what the replay holds beyond the DP's ``m(A) + m(B)`` of ``L_v`` and
-    the family now counts (:attr:`planner.analyses.local_stats.LocalStats.left_out`): the
-    values of ``A(L_v)`` whose backward reads its own output (an ``output`` tag) and the
-    parameters' and inputs' gradients written by the backward functions of the nodes outside
-    ``L_v``. Dense bit rows (:func:`ancestor_sets`); the experiment that found the terms
-    (bench/NOTES_scale.md, issue 37, seventh session), kept as the engine's oracle."""
-    from planner.arrays import ranges
-    from planner.cg import TAGS
-
-    n, nf, c = ag.n, cgraph.num_forward, cgraph.columns
-    act = np.asarray(cgraph.is_activation, bool)
-    vb = np.asarray(cgraph.var_bytes, np.int64)
-    b = ag.func + nf                                       # each node's backward function
-    cnt = c.in_ptr[b + 1] - c.in_ptr[b]
-    at = ranges(c.in_ptr[b], cnt)
-    row = np.repeat(np.arange(n), cnt)
-    reads_out = np.zeros(n, bool)
-    reads_out[row[(c.in_tag[at] == TAGS.index("output")) & (c.in_var[at] == ag.var[row])]] = True
-    cnt = c.out_ptr[b + 1] - c.out_ptr[b]
-    out = c.out_var[ranges(c.out_ptr[b], cnt)]
-    row = np.repeat(np.arange(n), cnt)
-    pg = np.bincount(row[~act[out]], weights=vb[out[~act[out]]], minlength=n).astype(np.int64)
-    anc = ancestor_sets(ag)
-    x = np.unpackbits(anc.view(np.uint8), axis=1, bitorder="little")[:, :n].astype(bool)
-    r, e = np.nonzero(x[:, ag.src] & ~x[:, ag.dst])       # edges leaving L_v: into A(L_v)
-    in_a = np.zeros_like(x)
-    in_a[r, ag.dst[e]] = True
-    return in_a @ (ag.bytes * reads_out) + (int(pg.sum()) - x @ pg)
